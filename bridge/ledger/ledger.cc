@@ -1,0 +1,681 @@
+#include "bridge/ledger/ledger.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bridge/common/status_macros.h"
+
+namespace duet {
+namespace {
+
+// Sum over owner groups of each group's largest share. `uses` is tiny (one
+// entry per holder of one device), so quadratic is the fast choice.
+uint32_t GroupedUse(const std::vector<DeviceUse>& uses) {
+  uint32_t total = 0;
+  for (size_t i = 0; i < uses.size(); ++i) {
+    bool seen = false;
+    for (size_t j = 0; j < i && !seen; ++j) seen = uses[j].owner->SameGroup(*uses[i].owner);
+    if (seen) continue;
+    uint32_t group_max = uses[i].milli;
+    for (size_t j = i + 1; j < uses.size(); ++j) {
+      if (uses[j].owner->SameGroup(*uses[i].owner)) group_max = std::max(group_max, uses[j].milli);
+    }
+    total += group_max;
+  }
+  return total;
+}
+
+// What `owner` adding a share of `milli` would bring the device's use to.
+// Returns the first holder of another group when it does not fit.
+const Owner* Blocker(const DeviceState& d, const Owner& owner, uint32_t milli,
+                     uint32_t* used_after) {
+  uint32_t own = 0;
+  std::vector<DeviceUse> others;
+  for (const DeviceUse& u : d.uses) {
+    if (u.owner->SameGroup(owner)) {
+      own = std::max(own, u.milli);
+    } else {
+      others.push_back(u);
+    }
+  }
+  const uint32_t after = GroupedUse(others) + std::max(own, milli);
+  if (used_after != nullptr) *used_after = after;
+  if (after <= d.spec.capacity_milli) return nullptr;
+  return others.front().owner.get();
+}
+
+std::string DeviceName(const std::string& node, DeviceKind kind, uint32_t index) {
+  return absl::StrCat("node ", node, " ", DeviceKindName(kind), " ", index);
+}
+
+std::string DeviceListString(const std::vector<HeldDevice>& devices) {
+  return absl::StrJoin(devices, ",", [](std::string* out, const HeldDevice& d) {
+    absl::StrAppend(out, DeviceKindName(d.kind), d.index);
+    if (d.milli != kWholeDevice) absl::StrAppend(out, "@", d.milli, "m");
+  });
+}
+
+bool SameSpec(const NodeView& view, const NodeSpec& spec) {
+  const NodeSpec& cur = view.spec;
+  if (cur.cpus != spec.cpus || cur.memory_mib != spec.memory_mib || cur.labels != spec.labels ||
+      cur.pool != spec.pool || cur.zone != spec.zone || cur.state != spec.state ||
+      view.devices.size() != spec.devices.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < spec.devices.size(); ++i) {
+    if (!(view.devices[i].spec == spec.devices[i])) return false;
+  }
+  return true;
+}
+
+bool DeviceLess(const DeviceSpec& a, const DeviceSpec& b) {
+  return std::make_pair(a.kind, a.index) < std::make_pair(b.kind, b.index);
+}
+
+DeviceState* FindDevice(NodeView* view, DeviceKind kind, uint32_t index) {
+  auto it = std::lower_bound(view->devices.begin(), view->devices.end(), std::make_pair(kind, index),
+                             [](const DeviceState& d, const std::pair<DeviceKind, uint32_t>& k) {
+                               return std::make_pair(d.spec.kind, d.spec.index) < k;
+                             });
+  if (it == view->devices.end() || it->spec.kind != kind || it->spec.index != index) return nullptr;
+  return &*it;
+}
+const DeviceState* FindDevice(const NodeView& view, DeviceKind kind, uint32_t index) {
+  return FindDevice(const_cast<NodeView*>(&view), kind, index);
+}
+
+}  // namespace
+
+absl::Status ValidateOwner(const Owner& owner) {
+  switch (owner.kind) {
+    case OwnerKind::kSlurmJob:
+    case OwnerKind::kSlurmStep:
+      if (owner.job_id == 0) return absl::InvalidArgumentError("owner: slurm job_id must be set");
+      if (!owner.pod_uid.empty()) {
+        return absl::InvalidArgumentError("owner: a slurm owner carries no pod uid");
+      }
+      if (owner.kind == OwnerKind::kSlurmJob && owner.step_id != 0) {
+        return absl::InvalidArgumentError("owner: a slurm job owner carries no step id");
+      }
+      return absl::OkStatus();
+    case OwnerKind::kPod:
+    case OwnerKind::kPlaceholder:
+      if (owner.pod_uid.empty()) return absl::InvalidArgumentError("owner: pod uid must be set");
+      if (owner.pod_uid.size() > kMaxUidLength) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("owner: pod uid is ", owner.pod_uid.size(), " bytes; max ", kMaxUidLength));
+      }
+      if (owner.pod_namespace.size() > kMaxNameLength || owner.pod_name.size() > kMaxNameLength) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("owner: pod namespace/name longer than ", kMaxNameLength));
+      }
+      if (owner.kind == OwnerKind::kPlaceholder && owner.job_id == 0) {
+        return absl::InvalidArgumentError("owner: placeholder job_id must be set");
+      }
+      if (owner.kind == OwnerKind::kPod && owner.job_id != 0) {
+        return absl::InvalidArgumentError("owner: a pod owner carries no job id");
+      }
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("owner: kind must be set");
+}
+
+absl::Status ValidateNodeSpec(const NodeSpec& spec) {
+  if (spec.name.empty()) return absl::InvalidArgumentError("node.name: must be set");
+  if (spec.name.size() > kMaxNameLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node.name: ", spec.name.size(), " bytes; max ", kMaxNameLength));
+  }
+  if (spec.state == NodeState::kGone) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node ", spec.name, ": state GONE is set by the ledger, not the inventory"));
+  }
+  if (spec.devices.size() > kMaxDevicesPerNode) {
+    return absl::InvalidArgumentError(absl::StrCat("node ", spec.name, ": ", spec.devices.size(),
+                                                   " devices; max ", kMaxDevicesPerNode));
+  }
+  std::vector<std::pair<DeviceKind, uint32_t>> keys;
+  for (size_t i = 0; i < spec.devices.size(); ++i) {
+    const DeviceSpec& d = spec.devices[i];
+    if (d.kind != DeviceKind::kGpu && d.kind != DeviceKind::kTpu) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node ", spec.name, ".devices[", i, "].kind: must be gpu or tpu"));
+    }
+    if (d.capacity_milli == 0 || d.capacity_milli > kWholeDevice) {
+      return absl::InvalidArgumentError(absl::StrCat("node ", spec.name, ".devices[", i,
+                                                     "].capacity_milli: must be 1..", kWholeDevice));
+    }
+    keys.emplace_back(d.kind, d.index);
+  }
+  std::sort(keys.begin(), keys.end());
+  auto dup = std::adjacent_find(keys.begin(), keys.end());
+  if (dup != keys.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node ", spec.name, ": ", DeviceKindName(dup->first), " ", dup->second, " listed twice"));
+  }
+  return absl::OkStatus();
+}
+
+Ledger::Ledger() : Ledger(Options{}) {}
+Ledger::Ledger(Options options) : options_(options) {}
+
+void Ledger::AddListener(ChangeListener* listener) {
+  absl::MutexLock lock(&mu_);
+  listeners_.push_back(listener);
+}
+
+void Ledger::RemoveListener(ChangeListener* listener) {
+  absl::MutexLock lock(&mu_);
+  listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), listener), listeners_.end());
+}
+
+void Ledger::Notify(const Change& change) {
+  for (ChangeListener* l : listeners_) l->OnChange(change);
+}
+
+NodeView* Ledger::MutableView(Slot& slot) {
+  // Readers only copy the pointer under mu_, which we hold, so a count of one
+  // cannot grow while we write.
+  if (slot.view.use_count() > 1) slot.view = std::make_shared<NodeView>(*slot.view);
+  return slot.view.get();
+}
+
+absl::StatusOr<uint64_t> Ledger::UpsertNode(const NodeSpec& in) {
+  absl::Status valid = ValidateNodeSpec(in);
+  if (!valid.ok()) return valid;
+  NodeSpec spec = in;
+  std::sort(spec.devices.begin(), spec.devices.end(), DeviceLess);
+
+  absl::MutexLock lock(&mu_);
+  auto it = node_ids_.find(spec.name);
+  uint32_t id;
+  if (it == node_ids_.end()) {
+    if (!free_slots_.empty()) {
+      id = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      id = static_cast<uint32_t>(slots_.size());
+      slots_.emplace_back();
+    }
+    node_ids_.emplace(spec.name, id);
+    auto view = std::make_shared<NodeView>();
+    for (const DeviceSpec& d : spec.devices) view->devices.push_back(DeviceState{d, {}, 0});
+    view->spec = spec;
+    view->spec.devices.clear();
+    view->generation = 1;
+    slots_[id].view = std::move(view);
+  } else {
+    id = it->second;
+    Slot& slot = slots_[id];
+    if (SameSpec(*slot.view, spec)) return seq_;
+    // Every held device must survive with room for what is held.
+    for (const DeviceState& d : slot.view->devices) {
+      if (d.uses.empty()) continue;
+      auto nd = std::lower_bound(spec.devices.begin(), spec.devices.end(), d.spec, DeviceLess);
+      if (nd == spec.devices.end() || nd->kind != d.spec.kind || nd->index != d.spec.index) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(DeviceName(spec.name, d.spec.kind, d.spec.index),
+                         " is held by ", d.uses.front().owner->ToString(),
+                         " and cannot leave the inventory until released"));
+      }
+      if (nd->capacity_milli < d.used_milli) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(DeviceName(spec.name, d.spec.kind, d.spec.index), " has ", d.used_milli,
+                         " milli held; capacity cannot drop to ", nd->capacity_milli));
+      }
+    }
+    NodeView* view = MutableView(slot);
+    std::vector<DeviceState> devices;
+    devices.reserve(spec.devices.size());
+    for (const DeviceSpec& d : spec.devices) {
+      DeviceState* old = FindDevice(view, d.kind, d.index);
+      if (old != nullptr) {
+        devices.push_back(DeviceState{d, std::move(old->uses), old->used_milli});
+      } else {
+        devices.push_back(DeviceState{d, {}, 0});
+      }
+    }
+    view->devices = std::move(devices);
+    view->spec = spec;
+    view->spec.devices.clear();
+    ++view->generation;
+  }
+  const uint64_t seq = ++seq_;
+  Change c{Change::Type::kUpsertNode};
+  c.seq = seq;
+  c.node = &spec.name;
+  c.spec = &spec;
+  std::shared_ptr<const NodeView> view = slots_[id].view;
+  c.view = &view;
+  Notify(c);
+  return seq;
+}
+
+uint64_t Ledger::EraseNode(uint32_t node_id) {
+  Slot& slot = slots_[node_id];
+  node_ids_.erase(slot.view->spec.name);
+  slot.view.reset();
+  slot.holdings = 0;
+  free_slots_.push_back(node_id);
+  return seq_;
+}
+
+absl::StatusOr<uint64_t> Ledger::RemoveNode(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = node_ids_.find(name);
+  if (it == node_ids_.end()) return absl::NotFoundError(absl::StrCat("unknown node ", name));
+  const uint32_t id = it->second;
+  Slot& slot = slots_[id];
+  std::shared_ptr<const NodeView> last;
+  bool erased = false;
+  if (slot.holdings == 0) {
+    last = slot.view;
+    erased = true;
+  } else {
+    if (slot.view->spec.state == NodeState::kGone) return seq_;
+    NodeView* view = MutableView(slot);
+    view->spec.state = NodeState::kGone;
+    ++view->generation;
+    last = slot.view;
+  }
+  const std::string node = name;  // `name` may alias the erased key
+  if (erased) EraseNode(id);
+  const uint64_t seq = ++seq_;
+  Change c{Change::Type::kRemoveNode};
+  c.seq = seq;
+  c.node = &node;
+  c.view = &last;
+  c.erased = erased;
+  Notify(c);
+  return seq;
+}
+
+absl::Status Ledger::PickDevices(const NodeView& view, const HoldRequest& request,
+                                 std::vector<HeldDevice>* out) const {
+  const std::string& node = view.spec.name;
+  if (!request.devices.empty()) {
+    for (const HeldDevice& want : request.devices) {
+      const DeviceState* d = FindDevice(view, want.kind, want.index);
+      if (d == nullptr) {
+        return absl::NotFoundError(absl::StrCat(DeviceName(node, want.kind, want.index),
+                                                " does not exist"));
+      }
+      HeldDevice h = want;
+      if (h.milli == 0) h.milli = d->spec.capacity_milli;
+      if (h.milli > d->spec.capacity_milli) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(DeviceName(node, want.kind, want.index), ": ", h.milli,
+                         " milli requested, capacity is ", d->spec.capacity_milli));
+      }
+      if (const Owner* b = Blocker(*d, request.owner, h.milli, nullptr)) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            DeviceName(node, want.kind, want.index), " is held by ", b->ToString()));
+      }
+      out->push_back(h);
+    }
+    return absl::OkStatus();
+  }
+
+  const CountSelector& sel = *request.count;
+  struct Candidate {
+    uint32_t used_after;
+    uint32_t index;
+    uint32_t milli;
+  };
+  std::vector<Candidate> fits;
+  uint32_t of_kind = 0;
+  const Owner* blocker = nullptr;
+  for (const DeviceState& d : view.devices) {
+    if (d.spec.kind != sel.kind) continue;
+    if (!sel.model.empty() && d.spec.model != sel.model) continue;
+    ++of_kind;
+    const uint32_t milli = sel.milli == 0 ? d.spec.capacity_milli : sel.milli;
+    if (milli > d.spec.capacity_milli) continue;
+    uint32_t after = 0;
+    const Owner* b = Blocker(d, request.owner, milli, &after);
+    if (b == nullptr) {
+      fits.push_back({after, d.spec.index, milli});
+    } else if (blocker == nullptr) {
+      blocker = b;
+    }
+  }
+  const std::string what =
+      absl::StrCat(DeviceKindName(sel.kind), sel.model.empty() ? "" : " ", sel.model);
+  if (sel.count > of_kind) {
+    return absl::InvalidArgumentError(absl::StrCat("count ", sel.count, " is more than node ", node,
+                                                   "'s ", of_kind, " ", what, " devices"));
+  }
+  if (fits.size() < sel.count) {
+    std::string msg = absl::StrCat("node ", node, ": ", fits.size(), " of ", of_kind, " ", what,
+                                   " devices have room, ", sel.count, " requested");
+    if (blocker != nullptr) absl::StrAppend(&msg, " (held by ", blocker->ToString(), ", ...)");
+    return absl::ResourceExhaustedError(msg);
+  }
+  // Best fit: the fullest devices that still fit first, so shares pack onto
+  // devices already in use and whole devices stay whole; then lowest index.
+  std::stable_sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
+    return a.used_after > b.used_after;
+  });
+  for (uint32_t i = 0; i < sel.count; ++i) out->push_back({sel.kind, fits[i].index, fits[i].milli});
+  std::sort(out->begin(), out->end(), [](const HeldDevice& a, const HeldDevice& b) {
+    return std::make_pair(a.kind, a.index) < std::make_pair(b.kind, b.index);
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HoldResult> Ledger::Hold(const HoldRequest& request) {
+  absl::Status valid = ValidateOwner(request.owner);
+  if (!valid.ok()) return valid;
+  if (request.node.empty()) return absl::InvalidArgumentError("node: must be set");
+  if (request.node.size() > kMaxNameLength) {
+    return absl::InvalidArgumentError(absl::StrCat("node: name longer than ", kMaxNameLength));
+  }
+  if (request.devices.empty() == !request.count.has_value()) {
+    return absl::InvalidArgumentError("exactly one of devices and count must be set");
+  }
+  if (request.count.has_value()) {
+    if (request.count->count == 0) return absl::InvalidArgumentError("count: must be at least 1");
+    if (request.count->milli > kWholeDevice) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("count.milli: ", request.count->milli, " is more than ", kWholeDevice));
+    }
+  } else {
+    if (request.devices.size() > kMaxDevicesPerNode) {
+      return absl::InvalidArgumentError(absl::StrCat("devices: more than ", kMaxDevicesPerNode));
+    }
+    std::vector<std::pair<DeviceKind, uint32_t>> keys;
+    for (const HeldDevice& d : request.devices) keys.emplace_back(d.kind, d.index);
+    std::sort(keys.begin(), keys.end());
+    auto dup = std::adjacent_find(keys.begin(), keys.end());
+    if (dup != keys.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("devices: ", DeviceKindName(dup->first), " ",
+                                                     dup->second, " listed twice"));
+    }
+  }
+
+  absl::MutexLock lock(&mu_);
+  auto it = node_ids_.find(request.node);
+  if (it == node_ids_.end()) return absl::NotFoundError(absl::StrCat("unknown node ", request.node));
+  const uint32_t id = it->second;
+  Slot& slot = slots_[id];
+  const NodeView& cur = *slot.view;
+
+  std::vector<HeldDevice> picked;
+  auto existing = holdings_.find(HoldingKey{request.owner, id});
+  if (existing != holdings_.end()) {
+    const Holding& h = existing->second.holding;
+    bool same;
+    if (request.count.has_value()) {
+      const CountSelector& sel = *request.count;
+      same = h.devices.size() == sel.count;
+      for (const HeldDevice& d : h.devices) {
+        const DeviceState* ds = FindDevice(cur, d.kind, d.index);
+        const uint32_t milli = sel.milli == 0 ? ds->spec.capacity_milli : sel.milli;
+        same = same && d.kind == sel.kind && d.milli == milli &&
+               (sel.model.empty() || ds->spec.model == sel.model);
+      }
+    } else {
+      std::vector<HeldDevice> want;
+      for (HeldDevice d : request.devices) {
+        const DeviceState* ds = FindDevice(cur, d.kind, d.index);
+        if (d.milli == 0 && ds != nullptr) d.milli = ds->spec.capacity_milli;
+        want.push_back(d);
+      }
+      std::sort(want.begin(), want.end(), [](const HeldDevice& a, const HeldDevice& b) {
+        return std::make_pair(a.kind, a.index) < std::make_pair(b.kind, b.index);
+      });
+      same = want == h.devices;
+    }
+    if (!same) {
+      return absl::AlreadyExistsError(absl::StrCat(request.owner.ToString(), " already holds ",
+                                                   DeviceListString(h.devices), " on node ",
+                                                   request.node, "; release it first"));
+    }
+    return HoldResult{h, false, seq_};
+  }
+
+  if (cur.spec.state == NodeState::kGone) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", request.node, " is leaving the inventory"));
+  }
+  // Slurm has already placed its jobs (its drain/down states govern them);
+  // cordoned or unready nodes take no new pods.
+  if (request.owner.holder_class() == HolderClass::kPod && cur.spec.state != NodeState::kReady) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", request.node, " is ", NodeStateName(cur.spec.state), ": no new pod holdings"));
+  }
+  if (request.expected_generation != 0 && request.expected_generation != cur.generation) {
+    return absl::AbortedError(absl::StrCat("node ", request.node, " is at generation ",
+                                           cur.generation, ", not ",
+                                           request.expected_generation));
+  }
+  absl::Status picked_ok = PickDevices(cur, request, &picked);
+  if (!picked_ok.ok()) return picked_ok;
+
+  auto owner = std::make_shared<const Owner>(request.owner);
+  NodeView* view = MutableView(slot);
+  for (const HeldDevice& h : picked) {
+    DeviceState* d = FindDevice(view, h.kind, h.index);
+    d->uses.push_back(DeviceUse{owner, h.milli});
+    d->used_milli = GroupedUse(d->uses);
+  }
+  ++view->generation;
+  ++slot.holdings;
+  HoldingEntry entry;
+  entry.owner = owner;
+  entry.holding.owner = request.owner;
+  entry.holding.node = request.node;
+  entry.holding.devices = std::move(picked);
+  entry.holding.granted_at = request.granted_at.value_or(options_.clock->Now());
+  entry.holding.generation = view->generation;
+  auto inserted = holdings_.emplace(HoldingKey{request.owner, id}, std::move(entry)).first;
+
+  const uint64_t seq = ++seq_;
+  const Holding& held = inserted->second.holding;
+  if (!listeners_.empty()) {
+    Change c{Change::Type::kHold};
+    c.seq = seq;
+    c.node = &held.node;
+    c.holding = &held;
+    std::shared_ptr<const NodeView> v = slot.view;
+    c.view = &v;
+    Notify(c);
+  }
+  return HoldResult{held, true, seq};
+}
+
+absl::StatusOr<ReleaseResult> Ledger::Release(const std::string& node, const Owner& owner) {
+  absl::Status valid = ValidateOwner(owner);
+  if (!valid.ok()) return valid;
+  if (node.empty()) return absl::InvalidArgumentError("node: must be set");
+
+  absl::MutexLock lock(&mu_);
+  auto it = node_ids_.find(node);
+  if (it == node_ids_.end()) return ReleaseResult{false, {}, seq_};
+  const uint32_t id = it->second;
+  auto h = holdings_.find(HoldingKey{owner, id});
+  if (h == holdings_.end()) return ReleaseResult{false, {}, seq_};
+
+  Slot& slot = slots_[id];
+  NodeView* view = MutableView(slot);
+  const Owner* key = h->second.owner.get();
+  for (const HeldDevice& hd : h->second.holding.devices) {
+    DeviceState* d = FindDevice(view, hd.kind, hd.index);
+    d->uses.erase(std::remove_if(d->uses.begin(), d->uses.end(),
+                                 [key](const DeviceUse& u) { return u.owner.get() == key; }),
+                  d->uses.end());
+    d->used_milli = GroupedUse(d->uses);
+  }
+  ++view->generation;
+  --slot.holdings;
+  ReleaseResult result{true, std::move(h->second.holding), 0};
+  holdings_.erase(h);
+
+  std::shared_ptr<const NodeView> last = slot.view;
+  const bool erased = slot.holdings == 0 && view->spec.state == NodeState::kGone;
+  if (erased) EraseNode(id);
+  result.seq = ++seq_;
+  if (!listeners_.empty()) {
+    Change c{Change::Type::kRelease};
+    c.seq = result.seq;
+    c.node = &result.holding.node;
+    c.holding = &result.holding;
+    c.view = &last;
+    c.erased = erased;
+    Notify(c);
+  }
+  return result;
+}
+
+std::shared_ptr<const NodeView> Ledger::GetNode(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = node_ids_.find(name);
+  if (it == node_ids_.end()) return nullptr;
+  return slots_[it->second].view;
+}
+
+LedgerSnapshot Ledger::Snapshot() const {
+  LedgerSnapshot snap;
+  {
+    absl::MutexLock lock(&mu_);
+    snap.seq = seq_;
+    snap.nodes.reserve(node_ids_.size());
+    for (const Slot& s : slots_) {
+      if (s.view) snap.nodes.push_back(s.view);
+    }
+  }
+  std::sort(snap.nodes.begin(), snap.nodes.end(),
+            [](const auto& a, const auto& b) { return a->spec.name < b->spec.name; });
+  return snap;
+}
+
+std::vector<Holding> Ledger::ListHoldings(const std::string& node) const {
+  std::vector<Holding> out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (node.empty()) {
+      out.reserve(holdings_.size());
+      for (const auto& [key, entry] : holdings_) out.push_back(entry.holding);
+    } else {
+      auto it = node_ids_.find(node);
+      if (it == node_ids_.end()) return out;
+      // The node's holders are the owners of its device uses.
+      const NodeView& view = *slots_[it->second].view;
+      for (const DeviceState& d : view.devices) {
+        for (const DeviceUse& u : d.uses) {
+          auto h = holdings_.find(HoldingKey{*u.owner, it->second});
+          if (h != holdings_.end() && h->second.owner == u.owner) {
+            bool dup = false;
+            for (const Holding& o : out) dup = dup || o.owner == *u.owner;
+            if (!dup) out.push_back(h->second.holding);
+          }
+        }
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Holding& a, const Holding& b) {
+    if (a.node != b.node) return a.node < b.node;
+    return std::make_tuple(a.owner.kind, a.owner.job_id, a.owner.step_id, a.owner.pod_uid) <
+           std::make_tuple(b.owner.kind, b.owner.job_id, b.owner.step_id, b.owner.pod_uid);
+  });
+  return out;
+}
+
+std::optional<Holding> Ledger::FindHolding(const std::string& node, const Owner& owner) const {
+  absl::MutexLock lock(&mu_);
+  auto it = node_ids_.find(node);
+  if (it == node_ids_.end()) return std::nullopt;
+  auto h = holdings_.find(HoldingKey{owner, it->second});
+  if (h == holdings_.end()) return std::nullopt;
+  return h->second.holding;
+}
+
+size_t Ledger::node_count() const {
+  absl::MutexLock lock(&mu_);
+  return node_ids_.size();
+}
+
+size_t Ledger::holding_count() const {
+  absl::MutexLock lock(&mu_);
+  return holdings_.size();
+}
+
+uint64_t Ledger::seq() const {
+  absl::MutexLock lock(&mu_);
+  return seq_;
+}
+
+void Ledger::RestoreSeq(uint64_t seq) {
+  absl::MutexLock lock(&mu_);
+  if (seq > seq_) seq_ = seq;
+}
+
+absl::Status Ledger::CheckInvariants() const {
+  absl::MutexLock lock(&mu_);
+  size_t total_holdings = 0;
+  for (uint32_t id = 0; id < slots_.size(); ++id) {
+    const Slot& slot = slots_[id];
+    if (!slot.view) continue;
+    const NodeView& view = *slot.view;
+    const std::string& node = view.spec.name;
+    total_holdings += slot.holdings;
+    for (const DeviceState& d : view.devices) {
+      const std::string dev = DeviceName(node, d.spec.kind, d.spec.index);
+      if (GroupedUse(d.uses) != d.used_milli) {
+        return absl::InternalError(absl::StrCat(dev, ": used_milli ", d.used_milli, " != ",
+                                                GroupedUse(d.uses)));
+      }
+      if (d.used_milli > d.spec.capacity_milli) {
+        return absl::InternalError(absl::StrCat("I1: ", dev, " over capacity: ", d.used_milli));
+      }
+      for (const DeviceUse& u : d.uses) {
+        // A whole-device share excludes every other group.
+        for (const DeviceUse& v : d.uses) {
+          if (!u.owner->SameGroup(*v.owner) && u.milli >= d.spec.capacity_milli) {
+            return absl::InternalError(absl::StrCat("I1: ", dev, " held whole by ",
+                                                    u.owner->ToString(), " and by ",
+                                                    v.owner->ToString()));
+          }
+        }
+        auto h = holdings_.find(HoldingKey{*u.owner, id});
+        if (h == holdings_.end() || h->second.owner != u.owner) {
+          return absl::InternalError(
+              absl::StrCat(dev, ": use by ", u.owner->ToString(), " has no holding"));
+        }
+        const auto& hd = h->second.holding.devices;
+        if (std::find(hd.begin(), hd.end(), HeldDevice{d.spec.kind, d.spec.index, u.milli}) ==
+            hd.end()) {
+          return absl::InternalError(absl::StrCat(dev, ": holding of ", u.owner->ToString(),
+                                                  " does not list it"));
+        }
+      }
+    }
+  }
+  if (total_holdings != holdings_.size()) {
+    return absl::InternalError(absl::StrCat("holding count ", total_holdings, " != ",
+                                            holdings_.size()));
+  }
+  for (const auto& [key, entry] : holdings_) {
+    if (key.node_id >= slots_.size() || !slots_[key.node_id].view) {
+      return absl::InternalError(absl::StrCat(entry.holding.owner.ToString(),
+                                              " holds on a missing node"));
+    }
+    for (const HeldDevice& hd : entry.holding.devices) {
+      const DeviceState* d = FindDevice(*slots_[key.node_id].view, hd.kind, hd.index);
+      bool found = false;
+      if (d != nullptr) {
+        for (const DeviceUse& u : d->uses) found = found || u.owner == entry.owner;
+      }
+      if (!found) {
+        return absl::InternalError(absl::StrCat(entry.holding.owner.ToString(), "'s ",
+                                                DeviceKindName(hd.kind), hd.index,
+                                                " has no device use"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace duet

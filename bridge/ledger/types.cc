@@ -1,0 +1,110 @@
+#include "bridge/ledger/types.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace duet {
+
+const char* DeviceKindName(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kGpu:
+      return "gpu";
+    case DeviceKind::kTpu:
+      return "tpu";
+  }
+  return "device";
+}
+
+const char* NodeStateName(NodeState state) {
+  switch (state) {
+    case NodeState::kReady:
+      return "ready";
+    case NodeState::kCordoned:
+      return "cordoned";
+    case NodeState::kNotReady:
+      return "not-ready";
+    case NodeState::kGone:
+      return "gone";
+  }
+  return "unknown";
+}
+
+bool Topology::operator==(const Topology& o) const {
+  return nvlink_domain == o.nvlink_domain && tpu_host_bounds == o.tpu_host_bounds &&
+         tpu_topology == o.tpu_topology && tpu_subslice_shapes == o.tpu_subslice_shapes &&
+         block == o.block && subblock == o.subblock;
+}
+
+bool DeviceSpec::operator==(const DeviceSpec& o) const {
+  return kind == o.kind && index == o.index && id == o.id && model == o.model &&
+         capacity_milli == o.capacity_milli && topology == o.topology;
+}
+
+Owner Owner::SlurmJob(uint32_t job_id) {
+  Owner o;
+  o.kind = OwnerKind::kSlurmJob;
+  o.job_id = job_id;
+  return o;
+}
+
+Owner Owner::SlurmStep(uint32_t job_id, uint32_t step_id) {
+  Owner o;
+  o.kind = OwnerKind::kSlurmStep;
+  o.job_id = job_id;
+  o.step_id = step_id;
+  return o;
+}
+
+Owner Owner::Pod(std::string uid, std::string ns, std::string name) {
+  Owner o;
+  o.kind = OwnerKind::kPod;
+  o.pod_uid = std::move(uid);
+  o.pod_namespace = std::move(ns);
+  o.pod_name = std::move(name);
+  return o;
+}
+
+Owner Owner::Placeholder(uint32_t job_id, std::string pod_uid) {
+  Owner o;
+  o.kind = OwnerKind::kPlaceholder;
+  o.job_id = job_id;
+  o.pod_uid = std::move(pod_uid);
+  return o;
+}
+
+bool Owner::SameGroup(const Owner& o) const {
+  if (holder_class() != o.holder_class()) return false;
+  if (holder_class() == HolderClass::kSlurm) return job_id == o.job_id;
+  return pod_uid == o.pod_uid;
+}
+
+namespace {
+std::string StepName(uint32_t step_id) {
+  switch (step_id) {
+    case 0xfffffffb:
+      return "batch";
+    case 0xfffffffc:
+      return "extern";
+    case 0xfffffffd:
+      return "interactive";
+    default:
+      return absl::StrCat(step_id);
+  }
+}
+}  // namespace
+
+std::string Owner::ToString() const {
+  switch (kind) {
+    case OwnerKind::kSlurmJob:
+      return absl::StrCat("slurm job ", job_id);
+    case OwnerKind::kSlurmStep:
+      return absl::StrCat("slurm job ", job_id, " step ", StepName(step_id));
+    case OwnerKind::kPod:
+      if (pod_name.empty()) return absl::StrCat("pod uid ", pod_uid);
+      return absl::StrCat("pod ", pod_namespace, "/", pod_name, " (uid ", pod_uid, ")");
+    case OwnerKind::kPlaceholder:
+      return absl::StrCat("slurm placeholder job ", job_id, " for pod uid ", pod_uid);
+  }
+  return "unknown owner";
+}
+
+}  // namespace duet

@@ -1,0 +1,152 @@
+#pragma once
+
+// The ledger's vocabulary: devices, nodes, owners and holdings. Plain values,
+// no I/O; the gRPC layer converts them to and from duet.v1 protos.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/hash/hash.h"
+#include "absl/time/time.h"
+
+namespace duet {
+
+// 1000 milli-units are one whole device.
+inline constexpr uint32_t kWholeDevice = 1000;
+
+enum class DeviceKind : uint8_t { kGpu = 1, kTpu = 2 };
+
+// "gpu" / "tpu".
+const char* DeviceKindName(DeviceKind kind);
+
+struct Topology {
+  std::string nvlink_domain;
+  std::string tpu_host_bounds;
+  std::string tpu_topology;
+  std::vector<std::string> tpu_subslice_shapes;
+  std::string block;
+  std::string subblock;
+
+  bool operator==(const Topology& o) const;
+};
+
+struct DeviceSpec {
+  DeviceKind kind = DeviceKind::kGpu;
+  // Index among the node's devices of the same kind (/dev/nvidiaN).
+  uint32_t index = 0;
+  // Stable identity (GPU UUID, TPU chip coordinates). May be empty.
+  std::string id;
+  std::string model;
+  uint32_t capacity_milli = kWholeDevice;
+  Topology topology;
+
+  bool operator==(const DeviceSpec& o) const;
+};
+
+enum class NodeState : uint8_t { kReady = 1, kCordoned = 2, kNotReady = 3, kGone = 4 };
+const char* NodeStateName(NodeState state);
+
+// What the inventory says about a node.
+struct NodeSpec {
+  std::string name;
+  uint32_t cpus = 0;
+  uint64_t memory_mib = 0;
+  std::vector<DeviceSpec> devices;
+  std::map<std::string, std::string> labels;
+  std::string pool;
+  std::string zone;
+  NodeState state = NodeState::kReady;
+};
+
+// Slurm-side or Kubernetes-side: the holder classes operators see.
+enum class HolderClass : uint8_t { kSlurm, kPod };
+
+enum class OwnerKind : uint8_t { kSlurmJob = 1, kSlurmStep = 2, kPod = 3, kPlaceholder = 4 };
+
+// Who holds devices. Identity is (kind, job_id, step_id, pod_uid); a pod's
+// namespace and name are carried for messages only.
+//
+// Owners nest in groups: a Slurm job and its steps form one group (a step
+// holds what its job holds); a pod and its placeholder form another. Devices
+// are exclusive between groups, shared within one.
+struct Owner {
+  OwnerKind kind = OwnerKind::kSlurmJob;
+  uint32_t job_id = 0;
+  uint32_t step_id = 0;
+  std::string pod_uid;
+  std::string pod_namespace;
+  std::string pod_name;
+
+  static Owner SlurmJob(uint32_t job_id);
+  static Owner SlurmStep(uint32_t job_id, uint32_t step_id);
+  static Owner Pod(std::string uid, std::string ns = "", std::string name = "");
+  static Owner Placeholder(uint32_t job_id, std::string pod_uid);
+
+  HolderClass holder_class() const {
+    return kind == OwnerKind::kSlurmJob || kind == OwnerKind::kSlurmStep ? HolderClass::kSlurm
+                                                                         : HolderClass::kPod;
+  }
+  // True when both belong to the same nesting group.
+  bool SameGroup(const Owner& o) const;
+  // "slurm job 12 step 0", "pod default/web-1 (uid 1f…)", ...
+  std::string ToString() const;
+
+  bool operator==(const Owner& o) const {
+    return kind == o.kind && job_id == o.job_id && step_id == o.step_id && pod_uid == o.pod_uid;
+  }
+  bool operator!=(const Owner& o) const { return !(*this == o); }
+  template <typename H>
+  friend H AbslHashValue(H h, const Owner& o) {
+    return H::combine(std::move(h), o.kind, o.job_id, o.step_id, o.pod_uid);
+  }
+};
+
+struct HeldDevice {
+  DeviceKind kind = DeviceKind::kGpu;
+  uint32_t index = 0;
+  // Milli-units held; kWholeDevice for the whole device.
+  uint32_t milli = kWholeDevice;
+
+  bool operator==(const HeldDevice& o) const {
+    return kind == o.kind && index == o.index && milli == o.milli;
+  }
+};
+
+struct Holding {
+  Owner owner;
+  std::string node;
+  // Sorted by (kind, index).
+  std::vector<HeldDevice> devices;
+  absl::Time granted_at;
+  // The node's generation right after the grant.
+  uint64_t generation = 0;
+};
+
+// One holder's share of one device, as seen in a node view.
+struct DeviceUse {
+  // Shared with the Holding it came from; never null.
+  std::shared_ptr<const Owner> owner;
+  uint32_t milli = 0;
+};
+
+struct DeviceState {
+  DeviceSpec spec;
+  std::vector<DeviceUse> uses;
+  // Sum over owner groups of each group's largest share.
+  uint32_t used_milli = 0;
+
+  uint32_t free_milli() const { return spec.capacity_milli - used_milli; }
+};
+
+// A node as the ledger sees it: spec plus who holds what. Immutable once
+// published; readers keep it alive with a shared_ptr.
+struct NodeView {
+  NodeSpec spec;  // spec.devices is empty: devices live in `devices`.
+  std::vector<DeviceState> devices;
+  uint64_t generation = 0;
+};
+
+}  // namespace duet
