@@ -1,0 +1,250 @@
+#include "duetctl/client.h"
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace duet::ctl {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  return s.str();
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+}  // namespace
+
+std::string ChannelTarget(const std::string& server) {
+  if (absl::StartsWith(server, "/")) return absl::StrCat("unix://", server);
+  return server;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options) {
+  if (options.server.empty()) {
+    return absl::InvalidArgumentError("--server: must not be empty");
+  }
+  if (options.cert_file.empty() != options.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--cert-file and --key-file: give both for a client certificate, or neither");
+  }
+  if (options.ca_file.empty() && !options.cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--cert-file/--key-file need --ca-file: TLS is used only when --ca-file is given");
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (options.ca_file.empty()) {
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    auto ca = ReadFile(options.ca_file, "--ca-file");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *std::move(ca);
+    if (!options.cert_file.empty()) {
+      auto cert = ReadFile(options.cert_file, "--cert-file");
+      if (!cert.ok()) return cert.status();
+      auto key = ReadFile(options.key_file, "--key-file");
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *std::move(cert);
+      ssl.pem_private_key = *std::move(key);
+    }
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  // ListNodes of a large cluster is bigger than gRPC's 4 MiB default.
+  args.SetMaxReceiveMessageSize(-1);
+  return grpc::CreateCustomChannel(ChannelTarget(options.server), creds, args);
+}
+
+absl::Status ExplainRpcError(const grpc::Status& status, const ClientOptions& options,
+                             const std::string& method, const std::string& node) {
+  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  const std::string detail =
+      status.error_message().empty() ? CodeName(status.error_code()) : status.error_message();
+  const std::string& server = options.server;
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE: {
+      std::string msg = absl::StrCat("cannot reach duet-bridge at ", server, ": ", detail,
+                                     ". Is it running? Set --server or ", kServerEnv, ".");
+      if (!options.ca_file.empty()) {
+        absl::StrAppend(&msg, " If it is running, check --ca-file, --cert-file and --key-file.");
+      }
+      return absl::Status(code, msg);
+    }
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return absl::Status(
+          code, absl::StrCat("duet-bridge at ", server, " did not answer ", method, " within ",
+                             absl::FormatDuration(options.timeout), ". Is ", server,
+                             " the right address? Raise --timeout or set --server."));
+    case grpc::StatusCode::NOT_FOUND:
+      if (!node.empty()) {
+        return absl::Status(code,
+                            absl::StrCat("no node named ", node, " (duetctl nodes lists them)"));
+      }
+      break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return absl::Status(code, absl::StrCat("duet-bridge at ", server, " refused ", method, ": ",
+                                             detail,
+                                             ". Check --ca-file, --cert-file and --key-file."));
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return absl::Status(code, absl::StrCat("the server at ", server, " does not serve ",
+                                             method, ": ", detail, ". Is ", server,
+                                             " a duet-bridge as new as this duetctl?"));
+    default:
+      break;
+  }
+  return absl::Status(code, absl::StrCat(method, " at ", server, " failed: ",
+                                         CodeName(status.error_code()), ": ", detail));
+}
+
+// ---------------------------------------------------------------------------
+// NodeWatch
+// ---------------------------------------------------------------------------
+
+class NodeWatch::Reactor final : public grpc::ClientReadReactor<v1::NodeEvent> {
+ public:
+  Reactor(NodeWatch* watch, ClientOptions options) : watch_(watch), options_(std::move(options)) {}
+
+  void Start(v1::Ledger::Stub* stub, v1::WatchNodesRequest request) {
+    request_ = std::move(request);
+    stub->async()->WatchNodes(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  void Cancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows.
+    {
+      absl::MutexLock lock(&watch_->mu_);
+      watch_->events_.push_back(std::move(event_));
+    }
+    event_.Clear();
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&watch_->mu_);
+    watch_->done_ = true;
+    if (status.ok() || (watch_->cancelled_ && status.error_code() == grpc::StatusCode::CANCELLED)) {
+      watch_->status_ = absl::OkStatus();
+    } else {
+      watch_->status_ = ExplainRpcError(status, options_, "WatchNodes");
+    }
+  }
+
+ private:
+  NodeWatch* const watch_;
+  const ClientOptions options_;
+  grpc::ClientContext context_;
+  v1::WatchNodesRequest request_;
+  v1::NodeEvent event_;
+};
+
+NodeWatch::~NodeWatch() {
+  if (reactor_ == nullptr) return;
+  Cancel();
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
+}
+
+NodeWatch::Result NodeWatch::Next(absl::Duration timeout, v1::NodeEvent* event) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [](NodeWatch* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return !w->events_.empty() || w->done_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(+ready, this), timeout);
+  if (!events_.empty()) {
+    *event = std::move(events_.front());
+    events_.pop_front();
+    return Result::kEvent;
+  }
+  return done_ ? Result::kDone : Result::kTimeout;
+}
+
+void NodeWatch::Cancel() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    cancelled_ = true;
+  }
+  reactor_->Cancel();
+}
+
+absl::Status NodeWatch::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+// ---------------------------------------------------------------------------
+// Client
+// ---------------------------------------------------------------------------
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
+    : channel_(std::move(channel)),
+      stub_(v1::Ledger::NewStub(channel_)),
+      options_(std::move(options)) {}
+
+void Client::SetDeadline(grpc::ClientContext* context) const {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(options_.timeout));
+}
+
+absl::StatusOr<v1::ListNodesResponse> Client::ListNodes(const std::vector<std::string>& names) {
+  v1::ListNodesRequest request;
+  for (const auto& n : names) request.add_names(n);
+  v1::ListNodesResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  grpc::Status s = stub_->ListNodes(&context, request, &response);
+  if (!s.ok()) return ExplainRpcError(s, options_, "ListNodes", names.size() == 1 ? names[0] : "");
+  return response;
+}
+
+absl::StatusOr<v1::Node> Client::GetNode(const std::string& name) {
+  v1::GetNodeRequest request;
+  request.set_name(name);
+  v1::Node response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  grpc::Status s = stub_->GetNode(&context, request, &response);
+  if (!s.ok()) return ExplainRpcError(s, options_, "GetNode", name);
+  return response;
+}
+
+absl::StatusOr<v1::ListHoldingsResponse> Client::ListHoldings(const std::string& node) {
+  v1::ListHoldingsRequest request;
+  request.set_node(node);
+  v1::ListHoldingsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  grpc::Status s = stub_->ListHoldings(&context, request, &response);
+  if (!s.ok()) return ExplainRpcError(s, options_, "ListHoldings", node);
+  return response;
+}
+
+std::unique_ptr<NodeWatch> Client::WatchNodes(const std::vector<std::string>& names) {
+  std::unique_ptr<NodeWatch> watch(new NodeWatch());
+  watch->reactor_ = std::make_unique<NodeWatch::Reactor>(watch.get(), options_);
+  v1::WatchNodesRequest request;
+  for (const auto& n : names) request.add_names(n);
+  watch->reactor_->Start(stub_.get(), std::move(request));
+  return watch;
+}
+
+}  // namespace duet::ctl

@@ -1,0 +1,585 @@
+#include "duetctl/render.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace duet::ctl {
+namespace {
+
+constexpr int64_t kWhole = 1000;
+constexpr uint32_t kBatchStep = 0xfffffffb;
+constexpr uint32_t kExternStep = 0xfffffffc;
+constexpr uint32_t kInteractiveStep = 0xfffffffa;
+
+enum class HolderClass { kSlurm, kPods, kNone };
+
+HolderClass ClassOf(const v1::Owner& owner) {
+  switch (owner.kind_case()) {
+    case v1::Owner::kSlurmJob:
+    case v1::Owner::kSlurmStep:
+      return HolderClass::kSlurm;
+    case v1::Owner::kPod:
+    case v1::Owner::kPlaceholder:
+      return HolderClass::kPods;
+    case v1::Owner::KIND_NOT_SET:
+      break;
+  }
+  return HolderClass::kNone;
+}
+
+const char* ClassText(HolderClass c) {
+  switch (c) {
+    case HolderClass::kSlurm:
+      return "slurm";
+    case HolderClass::kPods:
+      return "pods";
+    case HolderClass::kNone:
+      break;
+  }
+  return "unknown";
+}
+
+// Owners in one nesting group share a device; a group counts once.
+std::string GroupKey(const v1::Owner& owner) {
+  switch (owner.kind_case()) {
+    case v1::Owner::kSlurmJob:
+      return absl::StrCat("job:", owner.slurm_job().job_id());
+    case v1::Owner::kSlurmStep:
+      return absl::StrCat("job:", owner.slurm_step().job_id());
+    case v1::Owner::kPod:
+      return absl::StrCat("pod:", owner.pod().uid());
+    case v1::Owner::kPlaceholder:
+      return absl::StrCat("pod:", owner.placeholder().pod_uid());
+    case v1::Owner::KIND_NOT_SET:
+      break;
+  }
+  return "none";
+}
+
+int64_t Capacity(const v1::Device& d) {
+  return d.capacity_milli() == 0 ? kWhole : static_cast<int64_t>(d.capacity_milli());
+}
+
+struct DeviceCount {
+  int64_t slurm = 0;  // milli-devices
+  int64_t pods = 0;
+};
+
+DeviceCount CountDevice(const v1::Device& d) {
+  const int64_t cap = Capacity(d);
+  std::map<std::string, int64_t> groups[2];
+  for (const v1::DeviceHolder& h : d.holders()) {
+    const HolderClass c = ClassOf(h.owner());
+    if (c == HolderClass::kNone) continue;
+    const int64_t milli = h.milli() == 0 ? cap : static_cast<int64_t>(h.milli());
+    int64_t& m = groups[c == HolderClass::kSlurm ? 0 : 1][GroupKey(h.owner())];
+    m = std::max(m, milli);
+  }
+  int64_t sums[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    for (const auto& [key, milli] : groups[i]) sums[i] += milli;
+  }
+  // A ledger never over-commits a device; clamp so a bad answer cannot print
+  // negative free counts.
+  const int64_t slurm = std::min(sums[0], cap);
+  const int64_t pods = std::min(sums[1], cap - slurm);
+  return {slurm * kWhole / cap, pods * kWhole / cap};
+}
+
+// Display width of UTF-8 text: code points, not bytes ("…" is one column).
+size_t DisplayWidth(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) {
+    if ((c & 0xc0) != 0x80) ++n;
+  }
+  return n;
+}
+
+// Left-aligned columns, three spaces apart, no trailing spaces.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], DisplayWidth(row[i]));
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      out += row[i];
+      if (i + 1 < row.size()) out.append(widths[i] - DisplayWidth(row[i]) + 3, ' ');
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+std::string ShortUid(const std::string& uid) {
+  if (DisplayWidth(uid) <= 8) return uid;
+  return uid.substr(0, 8) + "\u2026";
+}
+
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+std::string StateJson(v1::NodeState state) {
+  switch (state) {
+    case v1::NODE_STATE_READY:
+      return "ready";
+    case v1::NODE_STATE_CORDONED:
+      return "cordoned";
+    case v1::NODE_STATE_NOT_READY:
+      return "not_ready";
+    case v1::NODE_STATE_GONE:
+      return "gone";
+    default:
+      return "unknown";
+  }
+}
+
+// Whole devices print as integers, shares as decimals.
+Json CountJson(int64_t milli) {
+  if (milli % kWhole == 0) return Json(milli / kWhole);
+  return Json(static_cast<double>(milli) / kWhole);
+}
+
+Json OwnerJson(const v1::Owner& owner) {
+  Json j = Json::object();
+  switch (owner.kind_case()) {
+    case v1::Owner::kSlurmJob:
+      j["kind"] = "slurm_job";
+      j["job_id"] = owner.slurm_job().job_id();
+      break;
+    case v1::Owner::kSlurmStep:
+      j["kind"] = "slurm_step";
+      j["job_id"] = owner.slurm_step().job_id();
+      j["step_id"] = owner.slurm_step().step_id();
+      break;
+    case v1::Owner::kPod:
+      j["kind"] = "pod";
+      j["uid"] = owner.pod().uid();
+      j["namespace"] = owner.pod().namespace_();
+      j["name"] = owner.pod().name();
+      break;
+    case v1::Owner::kPlaceholder:
+      j["kind"] = "placeholder";
+      j["job_id"] = owner.placeholder().job_id();
+      j["pod_uid"] = owner.placeholder().pod_uid();
+      break;
+    case v1::Owner::KIND_NOT_SET:
+      j["kind"] = "unknown";
+      break;
+  }
+  return j;
+}
+
+// uid -> "ns/name" for every pod owner among `owners`, so a placeholder can
+// name its pod.
+template <typename Range, typename GetOwner>
+std::map<std::string, std::string> PodNames(const Range& items, GetOwner get_owner) {
+  std::map<std::string, std::string> names;
+  for (const auto& item : items) {
+    const v1::Owner& o = get_owner(item);
+    if (o.kind_case() == v1::Owner::kPod && !o.pod().name().empty()) {
+      names[o.pod().uid()] = o.pod().namespace_().empty()
+                                 ? o.pod().name()
+                                 : absl::StrCat(o.pod().namespace_(), "/", o.pod().name());
+    }
+  }
+  return names;
+}
+
+std::string PodNameFor(const v1::Owner& owner, const std::map<std::string, std::string>& names) {
+  if (owner.kind_case() != v1::Owner::kPlaceholder) return "";
+  auto it = names.find(owner.placeholder().pod_uid());
+  return it == names.end() ? "" : it->second;
+}
+
+std::string MilliText(int64_t milli) { return absl::StrCat(milli, "m"); }
+
+}  // namespace
+
+std::string KindText(v1::DeviceKind kind) {
+  switch (kind) {
+    case v1::DEVICE_KIND_GPU:
+      return "gpu";
+    case v1::DEVICE_KIND_TPU:
+      return "tpu";
+    default:
+      return "-";
+  }
+}
+
+std::string StateText(v1::NodeState state) {
+  switch (state) {
+    case v1::NODE_STATE_READY:
+      return "Ready";
+    case v1::NODE_STATE_CORDONED:
+      return "Cordoned";
+    case v1::NODE_STATE_NOT_READY:
+      return "NotReady";
+    case v1::NODE_STATE_GONE:
+      return "Gone";
+    default:
+      return "Unknown";
+  }
+}
+
+std::string MilliDevices(int64_t milli) {
+  const bool negative = milli < 0;
+  if (negative) milli = -milli;
+  std::string out = absl::StrCat(negative ? "-" : "", milli / kWhole);
+  int64_t frac = milli % kWhole;
+  if (frac != 0) {
+    std::string digits = absl::StrCat(frac + kWhole).substr(1);  // zero-padded to 3
+    while (!digits.empty() && digits.back() == '0') digits.pop_back();
+    absl::StrAppend(&out, ".", digits);
+  }
+  return out;
+}
+
+std::string OwnerText(const v1::Owner& owner, const std::string& pod_name) {
+  switch (owner.kind_case()) {
+    case v1::Owner::kSlurmJob:
+      return absl::StrCat("job ", owner.slurm_job().job_id());
+    case v1::Owner::kSlurmStep: {
+      const uint32_t step = owner.slurm_step().step_id();
+      std::string step_text;
+      if (step == kBatchStep) {
+        step_text = "batch";
+      } else if (step == kExternStep) {
+        step_text = "extern";
+      } else if (step == kInteractiveStep) {
+        step_text = "interactive";
+      } else {
+        step_text = absl::StrCat(step);
+      }
+      return absl::StrCat("job ", owner.slurm_step().job_id(), " step ", step_text);
+    }
+    case v1::Owner::kPod: {
+      const v1::PodRef& p = owner.pod();
+      if (p.name().empty()) return absl::StrCat("pod uid ", ShortUid(p.uid()));
+      if (p.namespace_().empty()) return absl::StrCat("pod ", p.name());
+      return absl::StrCat("pod ", p.namespace_(), "/", p.name());
+    }
+    case v1::Owner::kPlaceholder:
+      return absl::StrCat(
+          "placeholder job ", owner.placeholder().job_id(), " (pod ",
+          pod_name.empty() ? absl::StrCat("uid ", ShortUid(owner.placeholder().pod_uid()))
+                           : pod_name,
+          ")");
+    case v1::Owner::KIND_NOT_SET:
+      break;
+  }
+  return "unknown owner";
+}
+
+std::string DevicesText(const google::protobuf::RepeatedPtrField<v1::HeldDevice>& devices) {
+  std::vector<const v1::HeldDevice*> sorted;
+  for (const v1::HeldDevice& d : devices) sorted.push_back(&d);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) {
+    return std::make_tuple(static_cast<int>(a->kind()), a->index()) <
+           std::make_tuple(static_cast<int>(b->kind()), b->index());
+  });
+  auto whole = [](const v1::HeldDevice* d) { return d->milli() == 0 || d->milli() >= kWhole; };
+  std::vector<std::string> items;
+  for (size_t i = 0; i < sorted.size();) {
+    const v1::HeldDevice* d = sorted[i];
+    std::string item = absl::StrCat(KindText(d->kind()), d->index());
+    if (!whole(d)) {
+      absl::StrAppend(&item, "@", MilliText(d->milli()));
+      items.push_back(std::move(item));
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < sorted.size() && whole(sorted[j]) && sorted[j]->kind() == d->kind() &&
+           sorted[j]->index() == sorted[j - 1]->index() + 1) {
+      ++j;
+    }
+    if (j - i > 1) absl::StrAppend(&item, "-", sorted[j - 1]->index());
+    items.push_back(std::move(item));
+    i = j;
+  }
+  return items.empty() ? "-" : absl::StrJoin(items, ",");
+}
+
+std::string AgeText(absl::Duration age) {
+  int64_t s = absl::ToInt64Seconds(age);
+  if (s < 0) s = 0;
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrCat(s / 60, "m", s % 60, "s");
+  if (s < 86400) return absl::StrCat(s / 3600, "h", (s % 3600) / 60, "m");
+  return absl::StrCat(s / 86400, "d", (s % 86400) / 3600, "h");
+}
+
+std::vector<ModelTally> TallyNodes(const google::protobuf::RepeatedPtrField<v1::Node>& nodes) {
+  std::vector<ModelTally> rows;
+  for (const v1::Node& node : nodes) {
+    std::map<std::pair<int, std::string>, ModelTally> by_model;
+    for (const v1::Device& d : node.devices()) {
+      ModelTally& t = by_model[{static_cast<int>(d.kind()), d.model()}];
+      t.kind = d.kind();
+      t.model = d.model();
+      const DeviceCount c = CountDevice(d);
+      t.total += kWhole;
+      t.slurm += c.slurm;
+      t.pods += c.pods;
+      t.free += kWhole - c.slurm - c.pods;
+    }
+    if (by_model.empty()) by_model[{0, ""}] = ModelTally();
+    for (auto& [key, t] : by_model) {
+      t.node = node.name();
+      t.state = node.state();
+      rows.push_back(std::move(t));
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const ModelTally& a, const ModelTally& b) { return a.node < b.node; });
+  return rows;
+}
+
+std::string RenderNodesTable(const v1::ListNodesResponse& response) {
+  if (response.nodes().empty()) return "No nodes.\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"NODE", "STATE", "KIND", "MODEL", "TOTAL", "SLURM", "PODS", "FREE"}};
+  std::map<int, ModelTally> by_kind;
+  for (const ModelTally& t : TallyNodes(response.nodes())) {
+    rows.push_back({t.node, StateText(t.state), KindText(t.kind), OrDash(t.model),
+                    MilliDevices(t.total), MilliDevices(t.slurm), MilliDevices(t.pods),
+                    MilliDevices(t.free)});
+    if (t.kind == v1::DEVICE_KIND_UNSPECIFIED) continue;
+    ModelTally& k = by_kind[t.kind];
+    k.kind = t.kind;
+    k.total += t.total;
+    k.slurm += t.slurm;
+    k.pods += t.pods;
+    k.free += t.free;
+  }
+  const int n = response.nodes_size();
+  std::string summary = absl::StrCat(n, n == 1 ? " node" : " nodes");
+  for (const auto& [kind, k] : by_kind) {
+    absl::StrAppend(&summary, "; ", KindText(k.kind), ": ", MilliDevices(k.total), " total, ",
+                    MilliDevices(k.slurm), " slurm, ", MilliDevices(k.pods), " pods, ",
+                    MilliDevices(k.free), " free");
+  }
+  return FormatTable(rows) + summary + "\n";
+}
+
+std::string RenderHoldsTable(const v1::ListHoldingsResponse& response, absl::Time now) {
+  if (response.holdings().empty()) return "No holdings.\n";
+  const auto pod_names =
+      PodNames(response.holdings(), [](const v1::Holding& h) -> const v1::Owner& {
+        return h.owner();
+      });
+  std::vector<const v1::Holding*> sorted;
+  for (const v1::Holding& h : response.holdings()) sorted.push_back(&h);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto* a, const auto* b) { return a->node() < b->node(); });
+  std::vector<std::vector<std::string>> rows = {{"NODE", "OWNER", "DEVICES", "SINCE"}};
+  for (const v1::Holding* h : sorted) {
+    std::string since = "-";
+    if (h->has_granted_at()) {
+      const absl::Time t =
+          absl::FromUnixSeconds(h->granted_at().seconds()) + absl::Nanoseconds(h->granted_at().nanos());
+      since = AgeText(now - t);
+    }
+    rows.push_back({h->node(), OwnerText(h->owner(), PodNameFor(h->owner(), pod_names)),
+                    DevicesText(h->devices()), since});
+  }
+  return FormatTable(rows);
+}
+
+std::string RenderNodeDetail(const v1::Node& node) {
+  std::vector<std::vector<std::string>> head = {
+      {"Name:", node.name()},
+      {"State:", StateText(node.state())},
+      {"Pool:", OrDash(node.pool())},
+      {"Zone:", OrDash(node.zone())},
+      {"CPUs:", absl::StrCat(node.cpus())},
+      {"Memory:", absl::StrCat(node.memory_mib(), " MiB")},
+      {"Generation:", absl::StrCat(node.generation())},
+  };
+  std::string out = FormatTable(head);
+  if (node.devices().empty()) return out + "\nNo devices.\n";
+
+  std::vector<const v1::DeviceHolder*> all_holders;
+  for (const v1::Device& d : node.devices()) {
+    for (const v1::DeviceHolder& h : d.holders()) all_holders.push_back(&h);
+  }
+  const auto pod_names = PodNames(all_holders, [](const v1::DeviceHolder* h) -> const v1::Owner& {
+    return h->owner();
+  });
+
+  std::vector<const v1::Device*> devices;
+  for (const v1::Device& d : node.devices()) devices.push_back(&d);
+  std::stable_sort(devices.begin(), devices.end(), [](const auto* a, const auto* b) {
+    return std::make_tuple(static_cast<int>(a->kind()), a->index()) <
+           std::make_tuple(static_cast<int>(b->kind()), b->index());
+  });
+  std::vector<std::vector<std::string>> rows = {
+      {"KIND", "INDEX", "ID", "MODEL", "USED", "HOLDERS"}};
+  for (const v1::Device* d : devices) {
+    std::vector<std::string> holders;
+    for (const v1::DeviceHolder& h : d->holders()) {
+      std::string text = OwnerText(h.owner(), PodNameFor(h.owner(), pod_names));
+      if (h.milli() != 0 && h.milli() < Capacity(*d)) {
+        absl::StrAppend(&text, " (", MilliText(h.milli()), ")");
+      }
+      holders.push_back(std::move(text));
+    }
+    rows.push_back({KindText(d->kind()), absl::StrCat(d->index()), OrDash(d->id()),
+                    OrDash(d->model()), MilliText(d->used_milli()),
+                    holders.empty() ? "-" : absl::StrJoin(holders, ", ")});
+  }
+  return out + "\n" + FormatTable(rows);
+}
+
+Json NodesJson(const v1::ListNodesResponse& response) {
+  std::vector<ModelTally> tallies = TallyNodes(response.nodes());
+  std::vector<const v1::Node*> nodes;
+  for (const v1::Node& n : response.nodes()) nodes.push_back(&n);
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [](const auto* a, const auto* b) { return a->name() < b->name(); });
+
+  auto count_fields = [](Json& j, const ModelTally& t) {
+    j["total"] = CountJson(t.total);
+    j["slurm"] = CountJson(t.slurm);
+    j["pods"] = CountJson(t.pods);
+    j["free"] = CountJson(t.free);
+  };
+  Json out = Json::object();
+  out["nodes"] = Json::array();
+  std::map<int, ModelTally> by_kind;
+  for (const v1::Node* n : nodes) {
+    Json jn = Json::object();
+    jn["name"] = n->name();
+    jn["state"] = StateJson(n->state());
+    jn["pool"] = n->pool();
+    jn["zone"] = n->zone();
+    jn["generation"] = n->generation();
+    jn["models"] = Json::array();
+    for (const ModelTally& t : tallies) {
+      if (t.node != n->name() || t.kind == v1::DEVICE_KIND_UNSPECIFIED) continue;
+      Json jm = Json::object();
+      jm["kind"] = KindText(t.kind);
+      jm["model"] = t.model;
+      count_fields(jm, t);
+      jn["models"].push_back(std::move(jm));
+      ModelTally& k = by_kind[t.kind];
+      k.kind = t.kind;
+      k.total += t.total;
+      k.slurm += t.slurm;
+      k.pods += t.pods;
+      k.free += t.free;
+    }
+    out["nodes"].push_back(std::move(jn));
+  }
+  Json summary = Json::object();
+  summary["nodes"] = response.nodes_size();
+  summary["kinds"] = Json::array();
+  for (const auto& [kind, k] : by_kind) {
+    Json jk = Json::object();
+    jk["kind"] = KindText(k.kind);
+    count_fields(jk, k);
+    summary["kinds"].push_back(std::move(jk));
+  }
+  out["summary"] = std::move(summary);
+  return out;
+}
+
+Json HoldsJson(const v1::ListHoldingsResponse& response) {
+  const auto pod_names =
+      PodNames(response.holdings(), [](const v1::Holding& h) -> const v1::Owner& {
+        return h.owner();
+      });
+  std::vector<const v1::Holding*> sorted;
+  for (const v1::Holding& h : response.holdings()) sorted.push_back(&h);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto* a, const auto* b) { return a->node() < b->node(); });
+  Json out = Json::object();
+  out["holdings"] = Json::array();
+  for (const v1::Holding* h : sorted) {
+    Json j = Json::object();
+    j["node"] = h->node();
+    j["owner"] = OwnerJson(h->owner());
+    j["owner_text"] = OwnerText(h->owner(), PodNameFor(h->owner(), pod_names));
+    j["holder"] = ClassText(ClassOf(h->owner()));
+    j["devices"] = Json::array();
+    for (const v1::HeldDevice& d : h->devices()) {
+      Json jd = Json::object();
+      jd["kind"] = KindText(d.kind());
+      jd["index"] = d.index();
+      jd["id"] = d.id();
+      jd["milli"] = d.milli() == 0 ? static_cast<uint32_t>(kWhole) : d.milli();
+      j["devices"].push_back(std::move(jd));
+    }
+    j["granted_at"] = h->has_granted_at()
+                          ? Json(google::protobuf::util::TimeUtil::ToString(h->granted_at()))
+                          : Json(nullptr);
+    j["generation"] = h->generation();
+    out["holdings"].push_back(std::move(j));
+  }
+  return out;
+}
+
+Json NodeJson(const v1::Node& node) {
+  std::vector<const v1::DeviceHolder*> all_holders;
+  for (const v1::Device& d : node.devices()) {
+    for (const v1::DeviceHolder& h : d.holders()) all_holders.push_back(&h);
+  }
+  const auto pod_names = PodNames(all_holders, [](const v1::DeviceHolder* h) -> const v1::Owner& {
+    return h->owner();
+  });
+  Json j = Json::object();
+  j["name"] = node.name();
+  j["state"] = StateJson(node.state());
+  j["pool"] = node.pool();
+  j["zone"] = node.zone();
+  j["cpus"] = node.cpus();
+  j["memory_mib"] = node.memory_mib();
+  j["generation"] = node.generation();
+  // Sorted keys: the proto map has no stable order.
+  std::map<std::string, std::string> labels(node.labels().begin(), node.labels().end());
+  j["labels"] = Json::object();
+  for (const auto& [k, v] : labels) j["labels"][k] = v;
+  j["devices"] = Json::array();
+  for (const v1::Device& d : node.devices()) {
+    Json jd = Json::object();
+    jd["kind"] = KindText(d.kind());
+    jd["index"] = d.index();
+    jd["id"] = d.id();
+    jd["model"] = d.model();
+    jd["capacity_milli"] = Capacity(d);
+    jd["used_milli"] = d.used_milli();
+    Json topo = Json::object();
+    const v1::Topology& t = d.topology();
+    if (!t.nvlink_domain().empty()) topo["nvlink_domain"] = t.nvlink_domain();
+    if (!t.tpu_host_bounds().empty()) topo["tpu_host_bounds"] = t.tpu_host_bounds();
+    if (!t.tpu_topology().empty()) topo["tpu_topology"] = t.tpu_topology();
+    if (!t.tpu_subslice_shapes().empty()) {
+      topo["tpu_subslice_shapes"] =
+          std::vector<std::string>(t.tpu_subslice_shapes().begin(), t.tpu_subslice_shapes().end());
+    }
+    if (!t.block().empty()) topo["block"] = t.block();
+    if (!t.subblock().empty()) topo["subblock"] = t.subblock();
+    jd["topology"] = std::move(topo);
+    jd["holders"] = Json::array();
+    for (const v1::DeviceHolder& h : d.holders()) {
+      Json jh = Json::object();
+      jh["owner"] = OwnerJson(h.owner());
+      jh["owner_text"] = OwnerText(h.owner(), PodNameFor(h.owner(), pod_names));
+      jh["holder"] = ClassText(ClassOf(h.owner()));
+      jh["milli"] = h.milli() == 0 ? Capacity(d) : static_cast<int64_t>(h.milli());
+      jd["holders"].push_back(std::move(jh));
+    }
+    j["devices"].push_back(std::move(jd));
+  }
+  return j;
+}
+
+}  // namespace duet::ctl
