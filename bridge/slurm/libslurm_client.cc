@@ -1,0 +1,451 @@
+#include "bridge/slurm/libslurm_client.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+
+extern "C" {
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+// Exported by libslurm but not declared in its public headers (22.05).
+const char* slurm_job_reason_string(enum job_state_reason inx);
+char* slurm_node_state_string(uint32_t inx);
+}
+
+namespace duet {
+namespace {
+
+void InitSlurmOnce(const std::string& conf) {
+  static std::once_flag once;
+  std::call_once(once, [&conf] { slurm_init(conf.empty() ? nullptr : conf.c_str()); });
+}
+
+bool IsCommError(int e) {
+  return (e >= SLURM_COMMUNICATIONS_CONNECTION_ERROR &&
+          e <= SLURM_COMMUNICATIONS_MISSING_SOCKET_ERROR) ||
+         (e >= SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR &&
+          e <= SLURMCTLD_COMMUNICATIONS_SHUTDOWN_ERROR) ||
+         (e >= SLURM_PROTOCOL_SOCKET_IMPL_ZERO_RECV_LENGTH &&
+          e <= SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT) ||
+         e == ECONNREFUSED || e == ETIMEDOUT || e == ECONNRESET || e == EHOSTUNREACH ||
+         e == SLURM_PROTOCOL_AUTHENTICATION_ERROR;
+}
+
+// The current libslurm error as a Status. `what` names the call.
+absl::Status SlurmError(const std::string& what) {
+  const int e = slurm_get_errno();
+  const std::string msg = absl::StrCat(what, ": ", slurm_strerror(e), " (slurm errno ", e, ")");
+  if (IsCommError(e)) return absl::UnavailableError(absl::StrCat("Slurm unreachable: ", msg));
+  switch (e) {
+    case ESLURM_NODES_BUSY:
+    case ESLURM_NOT_TOP_PRIORITY:
+    case ESLURM_CAN_NOT_START_IMMEDIATELY:
+    case ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE:
+      return absl::ResourceExhaustedError(absl::StrCat("no room: ", msg));
+    case ESLURM_NODE_NOT_AVAIL:
+    case ESLURM_INVALID_NODE_STATE:
+    case ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE:
+      return absl::FailedPreconditionError(absl::StrCat("node not usable: ", msg));
+    case ESLURM_INVALID_NODE_NAME:
+    case ESLURM_INVALID_JOB_ID:
+      return absl::NotFoundError(msg);
+    case ESLURM_INVALID_GRES:
+    case ESLURM_INVALID_GRES_TYPE:
+    case ESLURM_INVALID_TRES:
+      return absl::InvalidArgumentError(msg);
+    case ESLURM_ACCESS_DENIED:
+      return absl::PermissionDeniedError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+std::vector<std::string> ExpandHostlist(const char* expr) {
+  std::vector<std::string> out;
+  if (expr == nullptr || *expr == '\0') return out;
+  hostlist_t hl = slurm_hostlist_create(expr);
+  if (hl == nullptr) return out;
+  while (char* h = slurm_hostlist_shift(hl)) {
+    out.emplace_back(h);
+    free(h);
+  }
+  slurm_hostlist_destroy(hl);
+  return out;
+}
+
+std::vector<std::string> SplitFeatures(const char* s) {
+  std::vector<std::string> out;
+  if (s == nullptr) return out;
+  for (absl::string_view f : absl::StrSplit(s, ',', absl::SkipEmpty())) out.emplace_back(f);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+SlurmNodeInfo ToNodeInfo(const node_info_t& n) {
+  SlurmNodeInfo info;
+  info.name = n.name;
+  if (n.node_addr) info.addr = n.node_addr;
+  info.cpus = n.cpus;
+  info.real_memory_mib = n.real_memory;
+  if (n.gres) info.gres = ParseGres(n.gres);
+  info.features = SplitFeatures(n.features);
+  info.weight = n.weight;
+  if (n.reason) info.reason = n.reason;
+  info.raw_state = n.node_state;
+  const char* s = slurm_node_state_string(n.node_state);
+  info.state = s ? s : "";
+  const uint32_t base = n.node_state & NODE_STATE_BASE;
+  info.future = base == NODE_STATE_FUTURE;
+  info.down = base == NODE_STATE_DOWN;
+  info.drain = (n.node_state & NODE_STATE_DRAIN) != 0;
+  info.not_responding = (n.node_state & NODE_STATE_NO_RESPOND) != 0;
+  info.busy = base == NODE_STATE_ALLOCATED || base == NODE_STATE_MIXED ||
+              (n.node_state & NODE_STATE_COMPLETING) != 0;
+  return info;
+}
+
+SlurmJobInfo ToJobInfo(const slurm_job_info_t& j) {
+  SlurmJobInfo info;
+  info.job_id = j.job_id;
+  if (j.name) info.name = j.name;
+  if (j.comment) info.comment = j.comment;
+  if (j.nodes) info.nodes = j.nodes;
+  switch (j.job_state & JOB_STATE_BASE) {
+    case JOB_PENDING: info.state = SlurmJobState::kPending; break;
+    case JOB_RUNNING: info.state = SlurmJobState::kRunning; break;
+    case JOB_SUSPENDED: info.state = SlurmJobState::kSuspended; break;
+    default: info.state = SlurmJobState::kFinished; break;
+  }
+  if (j.job_state & JOB_COMPLETING) info.state = SlurmJobState::kCompleting;
+  if (info.state == SlurmJobState::kPending) {
+    const char* r = slurm_job_reason_string(static_cast<enum job_state_reason>(j.state_reason));
+    if (r) info.state_reason = r;
+  }
+  if (j.start_time > 0) info.start_time = absl::FromTimeT(j.start_time);
+  const std::vector<std::string> hosts = ExpandHostlist(j.nodes);
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    SlurmJobNodeDevices d;
+    d.node = hosts[i];
+    if (i < j.gres_detail_cnt && j.gres_detail_str && j.gres_detail_str[i]) {
+      // A detail string we cannot read leaves the node's lists empty; the
+      // caller compares counts before trusting them.
+      (void)ParseGresDetail(j.gres_detail_str[i], &d);
+    }
+    info.devices.push_back(std::move(d));
+  }
+  return info;
+}
+
+absl::StatusOr<std::optional<SlurmNodeInfo>> LoadNode(const std::string& name) {
+  node_info_msg_t* msg = nullptr;
+  if (slurm_load_node_single(&msg, const_cast<char*>(name.c_str()),
+                             SHOW_ALL | SHOW_FUTURE) != SLURM_SUCCESS) {
+    absl::Status s = SlurmError(absl::StrCat("load node ", name));
+    if (absl::IsNotFound(s)) return std::optional<SlurmNodeInfo>();
+    return s;
+  }
+  std::optional<SlurmNodeInfo> out;
+  for (uint32_t i = 0; msg && i < msg->record_count; ++i) {
+    const node_info_t& n = msg->node_array[i];
+    if (n.name != nullptr && name == n.name) {
+      out = ToNodeInfo(n);
+      break;
+    }
+  }
+  slurm_free_node_info_msg(msg);
+  return out;
+}
+
+absl::StatusOr<std::optional<SlurmJobInfo>> LoadJob(uint32_t job_id) {
+  job_info_msg_t* msg = nullptr;
+  if (slurm_load_job(&msg, job_id, SHOW_DETAIL | SHOW_ALL) != SLURM_SUCCESS) {
+    absl::Status s = SlurmError(absl::StrCat("load job ", job_id));
+    if (absl::IsNotFound(s)) return std::optional<SlurmJobInfo>();
+    return s;
+  }
+  std::optional<SlurmJobInfo> out;
+  for (uint32_t i = 0; msg && i < msg->record_count; ++i) {
+    if (msg->job_array[i].job_id == job_id) out = ToJobInfo(msg->job_array[i]);
+  }
+  slurm_free_job_info_msg(msg);
+  return out;
+}
+
+}  // namespace
+
+std::string SlurmNodeLine(const SlurmNodeConfig& c) {
+  const std::string addr = c.addr.empty() ? c.name : c.addr;
+  std::string line = absl::StrCat("NodeName=", c.name, " NodeAddr=", addr,
+                                  " NodeHostname=", addr, " CPUs=", c.cpus,
+                                  " RealMemory=", c.real_memory_mib);
+  const std::string gres = FormatGres(c.gres);
+  if (!gres.empty()) absl::StrAppend(&line, " Gres=", gres);
+  if (!c.features.empty()) absl::StrAppend(&line, " Feature=", absl::StrJoin(c.features, ","));
+  if (c.weight != 0) absl::StrAppend(&line, " Weight=", c.weight);
+  absl::StrAppend(&line, " State=FUTURE");
+  return line;
+}
+
+LibSlurmClient::LibSlurmClient(LibSlurmClientOptions options)
+    : options_(std::move(options)), stuck_(std::make_shared<std::atomic<int>>(0)) {
+  InitSlurmOnce(options_.conf_path);
+}
+
+LibSlurmClient::~LibSlurmClient() = default;
+
+template <typename T>
+absl::StatusOr<T> LibSlurmClient::Run(const char* what, std::function<absl::StatusOr<T>()> fn) {
+  if (stuck_->load() >= options_.max_stuck_calls) {
+    return absl::UnavailableError(absl::StrCat("Slurm unreachable: ", what, ": ", stuck_->load(),
+                                               " earlier calls still hang past their deadline"));
+  }
+  struct State {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    bool abandoned ABSL_GUARDED_BY(mu) = false;
+    std::optional<absl::StatusOr<T>> result ABSL_GUARDED_BY(mu);
+  };
+  auto state = std::make_shared<State>();
+  auto stuck = stuck_;
+  std::thread([state, stuck, fn = std::move(fn)]() {
+    absl::StatusOr<T> r = fn();
+    absl::MutexLock lock(&state->mu);
+    state->result.emplace(std::move(r));
+    state->done = true;
+    if (state->abandoned) stuck->fetch_sub(1);
+  }).detach();
+  absl::MutexLock lock(&state->mu);
+  state->mu.AwaitWithTimeout(absl::Condition(&state->done), options_.call_timeout);
+  if (!state->done) {
+    state->abandoned = true;
+    stuck_->fetch_add(1);
+    return absl::UnavailableError(absl::StrCat("Slurm unreachable: ", what, ": no answer within ",
+                                               absl::FormatDuration(options_.call_timeout)));
+  }
+  return std::move(*state->result);
+}
+
+absl::Status LibSlurmClient::RunStatus(const char* what, std::function<absl::Status()> fn) {
+  absl::StatusOr<bool> r = Run<bool>(what, [fn = std::move(fn)]() -> absl::StatusOr<bool> {
+    absl::Status s = fn();
+    if (!s.ok()) return s;
+    return true;
+  });
+  return r.status();
+}
+
+absl::Status LibSlurmClient::Ping() {
+  return RunStatus("ping", [] {
+    if (slurm_ping(0) != SLURM_SUCCESS) return SlurmError("ping slurmctld");
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<SlurmNodeInfo>> LibSlurmClient::ListNodes() {
+  return Run<std::vector<SlurmNodeInfo>>(
+      "list nodes", []() -> absl::StatusOr<std::vector<SlurmNodeInfo>> {
+        node_info_msg_t* msg = nullptr;
+        if (slurm_load_node(0, &msg, SHOW_ALL | SHOW_FUTURE) != SLURM_SUCCESS) {
+          return SlurmError("load nodes");
+        }
+        std::vector<SlurmNodeInfo> out;
+        // record_count is MaxNodeCount; unused slots have no name.
+        for (uint32_t i = 0; msg && i < msg->record_count; ++i) {
+          if (msg->node_array[i].name != nullptr) out.push_back(ToNodeInfo(msg->node_array[i]));
+        }
+        slurm_free_node_info_msg(msg);
+        return out;
+      });
+}
+
+absl::StatusOr<std::optional<SlurmNodeInfo>> LibSlurmClient::GetNode(const std::string& name) {
+  return Run<std::optional<SlurmNodeInfo>>("get node", [name] { return LoadNode(name); });
+}
+
+absl::Status LibSlurmClient::CreateNode(const SlurmNodeConfig& config) {
+  if (config.name.empty()) return absl::InvalidArgumentError("create node: name is empty");
+  return RunStatus("create node", [config] {
+    auto existing = LoadNode(config.name);
+    if (!existing.ok()) return existing.status();
+    if (existing->has_value()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("create node ", config.name, ": already exists in Slurm"));
+    }
+    std::string line = SlurmNodeLine(config);
+    update_node_msg_t msg;
+    slurm_init_update_node_msg(&msg);
+    msg.extra = line.data();
+    if (slurm_create_node(&msg) != SLURM_SUCCESS) {
+      return SlurmError(absl::StrCat("create node \"", line, "\""));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status LibSlurmClient::UpdateNode(const SlurmNodeUpdate& update) {
+  return RunStatus("update node", [update] {
+    update_node_msg_t msg;
+    slurm_init_update_node_msg(&msg);
+    std::string name = update.name;
+    msg.node_names = name.data();
+    std::string features;
+    std::string reason;
+    if (update.weight) msg.weight = *update.weight;
+    if (update.features) {
+      features = absl::StrJoin(*update.features, ",");
+      msg.features = features.data();
+      msg.features_act = features.data();
+    }
+    if (update.drain_reason) {
+      if (update.drain_reason->empty()) {
+        msg.node_state = NODE_RESUME;
+      } else {
+        reason = *update.drain_reason;
+        msg.node_state = NODE_STATE_DRAIN;
+        msg.reason = reason.data();
+        msg.reason_uid = getuid();
+      }
+    }
+    if (slurm_update_node(&msg) != SLURM_SUCCESS) {
+      return SlurmError(absl::StrCat("update node ", update.name));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status LibSlurmClient::DeleteNode(const std::string& name) {
+  return RunStatus("delete node", [name] {
+    update_node_msg_t msg;
+    slurm_init_update_node_msg(&msg);
+    std::string n = name;
+    msg.node_names = n.data();
+    if (slurm_delete_node(&msg) != SLURM_SUCCESS) {
+      absl::Status s = SlurmError(absl::StrCat("delete node ", name));
+      if (slurm_get_errno() == ESLURM_NODES_BUSY) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("delete node ", name, ": jobs are still on it"));
+      }
+      return s;
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
+    const SlurmAllocRequest& request) {
+  if (request.node.empty()) return absl::InvalidArgumentError("allocate: node is empty");
+  if (request.gpus == 0 && request.tpus == 0) {
+    return absl::InvalidArgumentError("allocate: no GPUs or TPUs requested");
+  }
+  const uid_t uid = options_.job_uid >= 0 ? static_cast<uid_t>(options_.job_uid) : getuid();
+  const gid_t gid = options_.job_gid >= 0 ? static_cast<gid_t>(options_.job_gid) : getgid();
+  return Run<SlurmAllocation>("allocate", [request, uid, gid]() -> absl::StatusOr<SlurmAllocation> {
+    std::vector<std::string> tres;
+    if (request.gpus) tres.push_back(absl::StrCat("gres:gpu:", request.gpus));
+    if (request.tpus) tres.push_back(absl::StrCat("gres:tpu:", request.tpus));
+    std::string tres_per_node = absl::StrJoin(tres, ",");
+    std::string node = request.node;
+    std::string name = request.job_name;
+    std::string comment = request.comment;
+    std::vector<std::string> env = request.spank_env;
+    std::vector<char*> env_ptrs;
+    for (std::string& e : env) env_ptrs.push_back(e.data());
+    env_ptrs.push_back(nullptr);
+
+    job_desc_msg_t desc;
+    slurm_init_job_desc_msg(&desc);
+    desc.name = name.data();
+    desc.comment = comment.data();
+    desc.req_nodes = node.data();
+    desc.min_nodes = 1;
+    desc.max_nodes = 1;
+    desc.num_tasks = 1;
+    desc.min_cpus = std::max<uint32_t>(1, request.cpus);
+    desc.cpus_per_task = static_cast<uint16_t>(std::max<uint32_t>(1, request.cpus));
+    if (request.memory_mib > 0) desc.pn_min_memory = request.memory_mib;
+    desc.tres_per_node = tres_per_node.data();
+    desc.immediate = 1;
+    desc.user_id = uid;
+    desc.group_id = gid;
+    if (!env.empty()) {
+      desc.spank_job_env = env_ptrs.data();
+      desc.spank_job_env_size = static_cast<uint32_t>(env.size());
+    }
+    resource_allocation_response_msg_t* resp = nullptr;
+    if (slurm_allocate_resources(&desc, &resp) != SLURM_SUCCESS || resp == nullptr) {
+      return SlurmError(absl::StrCat("allocate ", tres_per_node, " on ", request.node));
+    }
+    SlurmAllocation alloc;
+    alloc.job_id = resp->job_id;
+    const bool granted = resp->node_list != nullptr && request.node == resp->node_list;
+    slurm_free_resource_allocation_response_msg(resp);
+    if (!granted) {
+      // Immediate allocations are granted or refused; anything else (queued)
+      // must not linger.
+      slurm_kill_job(alloc.job_id, SIGKILL, 0);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no room: allocate on ", request.node, ": not granted at once"));
+    }
+    auto job = LoadJob(alloc.job_id);
+    if (!job.ok() || !job->has_value() || (*job)->devices.empty()) {
+      slurm_kill_job(alloc.job_id, SIGKILL, 0);
+      return absl::UnavailableError(absl::StrCat("allocate on ", request.node, ": job ",
+                                                 alloc.job_id, " granted but its devices could not "
+                                                 "be read back; cancelled"));
+    }
+    alloc.devices = (*job)->devices[0];
+    if (alloc.devices.gpus.size() != request.gpus || alloc.devices.tpus.size() != request.tpus) {
+      slurm_kill_job(alloc.job_id, SIGKILL, 0);
+      return absl::InternalError(absl::StrCat(
+          "allocate on ", request.node, ": job ", alloc.job_id, " got gpus [",
+          FormatIndexList(alloc.devices.gpus), "] tpus [", FormatIndexList(alloc.devices.tpus),
+          "], asked ", request.gpus, "/", request.tpus, " (does gres.conf list File= for each "
+          "device?); cancelled"));
+    }
+    return alloc;
+  });
+}
+
+absl::Status LibSlurmClient::KillJob(uint32_t job_id) {
+  return RunStatus("kill job", [job_id] {
+    if (slurm_kill_job(job_id, SIGKILL, 0) != SLURM_SUCCESS) {
+      const int e = slurm_get_errno();
+      if (e == ESLURM_ALREADY_DONE || e == ESLURM_INVALID_JOB_ID) return absl::OkStatus();
+      return SlurmError(absl::StrCat("kill job ", job_id));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<SlurmJobInfo>> LibSlurmClient::ListJobs() {
+  return Run<std::vector<SlurmJobInfo>>("list jobs",
+                                        []() -> absl::StatusOr<std::vector<SlurmJobInfo>> {
+    job_info_msg_t* msg = nullptr;
+    if (slurm_load_jobs(0, &msg, SHOW_DETAIL | SHOW_ALL) != SLURM_SUCCESS) {
+      return SlurmError("load jobs");
+    }
+    std::vector<SlurmJobInfo> out;
+    for (uint32_t i = 0; msg && i < msg->record_count; ++i) {
+      out.push_back(ToJobInfo(msg->job_array[i]));
+    }
+    slurm_free_job_info_msg(msg);
+    return out;
+  });
+}
+
+absl::StatusOr<std::optional<SlurmJobInfo>> LibSlurmClient::GetJob(uint32_t job_id) {
+  return Run<std::optional<SlurmJobInfo>>("get job", [job_id] { return LoadJob(job_id); });
+}
+
+}  // namespace duet

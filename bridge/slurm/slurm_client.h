@@ -1,0 +1,188 @@
+#pragma once
+
+// SlurmClient: the seam between duet-bridge and slurmctld.
+//
+// Everything duet asks of Slurm goes through this interface: dynamic nodes
+// (create, update, drain/resume, delete), placeholder allocations for pods and
+// the job table with each job's device indices. The real implementation is
+// LibSlurmClient (libslurm, libslurm_client.h); tests run it against a real
+// slurmctld (tests/integration/slurm_cluster.sh).
+//
+// Errors use the canonical codes:
+//   UNAVAILABLE         slurmctld did not answer (down, restarting, or past the
+//                       call deadline). Nothing may be concluded from it.
+//   RESOURCE_EXHAUSTED  no room on the node for an allocation right now
+//   FAILED_PRECONDITION the node is not usable (drained, down, not responding,
+//                       busy for a delete), or a GRES change Slurm refuses
+//   NOT_FOUND           unknown node or job
+//   INVALID_ARGUMENT    a malformed request, or one Slurm rejects as malformed
+//   INTERNAL            any other Slurm error (the message has Slurm's text)
+//
+// Thread-safety: implementations must be safe to call from several threads.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace duet {
+
+// One GRES entry of a node, e.g. gpu:nvidia-h100-80gb:8 (type may be empty).
+struct SlurmGres {
+  std::string name;  // "gpu" / "tpu"
+  std::string type;  // model; may be empty
+  uint32_t count = 0;
+
+  bool operator==(const SlurmGres& o) const {
+    return name == o.name && type == o.type && count == o.count;
+  }
+  bool operator!=(const SlurmGres& o) const { return !(*this == o); }
+};
+
+// What duet wants a Slurm node to be.
+struct SlurmNodeConfig {
+  std::string name;
+  // NodeAddr and NodeHostname; empty: the node name.
+  std::string addr;
+  uint32_t cpus = 1;
+  uint64_t real_memory_mib = 1;
+  std::vector<SlurmGres> gres;
+  // Sorted, unique, already valid Slurm feature names.
+  std::vector<std::string> features;
+  // Scheduling weight (lower is chosen first). 0: Slurm's default.
+  uint32_t weight = 0;
+};
+
+// A node as slurmctld reports it.
+struct SlurmNodeInfo {
+  std::string name;
+  std::string addr;
+  uint32_t cpus = 0;
+  uint64_t real_memory_mib = 0;
+  std::vector<SlurmGres> gres;
+  std::vector<std::string> features;  // available features, sorted
+  uint32_t weight = 0;
+  std::string reason;                 // drain/down reason, may be empty
+  uint32_t raw_state = 0;             // enum node_states with flags
+  std::string state;                  // "IDLE+DRAIN", for messages
+  bool future = false;                // created, no slurmd registered yet
+  bool drain = false;                 // DRAIN flag set (draining or drained)
+  bool down = false;
+  bool not_responding = false;
+  bool busy = false;                  // ALLOCATED/MIXED or COMPLETING
+};
+
+// A change to an existing node. Unset fields are left alone.
+struct SlurmNodeUpdate {
+  std::string name;
+  std::optional<uint32_t> weight;
+  std::optional<std::vector<std::string>> features;  // available + active
+  // Drain with this reason (non-empty), or resume (empty string).
+  std::optional<std::string> drain_reason;
+};
+
+// A placeholder allocation: immediate, on exactly one node.
+struct SlurmAllocRequest {
+  std::string node;
+  std::string job_name;
+  std::string comment;
+  uint32_t gpus = 0;
+  uint32_t tpus = 0;
+  uint32_t cpus = 1;
+  uint64_t memory_mib = 0;  // 0: the partition default
+  // Extra "NAME=value" entries for the job's SPANK environment (prolog).
+  std::vector<std::string> spank_env;
+};
+
+// A job's devices on one of its nodes, read from the job's GRES detail.
+struct SlurmJobNodeDevices {
+  std::string node;
+  std::vector<uint32_t> gpus;  // sorted indices
+  std::vector<uint32_t> tpus;
+};
+
+enum class SlurmJobState { kPending, kRunning, kSuspended, kCompleting, kFinished, kOther };
+
+struct SlurmJobInfo {
+  uint32_t job_id = 0;
+  std::string name;
+  std::string comment;
+  SlurmJobState state = SlurmJobState::kOther;
+  std::string state_reason;  // pending reason, e.g. "Resources"
+  std::string nodes;         // hostlist expression
+  std::vector<SlurmJobNodeDevices> devices;
+  absl::Time start_time = absl::InfinitePast();
+
+  // Running, suspended or completing: its devices are (still) in use.
+  bool live() const {
+    return state == SlurmJobState::kRunning || state == SlurmJobState::kSuspended ||
+           state == SlurmJobState::kCompleting;
+  }
+};
+
+struct SlurmAllocation {
+  uint32_t job_id = 0;
+  SlurmJobNodeDevices devices;
+};
+
+class SlurmClient {
+ public:
+  virtual ~SlurmClient() = default;
+
+  // OK when slurmctld answers.
+  virtual absl::Status Ping() = 0;
+
+  // Every node, FUTURE ones included.
+  virtual absl::StatusOr<std::vector<SlurmNodeInfo>> ListNodes() = 0;
+  // nullopt when the node does not exist.
+  virtual absl::StatusOr<std::optional<SlurmNodeInfo>> GetNode(const std::string& name) = 0;
+
+  // Creates a dynamic node in state FUTURE (it turns IDLE when its slurmd
+  // registers). ALREADY_EXISTS if a node of that name exists (Slurm itself
+  // answers success for a duplicate; the implementation checks first).
+  virtual absl::Status CreateNode(const SlurmNodeConfig& config) = 0;
+  virtual absl::Status UpdateNode(const SlurmNodeUpdate& update) = 0;
+  // FAILED_PRECONDITION while any job is on it; NOT_FOUND when absent.
+  virtual absl::Status DeleteNode(const std::string& name) = 0;
+
+  // Allocates now or fails (RESOURCE_EXHAUSTED: no room; FAILED_PRECONDITION:
+  // node not usable). On success the devices Slurm chose are read back.
+  virtual absl::StatusOr<SlurmAllocation> AllocatePlaceholder(const SlurmAllocRequest& request) = 0;
+  // Cancels a job (SIGKILL through slurmctld). OK if it already ended.
+  virtual absl::Status KillJob(uint32_t job_id) = 0;
+
+  // Jobs slurmctld knows (pending, live and recently finished), with devices.
+  virtual absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() = 0;
+  // nullopt when Slurm no longer knows the job.
+  virtual absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t job_id) = 0;
+};
+
+// ---- Pure helpers (slurm_format.cc), shared with tests and the plugin ----
+
+// "gpu:h100:8,tpu:4" -> entries. Entries with "(...)" suffixes (gres_used)
+// keep only the count. Unparsable entries are skipped.
+std::vector<SlurmGres> ParseGres(const std::string& gres);
+// Entries -> "gpu:h100:8,tpu:v5e:4" (zero counts are left out).
+std::string FormatGres(const std::vector<SlurmGres>& gres);
+
+// One GRES detail string of a job on one node, e.g.
+// "gpu:h100:2(IDX:0-1),tpu:v5e:2(IDX:0,2)". Fills `gpus` and `tpus`.
+// INVALID_ARGUMENT for an index list it cannot read.
+absl::Status ParseGresDetail(const std::string& detail, SlurmJobNodeDevices* out);
+
+// "0-2,5" -> {0,1,2,5}. INVALID_ARGUMENT on junk.
+absl::StatusOr<std::vector<uint32_t>> ParseIndexList(const std::string& list);
+// {0,1,2,5} -> "0,1,2,5".
+std::string FormatIndexList(const std::vector<uint32_t>& indices);
+
+// Turns a label value into a valid Slurm feature name: lower case, anything
+// but [a-z0-9._-] becomes '_'. Empty in, empty out.
+std::string SanitizeFeature(const std::string& value);
+
+const char* SlurmJobStateName(SlurmJobState state);
+
+}  // namespace duet

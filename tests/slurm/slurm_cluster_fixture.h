@@ -1,0 +1,212 @@
+#pragma once
+
+// A real Slurm cluster for one test binary, driven through
+// tests/integration/slurm_cluster.sh: munged + slurmctld on private ports
+// under a fresh root dir, and one slurmd per node on 127.0.0.N (own UTS
+// namespace). Nodes are created in slurmctld by the code under test (or by
+// CreateNodeCli), then AddSlurmd starts the node's slurmd.
+//
+// libslurm reads SLURM_CONF once per process, so a binary has one cluster:
+// TestSlurmCluster::Get() starts it on first use, a gtest Environment stops it
+// at exit (also after failed assertions); the script's watchdog stops it if
+// the binary dies.
+//
+// Thread-safety: not thread-safe; use from the test thread.
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+#ifndef DUET_SLURM_CLUSTER_SH
+#error "DUET_SLURM_CLUSTER_SH must name tests/integration/slurm_cluster.sh"
+#endif
+
+namespace duet::testing {
+
+// Runs a shell command; returns its exit status and stdout (stderr is kept
+// in the output too when `merge_stderr`).
+struct CmdResult {
+  int rc = -1;
+  std::string out;
+};
+
+inline CmdResult RunCmd(const std::string& cmd, bool merge_stderr = true) {
+  CmdResult r;
+  std::string full = merge_stderr ? cmd + " 2>&1" : cmd;
+  FILE* p = popen(full.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Polls `pred` every 50 ms until it holds or `timeout` passes.
+template <typename Pred>
+bool WaitFor(Pred pred, absl::Duration timeout = absl::Seconds(20)) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return pred();
+}
+
+struct TestSlurmClusterOptions {
+  // "required SO ARGS" line for plugstack.conf, as "SO:ARGS"; empty: none.
+  std::string spank;
+  int max_nodes = 64;
+};
+
+class TestSlurmCluster {
+ public:
+  using Options = TestSlurmClusterOptions;
+
+  // The cluster of this binary, started on first call with `options`.
+  static TestSlurmCluster* Get(const Options& options = {}) {
+    static TestSlurmCluster* cluster = [&] {
+      auto* c = new TestSlurmCluster();
+      c->Start(options);
+      ::testing::AddGlobalTestEnvironment(new Stopper(c));
+      return c;
+    }();
+    return cluster;
+  }
+
+  const std::string& root() const { return root_; }
+  std::string conf() const { return root_ + "/etc/slurm.conf"; }
+  bool ok() const { return ok_; }
+
+  std::string Script(const std::string& args) const {
+    return absl::StrCat(DUET_SLURM_CLUSTER_SH, " ", args);
+  }
+
+  // A CLI command with this cluster's SLURM_CONF.
+  CmdResult Cli(const std::string& cmd) const {
+    return RunCmd(absl::StrCat("SLURM_CONF=", conf(), " ", cmd));
+  }
+
+  // Starts the slurmd of node `name` on 127.0.0.`idx` with `gpus` GPUs of
+  // type `gpu_type` and `tpus` TPUs of `tpu_type` (gres.conf File= lines).
+  void StartSlurmd(const std::string& name, int idx, int cpus, int mem_mib, int gpus,
+                   const std::string& gpu_type, int tpus = 0,
+                   const std::string& tpu_type = "") const {
+    std::string gres;
+    std::string lines;
+    if (gpus > 0) {
+      gres = absl::StrCat("gpu:", gpu_type, ":", gpus);
+      lines += absl::StrCat(" 'Name=gpu Type=", gpu_type, " File=", root_, "/dev/nvidia[0-",
+                            gpus - 1, "]'");
+    }
+    if (tpus > 0) {
+      if (!gres.empty()) gres += ",";
+      gres += absl::StrCat("tpu:", tpu_type, ":", tpus);
+      lines += absl::StrCat(" 'Name=tpu Type=", tpu_type, " File=", root_, "/dev/accel[0-",
+                            tpus - 1, "]'");
+    }
+    std::string conf = absl::StrCat("CPUs=", cpus, " RealMemory=", mem_mib);
+    if (!gres.empty()) conf += " Gres=" + gres;
+    CmdResult r = RunCmd(Script(absl::StrCat("slurmd ", root_, " ", name, " ", idx, " '", conf,
+                                             "'", lines)));
+    EXPECT_EQ(r.rc, 0) << r.out;
+  }
+
+  void StopSlurmd(const std::string& name) const {
+    RunCmd(Script(absl::StrCat("slurmd-stop ", root_, " ", name)));
+  }
+
+  // Waits until `scontrol show node` prints State= matching `regex`.
+  bool WaitNodeState(const std::string& name, const std::string& regex,
+                     absl::Duration timeout = absl::Seconds(20)) const {
+    return WaitFor(
+        [&] {
+          return Cli(absl::StrCat("scontrol --future show node ", name, " | grep -qE 'State=",
+                                  regex, "'"))
+                     .rc == 0;
+        },
+        timeout);
+  }
+
+  // `sbatch --parsable ARGS`; returns the job id or 0.
+  uint32_t Sbatch(const std::string& args) const {
+    CmdResult r = Cli(absl::StrCat("sbatch --parsable -o /dev/null ", args));
+    uint32_t id = 0;
+    if (r.rc != 0 || sscanf(r.out.c_str(), "%u", &id) != 1) {
+      ADD_FAILURE() << "sbatch " << args << ": " << r.out;
+      return 0;
+    }
+    return id;
+  }
+
+  // The job's state per squeue ("RUNNING", "PENDING", "" when gone).
+  std::string JobState(uint32_t job_id) const {
+    CmdResult r = Cli(absl::StrCat("squeue -h -j ", job_id, " -o %T"));
+    if (r.rc != 0) return "";
+    return std::string(absl::StripAsciiWhitespace(r.out));
+  }
+
+  bool WaitJobState(uint32_t job_id, const std::string& state,
+                    absl::Duration timeout = absl::Seconds(20)) const {
+    return WaitFor([&] { return JobState(job_id) == state; }, timeout);
+  }
+
+  void CtldStop() const { RunCmd(Script("ctld-stop " + root_)); }
+  bool CtldStart() const { return RunCmd(Script("ctld-start " + root_)).rc == 0; }
+
+  void Stop() {
+    if (!root_.empty() && !stopped_) {
+      RunCmd(Script("stop " + root_));
+      stopped_ = true;
+    }
+  }
+
+  std::string Log(const std::string& file) const {
+    return RunCmd("tail -n 40 " + root_ + "/log/" + file).out;
+  }
+
+ private:
+  class Stopper : public ::testing::Environment {
+   public:
+    explicit Stopper(TestSlurmCluster* c) : c_(c) {}
+    void TearDown() override { c_->Stop(); }
+
+   private:
+    TestSlurmCluster* c_;
+  };
+
+  void Start(const Options& options) {
+    std::string init = absl::StrCat("init --lifetime 600 --max-nodes ", options.max_nodes);
+    if (!options.spank.empty()) absl::StrAppend(&init, " --spank '", options.spank, "'");
+    CmdResult r = RunCmd(Script(init), /*merge_stderr=*/false);
+    root_ = std::string(absl::StripAsciiWhitespace(r.out));
+    if (r.rc != 0 || root_.empty()) {
+      ADD_FAILURE() << "slurm_cluster.sh init failed: " << r.out;
+      return;
+    }
+    setenv("SLURM_CONF", conf().c_str(), 1);
+    r = RunCmd(Script("start " + root_));
+    if (r.rc != 0) {
+      ADD_FAILURE() << "slurm_cluster.sh start failed: " << r.out;
+      return;
+    }
+    ok_ = true;
+  }
+
+  std::string root_;
+  bool ok_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace duet::testing
