@@ -1,0 +1,746 @@
+#include "bridge/journal/journal.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bridge/api/convert.h"
+#include "bridge/common/status_macros.h"
+#include "duet/internal/journal.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace duet {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kHeaderBytes = 8;
+// No record comes near this (a node of 1024 devices is ~100 KiB); a larger
+// length is corruption, not a record.
+constexpr uint32_t kMaxRecordBytes = 64u << 20;
+constexpr char kSegmentPrefix[] = "wal-";
+constexpr char kSegmentSuffix[] = ".log";
+constexpr char kSnapshotPrefix[] = "snapshot-";
+constexpr char kSnapshotSuffix[] = ".pb";
+constexpr char kTmpSuffix[] = ".tmp";
+
+void PutFixed32(std::string* out, uint32_t v) {
+  char b[4] = {static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16),
+               static_cast<char>(v >> 24)};
+  out->append(b, 4);
+}
+
+uint32_t GetFixed32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return static_cast<uint32_t>(u[0]) | static_cast<uint32_t>(u[1]) << 8 |
+         static_cast<uint32_t>(u[2]) << 16 | static_cast<uint32_t>(u[3]) << 24;
+}
+
+uint32_t Crc(const char* data, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  return static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(n)));
+}
+
+// Appends [length][crc][payload].
+void AppendFrame(const std::string& payload, std::string* out) {
+  PutFixed32(out, static_cast<uint32_t>(payload.size()));
+  PutFixed32(out, Crc(payload.data(), payload.size()));
+  out->append(payload);
+}
+
+std::string SegmentName(uint64_t first_seq) {
+  return absl::StrFormat("%s%020d%s", kSegmentPrefix, first_seq, kSegmentSuffix);
+}
+std::string SnapshotName(uint64_t seq) {
+  return absl::StrFormat("%s%020d%s", kSnapshotPrefix, seq, kSnapshotSuffix);
+}
+
+// Parses "<prefix><20 digits><suffix>".
+bool ParseName(const std::string& name, const char* prefix, const char* suffix, uint64_t* seq) {
+  if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, suffix)) return false;
+  const size_t p = strlen(prefix), s = strlen(suffix);
+  if (name.size() != p + 20 + s) return false;
+  const std::string digits = name.substr(p, 20);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  return absl::SimpleAtoi(digits, seq);
+}
+
+absl::Status Errno(int err, const std::string& what) {
+  // Callers treat every I/O failure as "cannot persist".
+  return absl::UnavailableError(absl::StrCat(what, ": ", strerror(err)));
+}
+
+absl::Status ReadFile(const std::string& path, std::string* out) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, absl::StrCat("open ", path));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return Errno(err, absl::StrCat("stat ", path));
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out->size()) {
+    const ssize_t n = read(fd, out->data() + done, out->size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return Errno(err, absl::StrCat("read ", path));
+    }
+    if (n == 0) break;  // shrank meanwhile
+    done += static_cast<size_t>(n);
+  }
+  out->resize(done);
+  close(fd);
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return Errno(errno, absl::StrCat("write ", path));
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, absl::StrCat("open ", dir));
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) return Errno(err, absl::StrCat("fsync ", dir));
+  return absl::OkStatus();
+}
+
+struct DirListing {
+  std::vector<std::pair<uint64_t, std::string>> segments;   // sorted by seq
+  std::vector<std::pair<uint64_t, std::string>> snapshots;  // sorted by seq
+  std::vector<std::string> tmp;
+};
+
+absl::StatusOr<DirListing> ListDir(const std::string& dir) {
+  DirListing out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    uint64_t seq = 0;
+    if (ParseName(name, kSegmentPrefix, kSegmentSuffix, &seq)) {
+      out.segments.emplace_back(seq, name);
+    } else if (ParseName(name, kSnapshotPrefix, kSnapshotSuffix, &seq)) {
+      out.snapshots.emplace_back(seq, name);
+    } else if (absl::EndsWith(name, kTmpSuffix)) {
+      out.tmp.push_back(name);
+    }
+  }
+  if (ec) return absl::UnavailableError(absl::StrCat("list ", dir, ": ", ec.message()));
+  std::sort(out.segments.begin(), out.segments.end());
+  std::sort(out.snapshots.begin(), out.snapshots.end());
+  return out;
+}
+
+bool AllZero(const std::string& data, size_t from) {
+  return std::all_of(data.begin() + static_cast<std::ptrdiff_t>(from), data.end(),
+                     [](char c) { return c == 0; });
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Applies one log record to the ledger through its public methods. An error
+// means the ledger refused it: the log does not describe a history the ledger
+// could have produced.
+absl::Status ApplyRecord(const internal::JournalRecord& rec, Ledger* ledger) {
+  switch (rec.change_case()) {
+    case internal::JournalRecord::kUpsertNode: {
+      DUET_ASSIGN_OR_RETURN(NodeSpec spec, FromProto(rec.upsert_node()));
+      return ledger->UpsertNode(spec).status();
+    }
+    case internal::JournalRecord::kRemoveNode:
+      return ledger->RemoveNode(rec.remove_node()).status();
+    case internal::JournalRecord::kHold: {
+      DUET_ASSIGN_OR_RETURN(Holding h, FromProto(rec.hold()));
+      HoldRequest req;
+      req.node = h.node;
+      req.owner = h.owner;
+      req.devices = h.devices;
+      req.granted_at = h.granted_at;
+      DUET_ASSIGN_OR_RETURN(HoldResult r, ledger->Hold(req));
+      if (!r.created) {
+        return absl::AlreadyExistsError(
+            absl::StrCat(h.owner.ToString(), " already holds these devices on node ", h.node));
+      }
+      return absl::OkStatus();
+    }
+    case internal::JournalRecord::kRelease: {
+      DUET_ASSIGN_OR_RETURN(Owner owner, FromProto(rec.release().owner()));
+      DUET_ASSIGN_OR_RETURN(ReleaseResult r, ledger->Release(rec.release().node(), owner));
+      if (!r.released) {
+        return absl::NotFoundError(absl::StrCat(owner.ToString(), " holds nothing on node ",
+                                                rec.release().node()));
+      }
+      return absl::OkStatus();
+    }
+    case internal::JournalRecord::CHANGE_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError("record carries no change");
+}
+
+// Restores a snapshot into an empty ledger. Holdings are added in the order of
+// their generation; a node that is not READY (or GONE) is made READY while its
+// holdings are added, then given its real state, since the ledger refuses new
+// pod holdings on such nodes.
+absl::Status RestoreSnapshot(const internal::JournalSnapshot& snap, Ledger* ledger) {
+  absl::flat_hash_map<std::string, std::vector<const v1::Holding*>> by_node;
+  by_node.reserve(static_cast<size_t>(snap.nodes_size()));
+  for (const v1::Holding& h : snap.holdings()) by_node[h.node()].push_back(&h);
+  size_t restored = 0;
+  for (int i = 0; i < snap.nodes_size(); ++i) {
+    const v1::Node& pn = snap.nodes(i);
+    auto where = [&](const absl::Status& s) {
+      return absl::Status(s.code(),
+                          absl::StrCat("node[", i, "] ", pn.name(), ": ", s.message()));
+    };
+    absl::StatusOr<NodeSpec> spec = FromProto(pn);
+    if (!spec.ok()) return where(spec.status());
+    std::vector<const v1::Holding*> holdings;
+    if (auto it = by_node.find(spec->name); it != by_node.end()) holdings = std::move(it->second);
+    NodeSpec initial = *spec;
+    if (initial.state == NodeState::kGone || (!holdings.empty() && initial.state != NodeState::kReady)) {
+      initial.state = NodeState::kReady;
+    }
+    if (absl::Status s = ledger->UpsertNode(initial).status(); !s.ok()) return where(s);
+    std::sort(holdings.begin(), holdings.end(), [](const v1::Holding* a, const v1::Holding* b) {
+      return a->generation() < b->generation();
+    });
+    for (const v1::Holding* ph : holdings) {
+      absl::StatusOr<Holding> h = FromProto(*ph);
+      if (!h.ok()) return where(h.status());
+      HoldRequest req;
+      req.node = h->node;
+      req.owner = h->owner;
+      req.devices = h->devices;
+      req.granted_at = h->granted_at;
+      absl::StatusOr<HoldResult> r = ledger->Hold(req);
+      if (!r.ok()) return where(r.status());
+      if (!r->created) return where(absl::AlreadyExistsError("holding listed twice"));
+      ++restored;
+    }
+    if (spec->state == NodeState::kGone) {
+      if (absl::Status s = ledger->RemoveNode(spec->name).status(); !s.ok()) return where(s);
+    } else if (initial.state != spec->state) {
+      if (absl::Status s = ledger->UpsertNode(*spec).status(); !s.ok()) return where(s);
+    }
+  }
+  if (restored != static_cast<size_t>(snap.holdings_size())) {
+    return absl::InvalidArgumentError(absl::StrCat(snap.holdings_size() - restored,
+                                                   " holdings name nodes the snapshot lacks"));
+  }
+  return absl::OkStatus();
+}
+
+struct NodeOwnerKey {
+  std::string node;
+  Owner owner;
+  bool operator==(const NodeOwnerKey& o) const { return node == o.node && owner == o.owner; }
+  template <typename H>
+  friend H AbslHashValue(H h, const NodeOwnerKey& k) {
+    return H::combine(std::move(h), k.node, k.owner);
+  }
+};
+
+}  // namespace
+
+Journal::Journal(const Options& options, Ledger* ledger) : options_(options), ledger_(ledger) {}
+
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const Options& options, Ledger* ledger) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("journal dir: must be set");
+  if (ledger == nullptr) return absl::InvalidArgumentError("journal: ledger must not be null");
+  if (ledger->node_count() != 0 || ledger->holding_count() != 0) {
+    return absl::FailedPreconditionError("journal: the ledger must be empty before recovery");
+  }
+  std::unique_ptr<Journal> j(new Journal(options, ledger));
+  DUET_RETURN_IF_ERROR(j->Recover());
+  j->writer_ = std::thread([p = j.get()] { p->WriterLoop(); });
+  j->snapshotter_ = std::thread([p = j.get()] { p->SnapshotLoop(); });
+  ledger->AddListener(j.get());
+  return j;
+}
+
+Journal::~Journal() {
+  ledger_->RemoveListener(this);
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (snapshotter_.joinable()) snapshotter_.join();
+  if (writer_.joinable()) writer_.join();
+  if (segment_fd_ >= 0) close(segment_fd_);
+}
+
+absl::Status Journal::Recover() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string& dir = options_.dir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("create ", dir, ": ", ec.message()));
+  DUET_ASSIGN_OR_RETURN(DirListing listing, ListDir(dir));
+  for (const std::string& tmp : listing.tmp) {
+    // A snapshot that was never renamed into place: not part of the state.
+    unlink((dir + "/" + tmp).c_str());
+  }
+
+  uint64_t snapshot_seq = 0;
+  if (!listing.snapshots.empty()) {
+    const auto& [seq, name] = listing.snapshots.back();
+    const std::string path = dir + "/" + name;
+    std::string data;
+    DUET_RETURN_IF_ERROR(ReadFile(path, &data));
+    auto corrupt = [&](size_t offset, const std::string& why) {
+      return absl::DataLossError(absl::StrCat("journal snapshot ", path, " at byte offset ", offset,
+                                              ": ", why, "; refusing to start"));
+    };
+    if (data.size() < kHeaderBytes) return corrupt(0, "shorter than its header");
+    const uint32_t len = GetFixed32(data.data());
+    if (len != data.size() - kHeaderBytes) {
+      return corrupt(0, absl::StrCat("length ", len, " but ", data.size() - kHeaderBytes,
+                                     " bytes follow the header"));
+    }
+    if (GetFixed32(data.data() + 4) != Crc(data.data() + kHeaderBytes, len)) {
+      return corrupt(kHeaderBytes, "crc mismatch");
+    }
+    internal::JournalSnapshot snap;
+    if (!snap.ParseFromArray(data.data() + kHeaderBytes, static_cast<int>(len))) {
+      return corrupt(kHeaderBytes, "unparsable snapshot");
+    }
+    if (snap.seq() != seq) {
+      return corrupt(kHeaderBytes, absl::StrCat("seq ", snap.seq(), " does not match its name"));
+    }
+    if (absl::Status s = RestoreSnapshot(snap, ledger_); !s.ok()) {
+      return corrupt(kHeaderBytes, absl::StrCat("refused by the ledger: ", s.ToString()));
+    }
+    snapshot_seq = seq;
+  }
+
+  uint64_t last = snapshot_seq;
+  uint64_t replayed = 0;
+  internal::JournalRecord rec;
+  std::string data;
+  for (size_t i = 0; i < listing.segments.size(); ++i) {
+    const bool is_last = i + 1 == listing.segments.size();
+    const std::string path = dir + "/" + listing.segments[i].second;
+    DUET_RETURN_IF_ERROR(ReadFile(path, &data));
+    size_t off = 0;
+    while (off < data.size()) {
+      const size_t left = data.size() - off;
+      std::string bad;
+      bool torn = false;  // could be the unfinished tail of the last write
+      uint32_t len = 0;
+      if (left < kHeaderBytes) {
+        bad = "incomplete record header";
+        torn = is_last;
+      } else {
+        len = GetFixed32(data.data() + off);
+        const uint32_t crc = GetFixed32(data.data() + off + 4);
+        const bool ends_file = len <= left - kHeaderBytes && off + kHeaderBytes + len == data.size();
+        if (len == 0 || len > kMaxRecordBytes) {
+          bad = absl::StrCat("bad record length ", len);
+          torn = is_last && AllZero(data, off);
+        } else if (len > left - kHeaderBytes) {
+          bad = absl::StrCat("record of ", len, " bytes runs past the end of the file");
+          torn = is_last;
+        } else if (crc != Crc(data.data() + off + kHeaderBytes, len)) {
+          bad = "crc mismatch";
+          torn = is_last && (ends_file || AllZero(data, off));
+        } else if (!rec.ParseFromArray(data.data() + off + kHeaderBytes, static_cast<int>(len))) {
+          bad = "unparsable record";
+          torn = is_last && ends_file;
+        }
+      }
+      if (!bad.empty()) {
+        if (!torn) {
+          return absl::DataLossError(absl::StrCat("journal segment ", path, " at byte offset ", off,
+                                                  ": ", bad, "; refusing to start"));
+        }
+        spdlog::warn("journal: dropping torn last record in {} at byte offset {} ({}; {} bytes)",
+                     path, off, bad, left);
+        if (truncate(path.c_str(), static_cast<off_t>(off)) != 0) {
+          return Errno(errno, absl::StrCat("truncate ", path));
+        }
+        if (options_.fsync) {
+          const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+          if (fd < 0) return Errno(errno, absl::StrCat("open ", path));
+          const int rc = fdatasync(fd);
+          const int err = errno;
+          close(fd);
+          if (rc != 0) return Errno(err, absl::StrCat("fdatasync ", path));
+        }
+        break;
+      }
+      const uint64_t seq = rec.seq();
+      if (seq <= snapshot_seq) {
+        // Covered by the snapshot; the segment was not yet compacted.
+      } else if (seq <= last) {
+        return absl::DataLossError(absl::StrCat("journal segment ", path, " at byte offset ", off,
+                                                ": record seq ", seq, " follows seq ", last,
+                                                "; refusing to start"));
+      } else {
+        if (absl::Status s = ApplyRecord(rec, ledger_); !s.ok()) {
+          return absl::DataLossError(absl::StrCat("journal segment ", path, " at byte offset ", off,
+                                                  ": record seq ", seq,
+                                                  " refused by the ledger: ", s.ToString(),
+                                                  "; refusing to start"));
+        }
+        last = seq;
+        ++replayed;
+      }
+      off += kHeaderBytes + len;
+    }
+  }
+  ledger_->RestoreSeq(last);
+  // Read the ledger before taking mu_: OnChange takes mu_ under the ledger's
+  // lock, so mu_ is never held while calling into the ledger.
+  const uint64_t ledger_seq = ledger_->seq();
+  const size_t nodes = ledger_->node_count();
+  const size_t holdings = ledger_->holding_count();
+  {
+    absl::MutexLock lock(&mu_);
+    appended_seq_ = durable_seq_ = ledger_seq;
+    stats_.durable_seq = durable_seq_;
+    stats_.recovered_records = replayed;
+    stats_.recovered_holdings = holdings;
+    // Everything before this point lives in old segments; new records go to
+    // a new one, named after its first record.
+    rotate_ = true;
+  }
+  spdlog::info(
+      "journal {}: recovered {} nodes and {} holdings (snapshot seq {}, {} log records, last seq "
+      "{}) in {:.3f} s",
+      dir, nodes, holdings, snapshot_seq, replayed, last, SecondsSince(t0));
+  return absl::OkStatus();
+}
+
+void Journal::OnChange(const Change& change) {
+  internal::JournalRecord rec;
+  rec.set_seq(change.seq);
+  switch (change.type) {
+    case Change::Type::kUpsertNode:
+      ToProto(*change.spec, rec.mutable_upsert_node());
+      break;
+    case Change::Type::kRemoveNode:
+      rec.set_remove_node(*change.node);
+      break;
+    case Change::Type::kHold:
+      ToProto(*change.holding, rec.mutable_hold());
+      break;
+    case Change::Type::kRelease:
+      rec.mutable_release()->set_node(change.holding->node);
+      ToProto(change.holding->owner, rec.mutable_release()->mutable_owner());
+      break;
+  }
+  const std::string payload = rec.SerializeAsString();
+
+  absl::MutexLock lock(&mu_);
+  appended_seq_ = change.seq;
+  if (!failed_.ok()) return;  // nothing more is written; waiters get failed_
+  if (pending_.empty()) pending_first_seq_ = change.seq;
+  AppendFrame(payload, &pending_);
+  ++pending_records_;
+  ++stats_.records;
+  if (capturing_ && change.type == Change::Type::kRelease) {
+    captured_releases_.emplace_back(change.seq, *change.holding);
+  }
+}
+
+absl::Status Journal::WaitDurable(uint64_t seq) {
+  absl::MutexLock lock(&mu_);
+  if (seq > appended_seq_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq ", seq, " was never journaled (last is ", appended_seq_, ")"));
+  }
+  auto done = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return durable_seq_ >= seq || !failed_.ok();
+  };
+  mu_.Await(absl::Condition(&done));
+  if (durable_seq_ >= seq) return absl::OkStatus();
+  return failed_;
+}
+
+absl::Status Journal::Flush() {
+  uint64_t seq;
+  {
+    absl::MutexLock lock(&mu_);
+    seq = appended_seq_;
+  }
+  return WaitDurable(seq);
+}
+
+absl::Status Journal::Health() const {
+  absl::MutexLock lock(&mu_);
+  return failed_;
+}
+
+Journal::Stats Journal::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void Journal::SetFsyncObserver(std::function<void(double, size_t, size_t)> observer) {
+  absl::MutexLock lock(&mu_);
+  observer_ = std::move(observer);
+}
+
+absl::Status Journal::OpenSegment(uint64_t first_seq) {
+  if (segment_fd_ >= 0) {
+    close(segment_fd_);  // every batch in it was already synced
+    segment_fd_ = -1;
+  }
+  const std::string path = options_.dir + "/" + SegmentName(first_seq);
+  // O_TRUNC: a file of that name can only be an empty or torn leftover, since
+  // every record already recovered has a smaller seq.
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(errno, absl::StrCat("create ", path));
+  segment_fd_ = fd;
+  segment_size_ = 0;
+  // The new name must be durable before records in it are acknowledged.
+  if (options_.fsync) DUET_RETURN_IF_ERROR(FsyncDir(options_.dir));
+  return absl::OkStatus();
+}
+
+absl::Status Journal::WriteBatch(const std::string& batch, uint64_t first_seq, bool rotate) {
+  if (segment_fd_ < 0 || rotate || segment_size_ >= options_.segment_bytes) {
+    DUET_RETURN_IF_ERROR(OpenSegment(first_seq));
+  }
+  const std::string path = SegmentName(first_seq);
+  DUET_RETURN_IF_ERROR(WriteAll(segment_fd_, batch.data(), batch.size(), path));
+  segment_size_ += batch.size();
+  if (options_.fsync && fdatasync(segment_fd_) != 0) {
+    return Errno(errno, absl::StrCat("fdatasync ", options_.dir, "/", path));
+  }
+  return absl::OkStatus();
+}
+
+void Journal::WriterLoop() {
+  std::string batch;
+  for (;;) {
+    uint64_t first = 0, last = 0;
+    size_t records = 0;
+    bool rotate = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !pending_.empty() || stop_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (!failed_.ok()) pending_.clear();
+      if (pending_.empty()) {
+        if (stop_) return;
+        continue;
+      }
+      batch.swap(pending_);
+      first = pending_first_seq_;
+      last = appended_seq_;
+      records = pending_records_;
+      pending_records_ = 0;
+      rotate = rotate_;
+      rotate_ = false;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const absl::Status s = WriteBatch(batch, first, rotate);
+    const double seconds = SecondsSince(t0);
+    std::function<void(double, size_t, size_t)> observer;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!s.ok()) {
+        failed_ = absl::UnavailableError(
+            absl::StrCat("journal cannot persist changes: ", s.message()));
+        spdlog::error("journal {}: {}; no change after seq {} is durable", options_.dir,
+                      std::string(s.message()), durable_seq_);
+      } else {
+        durable_seq_ = last;
+        stats_.durable_seq = last;
+        stats_.bytes += batch.size();
+        ++stats_.batches;
+        if (options_.fsync) ++stats_.fsyncs;
+        since_snapshot_ += records;
+        if (options_.snapshot_every != 0 && since_snapshot_ >= options_.snapshot_every) {
+          snapshot_wanted_ = true;
+        }
+        observer = observer_;
+      }
+    }
+    if (observer) observer(seconds, records, batch.size());
+    batch.clear();  // keeps its capacity for the next swap
+  }
+}
+
+void Journal::SnapshotLoop() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return snapshot_wanted_ || stop_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) return;
+    }
+    if (absl::Status s = WriteSnapshot(); !s.ok()) {
+      // The log still has everything; only compaction is late.
+      spdlog::error("journal {}: automatic snapshot failed: {}", options_.dir, s.ToString());
+    }
+  }
+}
+
+absl::Status Journal::WriteSnapshot() {
+  absl::MutexLock snapshot_lock(&snapshot_mu_);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failed_.ok()) return failed_;
+    capturing_ = true;
+    captured_releases_.clear();
+    since_snapshot_ = 0;
+    snapshot_wanted_ = false;
+  }
+  // Consistency without stopping writers. Ledger::Snapshot() gives every node
+  // view exactly at seq S, so it says which (node, owner) holdings exist at S
+  // and the node specs; but the views lack granted_at and the holding's
+  // generation, and ListHoldings(), taken a moment later, may already miss a
+  // holding released after S (or show a newer one for the same owner). While
+  // capturing, OnChange keeps every released holding; for each (node, owner)
+  // in the views at S, the first release after S is exactly the holding it
+  // had at S, and with no release since S, ListHoldings() still shows it.
+  // The alternative, stalling the record stream, would block the ledger
+  // (OnChange runs under its lock) for the whole capture.
+  LedgerSnapshot image = ledger_->Snapshot();
+  std::vector<Holding> later = ledger_->ListHoldings();
+  std::vector<std::pair<uint64_t, Holding>> releases;
+  {
+    absl::MutexLock lock(&mu_);
+    capturing_ = false;
+    releases.swap(captured_releases_);
+  }
+  const uint64_t seq = image.seq;
+  absl::flat_hash_map<NodeOwnerKey, const Holding*> held_at_seq;
+  held_at_seq.reserve(later.size());
+  // Releases are in seq order; the first one after S wins.
+  for (const auto& [rseq, h] : releases) {
+    if (rseq > seq) held_at_seq.emplace(NodeOwnerKey{h.node, h.owner}, &h);
+  }
+  for (const Holding& h : later) held_at_seq.emplace(NodeOwnerKey{h.node, h.owner}, &h);
+
+  internal::JournalSnapshot snap;
+  snap.set_seq(seq);
+  size_t holdings = 0;
+  std::vector<const Owner*> owners;
+  for (const auto& view : image.nodes) {
+    NodeSpec spec = view->spec;
+    spec.devices.reserve(view->devices.size());
+    owners.clear();
+    for (const DeviceState& d : view->devices) {
+      spec.devices.push_back(d.spec);
+      for (const DeviceUse& u : d.uses) {
+        if (std::find(owners.begin(), owners.end(), u.owner.get()) == owners.end()) {
+          owners.push_back(u.owner.get());
+        }
+      }
+    }
+    v1::Node* node = snap.add_nodes();
+    ToProto(spec, node);
+    node->set_generation(view->generation);
+    for (const Owner* owner : owners) {
+      auto it = held_at_seq.find(NodeOwnerKey{spec.name, *owner});
+      if (it == held_at_seq.end()) {
+        return absl::InternalError(absl::StrCat("journal snapshot at seq ", seq, ": holding of ",
+                                                owner->ToString(), " on node ", spec.name,
+                                                " not found"));
+      }
+      ToProto(*it->second, snap.add_holdings());
+      ++holdings;
+    }
+  }
+
+  std::string data;
+  AppendFrame(snap.SerializeAsString(), &data);
+  const std::string name = SnapshotName(seq);
+  const std::string path = options_.dir + "/" + name;
+  const std::string tmp = path + kTmpSuffix;
+  {
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno(errno, absl::StrCat("create ", tmp));
+    absl::Status s = WriteAll(fd, data.data(), data.size(), tmp);
+    if (s.ok() && options_.fsync && fsync(fd) != 0) s = Errno(errno, absl::StrCat("fsync ", tmp));
+    close(fd);
+    if (!s.ok()) {
+      unlink(tmp.c_str());
+      return s;
+    }
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return Errno(err, absl::StrCat("rename ", tmp));
+  }
+  if (options_.fsync) DUET_RETURN_IF_ERROR(FsyncDir(options_.dir));
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.snapshots;
+    // Seal the active segment, so the next snapshot can delete it.
+    rotate_ = true;
+  }
+  Compact(seq);
+  spdlog::info("journal {}: snapshot {} ({} nodes, {} holdings, {} bytes) in {:.3f} s",
+               options_.dir, name, image.nodes.size(), holdings, data.size(), SecondsSince(t0));
+  return absl::OkStatus();
+}
+
+void Journal::Compact(uint64_t seq) {
+  absl::StatusOr<DirListing> listing = ListDir(options_.dir);
+  if (!listing.ok()) {
+    spdlog::warn("journal {}: compaction skipped: {}", options_.dir, listing.status().ToString());
+    return;
+  }
+  // Segment i holds seqs [first_i, first_{i+1}); it is covered when
+  // first_{i+1} - 1 <= seq. The last segment is never deleted, so a segment
+  // the writer is still appending to is safe even if it was created after
+  // the listing.
+  const auto& segs = listing->segments;
+  for (size_t i = 0; i + 1 < segs.size(); ++i) {
+    if (segs[i + 1].first > seq + 1) break;
+    const std::string path = options_.dir + "/" + segs[i].second;
+    if (unlink(path.c_str()) != 0) {
+      spdlog::warn("journal: cannot delete {}: {}", path, strerror(errno));
+    }
+  }
+  for (const auto& [snap_seq, name] : listing->snapshots) {
+    if (snap_seq >= seq) continue;
+    const std::string path = options_.dir + "/" + name;
+    if (unlink(path.c_str()) != 0) {
+      spdlog::warn("journal: cannot delete {}: {}", path, strerror(errno));
+    }
+  }
+}
+
+}  // namespace duet

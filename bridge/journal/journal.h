@@ -1,0 +1,177 @@
+#pragma once
+
+// The ledger's journal: a write-ahead log plus snapshots, so that a holding
+// granted to a caller is durable before the caller is answered (invariant I3)
+// and survives a crash or restart of duet-bridge.
+//
+// On disk, in one directory:
+//   wal-<first seq, 20 digits>.log   log segments: framed JournalRecords
+//   snapshot-<seq, 20 digits>.pb     one framed JournalSnapshot
+// Every frame is [u32 length][u32 crc32 of the payload][payload], little
+// endian. A snapshot covers every record with seq <= its seq; segments whose
+// records it covers are deleted once it is durable (compaction).
+//
+// How a change becomes durable (group commit): the ledger calls OnChange under
+// its own lock; the journal only serializes the record and appends it to an
+// in-memory buffer. One writer thread takes whatever has accumulated, write()s
+// it, fdatasync()s once, and wakes every caller waiting in WaitDurable for a
+// seq in that batch. Many concurrent callers therefore share one fsync.
+//
+// Usage in the daemon:
+//   Ledger ledger;
+//   DUET_ASSIGN_OR_RETURN(auto journal, Journal::Open(options, &ledger));
+//   ... HoldResult r = ledger.Hold(...); journal->WaitDurable(r.seq); answer.
+//
+// Thread-safety: every public method may be called from any thread. `mu_`
+// guards the append buffer, the durability watermark, the failure status, the
+// stats and the writer's segment bookkeeping; `snapshot_mu_` serializes
+// snapshots. I/O is never done while holding `mu_`. Lock order: the ledger's
+// lock, then `mu_` (OnChange); `snapshot_mu_` before the ledger's lock, and
+// never `mu_` while calling into the ledger.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "bridge/common/clock.h"
+#include "bridge/ledger/ledger.h"
+#include "bridge/ledger/types.h"
+
+namespace duet {
+
+class Journal final : public ChangeListener {
+ public:
+  struct Options {
+    // The journal's directory; created (with parents) if missing.
+    std::string dir;
+    // fdatasync every batch. False only for tests and benchmarks: records are
+    // then "durable" once written to the page cache.
+    bool fsync = true;
+    // Records between automatic snapshots (taken by a background thread);
+    // 0 = only when WriteSnapshot is called.
+    uint64_t snapshot_every = 100000;
+    // A segment grows to about this size before the writer starts a new one.
+    uint64_t segment_bytes = 64ull << 20;
+    // Unused by the journal itself today (replay keeps each holding's own
+    // granted_at); kept so callers can pass the daemon's clock.
+    const Clock* clock = Clock::Real();
+  };
+
+  struct Stats {
+    uint64_t records = 0;      // records appended since Open
+    uint64_t bytes = 0;        // log bytes written since Open
+    uint64_t batches = 0;      // write() batches
+    uint64_t fsyncs = 0;       // fdatasync calls on log segments
+    uint64_t snapshots = 0;    // snapshots written since Open
+    uint64_t durable_seq = 0;  // every seq <= this is on disk
+    uint64_t recovered_records = 0;   // log records replayed by Open
+    uint64_t recovered_holdings = 0;  // holdings in the ledger after Open
+  };
+
+  // Opens the journal in options.dir, replays the newest snapshot and then
+  // every later log record into `ledger`, and registers itself as the
+  // ledger's ChangeListener. `ledger` must be empty, must not be changed by
+  // anyone else until Open returns, and must outlive the journal.
+  //
+  // A torn last record (a crash in the middle of a write) is dropped, the
+  // segment truncated before it, and a warning logged. Errors:
+  //   FAILED_PRECONDITION  the ledger is not empty, options.dir is empty
+  //   DATA_LOSS            a corrupt snapshot or log record, or a record the
+  //                        ledger refuses; the message names the file and the
+  //                        byte offset. The daemon must not start.
+  //   UNAVAILABLE / others the directory or a file cannot be read or written
+  static absl::StatusOr<std::unique_ptr<Journal>> Open(const Options& options, Ledger* ledger);
+
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+
+  // Removes itself as the ledger's listener, makes everything appended
+  // durable (if the journal has not failed), and joins its threads.
+  ~Journal() override;
+
+  // ChangeListener: called under the ledger's lock. Serializes the record and
+  // appends it to the buffer; no I/O, no blocking beyond `mu_`.
+  void OnChange(const Change& change) override ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Blocks until every record with seq <= `seq` is on disk. OK at once for a
+  // seq that is already durable (including everything recovered by Open).
+  // UNAVAILABLE if writing or syncing failed: the journal then stays failed
+  // for good and the daemon must stop granting.
+  absl::Status WaitDurable(uint64_t seq) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Everything appended so far is durable.
+  absl::Status Flush() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Writes a snapshot of the ledger now, then deletes the log segments and
+  // older snapshots it covers. Concurrent changes continue meanwhile.
+  absl::Status WriteSnapshot() ABSL_LOCKS_EXCLUDED(mu_, snapshot_mu_);
+
+  // OK, or the UNAVAILABLE status that failed the journal.
+  absl::Status Health() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Called by the writer thread after each log fsync (or write, when fsync is
+  // off) with its latency in seconds and the batch's records and bytes. Must
+  // be quick and thread-safe; must not call back into the journal. Pass an
+  // empty function to remove.
+  void SetFsyncObserver(std::function<void(double seconds, size_t records, size_t bytes)> observer)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  Journal(const Options& options, Ledger* ledger);
+
+  // Recovery, before the threads start.
+  absl::Status Recover();
+
+  void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void SnapshotLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes one batch to the active segment (opening a new one if needed).
+  absl::Status WriteBatch(const std::string& batch, uint64_t first_seq, bool rotate);
+  absl::Status OpenSegment(uint64_t first_seq);
+  // Deletes segments and snapshots covered by the snapshot at `seq`.
+  void Compact(uint64_t seq);
+
+  const Options options_;
+  Ledger* const ledger_;
+
+  mutable absl::Mutex mu_;
+  std::string pending_ ABSL_GUARDED_BY(mu_);  // framed records not yet written
+  uint64_t pending_first_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t pending_records_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t appended_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool rotate_ ABSL_GUARDED_BY(mu_) = false;  // next batch starts a new segment
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // the writer holds a batch
+  uint64_t since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
+  bool snapshot_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+  std::function<void(double, size_t, size_t)> observer_ ABSL_GUARDED_BY(mu_);
+
+  // While a snapshot is being captured, OnChange also keeps every released
+  // holding here (with its seq); see WriteSnapshot for why.
+  bool capturing_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<uint64_t, Holding>> captured_releases_ ABSL_GUARDED_BY(mu_);
+
+  // The writer thread's own state (only it touches these after Open).
+  int segment_fd_ = -1;
+  uint64_t segment_size_ = 0;
+
+  absl::Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+
+  std::thread writer_;
+  std::thread snapshotter_;
+};
+
+}  // namespace duet
