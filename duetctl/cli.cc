@@ -287,6 +287,13 @@ int RunCli(const std::vector<std::string>& args, const CliEnv& env) {
   for (const auto& a : args) argv.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::RequiredError& e) {
+    // `duetctl nodez` parses as "no subcommand"; name the word instead.
+    if (app.get_subcommands().empty() && !args.empty() && args[0].rfind('-', 0) != 0) {
+      return Fail(env, kExitUsage,
+                  absl::StrCat("unknown command \"", args[0], "\" (duetctl --help lists them)"));
+    }
+    return app.exit(e, *env.out, *env.err) == 0 ? kExitOk : kExitUsage;
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e, *env.out, *env.err);
     return rc == 0 ? kExitOk : kExitUsage;

@@ -1,6 +1,8 @@
 #include "duetctl/client.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -12,9 +14,11 @@ namespace duet::ctl {
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path, ": ",
+                                                   errno != 0 ? std::strerror(errno) : "error"));
   }
   std::ostringstream s;
   s << in.rdbuf();

@@ -1,0 +1,44 @@
+#pragma once
+
+// An in-process duet-bridge for duetctl's tests: the generated
+// duet::v1::Ledger::Service over a real duet::Ledger, listening on
+// 127.0.0.1 on a port the OS picks. Not the real daemon (bridge/server is),
+// but it answers with the same conversions (bridge/api/convert.h) and the
+// same canonical codes, so duetctl sees what it will see in production.
+
+#include <memory>
+#include <string>
+
+#include "bridge/ledger/ledger.h"
+#include "grpcpp/grpcpp.h"
+
+namespace duet::testing {
+
+class FakeBridge {
+ public:
+  // Starts serving. `options` configures the ledger (e.g. a fake clock).
+  explicit FakeBridge(Ledger::Options options = {});
+  ~FakeBridge();
+  FakeBridge(const FakeBridge&) = delete;
+  FakeBridge& operator=(const FakeBridge&) = delete;
+
+  Ledger& ledger() { return ledger_; }
+  // "127.0.0.1:PORT".
+  const std::string& address() const { return address_; }
+
+  // Ends every open WatchNodes stream with OK, as a server going away
+  // cleanly would.
+  void EndWatches();
+  // Number of WatchNodes streams being served right now.
+  int open_watches() const;
+
+ private:
+  class Service;
+
+  Ledger ledger_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+}  // namespace duet::testing
