@@ -1,0 +1,156 @@
+#include "bridge/config/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
+#include "bridge/config/yaml_section.h"
+#include "yaml-cpp/yaml.h"
+
+namespace duet {
+namespace {
+
+absl::Status ParseInto(const YAML::Node& root, Config* c) {
+  Section top(root, "");
+  DUET_YAML(top.Check());
+  {
+    Section s(top.Child("grpc"), "grpc");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.String("listen", &c->grpc.listen));
+    DUET_YAML(s.String("unix_socket", &c->grpc.unix_socket));
+    DUET_YAML(s.Int("max_message_bytes", &c->grpc.max_message_bytes));
+    DUET_YAML(s.Int("max_concurrent_streams", &c->grpc.max_concurrent_streams));
+    DUET_YAML(s.Int("max_watch_streams", &c->grpc.max_watch_streams));
+    DUET_YAML(s.Duration("shutdown_grace", &c->grpc.shutdown_grace));
+    Section t(s.Child("tls"), "grpc.tls");
+    DUET_YAML(t.Check());
+    DUET_YAML(t.String("cert_file", &c->grpc.tls.cert_file));
+    DUET_YAML(t.String("key_file", &c->grpc.tls.key_file));
+    DUET_YAML(t.String("client_ca_file", &c->grpc.tls.client_ca_file));
+    DUET_YAML(t.Finish());
+    DUET_YAML(s.Finish());
+  }
+  {
+    Section s(top.Child("metrics"), "metrics");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.String("listen", &c->metrics.listen));
+    DUET_YAML(s.Finish());
+  }
+  {
+    Section s(top.Child("journal"), "journal");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.String("dir", &c->journal.dir));
+    DUET_YAML(s.Bool("fsync", &c->journal.fsync));
+    DUET_YAML(s.Int("snapshot_every", &c->journal.snapshot_every));
+    DUET_YAML(s.Finish());
+  }
+  {
+    Section s(top.Child("inventory"), "inventory");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.String("source", &c->inventory.source));
+    DUET_YAML(s.String("file", &c->inventory.file));
+    DUET_YAML(s.Duration("reload_period", &c->inventory.reload_period));
+    DUET_YAML(s.Finish());
+  }
+  DUET_YAML(top.String("log_level", &c->log_level));
+  return top.Finish();
+}
+
+absl::Status CheckHostPort(const std::string& field, const std::string& addr) {
+  if (addr.empty()) return absl::OkStatus();
+  const size_t colon = addr.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(addr.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": \"", addr, "\" must be host:port, e.g. 127.0.0.1:50151"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text) {
+  Config c;
+  // yaml-cpp reports errors by throwing; this is the one place that calls it.
+  try {
+    YAML::Node root = YAML::Load(yaml_text);
+    absl::Status s = ParseInto(root, &c);
+    if (!s.ok()) return s;
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config: YAML error at line ", e.mark.line + 1,
+                                                   ", column ", e.mark.column + 1, ": ", e.msg));
+  }
+  return c;
+}
+
+absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("config file ", path, ": cannot be read"));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  absl::StatusOr<Config> c = ParseConfig(buf.str());
+  if (!c.ok()) {
+    return absl::Status(c.status().code(), absl::StrCat(path, ": ", c.status().message()));
+  }
+  return c;
+}
+
+absl::Status ValidateConfig(const Config& c) {
+  if (c.grpc.listen.empty() && c.grpc.unix_socket.empty()) {
+    return absl::InvalidArgumentError("grpc: one of listen and unix_socket must be set");
+  }
+  DUET_YAML(CheckHostPort("grpc.listen", c.grpc.listen));
+  DUET_YAML(CheckHostPort("metrics.listen", c.metrics.listen));
+  if (c.grpc.max_message_bytes < 1024 || c.grpc.max_message_bytes > (64 << 20)) {
+    return absl::InvalidArgumentError("grpc.max_message_bytes: must be 1024..67108864");
+  }
+  if (c.grpc.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError("grpc.max_concurrent_streams: must be at least 1");
+  }
+  if (c.grpc.max_watch_streams < 1) {
+    return absl::InvalidArgumentError("grpc.max_watch_streams: must be at least 1");
+  }
+  if (c.grpc.shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("grpc.shutdown_grace: must not be negative");
+  }
+  if (c.grpc.tls.cert_file.empty() != c.grpc.tls.key_file.empty()) {
+    return absl::InvalidArgumentError("grpc.tls: cert_file and key_file must be set together");
+  }
+  if (!c.grpc.tls.client_ca_file.empty() && c.grpc.tls.cert_file.empty()) {
+    return absl::InvalidArgumentError("grpc.tls.client_ca_file: needs cert_file and key_file");
+  }
+  if (c.journal.dir.empty()) return absl::InvalidArgumentError("journal.dir: must be set");
+  if (c.inventory.source == "file") {
+    if (c.inventory.file.empty()) {
+      return absl::InvalidArgumentError("inventory.file: must be set when inventory.source is file");
+    }
+  } else if (c.inventory.source != "embedded") {
+    return absl::InvalidArgumentError(absl::StrCat("inventory.source: \"", c.inventory.source,
+                                                   "\" must be file or embedded"));
+  }
+  if (c.inventory.reload_period < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError("inventory.reload_period: must be at least 100ms");
+  }
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error"};
+  if (!kLevels.count(c.log_level)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log_level: \"", c.log_level, "\" must be trace, debug, info, warn or error"));
+  }
+  return absl::OkStatus();
+}
+
+Config DevConfig(const std::string& state_dir) {
+  Config c;
+  c.grpc.listen = "127.0.0.1:50151";
+  c.grpc.unix_socket = absl::StrCat(state_dir, "/bridge.sock");
+  c.metrics.listen = "127.0.0.1:9464";
+  c.journal.dir = absl::StrCat(state_dir, "/journal");
+  c.inventory.source = "embedded";
+  return c;
+}
+
+}  // namespace duet

@@ -1,0 +1,86 @@
+#pragma once
+
+// duet-bridge's configuration: one struct of defaults (each field documented),
+// loaded from one YAML file, overridden by flags, validated separately with the
+// field path named in every error (`grpc.listen: ...`).
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace duet {
+
+struct TlsConfig {
+  // PEM server certificate chain and key. Both set: gRPC serves TLS.
+  std::string cert_file;
+  std::string key_file;
+  // PEM CA bundle. Set: clients must present a certificate signed by it.
+  std::string client_ca_file;
+};
+
+struct GrpcConfig {
+  // TCP address, "host:port". Empty: no TCP listener.
+  std::string listen = "127.0.0.1:50151";
+  // Unix socket path (node-local clients: the SPANK plugin, duet-node).
+  // Empty: no unix listener.
+  std::string unix_socket;
+  // Largest request the server accepts, in bytes.
+  int max_message_bytes = 4 << 20;
+  // HTTP/2 streams per connection.
+  int max_concurrent_streams = 256;
+  // WatchNodes streams served at once; more are refused (RESOURCE_EXHAUSTED).
+  int max_watch_streams = 256;
+  // On SIGTERM, how long in-flight calls get before they are cancelled.
+  absl::Duration shutdown_grace = absl::Seconds(10);
+  TlsConfig tls;
+};
+
+struct MetricsConfig {
+  // Prometheus /metrics on "host:port". Empty: no metrics endpoint.
+  std::string listen = "127.0.0.1:9464";
+};
+
+struct JournalConfig {
+  // Directory of the write-ahead log and snapshots. Created if missing.
+  std::string dir = "/var/lib/duet/journal";
+  // fdatasync before answering. Off only for throwaway development runs.
+  bool fsync = true;
+  // Records between automatic snapshots (0: never).
+  uint64_t snapshot_every = 100000;
+};
+
+struct InventoryConfig {
+  // Where nodes come from: "file" (a YAML node list) or "embedded" (a small
+  // built-in demo inventory). The Kubernetes watch is the next source.
+  std::string source = "file";
+  // For source "file": the YAML node list.
+  std::string file;
+  // How often the file is checked for changes.
+  absl::Duration reload_period = absl::Seconds(5);
+};
+
+struct Config {
+  GrpcConfig grpc;
+  MetricsConfig metrics;
+  JournalConfig journal;
+  InventoryConfig inventory;
+  // spdlog level: trace, debug, info, warn, error.
+  std::string log_level = "info";
+};
+
+// Parses YAML text over the defaults. Unknown keys and wrong types are
+// INVALID_ARGUMENT naming the key path. Does not validate values.
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text);
+// Reads and parses a file; NOT_FOUND / INVALID_ARGUMENT name the file.
+absl::StatusOr<Config> LoadConfigFile(const std::string& path);
+// Checks values; the first problem is returned with its field path.
+absl::Status ValidateConfig(const Config& config);
+
+// The embedded default used by `duet-bridge --dev`: local listeners, a
+// journal under the given directory, the embedded demo inventory.
+Config DevConfig(const std::string& state_dir);
+
+}  // namespace duet

@@ -1,0 +1,184 @@
+#include "bridge/server/bridge.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
+
+namespace duet {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& field, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(field, ": cannot read ", path));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsConfig& tls) {
+  if (tls.cert_file.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions opts;
+  auto cert = ReadFile("grpc.tls.cert_file", tls.cert_file);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile("grpc.tls.key_file", tls.key_file);
+  if (!key.ok()) return key.status();
+  opts.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!tls.client_ca_file.empty()) {
+    auto ca = ReadFile("grpc.tls.client_ca_file", tls.client_ca_file);
+    if (!ca.ok()) return ca.status();
+    opts.pem_root_certs = *ca;
+    opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(opts);
+}
+
+}  // namespace
+
+Bridge::Bridge(const Config& config) : config_(config) {}
+
+absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
+  std::unique_ptr<Bridge> b(new Bridge(config));
+
+  // 1. The journal restores the ledger (I3/I4) before anything can change it.
+  Journal::Options jopts;
+  jopts.dir = config.journal.dir;
+  jopts.fsync = config.journal.fsync;
+  jopts.snapshot_every = config.journal.snapshot_every;
+  absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(jopts, &b->ledger_);
+  if (!journal.ok()) return journal.status();
+  b->journal_ = std::move(*journal);
+  spdlog::info("journal {}: recovered {} nodes and {} holdings", config.journal.dir,
+               b->ledger_.node_count(), b->ledger_.holding_count());
+  Journal* j = b->journal_.get();
+  b->durability_ = NewWaitingDurability([j](uint64_t seq) { return j->WaitDurable(seq); });
+
+  b->metrics_ = std::make_unique<Metrics>(&b->ledger_);
+  Metrics* m = b->metrics_.get();
+  b->journal_->SetFsyncObserver(
+      [m](double seconds, size_t records, size_t bytes) { m->ObserveFsync(seconds, records, bytes); });
+  b->ledger_.AddListener(&b->hub_);
+
+  // 2. The inventory.
+  if (config.inventory.source == "embedded") {
+    b->inventory_ = NewStaticInventory(EmbeddedInventoryYaml());
+  } else {
+    b->inventory_ = NewFileInventory(config.inventory.file, config.inventory.reload_period);
+  }
+  b->sink_ = std::make_unique<LedgerInventorySink>(&b->ledger_);
+  absl::Status inv = b->inventory_->Start(b->sink_.get());
+  if (!inv.ok()) return inv;
+
+  // 3. Metrics.
+  if (!config.metrics.listen.empty()) {
+    auto exposer = b->metrics_->Serve(config.metrics.listen);
+    if (!exposer.ok()) return exposer.status();
+    b->exposer_ = std::move(*exposer);
+  }
+
+  // 4. gRPC.
+  LedgerService::Options sopts;
+  sopts.max_watch_streams = config.grpc.max_watch_streams;
+  b->service_ = std::make_unique<LedgerService>(&b->ledger_, b->durability_.get(), &b->hub_, m,
+                                                sopts);
+  auto creds = Credentials(config.grpc.tls);
+  if (!creds.ok()) return creds.status();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(config.grpc.max_message_bytes);
+  builder.SetMaxSendMessageSize(64 << 20);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.grpc.max_concurrent_streams);
+  if (!config.grpc.listen.empty()) {
+    builder.AddListeningPort(config.grpc.listen, *creds, &b->grpc_port_);
+  }
+  if (!config.grpc.unix_socket.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(
+        std::filesystem::path(config.grpc.unix_socket).parent_path(), ec);
+    ::unlink(config.grpc.unix_socket.c_str());  // a stale socket from a previous run
+    // Node-local clients authenticate by file permissions; no TLS on the socket.
+    builder.AddListeningPort("unix:" + config.grpc.unix_socket, grpc::InsecureServerCredentials());
+  }
+  builder.RegisterService(b->service_.get());
+  b->server_ = builder.BuildAndStart();
+  if (b->server_ == nullptr || (!config.grpc.listen.empty() && b->grpc_port_ == 0)) {
+    return absl::UnavailableError(absl::StrCat(
+        "grpc: cannot listen on ",
+        config.grpc.listen.empty() ? "" : absl::StrCat("grpc.listen ", config.grpc.listen, " "),
+        config.grpc.unix_socket.empty() ? ""
+                                        : absl::StrCat("grpc.unix_socket ", config.grpc.unix_socket),
+        " (address in use or not permitted?)"));
+  }
+  b->server_->GetHealthCheckService()->SetServingStatus(true);
+  m->SetServing(true);
+  spdlog::info("duet-bridge serving: grpc {} unix {} metrics {}; {} nodes, {} holdings",
+               config.grpc.listen.empty() ? "-" : absl::StrCat("port ", b->grpc_port_),
+               config.grpc.unix_socket.empty() ? "-" : config.grpc.unix_socket,
+               config.metrics.listen.empty() ? "-" : config.metrics.listen,
+               b->ledger_.node_count(), b->ledger_.holding_count());
+  return b;
+}
+
+int Bridge::metrics_port() const {
+  if (exposer_ == nullptr) return 0;
+  auto ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void Bridge::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  spdlog::info("duet-bridge shutting down");
+  if (service_ != nullptr) service_->SetServing(false);
+  if (metrics_ != nullptr) metrics_->SetServing(false);
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    hub_.CloseAll("duet-bridge is shutting down");
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + config_.grpc.shutdown_grace));
+    server_->Wait();
+  }
+  if (inventory_ != nullptr) inventory_->Stop();
+  durability_.reset();  // answers whatever is still waiting
+  ledger_.RemoveListener(&hub_);
+  if (journal_ != nullptr) {
+    absl::Status s = journal_->Flush();
+    if (!s.ok()) spdlog::error("journal flush at shutdown: {}", std::string(s.message()));
+    journal_.reset();
+  }
+  exposer_.reset();
+  spdlog::info("duet-bridge stopped");
+}
+
+Bridge::~Bridge() { Shutdown(); }
+
+int Run(const Config& config) {
+  // Block the signals before any thread starts so every thread inherits the
+  // mask and only sigwait below sees them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  absl::StatusOr<std::unique_ptr<Bridge>> bridge = Bridge::Start(config);
+  if (!bridge.ok()) {
+    spdlog::critical("duet-bridge cannot start: {}", bridge.status().ToString());
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*bridge)->Shutdown();
+  return 0;
+}
+
+}  // namespace duet

@@ -1,0 +1,63 @@
+#pragma once
+
+// duet-bridge, assembled: ledger + journal + inventory + gRPC + metrics.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bridge/config/config.h"
+#include "bridge/inventory/inventory.h"
+#include "bridge/journal/journal.h"
+#include "bridge/ledger/ledger.h"
+#include "bridge/server/durability.h"
+#include "bridge/server/metrics.h"
+#include "bridge/server/service.h"
+#include "grpcpp/server.h"
+#include "prometheus/exposer.h"
+
+namespace duet {
+
+// Thread-safety: Start and Shutdown are called from one thread; the parts
+// they own are thread-safe themselves.
+class Bridge {
+ public:
+  // Recovers the journal, loads the inventory, binds the listeners. Errors
+  // name what failed (file, offset, address). `config` must be valid.
+  static absl::StatusOr<std::unique_ptr<Bridge>> Start(const Config& config);
+  ~Bridge();
+
+  // Graceful: refuse new work, close watch streams, let in-flight calls finish
+  // (up to grpc.shutdown_grace), flush the journal. Idempotent.
+  void Shutdown();
+
+  // The bound TCP port (useful with "host:0"), or 0 without a TCP listener.
+  int grpc_port() const { return grpc_port_; }
+  // The bound metrics port, or 0 without a metrics endpoint.
+  int metrics_port() const;
+  Ledger* ledger() { return &ledger_; }
+  Metrics* metrics() { return metrics_.get(); }
+
+ private:
+  explicit Bridge(const Config& config);
+
+  const Config config_;
+  Ledger ledger_;
+  WatchHub hub_;
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<Durability> durability_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<LedgerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<InventorySource> inventory_;
+  std::unique_ptr<LedgerInventorySink> sink_;
+  int grpc_port_ = 0;
+  bool shut_down_ = false;
+};
+
+// Starts the bridge, waits for SIGTERM or SIGINT, shuts down gracefully.
+// Returns the process exit code (0 clean, 1 start-up failure).
+int Run(const Config& config);
+
+}  // namespace duet

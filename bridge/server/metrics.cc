@@ -1,0 +1,226 @@
+#include "bridge/server/metrics.h"
+
+#include <map>
+#include <tuple>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
+
+namespace duet {
+namespace {
+
+const char* OwnerKindLabel(const Owner& o) {
+  switch (o.kind) {
+    case OwnerKind::kSlurmJob:
+      return "slurm_job";
+    case OwnerKind::kSlurmStep:
+      return "slurm_step";
+    case OwnerKind::kPod:
+      return "pod";
+    case OwnerKind::kPlaceholder:
+      return "placeholder";
+  }
+  return "unknown";
+}
+
+prometheus::MetricFamily GaugeFamily(std::string name, std::string help) {
+  prometheus::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = prometheus::MetricType::Gauge;
+  return f;
+}
+
+void AddGauge(prometheus::MetricFamily* f, std::vector<prometheus::ClientMetric::Label> labels,
+              double value) {
+  prometheus::ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  f->metric.push_back(std::move(m));
+}
+
+}  // namespace
+
+std::string CodeLabel(absl::StatusCode code) {
+  return absl::AsciiStrToLower(absl::StatusCodeToString(code));
+}
+
+// Reads a ledger snapshot at scrape time. Shares of a device count as
+// fractions of a device (milli / 1000).
+class Metrics::LedgerCollector final : public prometheus::Collectable {
+ public:
+  explicit LedgerCollector(const Ledger* ledger) : ledger_(ledger) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    LedgerSnapshot snap = ledger_->Snapshot();
+    auto devices = GaugeFamily("duet_devices",
+                               "Devices by node, kind, model and holder class (slurm, pod, free); "
+                               "shared devices count as fractions");
+    auto nodes = GaugeFamily("duet_nodes", "Nodes in the ledger by state");
+    std::map<std::string, int> by_state;
+    for (const auto& view : snap.nodes) {
+      ++by_state[NodeStateName(view->spec.state)];
+      // (kind, model) -> milli held by slurm, pods, free
+      std::map<std::pair<std::string, std::string>, std::tuple<double, double, double>> sums;
+      for (const DeviceState& d : view->devices) {
+        auto& [slurm, pods, free] = sums[{DeviceKindName(d.spec.kind), d.spec.model}];
+        // Charge each owner group its largest share, to the group's class.
+        std::vector<const DeviceUse*> groups;
+        for (const DeviceUse& u : d.uses) {
+          bool merged = false;
+          for (const DeviceUse*& g : groups) {
+            if (g->owner->SameGroup(*u.owner)) {
+              if (u.milli > g->milli) g = &u;
+              merged = true;
+            }
+          }
+          if (!merged) groups.push_back(&u);
+        }
+        for (const DeviceUse* g : groups) {
+          (g->owner->holder_class() == HolderClass::kSlurm ? slurm : pods) += g->milli / 1000.0;
+        }
+        free += d.free_milli() / 1000.0;
+      }
+      for (const auto& [key, v] : sums) {
+        const auto& [slurm, pods, free] = v;
+        const std::string& node = view->spec.name;
+        AddGauge(&devices, {{"node", node}, {"kind", key.first}, {"model", key.second}, {"holder", "slurm"}}, slurm);
+        AddGauge(&devices, {{"node", node}, {"kind", key.first}, {"model", key.second}, {"holder", "pod"}}, pods);
+        AddGauge(&devices, {{"node", node}, {"kind", key.first}, {"model", key.second}, {"holder", "free"}}, free);
+      }
+    }
+    for (const char* state : {"ready", "cordoned", "not-ready", "gone"}) {
+      AddGauge(&nodes, {{"state", state}}, by_state[state]);
+    }
+    auto holdings = GaugeFamily("duet_holdings", "Live holdings in the ledger");
+    AddGauge(&holdings, {}, static_cast<double>(ledger_->holding_count()));
+    auto seq = GaugeFamily("duet_ledger_sequence", "Sequence number of the last ledger change");
+    AddGauge(&seq, {}, static_cast<double>(snap.seq));
+    return {std::move(devices), std::move(nodes), std::move(holdings), std::move(seq)};
+  }
+
+ private:
+  const Ledger* const ledger_;
+};
+
+Metrics::Metrics(const Ledger* ledger)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      ledger_collector_(std::make_shared<LedgerCollector>(ledger)) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  rpc_latency_ = &BuildHistogram()
+                      .Name("duet_rpc_duration_seconds")
+                      .Help("gRPC handling time by method, from request to answer")
+                      .Register(*registry_);
+  rpc_total_ = &BuildCounter()
+                    .Name("duet_rpc_total")
+                    .Help("gRPC calls by method and result code")
+                    .Register(*registry_);
+  grants_ = &BuildCounter()
+                 .Name("duet_holdings_granted_total")
+                 .Help("Holdings granted, by owner kind")
+                 .Register(*registry_);
+  releases_ = &BuildCounter()
+                   .Name("duet_holdings_released_total")
+                   .Help("Holdings released, by owner kind")
+                   .Register(*registry_);
+  refusals_ = &BuildCounter()
+                   .Name("duet_holdings_refused_total")
+                   .Help("Hold requests refused, by reason")
+                   .Register(*registry_);
+  for (absl::StatusCode c :
+       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kNotFound,
+        absl::StatusCode::kAlreadyExists, absl::StatusCode::kResourceExhausted,
+        absl::StatusCode::kFailedPrecondition, absl::StatusCode::kAborted,
+        absl::StatusCode::kUnavailable}) {
+    refusals_->Add({{"reason", CodeLabel(c)}});
+  }
+  fsync_latency_ = &BuildHistogram()
+                        .Name("duet_journal_fsync_duration_seconds")
+                        .Help("Journal write+fdatasync time per group commit")
+                        .Register(*registry_)
+                        .Add({}, prometheus::Histogram::BucketBoundaries{
+                                     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                     0.05, 0.1, 0.25, 1});
+  fsync_batch_ = &BuildHistogram()
+                      .Name("duet_journal_commit_records")
+                      .Help("Records per group commit")
+                      .Register(*registry_)
+                      .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64,
+                                                                        128, 256, 1024});
+  journal_bytes_ = &BuildCounter()
+                        .Name("duet_journal_written_bytes_total")
+                        .Help("Bytes appended to the journal")
+                        .Register(*registry_)
+                        .Add({});
+  journal_records_ = &BuildCounter()
+                          .Name("duet_journal_records_total")
+                          .Help("Records appended to the journal")
+                          .Register(*registry_)
+                          .Add({});
+  watch_streams_ = &BuildGauge()
+                        .Name("duet_watch_streams")
+                        .Help("Open WatchNodes streams")
+                        .Register(*registry_)
+                        .Add({});
+  serving_ = &BuildGauge()
+                  .Name("duet_serving")
+                  .Help("1 while the bridge grants holdings, 0 when it cannot (journal failed, "
+                        "shutting down)")
+                  .Register(*registry_)
+                  .Add({});
+}
+
+void Metrics::ObserveRpc(const std::string& method, absl::StatusCode code, double seconds) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1};
+  rpc_latency_->Add({{"method", method}}, kBuckets).Observe(seconds);
+  rpc_total_->Add({{"method", method}, {"code", CodeLabel(code)}}).Increment();
+}
+
+void Metrics::CountGrant(const Owner& owner) {
+  grants_->Add({{"owner_kind", OwnerKindLabel(owner)}}).Increment();
+}
+
+void Metrics::CountRelease(const Owner& owner) {
+  releases_->Add({{"owner_kind", OwnerKindLabel(owner)}}).Increment();
+}
+
+void Metrics::CountRefusal(absl::StatusCode code) {
+  refusals_->Add({{"reason", CodeLabel(code)}}).Increment();
+}
+
+void Metrics::ObserveFsync(double seconds, size_t records, size_t bytes) {
+  fsync_latency_->Observe(seconds);
+  fsync_batch_->Observe(static_cast<double>(records));
+  journal_bytes_->Increment(static_cast<double>(bytes));
+  journal_records_->Increment(static_cast<double>(records));
+}
+
+void Metrics::SetWatchStreams(int streams) { watch_streams_->Set(streams); }
+void Metrics::SetServing(bool serving) { serving_->Set(serving ? 1 : 0); }
+
+std::string Metrics::Render() const {
+  std::vector<prometheus::MetricFamily> all = registry_->Collect();
+  for (auto& f : ledger_collector_->Collect()) all.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(all);
+}
+
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> Metrics::Serve(const std::string& listen) {
+  // prometheus-cpp (civetweb) throws when the port cannot be bound.
+  try {
+    auto exposer = std::make_unique<prometheus::Exposer>(listen, 2);
+    exposer->RegisterCollectable(registry_);
+    exposer->RegisterCollectable(ledger_collector_);
+    return exposer;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics.listen ", listen, ": cannot serve /metrics: ", e.what()));
+  }
+}
+
+}  // namespace duet

@@ -1,0 +1,71 @@
+#pragma once
+
+// duet-bridge's Prometheus metrics (all prefixed `duet_`).
+//
+// Gauges that mirror ledger state (devices by node/kind/model/holder, nodes,
+// holdings) are computed at scrape time from a ledger snapshot by a
+// Collectable; counters and histograms are created once here.
+//
+// Thread-safety: every method may be called from any thread (prometheus-cpp
+// metrics are atomic; the family maps are filled at construction).
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bridge/ledger/ledger.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace duet {
+
+class Metrics {
+ public:
+  // `ledger` must outlive this object.
+  explicit Metrics(const Ledger* ledger);
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // RPC latency (seconds) by method, and the result code.
+  void ObserveRpc(const std::string& method, absl::StatusCode code, double seconds);
+  void CountGrant(const Owner& owner);
+  void CountRelease(const Owner& owner);
+  // A refused Hold, by reason (the status code, lower-case).
+  void CountRefusal(absl::StatusCode code);
+  void ObserveFsync(double seconds, size_t records, size_t bytes);
+  void SetWatchStreams(int streams);
+  void SetServing(bool serving);
+
+  // Every family in the text exposition format (what /metrics serves).
+  std::string Render() const;
+
+  // Serves /metrics on `listen` ("host:port"). Errors name the address.
+  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> Serve(const std::string& listen);
+
+ private:
+  class LedgerCollector;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<LedgerCollector> ledger_collector_;
+  prometheus::Family<prometheus::Histogram>* rpc_latency_;
+  prometheus::Family<prometheus::Counter>* rpc_total_;
+  prometheus::Family<prometheus::Counter>* grants_;
+  prometheus::Family<prometheus::Counter>* releases_;
+  prometheus::Family<prometheus::Counter>* refusals_;
+  prometheus::Histogram* fsync_latency_;
+  prometheus::Histogram* fsync_batch_;
+  prometheus::Counter* journal_bytes_;
+  prometheus::Counter* journal_records_;
+  prometheus::Gauge* watch_streams_;
+  prometheus::Gauge* serving_;
+};
+
+// "ok", "invalid_argument", "resource_exhausted", ...
+std::string CodeLabel(absl::StatusCode code);
+
+}  // namespace duet

@@ -1,0 +1,358 @@
+#include "bridge/server/service.h"
+
+#include <deque>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "bridge/api/convert.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace duet {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+google::protobuf::Timestamp NowProto() {
+  return google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// WatchHub
+
+void WatchHub::Add(Subscriber* s) {
+  absl::MutexLock lock(&mu_);
+  subscribers_.insert(s);
+}
+
+void WatchHub::Remove(Subscriber* s) {
+  absl::MutexLock lock(&mu_);
+  subscribers_.erase(s);
+}
+
+void WatchHub::OnChange(const Change& change) {
+  const v1::NodeEvent::Type type =
+      change.erased ? v1::NodeEvent::TYPE_REMOVED : v1::NodeEvent::TYPE_UPDATED;
+  absl::MutexLock lock(&mu_);
+  for (Subscriber* s : subscribers_) s->Push(type, *change.view);
+}
+
+void WatchHub::CloseAll(const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  for (Subscriber* s : subscribers_) s->Close(why);
+}
+
+// ---------------------------------------------------------------------------
+// WatchNodes: one reactor per stream. Events queue up to a bound; past it the
+// queue is dropped and the client gets TYPE_RESYNC followed by fresh state of
+// every watched node. Per node, an event older than what was already sent is
+// skipped, so the initial state and racing updates never go backwards.
+//
+// Thread-safety: `mu_` guards the queue and the write state. Push runs under
+// the ledger's lock; OnWriteDone/OnCancel/OnDone run on gRPC threads.
+
+class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::NodeEvent>,
+                                          public WatchHub::Subscriber {
+ public:
+  WatchReactor(LedgerService* service, std::set<std::string> names)
+      : service_(service), names_(std::move(names)) {}
+
+  // Subscribes, then queues the current state ahead of any update that raced
+  // in; updates no newer than that state are skipped by generation.
+  void Begin(const Ledger* ledger) {
+    service_->hub_->Add(this);
+    subscribed_ = true;
+    LedgerSnapshot snap = ledger->Snapshot();
+    absl::MutexLock lock(&mu_);
+    std::deque<Event> initial;
+    for (const auto& v : snap.nodes) {
+      if (names_.empty() || names_.count(v->spec.name)) {
+        initial.push_back({v1::NodeEvent::TYPE_INITIAL, v});
+      }
+    }
+    queue_.insert(queue_.begin(), initial.begin(), initial.end());
+    started_ = true;
+    MaybeWriteLocked();
+  }
+
+  void Close(const std::string& why) override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+  }
+
+  // Ends the stream before it started (limits, unknown names).
+  void Refuse(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(status);
+  }
+
+  void Push(v1::NodeEvent::Type type, const std::shared_ptr<const NodeView>& view) override {
+    if (!names_.empty() && !names_.count(view->spec.name)) return;
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    if (queue_.size() >= service_->options_.max_watch_queue) {
+      queue_.clear();
+      overflow_ = true;  // handled in OnWriteDone, which is never under the ledger's lock
+      return;
+    }
+    queue_.push_back({type, view});
+    MaybeWriteLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream closed"));
+      return;
+    }
+    if (overflow_) {
+      overflow_ = false;
+      queue_.clear();
+      queue_.push_back({v1::NodeEvent::TYPE_RESYNC, nullptr});
+      sent_generation_.clear();
+      mu_.Unlock();
+      LedgerSnapshot snap = service_->ledger_->Snapshot();  // never under mu_
+      mu_.Lock();
+      for (const auto& v : snap.nodes) {
+        if (names_.empty() || names_.count(v->spec.name)) {
+          queue_.push_back({v1::NodeEvent::TYPE_UPDATED, v});
+        }
+      }
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    if (subscribed_) service_->hub_->Remove(this);
+    const int streams = --service_->watch_streams_;
+    if (service_->metrics_ != nullptr) service_->metrics_->SetWatchStreams(streams);
+    delete this;
+  }
+
+ private:
+  struct Event {
+    v1::NodeEvent::Type type;
+    std::shared_ptr<const NodeView> view;
+  };
+
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (started_ && !writing_ && !finishing_ && !queue_.empty()) {
+      Event e = std::move(queue_.front());
+      queue_.pop_front();
+      current_.Clear();
+      current_.set_type(e.type);
+      *current_.mutable_time() = NowProto();
+      if (e.view != nullptr) {
+        const std::string& name = e.view->spec.name;
+        if (e.type == v1::NodeEvent::TYPE_REMOVED) {
+          sent_generation_.erase(name);
+        } else {
+          auto it = sent_generation_.find(name);
+          if (it != sent_generation_.end() && it->second >= e.view->generation) continue;
+          sent_generation_[name] = e.view->generation;
+        }
+        ToProto(*e.view, current_.mutable_node());
+      }
+      writing_ = true;
+      StartWrite(&current_);
+    }
+  }
+
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finishing_) return;
+    finishing_ = true;
+    queue_.clear();
+    Finish(status);
+  }
+
+  LedgerService* const service_;
+  const std::set<std::string> names_;
+  bool subscribed_ = false;
+  absl::Mutex mu_;
+  std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> sent_generation_ ABSL_GUARDED_BY(mu_);
+  v1::NodeEvent current_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool overflow_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// ---------------------------------------------------------------------------
+// LedgerService
+
+LedgerService::LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub,
+                             Metrics* metrics, Options options)
+    : ledger_(ledger), durability_(durability), hub_(hub), metrics_(metrics), options_(options) {}
+
+void LedgerService::Answer(grpc::ServerUnaryReactor* reactor, const char* method,
+                           absl::Time start, const absl::Status& status) {
+  if (metrics_ != nullptr) {
+    metrics_->ObserveRpc(method, status.code(), absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  reactor->Finish(ToGrpc(status));
+}
+
+grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* ctx,
+                                                   const v1::ListNodesRequest* req,
+                                                   v1::ListNodesResponse* resp) {
+  const absl::Time start = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  if (req->names().empty()) {
+    for (const auto& view : ledger_->Snapshot().nodes) ToProto(*view, resp->add_nodes());
+  } else {
+    for (const std::string& name : req->names()) {
+      auto view = ledger_->GetNode(name);
+      if (view == nullptr) {
+        Answer(reactor, "ListNodes", start, absl::NotFoundError(absl::StrCat("unknown node ", name)));
+        return reactor;
+      }
+      ToProto(*view, resp->add_nodes());
+    }
+  }
+  Answer(reactor, "ListNodes", start, absl::OkStatus());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LedgerService::GetNode(grpc::CallbackServerContext* ctx,
+                                                 const v1::GetNodeRequest* req, v1::Node* resp) {
+  const absl::Time start = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  if (req->name().empty()) {
+    Answer(reactor, "GetNode", start, absl::InvalidArgumentError("name: must be set"));
+    return reactor;
+  }
+  auto view = ledger_->GetNode(req->name());
+  if (view == nullptr) {
+    Answer(reactor, "GetNode", start, absl::NotFoundError(absl::StrCat("unknown node ", req->name())));
+    return reactor;
+  }
+  ToProto(*view, resp);
+  Answer(reactor, "GetNode", start, absl::OkStatus());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
+                                              const v1::HoldRequest* req, v1::HoldResponse* resp) {
+  const absl::Time start = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  auto refuse = [&](const absl::Status& s) {
+    if (metrics_ != nullptr) metrics_->CountRefusal(s.code());
+    Answer(reactor, "Hold", start, s);
+    return reactor;
+  };
+  if (!serving()) return refuse(absl::UnavailableError("duet-bridge is not granting holdings"));
+  absl::StatusOr<HoldRequest> request = FromProto(*req);
+  if (!request.ok()) return refuse(request.status());
+  absl::StatusOr<HoldResult> result = ledger_->Hold(*request);
+  if (!result.ok()) return refuse(result.status());
+  ToProto(result->holding, ledger_->GetNode(result->holding.node).get(), resp->mutable_holding());
+  resp->set_created(result->created);
+  const bool created = result->created;
+  const Owner owner = request->owner;
+  durability_->WhenDurable(result->seq, [this, reactor, start, created, owner](absl::Status s) {
+    if (!s.ok()) {
+      SetServing(false);
+      if (metrics_ != nullptr) metrics_->SetServing(false);
+      Answer(reactor, "Hold", start,
+             absl::UnavailableError(absl::StrCat("the journal could not persist the holding: ",
+                                                 s.message())));
+      return;
+    }
+    if (created && metrics_ != nullptr) metrics_->CountGrant(owner);
+    Answer(reactor, "Hold", start, absl::OkStatus());
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ctx,
+                                                 const v1::ReleaseRequest* req,
+                                                 v1::ReleaseResponse* resp) {
+  const absl::Time start = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  if (!serving()) {
+    Answer(reactor, "Release", start, absl::UnavailableError("duet-bridge is not serving"));
+    return reactor;
+  }
+  absl::StatusOr<Owner> owner = FromProto(req->owner());
+  if (!owner.ok()) {
+    Answer(reactor, "Release", start, owner.status());
+    return reactor;
+  }
+  absl::StatusOr<ReleaseResult> result = ledger_->Release(req->node(), *owner);
+  if (!result.ok()) {
+    Answer(reactor, "Release", start, result.status());
+    return reactor;
+  }
+  resp->set_released(result->released);
+  if (result->released) ToProto(result->holding, resp->mutable_holding());
+  const bool released = result->released;
+  const Owner o = *owner;
+  durability_->WhenDurable(result->seq, [this, reactor, start, released, o](absl::Status s) {
+    if (!s.ok()) {
+      SetServing(false);
+      if (metrics_ != nullptr) metrics_->SetServing(false);
+      Answer(reactor, "Release", start,
+             absl::UnavailableError(absl::StrCat("the journal could not persist the release: ",
+                                                 s.message())));
+      return;
+    }
+    if (released && metrics_ != nullptr) metrics_->CountRelease(o);
+    Answer(reactor, "Release", start, absl::OkStatus());
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListHoldingsRequest* req,
+                                                      v1::ListHoldingsResponse* resp) {
+  const absl::Time start = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  if (!req->node().empty() && ledger_->GetNode(req->node()) == nullptr) {
+    Answer(reactor, "ListHoldings", start,
+           absl::NotFoundError(absl::StrCat("unknown node ", req->node())));
+    return reactor;
+  }
+  std::map<std::string, std::shared_ptr<const NodeView>> views;
+  for (const Holding& h : ledger_->ListHoldings(req->node())) {
+    auto& view = views[h.node];
+    if (view == nullptr) view = ledger_->GetNode(h.node);
+    ToProto(h, view.get(), resp->add_holdings());
+  }
+  Answer(reactor, "ListHoldings", start, absl::OkStatus());
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::NodeEvent>* LedgerService::WatchNodes(
+    grpc::CallbackServerContext* ctx, const v1::WatchNodesRequest* req) {
+  std::set<std::string> names(req->names().begin(), req->names().end());
+  auto* reactor = new WatchReactor(this, names);
+  const int streams = ++watch_streams_;
+  if (metrics_ != nullptr) metrics_->SetWatchStreams(streams);
+  if (streams > options_.max_watch_streams) {
+    reactor->Refuse(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrCat("too many watch streams (max ",
+                                              options_.max_watch_streams, ")")));
+    return reactor;
+  }
+  for (const std::string& n : names) {
+    if (ledger_->GetNode(n) == nullptr) {
+      reactor->Refuse(grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown node ", n)));
+      return reactor;
+    }
+  }
+  reactor->Begin(ledger_);
+  return reactor;
+}
+
+}  // namespace duet

@@ -1,0 +1,92 @@
+#pragma once
+
+// The duet.v1.Ledger gRPC service: a thin boundary that turns protos into
+// ledger calls and Status into gRPC codes. Mutations answer only once their
+// change is durable (Durability). Node changes reach WatchNodes streams
+// through the WatchHub, a ledger ChangeListener.
+
+#include <atomic>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "bridge/ledger/ledger.h"
+#include "bridge/server/durability.h"
+#include "bridge/server/metrics.h"
+#include "duet/v1/duet.grpc.pb.h"
+
+namespace duet {
+
+// Fans ledger changes out to watch streams. Lock order: the ledger's lock
+// (held while OnChange runs) before `mu_` before a subscriber's own lock.
+class WatchHub final : public ChangeListener {
+ public:
+  class Subscriber {
+   public:
+    virtual ~Subscriber() = default;
+    // Called with the ledger's lock held: must only queue.
+    virtual void Push(v1::NodeEvent::Type type, const std::shared_ptr<const NodeView>& view) = 0;
+    // Ends the stream (shutdown). Must not call back into the hub.
+    virtual void Close(const std::string& why) = 0;
+  };
+  void Add(Subscriber* s) ABSL_LOCKS_EXCLUDED(mu_);
+  // After it returns, `s` gets no more Push calls.
+  void Remove(Subscriber* s) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnChange(const Change& change) override ABSL_LOCKS_EXCLUDED(mu_);
+  // Closes every stream (graceful shutdown).
+  void CloseAll(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Mutex mu_;
+  std::set<Subscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
+};
+
+class LedgerService final : public v1::Ledger::CallbackService {
+ public:
+  struct Options {
+    int max_watch_streams = 256;
+    // Events queued per watch stream before it is told to resync.
+    size_t max_watch_queue = 4096;
+  };
+  // All pointers must outlive the service. `metrics` may be null.
+  LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub, Metrics* metrics,
+                Options options);
+
+  // While not serving (journal failed, shutting down) mutations are refused
+  // with UNAVAILABLE; reads go on.
+  void SetServing(bool serving) { serving_.store(serving); }
+  bool serving() const { return serving_.load(); }
+
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
+                                      const v1::ListNodesRequest* req,
+                                      v1::ListNodesResponse* resp) override;
+  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* ctx,
+                                    const v1::GetNodeRequest* req, v1::Node* resp) override;
+  grpc::ServerUnaryReactor* Hold(grpc::CallbackServerContext* ctx, const v1::HoldRequest* req,
+                                 v1::HoldResponse* resp) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
+                                    const v1::ReleaseRequest* req,
+                                    v1::ReleaseResponse* resp) override;
+  grpc::ServerUnaryReactor* ListHoldings(grpc::CallbackServerContext* ctx,
+                                         const v1::ListHoldingsRequest* req,
+                                         v1::ListHoldingsResponse* resp) override;
+  grpc::ServerWriteReactor<v1::NodeEvent>* WatchNodes(grpc::CallbackServerContext* ctx,
+                                                      const v1::WatchNodesRequest* req) override;
+
+ private:
+  class WatchReactor;
+  // Finishes `reactor` with `status`, recording latency and code.
+  void Answer(grpc::ServerUnaryReactor* reactor, const char* method, absl::Time start,
+              const absl::Status& status);
+
+  Ledger* const ledger_;
+  Durability* const durability_;
+  WatchHub* const hub_;
+  Metrics* const metrics_;
+  const Options options_;
+  std::atomic<bool> serving_{true};
+  std::atomic<int> watch_streams_{0};
+};
+
+}  // namespace duet
