@@ -4,7 +4,9 @@
 
 #include "duetctl/cli.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -221,7 +223,7 @@ TEST_F(CliTest, HoldsOnOneNode) {
   EXPECT_THAT(lines[0], StartsWith("NODE    OWNER           DEVICES     SINCE"));
   EXPECT_THAT(lines[1], StartsWith("gke-a   job 12 step 0   gpu0-1      "));
   EXPECT_THAT(lines[2], StartsWith("gke-a   pod ml/infer    gpu2@500m   "));
-  EXPECT_THAT(lines[2], testing::EndsWith("s"));  // granted just now: "0s" or "1s"
+  EXPECT_THAT(lines[2], ::testing::EndsWith("s"));  // granted just now: "0s" or "1s"
 }
 
 TEST_F(CliTest, HoldsEverywhereAsJson) {

@@ -95,9 +95,9 @@ TEST_F(ClientTest, UnreachableServerSaysWhereAndWhatToDo) {
   Client client = Connect(server);
   auto nodes = client.ListNodes({});
   EXPECT_EQ(nodes.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(nodes.status().message(),
+  EXPECT_THAT(std::string(nodes.status().message()),
               StartsWith(absl::StrCat("cannot reach duet-bridge at ", server, ": ")));
-  EXPECT_THAT(nodes.status().message(),
+  EXPECT_THAT(std::string(nodes.status().message()),
               HasSubstr(". Is it running? Set --server or DUET_SERVER."));
 }
 
@@ -154,7 +154,7 @@ TEST_F(ClientTest, WatchOfUnreachableServerEndsWithTheCannotReachMessage) {
   v1::NodeEvent event;
   EXPECT_EQ(watch->Next(absl::Seconds(10), &event), NodeWatch::Result::kDone);
   EXPECT_EQ(watch->status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(watch->status().message(), StartsWith("cannot reach duet-bridge at unix:///tmp/"));
+  EXPECT_THAT(std::string(watch->status().message()), StartsWith("cannot reach duet-bridge at unix:///tmp/"));
 }
 
 TEST(MakeChannel, TlsFlagsMustBeConsistent) {
@@ -162,13 +162,13 @@ TEST(MakeChannel, TlsFlagsMustBeConsistent) {
   o.cert_file = "c.pem";
   auto r = MakeChannel(o);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), HasSubstr("--cert-file and --key-file"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("--cert-file and --key-file"));
   o.key_file = "k.pem";
   r = MakeChannel(o);
-  EXPECT_THAT(r.status().message(), HasSubstr("need --ca-file"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("need --ca-file"));
   o.ca_file = "/nonexistent/ca.pem";
   r = MakeChannel(o);
-  EXPECT_THAT(r.status().message(), StartsWith("--ca-file: cannot read /nonexistent/ca.pem"));
+  EXPECT_THAT(std::string(r.status().message()), StartsWith("--ca-file: cannot read /nonexistent/ca.pem"));
 }
 
 TEST(ChannelTarget, BarePathIsAUnixSocket) {
