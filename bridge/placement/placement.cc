@@ -1,0 +1,347 @@
+#include "bridge/placement/placement.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "bridge/placement/node_free.h"
+
+namespace duet::placement {
+namespace {
+
+using internal::DeviceFree;
+using internal::NodeFree;
+
+// How much a unit of packing (fraction of the node's devices in use after the
+// placement) is worth in duet's score, in fragmented whole devices. Small: it
+// breaks ties between nodes whose fragmentation grows alike.
+constexpr double kDuetPackWeight = 0.05;
+
+// Positions (into NodeFree::devices) of the devices a placement takes.
+using Picks = absl::InlinedVector<uint32_t, 8>;
+
+struct Eval {
+  Picks picks;
+  double raw = 0;
+  int score = 0;
+};
+
+int Clamp(double v) {
+  if (!(v > 0)) return 0;  // also NaN
+  if (v > kMaxScore) return kMaxScore;
+  return static_cast<int>(std::lround(v));
+}
+
+bool CheckFits(const NodeView& view, const NodeFree& node, const PodRequest& request,
+               std::string* reason) {
+  if (!node.ready) {
+    if (reason != nullptr) {
+      *reason = absl::StrCat("node ", view.spec.name, ": ", NodeStateName(view.spec.state));
+    }
+    return false;
+  }
+  if (node.cpu_free < static_cast<int64_t>(request.cpu_milli)) {
+    if (reason != nullptr) {
+      *reason = absl::StrCat("node ", view.spec.name, ": ", std::max<int64_t>(node.cpu_free, 0),
+                             "m cpu free, ", request.cpu_milli, "m requested");
+    }
+    return false;
+  }
+  if (node.mem_free < static_cast<int64_t>(request.memory_mib)) {
+    if (reason != nullptr) {
+      *reason = absl::StrCat("node ", view.spec.name, ": ", std::max<int64_t>(node.mem_free, 0),
+                             " MiB memory free, ", request.memory_mib, " MiB requested");
+    }
+    return false;
+  }
+  if (request.count == 0) return true;
+  const uint32_t usable = internal::UsableDevices(node, request);
+  if (usable >= request.count) return true;
+  if (reason != nullptr) {
+    uint32_t of_kind = 0;
+    for (const DeviceFree& d : node.devices) {
+      if (d.kind == request.kind && request.AcceptsModel(*d.model)) ++of_kind;
+    }
+    *reason = absl::StrCat("node ", view.spec.name, ": ", usable, " of ", of_kind, " ",
+                           DeviceKindName(request.kind), " devices",
+                           request.models.empty() ? "" : " of an accepted model", " have ",
+                           request.milli, "m free, ", request.count, " requested");
+  }
+  return false;
+}
+
+// Best fit within the node: the fullest devices that still take the share,
+// then the lowest index (the order the ledger itself would choose).
+Picks PickBestFit(const NodeFree& node, const PodRequest& request) {
+  Picks usable;
+  for (uint32_t i = 0; i < node.devices.size(); ++i) {
+    if (internal::DeviceUsable(node.devices[i], request)) usable.push_back(i);
+  }
+  std::stable_sort(usable.begin(), usable.end(), [&](uint32_t a, uint32_t b) {
+    return node.devices[a].free < node.devices[b].free;
+  });
+  usable.resize(request.count);
+  std::sort(usable.begin(), usable.end());
+  return usable;
+}
+
+NodeFree Apply(const NodeFree& node, const PodRequest& request, const Picks& picks) {
+  NodeFree after = node;
+  for (uint32_t p : picks) after.devices[p].free -= request.milli;
+  after.cpu_free -= static_cast<int64_t>(request.cpu_milli);
+  after.mem_free -= static_cast<int64_t>(request.memory_mib);
+  return after;
+}
+
+struct Totals {
+  uint64_t free = 0;
+  uint64_t capacity = 0;
+};
+Totals DeviceTotals(const NodeFree& node, DeviceKind kind) {
+  Totals t;
+  for (const DeviceFree& d : node.devices) {
+    if (d.kind != kind) continue;
+    t.free += d.free;
+    t.capacity += d.capacity;
+  }
+  return t;
+}
+
+// Mean free fraction of devices, CPU and memory (those tracked).
+double FreeFraction(const NodeFree& node, DeviceKind kind) {
+  double sum = 0;
+  int n = 0;
+  const Totals t = DeviceTotals(node, kind);
+  if (t.capacity > 0) {
+    sum += static_cast<double>(t.free) / static_cast<double>(t.capacity);
+    ++n;
+  }
+  if (node.cpu_capacity > 0) {
+    sum += static_cast<double>(std::max<int64_t>(node.cpu_free, 0)) / node.cpu_capacity;
+    ++n;
+  }
+  if (node.mem_capacity > 0) {
+    sum += static_cast<double>(std::max<int64_t>(node.mem_free, 0)) / node.mem_capacity;
+    ++n;
+  }
+  return n == 0 ? 0 : sum / n;
+}
+
+double CpuFreeFraction(const NodeFree& node) {
+  if (node.cpu_capacity <= 0) return 0;
+  return static_cast<double>(std::max<int64_t>(node.cpu_free, 0)) / node.cpu_capacity;
+}
+
+double Frag(const NodeFree& node, const PodRequest& request, const Workload* workload) {
+  if (workload == nullptr || workload->empty()) return internal::ShapeFragmentation(node, request);
+  return internal::WorkloadFragmentation(node, *workload);
+}
+
+// Fragmentation-aware device choice for a shared pod: the device whose use
+// makes the node's fragmentation grow least; ties go to the fuller device.
+// Returns the fragmentation after.
+double PickLeastFragmenting(const NodeFree& node, const PodRequest& request,
+                            const Workload* workload, Picks* picks) {
+  double best = std::numeric_limits<double>::infinity();
+  uint32_t best_free = 0;
+  absl::InlinedVector<uint32_t, 8> tried;  // free values already measured
+  for (uint32_t i = 0; i < node.devices.size(); ++i) {
+    const DeviceFree& d = node.devices[i];
+    if (!internal::DeviceUsable(d, request)) continue;
+    // Devices with equal free capacity (and model) are interchangeable.
+    bool seen = false;
+    for (uint32_t j : tried) {
+      if (node.devices[j].free == d.free && *node.devices[j].model == *d.model) seen = true;
+    }
+    if (seen) continue;
+    tried.push_back(i);
+    const double f = Frag(Apply(node, request, Picks{i}), request, workload);
+    if (f < best || (f == best && d.free < best_free)) {
+      best = f;
+      best_free = d.free;
+      *picks = Picks{i};
+    }
+  }
+  return best;
+}
+
+Eval EvaluateFree(const NodeFree& node, const PodRequest& request, Policy policy,
+                  const Workload* workload) {
+  Eval e;
+  const bool fragmentation_aware = policy == Policy::kFgd || policy == Policy::kDuet;
+  double frag_after = 0;
+  if (request.count == 0) {
+    // Nothing to pick.
+  } else if (fragmentation_aware && request.shared()) {
+    frag_after = PickLeastFragmenting(node, request, workload, &e.picks);
+  } else {
+    e.picks = PickBestFit(node, request);
+  }
+  const NodeFree after = Apply(node, request, e.picks);
+  if (fragmentation_aware && !(request.shared())) frag_after = Frag(after, request, workload);
+
+  switch (policy) {
+    case Policy::kLeastAllocated:
+      e.raw = FreeFraction(after, request.kind);
+      e.score = Clamp(kMaxScore * e.raw);
+      break;
+    case Policy::kMostAllocated:
+      e.raw = 1 - FreeFraction(after, request.kind);
+      e.score = Clamp(kMaxScore * e.raw);
+      break;
+    case Policy::kBestFit: {
+      const double free_devices = DeviceTotals(after, request.kind).free / double{kWholeDevice};
+      e.raw = -(free_devices + 0.001 * CpuFreeFraction(after));
+      // 0 free devices scores 100; eight or more free scores 0.
+      e.score = Clamp(kMaxScore * (1 - free_devices / 8));
+      break;
+    }
+    case Policy::kFgd:
+    case Policy::kDuet: {
+      // Growth of fragmentation, in whole devices (negative when it shrinks).
+      const double growth = (frag_after - Frag(node, request, workload)) / kWholeDevice;
+      e.raw = -growth;
+      if (policy == Policy::kDuet) {
+        const Totals t = DeviceTotals(after, request.kind);
+        const double used = t.capacity == 0 ? 0 : 1 - static_cast<double>(t.free) / t.capacity;
+        e.raw += kDuetPackWeight * used;
+      }
+      // No growth scores 50; growing by eight devices scores 0, shrinking by
+      // eight scores 100.
+      e.score = Clamp(kMaxScore / 2.0 * (1 + e.raw / 8));
+      break;
+    }
+  }
+  return e;
+}
+
+std::vector<HeldDevice> ToHeld(const NodeFree& node, const PodRequest& request,
+                               const Picks& picks) {
+  std::vector<HeldDevice> held;
+  held.reserve(picks.size());
+  for (uint32_t p : picks) held.push_back({node.devices[p].kind, node.devices[p].index, request.milli});
+  std::sort(held.begin(), held.end(), [](const HeldDevice& a, const HeldDevice& b) {
+    return std::make_pair(a.kind, a.index) < std::make_pair(b.kind, b.index);
+  });
+  return held;
+}
+
+}  // namespace
+
+const char* PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kDuet:
+      return "duet";
+    case Policy::kLeastAllocated:
+      return "spread";
+    case Policy::kMostAllocated:
+      return "most-allocated";
+    case Policy::kBestFit:
+      return "best-fit";
+    case Policy::kFgd:
+      return "fgd";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Policy> ParsePolicy(absl::string_view name) {
+  for (Policy p : {Policy::kDuet, Policy::kLeastAllocated, Policy::kMostAllocated,
+                   Policy::kBestFit, Policy::kFgd}) {
+    if (name == PolicyName(p)) return p;
+  }
+  if (name == "least-allocated") return Policy::kLeastAllocated;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown policy \"", name,
+                   "\"; one of duet, spread, most-allocated, best-fit, fgd"));
+}
+
+bool Fits(const NodeView& view, const NodeLoad& load, const PodRequest& request,
+          std::string* reason) {
+  return CheckFits(view, internal::Summarize(view, load), request, reason);
+}
+
+Scorer::Scorer(Policy policy, const Workload* workload) : policy_(policy), workload_(workload) {}
+
+std::optional<Placement> Scorer::Evaluate(const NodeView& view, const NodeLoad& load,
+                                          const PodRequest& request, std::string* reason) const {
+  const NodeFree node = internal::Summarize(view, load);
+  if (!CheckFits(view, node, request, reason)) return std::nullopt;
+  Eval e = EvaluateFree(node, request, policy_, workload_);
+  Placement p;
+  p.devices = ToHeld(node, request, e.picks);
+  p.raw = e.raw;
+  p.score = e.score;
+  return p;
+}
+
+uint32_t Scorer::SlurmWeight(const NodeView& view, const NodeLoad& load) const {
+  const NodeFree node = internal::Summarize(view, load);
+  if (!node.ready) return kMaxSlurmWeight;
+  if (policy_ == Policy::kDuet || policy_ == Policy::kBestFit) {
+    // Slurm tries nodes in weight order and takes the first that fits, so
+    // ordering by free device milli makes its choice a best fit: the node
+    // with the least room that still takes the job. Fully used nodes come
+    // first, where CPU-only jobs cost no device capacity.
+    const Totals t = DeviceTotals(node, DeviceKind::kGpu);
+    return static_cast<uint32_t>(std::min<uint64_t>(1 + t.free, kMaxSlurmWeight));
+  }
+  double score_sum = 0;
+  double weight_sum = 0;
+  auto add = [&](const PodRequest& shape, double weight) {
+    if (!internal::ShapeFits(node, shape)) return;
+    score_sum += weight * EvaluateFree(node, shape, policy_, workload_).score;
+    weight_sum += weight;
+  };
+  if (workload_ != nullptr && !workload_->empty()) {
+    for (const Workload::Shape& s : workload_->shapes()) add(s.request, s.weight);
+  } else {
+    PodRequest one;
+    one.count = 1;
+    add(one, 1);
+  }
+  if (weight_sum == 0) return kMaxSlurmWeight;
+  const double mean = score_sum / weight_sum;  // 0..kMaxScore
+  const double w = 1 + (kMaxScore - mean) / kMaxScore * (kMaxSlurmWeight - 1);
+  return static_cast<uint32_t>(std::clamp<double>(std::lround(w), 1, kMaxSlurmWeight));
+}
+
+int Score(const NodeView& view, const NodeLoad& load, const PodRequest& request,
+          const Scorer& scorer) {
+  std::optional<Placement> p = scorer.Evaluate(view, load, request);
+  return p.has_value() ? p->score : 0;
+}
+
+uint32_t SlurmWeight(const NodeView& view, const NodeLoad& load, const Scorer& scorer) {
+  return scorer.SlurmWeight(view, load);
+}
+
+std::optional<NodeChoice> SelectNode(absl::Span<const std::shared_ptr<const NodeView>> nodes,
+                                     absl::Span<const NodeLoad> loads, const PodRequest& request,
+                                     const Scorer& scorer, const std::vector<uint32_t>* only) {
+  std::optional<NodeChoice> best;
+  NodeFree best_node;
+  Picks best_picks;
+  auto consider = [&](size_t i) {
+    if (nodes[i] == nullptr) return;
+    NodeFree node = internal::Summarize(*nodes[i], loads[i]);
+    if (!CheckFits(*nodes[i], node, request, nullptr)) return;
+    Eval e = EvaluateFree(node, request, scorer.policy(), scorer.workload());
+    if (best.has_value() && !(e.raw > best->placement.raw)) return;
+    best = NodeChoice{i, Placement{{}, e.raw, e.score}};
+    best_node = std::move(node);
+    best_picks = std::move(e.picks);
+  };
+  if (only != nullptr) {
+    for (uint32_t i : *only) {
+      if (i < nodes.size()) consider(i);
+    }
+  } else {
+    for (size_t i = 0; i < nodes.size(); ++i) consider(i);
+  }
+  if (best.has_value()) best->placement.devices = ToHeld(best_node, request, best_picks);
+  return best;
+}
+
+}  // namespace duet::placement

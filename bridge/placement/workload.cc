@@ -1,0 +1,144 @@
+#include "bridge/placement/workload.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "bridge/placement/node_free.h"
+
+namespace duet::placement {
+
+bool PodRequest::AcceptsModel(const std::string& model) const {
+  if (models.empty()) return true;
+  return std::find(models.begin(), models.end(), model) != models.end();
+}
+
+absl::Status ValidatePodRequest(const PodRequest& request) {
+  if (request.count == 0) return absl::OkStatus();
+  if (request.milli == 0 || request.milli > kWholeDevice) {
+    return absl::InvalidArgumentError("pod.milli: must be 1..1000 per device");
+  }
+  if (request.milli < kWholeDevice && request.count != 1) {
+    return absl::InvalidArgumentError("pod.milli: a share of a device needs count == 1");
+  }
+  return absl::OkStatus();
+}
+
+namespace internal {
+
+NodeFree Summarize(const NodeView& view, const NodeLoad& load) {
+  NodeFree n;
+  for (const DeviceState& d : view.devices) {
+    n.devices.push_back(
+        {d.spec.kind, d.spec.index, d.free_milli(), d.spec.capacity_milli, &d.spec.model});
+  }
+  if (view.spec.cpus == 0) {
+    n.cpu_free = kUntracked;
+  } else {
+    n.cpu_capacity = int64_t{view.spec.cpus} * 1000;
+    n.cpu_free = n.cpu_capacity - static_cast<int64_t>(load.cpu_milli);
+  }
+  if (view.spec.memory_mib == 0) {
+    n.mem_free = kUntracked;
+  } else {
+    n.mem_capacity = static_cast<int64_t>(view.spec.memory_mib);
+    n.mem_free = n.mem_capacity - static_cast<int64_t>(load.memory_mib);
+  }
+  n.ready = view.spec.state == NodeState::kReady;
+  return n;
+}
+
+uint32_t UsableDevices(const NodeFree& node, const PodRequest& request) {
+  uint32_t usable = 0;
+  for (const DeviceFree& d : node.devices) usable += DeviceUsable(d, request) ? 1 : 0;
+  return usable;
+}
+
+bool ShapeFits(const NodeFree& node, const PodRequest& request) {
+  if (node.cpu_free < static_cast<int64_t>(request.cpu_milli) ||
+      node.mem_free < static_cast<int64_t>(request.memory_mib)) {
+    return false;
+  }
+  return request.count == 0 || UsableDevices(node, request) >= request.count;
+}
+
+double ShapeFragmentation(const NodeFree& node, const PodRequest& shape) {
+  uint64_t idle = 0;
+  uint64_t unusable = 0;
+  uint32_t usable = 0;
+  for (const DeviceFree& d : node.devices) {
+    if (d.kind != shape.kind) continue;
+    idle += d.free;
+    if (shape.count > 0 && DeviceUsable(d, shape)) {
+      ++usable;
+    } else {
+      unusable += d.free;
+    }
+  }
+  // A shape with no devices never uses device capacity: all of it is
+  // fragmented for it (as in the FGD paper).
+  if (shape.count == 0 || usable < shape.count ||
+      node.cpu_free < static_cast<int64_t>(shape.cpu_milli) ||
+      node.mem_free < static_cast<int64_t>(shape.memory_mib)) {
+    return static_cast<double>(idle);
+  }
+  return static_cast<double>(unusable);
+}
+
+double WorkloadFragmentation(const NodeFree& node, const Workload& workload) {
+  double f = 0;
+  for (const Workload::Shape& s : workload.shapes()) f += s.weight * ShapeFragmentation(node, s.request);
+  return f;
+}
+
+}  // namespace internal
+
+Workload::Workload(std::vector<Shape> shapes) {
+  double total = 0;
+  for (const Shape& s : shapes) {
+    if (s.weight > 0) total += s.weight;
+  }
+  for (Shape& s : shapes) {
+    if (s.weight <= 0) continue;
+    s.weight /= total;
+    shapes_.push_back(std::move(s));
+  }
+}
+
+Workload Workload::FromPods(const std::vector<PodRequest>& pods, double coverage) {
+  using Key = std::tuple<DeviceKind, uint32_t, uint32_t, std::vector<std::string>, uint64_t>;
+  std::map<Key, size_t> counts;
+  for (const PodRequest& p : pods) {
+    std::vector<std::string> models = p.models;
+    std::sort(models.begin(), models.end());
+    const uint32_t milli = p.count == 0 ? 0 : p.milli;
+    ++counts[Key{p.kind, p.count, milli, std::move(models), p.cpu_milli}];
+  }
+  std::vector<std::pair<size_t, const Key*>> order;
+  for (const auto& [key, n] : counts) order.emplace_back(n, &key);
+  // Most frequent first; equal counts keep the map's (smaller shape first) order.
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<Shape> shapes;
+  size_t covered = 0;
+  for (const auto& [n, key] : order) {
+    if (!pods.empty() && static_cast<double>(covered) >= coverage * pods.size()) break;
+    Shape s;
+    s.request.kind = std::get<0>(*key);
+    s.request.count = std::get<1>(*key);
+    s.request.milli = s.request.count == 0 ? kWholeDevice : std::get<2>(*key);
+    s.request.models = std::get<3>(*key);
+    s.request.cpu_milli = std::get<4>(*key);
+    s.weight = static_cast<double>(n);
+    shapes.push_back(std::move(s));
+    covered += n;
+  }
+  return Workload(std::move(shapes));
+}
+
+double Fragmentation(const NodeView& view, const NodeLoad& load, const Workload& workload) {
+  return internal::WorkloadFragmentation(internal::Summarize(view, load), workload);
+}
+
+}  // namespace duet::placement

@@ -1,0 +1,50 @@
+#pragma once
+
+// The workload a cluster expects: the pod shapes that make up most of its
+// pods, with their frequencies. Fragmentation is measured against it (the
+// "target workload" of the FGD paper, Weng et al., ATC'23): a node's free
+// device capacity is fragmented for a shape when the shape cannot use it.
+
+#include <cstdint>
+#include <vector>
+
+#include "bridge/ledger/types.h"
+#include "bridge/placement/request.h"
+
+namespace duet::placement {
+
+class Workload {
+ public:
+  struct Shape {
+    // Device count, milli per device, models and CPU; memory is not part of a
+    // shape and is left 0.
+    PodRequest request;
+    // Frequency; the weights of a workload sum to 1.
+    double weight = 0;
+  };
+
+  Workload() = default;
+  // Weights are normalised to sum to 1; shapes with weight <= 0 are dropped.
+  explicit Workload(std::vector<Shape> shapes);
+
+  // The most frequent shapes of `pods` (kind, count, milli, models, CPU) that
+  // together cover at least `coverage` (0..1] of them; ties in frequency go
+  // to the smaller shape, so the result is deterministic.
+  static Workload FromPods(const std::vector<PodRequest>& pods, double coverage = 0.95);
+
+  const std::vector<Shape>& shapes() const { return shapes_; }
+  bool empty() const { return shapes_.empty(); }
+
+ private:
+  std::vector<Shape> shapes_;
+};
+
+// Expected fragmented device milli-units on a node for `workload`: for each
+// shape, all the node's free milli when the shape cannot run there (too few
+// devices with room, wrong model, not enough CPU or memory; a shape with no
+// devices counts all free milli too), otherwise the free milli of the devices
+// that cannot take one of its per-device shares; weighted by frequency.
+// Devices of kinds other than the shapes' count as free only for their kind.
+double Fragmentation(const NodeView& view, const NodeLoad& load, const Workload& workload);
+
+}  // namespace duet::placement
