@@ -1,0 +1,90 @@
+#include "bridge/config/config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace duet {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, EmptyFileGivesTheDefaults) {
+  auto c = ParseConfig("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->grpc.listen, "127.0.0.1:50151");
+  EXPECT_TRUE(c->journal.fsync);
+  EXPECT_EQ(c->inventory.source, "file");
+}
+
+TEST(ConfigTest, FieldsOverrideDefaults) {
+  auto c = ParseConfig(R"(
+grpc:
+  listen: 0.0.0.0:7000
+  unix_socket: /run/duet/bridge.sock
+  max_message_bytes: 65536
+  shutdown_grace: 3s
+  tls: {cert_file: a.crt, key_file: a.key, client_ca_file: ca.crt}
+journal: {dir: /var/lib/duet, fsync: false, snapshot_every: 10}
+inventory: {source: file, file: nodes.yaml, reload_period: 500ms}
+metrics: {listen: ""}
+log_level: debug
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->grpc.listen, "0.0.0.0:7000");
+  EXPECT_EQ(c->grpc.max_message_bytes, 65536);
+  EXPECT_EQ(c->grpc.shutdown_grace, absl::Seconds(3));
+  EXPECT_EQ(c->grpc.tls.client_ca_file, "ca.crt");
+  EXPECT_FALSE(c->journal.fsync);
+  EXPECT_EQ(c->journal.snapshot_every, 10u);
+  EXPECT_EQ(c->inventory.reload_period, absl::Milliseconds(500));
+  EXPECT_EQ(c->metrics.listen, "");
+  EXPECT_TRUE(ValidateConfig(*c).ok()) << ValidateConfig(*c);
+}
+
+TEST(ConfigTest, ParseErrorsNameTheKeyPath) {
+  EXPECT_THAT(ParseConfig("grpc: {lisen: x}").status().message(), HasSubstr("grpc.lisen: unknown key"));
+  EXPECT_THAT(ParseConfig("journal: {fsync: maybe}").status().message(),
+              HasSubstr("journal.fsync: must be true or false"));
+  EXPECT_THAT(ParseConfig("grpc: {max_message_bytes: lots}").status().message(),
+              HasSubstr("grpc.max_message_bytes: must be an integer"));
+  EXPECT_THAT(ParseConfig("grpc: {tls: {cert: x}}").status().message(),
+              HasSubstr("grpc.tls.cert: unknown key"));
+  EXPECT_THAT(ParseConfig("inventory: {reload_period: soon}").status().message(),
+              HasSubstr("inventory.reload_period: must be a duration"));
+  EXPECT_THAT(ParseConfig("grpc: [1, 2]").status().message(), HasSubstr("grpc: must be a mapping"));
+  EXPECT_THAT(ParseConfig("grpc: {listen: [").status().message(), HasSubstr("YAML error at line"));
+  EXPECT_THAT(ParseConfig("bogus: 1").status().message(), HasSubstr("bogus: unknown key"));
+}
+
+TEST(ConfigTest, ValidationNamesTheField) {
+  Config c;
+  c.inventory.file = "nodes.yaml";
+  ASSERT_TRUE(ValidateConfig(c).ok());
+  auto bad = [&](auto mutate, const std::string& msg) {
+    Config copy = c;
+    mutate(copy);
+    absl::Status s = ValidateConfig(copy);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr(msg));
+  };
+  bad([](Config& x) { x.grpc.listen = "nohostport"; }, "grpc.listen");
+  bad([](Config& x) { x.grpc.listen = ""; }, "grpc: one of listen and unix_socket");
+  bad([](Config& x) { x.metrics.listen = "h:99999"; }, "metrics.listen");
+  bad([](Config& x) { x.grpc.max_message_bytes = 10; }, "grpc.max_message_bytes");
+  bad([](Config& x) { x.grpc.tls.cert_file = "a"; }, "grpc.tls: cert_file and key_file");
+  bad([](Config& x) { x.grpc.tls.client_ca_file = "a"; }, "grpc.tls.client_ca_file");
+  bad([](Config& x) { x.journal.dir = ""; }, "journal.dir");
+  bad([](Config& x) { x.inventory.file = ""; }, "inventory.file");
+  bad([](Config& x) { x.inventory.source = "etcd"; }, "inventory.source");
+  bad([](Config& x) { x.log_level = "loud"; }, "log_level");
+}
+
+TEST(ConfigTest, DevConfigIsValid) {
+  Config c = DevConfig("/tmp/x");
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  EXPECT_EQ(c.inventory.source, "embedded");
+  EXPECT_EQ(c.journal.dir, "/tmp/x/journal");
+}
+
+}  // namespace
+}  // namespace duet
