@@ -1,0 +1,123 @@
+#include "slurm_plugin/bridge_client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpcpp/grpcpp.h"
+
+namespace duet::spank {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, const char* what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+void SetOwner(uint32_t job_id, uint32_t step_id, v1::Owner* owner) {
+  owner->mutable_slurm_step()->set_job_id(job_id);
+  owner->mutable_slurm_step()->set_step_id(step_id);
+}
+
+std::string KindName(v1::DeviceKind k) {
+  return k == v1::DEVICE_KIND_TPU ? "tpu" : k == v1::DEVICE_KIND_GPU ? "gpu" : "device";
+}
+
+std::string OwnerName(const v1::Owner& o) {
+  switch (o.kind_case()) {
+    case v1::Owner::kPod:
+      return absl::StrCat("pod ", o.pod().namespace_(), "/", o.pod().name());
+    case v1::Owner::kPlaceholder:
+      return absl::StrCat("placeholder job ", o.placeholder().job_id(), " of pod uid ",
+                          o.placeholder().pod_uid());
+    case v1::Owner::kSlurmJob:
+      return absl::StrCat("slurm job ", o.slurm_job().job_id());
+    case v1::Owner::kSlurmStep:
+      return absl::StrCat("slurm job ", o.slurm_step().job_id(), " step ",
+                          o.slurm_step().step_id());
+    default:
+      return "unknown owner";
+  }
+}
+
+uint32_t JobOf(const v1::Owner& o) {
+  if (o.has_slurm_job()) return o.slurm_job().job_id();
+  if (o.has_slurm_step()) return o.slurm_step().job_id();
+  return 0;
+}
+
+}  // namespace
+
+BridgeClient::BridgeClient(const std::string& target, int timeout_ms)
+    : channel_(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
+      stub_(v1::Ledger::NewStub(channel_)),
+      timeout_ms_(timeout_ms) {}
+
+BridgeClient::~BridgeClient() = default;
+
+absl::Status BridgeClient::HoldStep(const std::string& node, uint32_t job_id, uint32_t step_id,
+                                    const StepDevices& devices) {
+  v1::HoldRequest req;
+  req.set_node(node);
+  SetOwner(job_id, step_id, req.mutable_owner());
+  auto* list = req.mutable_devices();
+  for (uint32_t g : devices.gpus) {
+    auto* d = list->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(g);
+  }
+  for (uint32_t t : devices.tpus) {
+    auto* d = list->add_devices();
+    d->set_kind(v1::DEVICE_KIND_TPU);
+    d->set_index(t);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
+  v1::HoldResponse resp;
+  return FromGrpc(stub_->Hold(&ctx, req, &resp), "Hold");
+}
+
+absl::Status BridgeClient::ReleaseStep(const std::string& node, uint32_t job_id,
+                                       uint32_t step_id) {
+  v1::ReleaseRequest req;
+  req.set_node(node);
+  SetOwner(job_id, step_id, req.mutable_owner());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
+  v1::ReleaseResponse resp;
+  return FromGrpc(stub_->Release(&ctx, req, &resp), "Release");
+}
+
+absl::StatusOr<std::vector<v1::Holding>> BridgeClient::ListHoldings(const std::string& node) {
+  v1::ListHoldingsRequest req;
+  req.set_node(node);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
+  v1::ListHoldingsResponse resp;
+  absl::Status s = FromGrpc(stub_->ListHoldings(&ctx, req, &resp), "ListHoldings");
+  if (!s.ok()) return s;
+  return std::vector<v1::Holding>(resp.holdings().begin(), resp.holdings().end());
+}
+
+std::string DescribeDevices(const StepDevices& d) {
+  std::vector<std::string> parts;
+  if (!d.gpus.empty()) parts.push_back(absl::StrCat("gpu ", absl::StrJoin(d.gpus, ",")));
+  if (!d.tpus.empty()) parts.push_back(absl::StrCat("tpu ", absl::StrJoin(d.tpus, ",")));
+  return parts.empty() ? "no devices" : absl::StrJoin(parts, "; ");
+}
+
+std::string DescribeOthers(const std::vector<v1::Holding>& holdings, uint32_t job_id) {
+  std::vector<std::string> parts;
+  for (const v1::Holding& h : holdings) {
+    if (job_id != 0 && JobOf(h.owner()) == job_id) continue;
+    std::vector<std::string> devs;
+    for (const v1::HeldDevice& d : h.devices()) {
+      devs.push_back(absl::StrCat(KindName(d.kind()), " ", d.index()));
+    }
+    parts.push_back(absl::StrCat(OwnerName(h.owner()), " holds ", absl::StrJoin(devs, ",")));
+  }
+  return parts.empty() ? "nobody else" : absl::StrJoin(parts, "; ");
+}
+
+}  // namespace duet::spank

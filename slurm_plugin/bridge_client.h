@@ -1,0 +1,51 @@
+#pragma once
+
+// The plugin's calls to duet-bridge (duet.v1.Ledger): register a step's
+// devices, release them, list who holds what on a node.
+//
+// A BridgeClient owns its gRPC channel. slurmstepd forks the tasks after
+// user_init, and gRPC does not survive fork, so the plugin makes a client,
+// makes its calls and destroys it before returning (gRPC's threads go with
+// the last channel); nothing gRPC is alive when the tasks fork.
+//
+// Thread-safety: not thread-safe (one slurmstepd thread uses it).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "duet/v1/duet.grpc.pb.h"
+#include "slurm_plugin/step_devices.h"
+
+namespace duet::spank {
+
+class BridgeClient {
+ public:
+  // `target`: unix:///path or host:port. Each call has `timeout_ms`.
+  BridgeClient(const std::string& target, int timeout_ms);
+  ~BridgeClient();
+
+  // Hold(owner=slurm_step{job, step}, devices). Errors keep the bridge's code
+  // and message (RESOURCE_EXHAUSTED names node, device and holder);
+  // UNAVAILABLE / DEADLINE_EXCEEDED when the bridge cannot be reached.
+  absl::Status HoldStep(const std::string& node, uint32_t job_id, uint32_t step_id,
+                        const StepDevices& devices);
+  absl::Status ReleaseStep(const std::string& node, uint32_t job_id, uint32_t step_id);
+  absl::StatusOr<std::vector<v1::Holding>> ListHoldings(const std::string& node);
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Ledger::Stub> stub_;
+  int timeout_ms_;
+};
+
+// One line for users: "gpu 0,1; tpu 2,3".
+std::string DescribeDevices(const StepDevices& devices);
+// "pod default/web-1 holds gpu 2,3; slurm job 7 step 0 holds gpu 4" for the
+// node's holdings other than this step's job.
+std::string DescribeOthers(const std::vector<v1::Holding>& holdings, uint32_t job_id);
+
+}  // namespace duet::spank
