@@ -157,8 +157,12 @@ int NodesWatch(Client& client, const Flags& flags, const CliEnv& env) {
   // a full table to start from.
   auto first = client.ListNodes(flags.names);
   if (!first.ok()) return FailStatus(env, first.status());
-  for (const auto& name : MissingNames(flags.names, *first)) {
-    *env.err << "duetctl: no node named " << name << " yet; watching for it\n";
+  const std::vector<std::string> missing = MissingNames(flags.names, *first);
+  if (!missing.empty()) {
+    for (const auto& name : missing) {
+      Fail(env, kExitRpcError, absl::StrCat("no node named ", name, " (duetctl nodes lists them)"));
+    }
+    return kExitRpcError;
   }
   WatchScreen screen(flags, env);
   screen.Replace(*first);

@@ -125,6 +125,7 @@ class NodeWatch::Reactor final : public grpc::ClientReadReactor<v1::NodeEvent> {
 
   void Start(v1::Ledger::Stub* stub, v1::WatchNodesRequest request) {
     request_ = std::move(request);
+    if (request_.names_size() == 1) node_ = request_.names(0);
     stub->async()->WatchNodes(&context_, &request_, this);
     StartRead(&event_);
     StartCall();
@@ -134,6 +135,7 @@ class NodeWatch::Reactor final : public grpc::ClientReadReactor<v1::NodeEvent> {
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows.
+    received_any_ = true;
     {
       absl::MutexLock lock(&watch_->mu_);
       watch_->events_.push_back(std::move(event_));
@@ -147,8 +149,14 @@ class NodeWatch::Reactor final : public grpc::ClientReadReactor<v1::NodeEvent> {
     watch_->done_ = true;
     if (status.ok() || (watch_->cancelled_ && status.error_code() == grpc::StatusCode::CANCELLED)) {
       watch_->status_ = absl::OkStatus();
+    } else if (received_any_ && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // It was reachable: say that the connection was lost, not that it
+      // never answered.
+      watch_->status_ = absl::UnavailableError(
+          absl::StrCat("lost duet-bridge at ", options_.server, ": ", status.error_message(),
+                       ". Run the command again once it is back."));
     } else {
-      watch_->status_ = ExplainRpcError(status, options_, "WatchNodes");
+      watch_->status_ = ExplainRpcError(status, options_, "WatchNodes", node_);
     }
   }
 
@@ -158,6 +166,8 @@ class NodeWatch::Reactor final : public grpc::ClientReadReactor<v1::NodeEvent> {
   grpc::ClientContext context_;
   v1::WatchNodesRequest request_;
   v1::NodeEvent event_;
+  std::string node_;           // the one watched node, for NOT_FOUND messages
+  bool received_any_ = false;  // only touched by OnReadDone and OnDone, in order
 };
 
 NodeWatch::~NodeWatch() {
@@ -216,7 +226,25 @@ absl::StatusOr<v1::ListNodesResponse> Client::ListNodes(const std::vector<std::s
   grpc::ClientContext context;
   SetDeadline(&context);
   grpc::Status s = stub_->ListNodes(&context, request, &response);
-  if (!s.ok()) return ExplainRpcError(s, options_, "ListNodes", names.size() == 1 ? names[0] : "");
+  if (s.error_code() == grpc::StatusCode::NOT_FOUND && names.size() > 1) {
+    // A server that refuses the whole list for one unknown name: ask node by
+    // node, so the caller can show what exists and name what does not.
+    response.Clear();
+    for (const auto& name : names) {
+      auto node = GetNode(name);
+      if (node.ok()) {
+        *response.add_nodes() = *std::move(node);
+      } else if (node.status().code() != absl::StatusCode::kNotFound) {
+        return node.status();
+      }
+    }
+    return response;
+  }
+  if (s.error_code() == grpc::StatusCode::NOT_FOUND && names.size() == 1) {
+    response.Clear();
+    return response;  // Unknown names are left out.
+  }
+  if (!s.ok()) return ExplainRpcError(s, options_, "ListNodes");
   return response;
 }
 

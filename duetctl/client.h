@@ -87,7 +87,8 @@ class Client {
  public:
   Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options);
 
-  // Empty `names`: every node. Unknown names are left out of the answer.
+  // Empty `names`: every node. Unknown names are left out of the answer,
+  // whether the server omits them or refuses the list with NOT_FOUND.
   absl::StatusOr<v1::ListNodesResponse> ListNodes(const std::vector<std::string>& names);
   // NOT_FOUND: "no node named X (duetctl nodes lists them)".
   absl::StatusOr<v1::Node> GetNode(const std::string& name);

@@ -195,13 +195,35 @@ TEST_F(CliTest, ServerFromEnvironmentWhenNoFlag) {
   EXPECT_EQ(out.str(), kTable);
 }
 
-TEST_F(CliTest, NamedNodesAndAMissingOne) {
-  Result r = Run({"nodes", "gke-b", "nope"});
-  EXPECT_EQ(r.rc, kExitRpcError);
-  EXPECT_THAT(r.out, StartsWith("NODE"));
-  EXPECT_THAT(r.out, HasSubstr("gke-b"));
-  EXPECT_THAT(r.out, Not(HasSubstr("gke-a")));
-  EXPECT_EQ(r.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
+TEST_F(CliTest, NamedNodesAndMissingOnes) {
+  // Whether the server refuses the list (as duet-bridge does) or leaves the
+  // unknown names out, duetctl shows what exists and names what does not.
+  for (bool refuse : {true, false}) {
+    SCOPED_TRACE(refuse ? "server refuses unknown names" : "server omits unknown names");
+    bridge_.set_refuse_unknown_names(refuse);
+    Result r = Run({"nodes", "gke-b", "nope", "nix"});
+    EXPECT_EQ(r.rc, kExitRpcError);
+    EXPECT_THAT(r.out, StartsWith("NODE"));
+    EXPECT_THAT(r.out, HasSubstr("gke-b"));
+    EXPECT_THAT(r.out, Not(HasSubstr("gke-a")));
+    EXPECT_EQ(r.err,
+              "duetctl: no node named nope (duetctl nodes lists them)\n"
+              "duetctl: no node named nix (duetctl nodes lists them)\n");
+
+    Result one = Run({"nodes", "nope"});
+    EXPECT_EQ(one.rc, kExitRpcError);
+    EXPECT_EQ(one.out, "");
+    EXPECT_EQ(one.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
+
+    Result watch = Run({"nodes", "--watch", "nope"});
+    EXPECT_EQ(watch.rc, kExitRpcError);
+    EXPECT_EQ(watch.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
+
+    Result holds = Run({"holds", "--node", "nope"});
+    EXPECT_EQ(holds.rc, kExitRpcError);
+    EXPECT_EQ(holds.out, "");
+    EXPECT_EQ(holds.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
+  }
 }
 
 TEST_F(CliTest, NodesJson) {

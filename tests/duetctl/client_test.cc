@@ -122,6 +122,15 @@ TEST_F(ClientTest, WatchSeesInitialStateThenAnUpdateAfterAHold) {
   EXPECT_EQ(watch->Next(absl::Milliseconds(100), &event), NodeWatch::Result::kTimeout);
 }
 
+TEST_F(ClientTest, WatchOfAnUnknownNodeSaysHowToListNodes) {
+  Client client = Connect(bridge_.address());
+  std::unique_ptr<NodeWatch> watch = client.WatchNodes({"nope"});
+  v1::NodeEvent event;
+  ASSERT_EQ(watch->Next(absl::Seconds(10), &event), NodeWatch::Result::kDone);
+  EXPECT_EQ(watch->status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(watch->status().message(), "no node named nope (duetctl nodes lists them)");
+}
+
 TEST_F(ClientTest, CancelledWatchEndsWithOk) {
   Client client = Connect(bridge_.address());
   std::unique_ptr<NodeWatch> watch = client.WatchNodes({});

@@ -51,11 +51,13 @@ class FakeBridge::Service final : public v1::Ledger::Service {
   explicit Service(Ledger* ledger) : ledger_(ledger) {}
 
   void EndWatches() { end_watches_ = true; }
+  void set_refuse_unknown_names(bool refuse) { refuse_unknown_names_ = refuse; }
   int open_watches() const { return open_watches_; }
 
   grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest* request,
                          v1::ListNodesResponse* response) override {
     std::set<std::string> names(request->names().begin(), request->names().end());
+    if (grpc::Status s = CheckNames(names); !s.ok()) return s;
     for (const auto& view : ledger_->Snapshot().nodes) {
       if (names.empty() || names.count(view->spec.name) > 0) {
         ToProto(*view, response->add_nodes());
@@ -100,6 +102,9 @@ class FakeBridge::Service final : public v1::Ledger::Service {
 
   grpc::Status ListHoldings(grpc::ServerContext*, const v1::ListHoldingsRequest* request,
                             v1::ListHoldingsResponse* response) override {
+    if (!request->node().empty()) {
+      if (grpc::Status s = CheckNames({request->node()}); !s.ok()) return s;
+    }
     for (const Holding& h : ledger_->ListHoldings(request->node())) {
       auto view = ledger_->GetNode(h.node);
       ToProto(h, view.get(), response->add_holdings());
@@ -115,6 +120,7 @@ class FakeBridge::Service final : public v1::Ledger::Service {
       ~Close() { --*n; }
     } close{&open_watches_};
     std::set<std::string> names(request->names().begin(), request->names().end());
+    if (grpc::Status s = CheckNames(names); !s.ok()) return s;
     auto wanted = [&](const std::string& n) { return names.empty() || names.count(n) > 0; };
     auto send = [&](v1::NodeEvent::Type type, const NodeView& view) {
       v1::NodeEvent event;
@@ -151,7 +157,18 @@ class FakeBridge::Service final : public v1::Ledger::Service {
   }
 
  private:
+  grpc::Status CheckNames(const std::set<std::string>& names) const {
+    if (!refuse_unknown_names_) return grpc::Status::OK;
+    for (const auto& n : names) {
+      if (ledger_->GetNode(n) == nullptr) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown node ", n));
+      }
+    }
+    return grpc::Status::OK;
+  }
+
   Ledger* const ledger_;
+  std::atomic<bool> refuse_unknown_names_{true};
   std::atomic<bool> end_watches_{false};
   std::atomic<int> open_watches_{0};
 };
@@ -173,6 +190,10 @@ FakeBridge::~FakeBridge() {
 }
 
 void FakeBridge::EndWatches() { service_->EndWatches(); }
+
+void FakeBridge::set_refuse_unknown_names(bool refuse) {
+  service_->set_refuse_unknown_names(refuse);
+}
 
 int FakeBridge::open_watches() const { return service_->open_watches(); }
 

@@ -26,6 +26,11 @@ class FakeBridge {
   // "127.0.0.1:PORT".
   const std::string& address() const { return address_; }
 
+  // Like duet-bridge (the default), ListNodes, WatchNodes and ListHoldings
+  // answer NOT_FOUND for a name that is not in the ledger; with false they
+  // leave unknown names out (the other reading of duet.proto).
+  void set_refuse_unknown_names(bool refuse);
+
   // Ends every open WatchNodes stream with OK, as a server going away
   // cleanly would.
   void EndWatches();
