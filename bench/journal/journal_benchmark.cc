@@ -211,7 +211,9 @@ std::string BaseDirForCleanup() { return BaseDir(); }
 }  // namespace duet
 
 int main(int argc, char** argv) {
-  spdlog::set_level(spdlog::level::warn);
+  // DUET_JOURNAL_BENCH_LOG=debug shows recovery's phase timings.
+  const char* level = getenv("DUET_JOURNAL_BENCH_LOG");
+  spdlog::set_level(level != nullptr ? spdlog::level::from_str(level) : spdlog::level::warn);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

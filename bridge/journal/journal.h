@@ -6,7 +6,9 @@
 //
 // On disk, in one directory:
 //   wal-<first seq, 20 digits>.log   log segments: framed JournalRecords
-//   snapshot-<seq, 20 digits>.pb     one framed JournalSnapshot
+//   snapshot-<seq, 20 digits>.pb     framed JournalSnapshot chunks, one per
+//                                    node (with its holdings), then an end
+//                                    marker: a chunk without nodes
 // Every frame is [u32 length][u32 crc32 of the payload][payload], little
 // endian. A snapshot covers every record with seq <= its seq; segments whose
 // records it covers are deleted once it is durable (compaction).
