@@ -1,0 +1,117 @@
+// Time per placement decision on the full Alibaba cluster (1,213 nodes):
+// the extender's filter + prioritize (SelectNode) over every node, per
+// policy, on a cluster half full (arrivals up to 50% of capacity placed with
+// duet's policy), and one node's Slurm weight.
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/sim/replay.h"
+#include "benchmark/benchmark.h"
+#include "bridge/ledger/ledger.h"
+#include "bridge/placement/placement.h"
+
+namespace duet::sim {
+namespace {
+
+struct Fixture {
+  Trace trace;
+  placement::Workload workload;
+  Ledger ledger;
+  std::vector<std::shared_ptr<const NodeView>> views;
+  std::vector<placement::NodeLoad> loads;
+  std::vector<placement::PodRequest> probes;  // requests to time, in arrival order
+};
+
+Fixture* g_fixture = nullptr;
+
+bool Setup() {
+  absl::StatusOr<Trace> trace =
+      LoadTrace(DUET_TRACE_DIR "/openb_node_list_gpu_node.csv",
+                DUET_TRACE_DIR "/openb_pod_list_default.csv");
+  if (!trace.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(trace.status().message()).c_str());
+    return false;
+  }
+  auto* f = new Fixture;
+  f->trace = std::move(*trace);
+  std::vector<placement::PodRequest> requests;
+  for (const TracePod& p : f->trace.pods) requests.push_back(p.request);
+  f->workload = placement::Workload::FromPods(requests);
+  for (const NodeSpec& n : f->trace.nodes) {
+    if (!f->ledger.UpsertNode(n).ok()) return false;
+    f->views.push_back(f->ledger.GetNode(n.name));
+  }
+  f->loads.resize(f->views.size());
+  const std::vector<Arrival> arrivals =
+      MakeArrivals(f->trace, *ParseMapping("all-k8s"), 42, 1.3);
+  const placement::Scorer duet(placement::Policy::kDuet, &f->workload);
+  uint64_t capacity = 0;
+  for (const NodeSpec& n : f->trace.nodes) capacity += n.devices.size() * kWholeDevice;
+  uint64_t requested = 0;
+  size_t a = 0;
+  for (; a < arrivals.size() && requested < capacity / 2; ++a) {
+    const placement::PodRequest& r = f->trace.pods[arrivals[a].pod].request;
+    requested += r.device_milli();
+    auto choice = placement::SelectNode(f->views, f->loads, r, duet);
+    if (!choice.has_value()) continue;
+    const size_t i = choice->node;
+    if (!choice->placement.devices.empty()) {
+      HoldRequest hold;
+      hold.node = f->trace.nodes[i].name;
+      hold.owner = Owner::Pod(absl::StrCat("uid-", a));
+      hold.devices = choice->placement.devices;
+      if (!f->ledger.Hold(hold).ok()) return false;
+      f->views[i] = f->ledger.GetNode(hold.node);
+    }
+    f->loads[i].Add(r);
+  }
+  for (; a < arrivals.size() && f->probes.size() < 1024; ++a) {
+    f->probes.push_back(f->trace.pods[arrivals[a].pod].request);
+  }
+  g_fixture = f;
+  return true;
+}
+
+void BM_SelectNode(benchmark::State& state) {
+  const auto policy = static_cast<placement::Policy>(state.range(0));
+  const placement::Scorer scorer(policy, &g_fixture->workload);
+  size_t k = 0;
+  for (auto _ : state) {
+    const placement::PodRequest& r = g_fixture->probes[k++ % g_fixture->probes.size()];
+    benchmark::DoNotOptimize(placement::SelectNode(g_fixture->views, g_fixture->loads, r, scorer));
+  }
+  state.SetLabel(absl::StrCat(placement::PolicyName(policy), ", ", g_fixture->views.size(),
+                              " nodes, half full"));
+}
+BENCHMARK(BM_SelectNode)
+    ->Arg(static_cast<int>(placement::Policy::kDuet))
+    ->Arg(static_cast<int>(placement::Policy::kFgd))
+    ->Arg(static_cast<int>(placement::Policy::kBestFit))
+    ->Arg(static_cast<int>(placement::Policy::kLeastAllocated))
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_SlurmWeight(benchmark::State& state) {
+  const placement::Scorer scorer(placement::Policy::kDuet, &g_fixture->workload);
+  size_t k = 0;
+  for (auto _ : state) {
+    const size_t i = k++ % g_fixture->views.size();
+    benchmark::DoNotOptimize(scorer.SlurmWeight(*g_fixture->views[i], g_fixture->loads[i]));
+  }
+}
+BENCHMARK(BM_SlurmWeight)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace duet::sim
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (!duet::sim::Setup()) return 77;  // trace absent: ctest skips
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,350 @@
+#include "bench/sim/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bridge/ledger/ledger.h"
+
+namespace duet::sim {
+namespace {
+
+using placement::NodeLoad;
+using placement::Policy;
+using placement::PodRequest;
+using placement::Scorer;
+
+// SplitMix64: tiny, and the same sequence on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n), without modulo bias.
+  uint64_t Below(uint64_t n) {
+    const uint64_t threshold = (0 - n) % n;
+    for (;;) {
+      const uint64_t r = Next();
+      if (r >= threshold) return r % n;
+    }
+  }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t GpuCapacityMilli(const std::vector<NodeSpec>& nodes) {
+  uint64_t c = 0;
+  for (const NodeSpec& n : nodes) {
+    for (const DeviceSpec& d : n.devices) c += d.capacity_milli;
+  }
+  return c;
+}
+
+uint64_t GpuCount(const NodeSpec& n) { return n.devices.size(); }
+
+// Splits nodes between the worlds in proportion to their GPU demand in the
+// original trace, model by model so each part gets its share of every model.
+// Returns the world of each node.
+std::vector<World> Partition(const Trace& trace, const std::vector<Arrival>& arrivals) {
+  double k8s_demand = 0;
+  double total = 0;
+  // Demand of the originals (each pod's world is the same in every copy).
+  std::vector<int> world_of(trace.pods.size(), -1);
+  for (const Arrival& a : arrivals) world_of[a.pod] = static_cast<int>(a.world);
+  for (size_t i = 0; i < trace.pods.size(); ++i) {
+    if (world_of[i] < 0) continue;
+    const double m = static_cast<double>(trace.pods[i].request.device_milli());
+    total += m;
+    if (world_of[i] == static_cast<int>(World::kKubernetes)) k8s_demand += m;
+  }
+  const double k8s_share = total == 0 ? 1 : k8s_demand / total;
+
+  std::vector<World> out(trace.nodes.size(), World::kKubernetes);
+  std::vector<size_t> order(trace.nodes.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto model = [&](size_t i) {
+    return trace.nodes[i].devices.empty() ? std::string() : trace.nodes[i].devices[0].model;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return model(a) < model(b); });
+  size_t start = 0;
+  while (start < order.size()) {
+    size_t end = start;
+    double group = 0;
+    while (end < order.size() && model(order[end]) == model(order[start])) {
+      group += GpuCount(trace.nodes[order[end]]);
+      ++end;
+    }
+    const double k8s_target = group * k8s_share;
+    double k8s = 0;
+    for (size_t j = start; j < end; ++j) {
+      const double g = GpuCount(trace.nodes[order[j]]);
+      // Give the node to Kubernetes while that keeps it closest to its target.
+      const bool to_k8s = std::abs(k8s + g - k8s_target) <= std::abs(k8s - k8s_target) &&
+                          (k8s_share > 0);
+      out[order[j]] = to_k8s ? World::kKubernetes : World::kSlurm;
+      if (to_k8s) k8s += g;
+    }
+    start = end;
+  }
+  return out;
+}
+
+}  // namespace
+
+World Mapping::WorldOf(const std::string& qos) const {
+  return std::find(kubernetes_qos.begin(), kubernetes_qos.end(), qos) != kubernetes_qos.end()
+             ? World::kKubernetes
+             : World::kSlurm;
+}
+
+std::string Mapping::Describe() const {
+  if (kubernetes_qos.empty()) return absl::StrCat(name, ": all -> Slurm");
+  if (name == "all-k8s") return "all-k8s: all -> Kubernetes";
+  return absl::StrCat(name, ": ", absl::StrJoin(kubernetes_qos, "+"),
+                      " -> Kubernetes, every other QoS -> Slurm");
+}
+
+absl::StatusOr<Mapping> ParseMapping(absl::string_view text) {
+  Mapping m;
+  m.name = std::string(text);
+  if (text == "default") {
+    m.kubernetes_qos = {"LS", "Guaranteed"};
+  } else if (text == "all-k8s") {
+    m.kubernetes_qos = {"LS", "Guaranteed", "BE", "Burstable"};
+  } else if (text == "all-slurm") {
+  } else if (absl::ConsumePrefix(&text, "k8s=")) {
+    for (absl::string_view q : absl::StrSplit(text, '+', absl::SkipEmpty())) {
+      m.kubernetes_qos.emplace_back(q);
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mapping: \"", text, "\" is not default, all-k8s, all-slurm or k8s=QOS[+QOS...]"));
+  }
+  return m;
+}
+
+absl::StatusOr<PolicySpec> ParsePolicySpec(absl::string_view name) {
+  PolicySpec spec;
+  spec.name = std::string(name);
+  if (name == "static") {
+    spec.policy = Policy::kLeastAllocated;
+    spec.static_partition = true;
+    return spec;
+  }
+  if (name == "static-duet") {
+    spec.policy = Policy::kDuet;
+    spec.static_partition = true;
+    spec.static_slurm_weights = true;
+    return spec;
+  }
+  absl::StatusOr<Policy> p = placement::ParsePolicy(name);
+  if (!p.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(p.status().message(), ", static, static-duet"));
+  }
+  spec.policy = *p;
+  return spec;
+}
+
+absl::StatusOr<Trace> LoadTrace(const std::string& nodes_path, const std::string& pods_path,
+                                size_t node_stride) {
+  Trace t;
+  size_t row = 0;
+  absl::Status s = ReadNodes(nodes_path, [&](NodeSpec spec) {
+    if (node_stride <= 1 || row++ % node_stride == 0) t.nodes.push_back(std::move(spec));
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  s = ReadPods(pods_path, [&](TracePod pod) {
+    t.pods.push_back(std::move(pod));
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (t.nodes.empty()) return absl::InvalidArgumentError(absl::StrCat(nodes_path, ": no nodes"));
+  if (t.pods.empty()) return absl::InvalidArgumentError(absl::StrCat(pods_path, ": no pods"));
+  return t;
+}
+
+std::vector<Arrival> MakeArrivals(const Trace& trace, const Mapping& mapping, uint64_t seed,
+                                  double max_arrival) {
+  std::vector<uint32_t> order(trace.pods.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return trace.pods[a].name < trace.pods[b].name; });
+  Rng rng(seed);
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.Below(i)]);
+
+  const double limit = max_arrival * static_cast<double>(GpuCapacityMilli(trace.nodes));
+  std::vector<Arrival> out;
+  double requested = 0;
+  auto add = [&](uint32_t pod) {
+    out.push_back({pod, mapping.WorldOf(trace.pods[pod].qos)});
+    requested += static_cast<double>(trace.pods[pod].request.device_milli());
+  };
+  for (uint32_t pod : order) {
+    if (requested >= limit) break;
+    add(pod);
+  }
+  while (requested < limit) add(order[rng.Below(order.size())]);
+  return out;
+}
+
+absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arrival>& arrivals,
+                                    const placement::Workload& workload, const PolicySpec& spec,
+                                    const ReplayOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  ReplayResult result;
+  result.policy = spec.name;
+
+  Ledger ledger;
+  const size_t n = trace.nodes.size();
+  std::vector<std::shared_ptr<const NodeView>> views(n);
+  std::vector<NodeLoad> loads(n);
+  for (size_t i = 0; i < n; ++i) {
+    absl::StatusOr<uint64_t> seq = ledger.UpsertNode(trace.nodes[i]);
+    if (!seq.ok()) return seq.status();
+    views[i] = ledger.GetNode(trace.nodes[i].name);
+  }
+  const double capacity = static_cast<double>(GpuCapacityMilli(trace.nodes));
+
+  const Scorer scorer(spec.policy, &workload);
+  // Kubernetes candidates: every node, or its part of a static partition.
+  std::optional<std::vector<uint32_t>> k8s_nodes;
+  std::vector<World> part(n, World::kKubernetes);
+  if (spec.static_partition) {
+    part = Partition(trace, arrivals);
+    k8s_nodes.emplace();
+    for (uint32_t i = 0; i < n; ++i) {
+      if (part[i] == World::kKubernetes) {
+        k8s_nodes->push_back(i);
+        result.kubernetes_gpus += GpuCount(trace.nodes[i]);
+      } else {
+        result.slurm_gpus += GpuCount(trace.nodes[i]);
+      }
+    }
+  }
+  // Slurm's view: (weight, node) in the order Slurm tries nodes. A stock
+  // partition has equal weights, so node order decides.
+  const bool slurm_weighted = !spec.static_partition || spec.static_slurm_weights;
+  std::vector<uint32_t> weight(n, 1);
+  std::set<std::pair<uint32_t, uint32_t>> slurm_order;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (spec.static_partition && part[i] != World::kSlurm) continue;
+    if (slurm_weighted) weight[i] = scorer.SlurmWeight(*views[i], loads[i]);
+    slurm_order.insert({weight[i], i});
+  }
+
+  std::vector<double> decision_us;
+  decision_us.reserve(arrivals.size());
+  double requested = 0;
+  double allocated = 0;
+  uint64_t failed = 0;
+  uint64_t gpu_failed = 0;
+  size_t next_step = 1;
+  const auto steps = static_cast<size_t>(std::floor(options.max_arrival / options.step + 1e-9));
+  uint32_t job_id = 0;
+
+  auto record = [&](double target, uint64_t arrived_pods) {
+    Row r;
+    r.arrived_target = target;
+    r.arrived = requested / capacity;
+    r.allocated = allocated / capacity;
+    r.idle_gpus = (capacity - allocated) / kWholeDevice;
+    double frag = 0;
+    for (size_t i = 0; i < n; ++i) frag += placement::Fragmentation(*views[i], loads[i], workload);
+    r.fragmented_gpus = frag / kWholeDevice;
+    r.pods_arrived = arrived_pods;
+    r.pods_failed = failed;
+    r.gpu_pods_failed = gpu_failed;
+    result.rows.push_back(r);
+  };
+
+  for (size_t a = 0; a < arrivals.size(); ++a) {
+    const TracePod& pod = trace.pods[arrivals[a].pod];
+    const PodRequest& req = pod.request;
+    const World world = arrivals[a].world;
+    requested += static_cast<double>(req.device_milli());
+
+    const auto t0 = options.time_decisions ? std::chrono::steady_clock::now()
+                                           : std::chrono::steady_clock::time_point();
+    std::optional<placement::NodeChoice> choice;
+    if (world == World::kKubernetes) {
+      choice = placement::SelectNode(views, loads, req, scorer,
+                                     k8s_nodes.has_value() ? &*k8s_nodes : nullptr);
+    } else {
+      for (const auto& [w, i] : slurm_order) {
+        if (!placement::Fits(*views[i], loads[i], req)) continue;
+        std::optional<placement::Placement> p = scorer.Evaluate(*views[i], loads[i], req);
+        if (!p.has_value()) continue;
+        choice = placement::NodeChoice{i, std::move(*p)};
+        break;
+      }
+    }
+    if (options.time_decisions) {
+      decision_us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+
+    if (!choice.has_value()) {
+      ++failed;
+      if (req.count > 0) ++gpu_failed;
+    } else {
+      const size_t i = choice->node;
+      if (!choice->placement.devices.empty()) {
+        HoldRequest hold;
+        hold.node = trace.nodes[i].name;
+        hold.owner = world == World::kSlurm ? Owner::SlurmJob(++job_id)
+                                            : Owner::Pod(absl::StrCat("uid-", a), "trace",
+                                                         pod.name);
+        hold.devices = choice->placement.devices;
+        absl::StatusOr<HoldResult> held = ledger.Hold(hold);
+        if (!held.ok()) {
+          return absl::InternalError(absl::StrCat("ledger refused ", pod.name, " on ", hold.node,
+                                                  ": ", held.status().message()));
+        }
+        views[i] = ledger.GetNode(hold.node);
+      }
+      loads[i].Add(req);
+      allocated += static_cast<double>(req.device_milli());
+      if (slurm_weighted && slurm_order.count({weight[i], static_cast<uint32_t>(i)}) > 0) {
+        slurm_order.erase({weight[i], static_cast<uint32_t>(i)});
+        weight[i] = scorer.SlurmWeight(*views[i], loads[i]);
+        slurm_order.insert({weight[i], static_cast<uint32_t>(i)});
+      }
+    }
+    while (next_step <= steps && requested >= next_step * options.step * capacity - 1e-6) {
+      record(next_step * options.step, a + 1);
+      ++next_step;
+    }
+  }
+
+  absl::Status invariants = ledger.CheckInvariants();
+  if (!invariants.ok()) return invariants;
+
+  result.decisions = decision_us.size();
+  if (!decision_us.empty()) {
+    const size_t mid = decision_us.size() / 2;
+    std::nth_element(decision_us.begin(), decision_us.begin() + mid, decision_us.end());
+    result.median_decision_us = decision_us[mid];
+    const size_t p99 = std::min(decision_us.size() - 1, decision_us.size() * 99 / 100);
+    std::nth_element(decision_us.begin(), decision_us.begin() + p99, decision_us.end());
+    result.p99_decision_us = decision_us[p99];
+  }
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return result;
+}
+
+}  // namespace duet::sim

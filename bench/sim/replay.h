@@ -1,0 +1,118 @@
+#pragma once
+
+// Replays a GPU trace against a model cluster through a real duet::Ledger and
+// the product's placement library (bridge/placement), the way the FGD paper's
+// experiment does: pods arrive in a seeded random order, inflated with copies
+// until their GPU requests reach a multiple of the cluster's capacity; each
+// gets one placement attempt and never leaves.
+//
+// The cluster is shared by two worlds. A mapping sends each pod, by QoS
+// class, to "Kubernetes" (the extender's filter + prioritize: SelectNode) or
+// to "Slurm" (nodes in Slurm weight order, first fit within; duet feeds the
+// weights from the ledger after every change).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "bench/sim/trace.h"
+#include "bridge/ledger/types.h"
+#include "bridge/placement/placement.h"
+#include "bridge/placement/workload.h"
+
+namespace duet::sim {
+
+enum class World : uint8_t { kKubernetes, kSlurm };
+
+// Which QoS classes go to Kubernetes; every other class goes to Slurm.
+struct Mapping {
+  std::string name;
+  std::vector<std::string> kubernetes_qos;
+
+  World WorldOf(const std::string& qos) const;
+  // "LS,Guaranteed->Kubernetes; BE,Burstable->Slurm" style, for results.
+  std::string Describe() const;
+};
+
+// "default" (LS, Guaranteed -> Kubernetes; BE, Burstable -> Slurm), "all-k8s",
+// "all-slurm", or "k8s=QOS[+QOS...]" (those to Kubernetes, the rest to Slurm).
+absl::StatusOr<Mapping> ParseMapping(absl::string_view text);
+
+// One policy under test.
+struct PolicySpec {
+  std::string name;
+  // Shared cluster: `policy` scores for the extender and sets the Slurm
+  // weights. Static partition: nodes split between the worlds in proportion
+  // to their GPU demand, no sharing; Kubernetes places with `policy` inside
+  // its part, Slurm first-fit in node order (equal weights) unless
+  // `static_slurm_weights`, then in `policy`'s weight order.
+  placement::Policy policy = placement::Policy::kDuet;
+  bool static_partition = false;
+  bool static_slurm_weights = false;
+};
+
+// duet, spread, most-allocated, best-fit, fgd (shared cluster); static (the
+// status quo: partitioned, Kubernetes spread, Slurm first fit in node order);
+// static-duet (partitioned, duet's policy on both sides).
+absl::StatusOr<PolicySpec> ParsePolicySpec(absl::string_view name);
+
+struct Trace {
+  std::vector<NodeSpec> nodes;
+  std::vector<TracePod> pods;  // the originals, in file order
+};
+
+// Reads both files, streaming. With `node_stride` > 1 keeps every n-th node
+// only (the --quick cluster).
+absl::StatusOr<Trace> LoadTrace(const std::string& nodes_path, const std::string& pods_path,
+                                size_t node_stride = 1);
+
+struct Arrival {
+  uint32_t pod = 0;  // index into Trace::pods
+  World world = World::kKubernetes;
+};
+
+// The arrival order for `seed`: the originals sorted by name and shuffled,
+// then copies drawn uniformly with replacement until the GPU milli requested
+// reach `max_arrival` x the cluster's GPU capacity. Deterministic for a seed
+// on every platform (no std:: distributions).
+std::vector<Arrival> MakeArrivals(const Trace& trace, const Mapping& mapping, uint64_t seed,
+                                  double max_arrival);
+
+struct ReplayOptions {
+  double max_arrival = 1.3;
+  double step = 0.05;
+  // Per-decision timing (adds two clock reads per pod).
+  bool time_decisions = true;
+};
+
+struct Row {
+  double arrived_target = 0;  // the step, as a fraction of capacity
+  double arrived = 0;         // GPU milli requested so far / capacity
+  double allocated = 0;       // GPU milli allocated / capacity
+  double idle_gpus = 0;       // capacity - allocated, in GPUs
+  double fragmented_gpus = 0; // fragmentation against the workload, in GPUs
+  uint64_t pods_arrived = 0;
+  uint64_t pods_failed = 0;
+  uint64_t gpu_pods_failed = 0;
+};
+
+struct ReplayResult {
+  std::string policy;
+  std::vector<Row> rows;  // one per step reached
+  uint64_t decisions = 0;
+  double median_decision_us = 0;
+  double p99_decision_us = 0;
+  double wall_seconds = 0;
+  uint64_t kubernetes_gpus = 0;  // static partition: GPUs in each part
+  uint64_t slurm_gpus = 0;
+};
+
+// Replays `arrivals` for one policy on a fresh Ledger. INTERNAL if the ledger
+// refuses a placement the library chose (a bug in one of them).
+absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arrival>& arrivals,
+                                    const placement::Workload& workload, const PolicySpec& spec,
+                                    const ReplayOptions& options);
+
+}  // namespace duet::sim
