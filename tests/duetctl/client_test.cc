@@ -157,6 +157,22 @@ TEST_F(ClientTest, WatchEndedByServerEndsWithOk) {
   EXPECT_TRUE(watch->status().ok()) << watch->status();
 }
 
+TEST_F(ClientTest, WatchBrokenByTheServerSaysItWasLost) {
+  Client client = Connect(bridge_.address());
+  std::unique_ptr<NodeWatch> watch = client.WatchNodes({});
+  v1::NodeEvent event;
+  ASSERT_EQ(watch->Next(absl::Seconds(10), &event), NodeWatch::Result::kEvent);
+  bridge_.EndWatches(grpc::StatusCode::UNAVAILABLE);
+  NodeWatch::Result r;
+  while ((r = watch->Next(absl::Seconds(10), &event)) == NodeWatch::Result::kEvent) {
+  }
+  EXPECT_EQ(r, NodeWatch::Result::kDone);
+  EXPECT_EQ(watch->status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(watch->status().message(),
+            absl::StrCat("lost duet-bridge at ", bridge_.address(),
+                         ": duet-bridge is shutting down. Run the command again once it is back."));
+}
+
 TEST_F(ClientTest, WatchOfUnreachableServerEndsWithTheCannotReachMessage) {
   Client client = Connect(absl::StrCat("unix:///tmp/duetctl-test-", getpid(), "-none.sock"));
   std::unique_ptr<NodeWatch> watch = client.WatchNodes({});

@@ -50,7 +50,10 @@ class FakeBridge::Service final : public v1::Ledger::Service {
  public:
   explicit Service(Ledger* ledger) : ledger_(ledger) {}
 
-  void EndWatches() { end_watches_ = true; }
+  void EndWatches(grpc::StatusCode code) {
+    end_code_ = code;
+    end_watches_ = true;
+  }
   void set_refuse_unknown_names(bool refuse) { refuse_unknown_names_ = refuse; }
   int open_watches() const { return open_watches_; }
 
@@ -153,6 +156,9 @@ class FakeBridge::Service final : public v1::Ledger::Service {
         if (!send(type, *item.view)) return grpc::Status::OK;
       }
     }
+    if (end_watches_ && end_code_ != grpc::StatusCode::OK) {
+      return grpc::Status(end_code_, "duet-bridge is shutting down");
+    }
     return grpc::Status::OK;
   }
 
@@ -170,6 +176,7 @@ class FakeBridge::Service final : public v1::Ledger::Service {
   Ledger* const ledger_;
   std::atomic<bool> refuse_unknown_names_{true};
   std::atomic<bool> end_watches_{false};
+  std::atomic<grpc::StatusCode> end_code_{grpc::StatusCode::OK};
   std::atomic<int> open_watches_{0};
 };
 
@@ -184,12 +191,12 @@ FakeBridge::FakeBridge(Ledger::Options options)
 }
 
 FakeBridge::~FakeBridge() {
-  service_->EndWatches();
+  service_->EndWatches(grpc::StatusCode::OK);
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
 }
 
-void FakeBridge::EndWatches() { service_->EndWatches(); }
+void FakeBridge::EndWatches(grpc::StatusCode code) { service_->EndWatches(code); }
 
 void FakeBridge::set_refuse_unknown_names(bool refuse) {
   service_->set_refuse_unknown_names(refuse);

@@ -31,9 +31,9 @@ class FakeBridge {
   // leave unknown names out (the other reading of duet.proto).
   void set_refuse_unknown_names(bool refuse);
 
-  // Ends every open WatchNodes stream with OK, as a server going away
-  // cleanly would.
-  void EndWatches();
+  // Ends every open WatchNodes stream with `code` (OK: as a server that ends
+  // the stream on purpose; UNAVAILABLE: as duet-bridge shutting down does).
+  void EndWatches(grpc::StatusCode code = grpc::StatusCode::OK);
   // Number of WatchNodes streams being served right now.
   int open_watches() const;
 
