@@ -267,6 +267,11 @@ absl::Status RestoreSnapshot(const internal::JournalSnapshot& snap, Ledger* ledg
     } else if (initial.state != spec->state) {
       if (absl::Status s = ledger->UpsertNode(*spec).status(); !s.ok()) return where(s);
     }
+    // Generations never go backwards across a restart, so a client's stale
+    // expected_generation cannot match again.
+    if (absl::Status s = ledger->RestoreGeneration(spec->name, pn.generation()); !s.ok()) {
+      return where(s);
+    }
   }
   if (restored != static_cast<size_t>(snap.holdings_size())) {
     return absl::InvalidArgumentError(absl::StrCat(snap.holdings_size() - restored,

@@ -155,7 +155,6 @@ class Journal final : public ChangeListener {
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool rotate_ ABSL_GUARDED_BY(mu_) = false;  // next batch starts a new segment
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // the writer holds a batch
   uint64_t since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
   bool snapshot_wanted_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);

@@ -612,6 +612,15 @@ void Ledger::RestoreSeq(uint64_t seq) {
   if (seq > seq_) seq_ = seq;
 }
 
+absl::Status Ledger::RestoreGeneration(const std::string& node, uint64_t generation) {
+  absl::MutexLock lock(&mu_);
+  auto it = node_ids_.find(node);
+  if (it == node_ids_.end()) return absl::NotFoundError(absl::StrCat("unknown node ", node));
+  Slot& slot = slots_[it->second];
+  if (slot.view->generation < generation) MutableView(slot)->generation = generation;
+  return absl::OkStatus();
+}
+
 absl::Status Ledger::CheckInvariants() const {
   absl::MutexLock lock(&mu_);
   size_t total_holdings = 0;

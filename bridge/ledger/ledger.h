@@ -155,6 +155,11 @@ class Ledger {
 
   // Recovery only: continue numbering after `seq` (must not go backwards).
   void RestoreSeq(uint64_t seq) ABSL_LOCKS_EXCLUDED(mu_);
+  // Recovery only: raise the node's generation to at least `generation`, so a
+  // generation a client saw before a restart is never reused. No change
+  // record. NOT_FOUND for an unknown node.
+  absl::Status RestoreGeneration(const std::string& node, uint64_t generation)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Checks every internal invariant (I1, holdings vs device uses, used_milli).
   // Returns the first violation. For tests and the online checker.
