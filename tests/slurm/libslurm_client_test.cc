@@ -132,9 +132,12 @@ TEST_F(LibSlurmClientTest, PlaceholderReadsBackIndicesAndBlocksJobs) {
       << r.out;
 
   // A gpu:8 job pends; a gpu:6 job runs on the other six.
-  uint32_t big = cluster_->Sbatch("-w cl-c --gres=gpu:8 --wrap 'sleep 60'");
+  // (gpu:6 first: a pending gpu:8 job ahead of it would hold it back until
+  // the next backfill cycle.)
   uint32_t six = cluster_->Sbatch("-w cl-c --gres=gpu:6 --wrap 'sleep 60'");
   ASSERT_TRUE(cluster_->WaitJobState(six, "RUNNING"));
+  uint32_t big = cluster_->Sbatch("-w cl-c --gres=gpu:8 --wrap 'sleep 60'");
+  ASSERT_TRUE(cluster_->WaitJobState(big, "PENDING"));
   EXPECT_EQ(cluster_->JobState(big), "PENDING");
   auto six_info = client_->GetJob(six);
   ASSERT_TRUE(six_info.ok() && six_info->has_value());

@@ -157,6 +157,14 @@ class TestSlurmCluster {
     return std::string(absl::StripAsciiWhitespace(r.out));
   }
 
+  // Gone from squeue or in a final state (squeue -j shows those until purge).
+  bool JobEnded(uint32_t job_id) const {
+    const std::string s = JobState(job_id);
+    return s.empty() || s == "COMPLETED" || s == "CANCELLED" || s == "FAILED" ||
+           s == "TIMEOUT" || s == "NODE_FAIL" || s == "BOOT_FAIL" || s == "OUT_OF_MEMORY" ||
+           s == "PREEMPTED" || s == "DEADLINE";
+  }
+
   bool WaitJobState(uint32_t job_id, const std::string& state,
                     absl::Duration timeout = absl::Seconds(20)) const {
     return WaitFor([&] { return JobState(job_id) == state; }, timeout);

@@ -1,0 +1,60 @@
+#pragma once
+
+// Placeholders: one Slurm allocation per pod that holds devices on a shared
+// node, so Slurm's own allocator never hands the pod's devices to a job.
+//
+// Create() asks Slurm (immediate, on that one node) for the pod's GPUs/TPUs,
+// CPUs and memory, reads back which device indices Slurm chose, and records
+// them in the ledger as owner Placeholder{job_id, pod_uid}. The job's name
+// ("duet-pod:NS/NAME") and comment ("duet-pod uid=UID ns=NS name=NAME")
+// carry the pod so the link survives any restart (SlurmSync re-reads it).
+//
+// Thread-safety: thread-safe (Ledger and SlurmClient are; no own state).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bridge/ledger/ledger.h"
+#include "bridge/slurm/slurm_client.h"
+
+namespace duet {
+
+inline constexpr char kPlaceholderJobPrefix[] = "duet-pod:";
+inline constexpr char kPlaceholderCommentPrefix[] = "duet-pod ";
+
+// The pod a placeholder job belongs to, from its comment; nullopt when the
+// job is not a duet placeholder.
+struct PlaceholderPod {
+  std::string uid;
+  std::string ns;
+  std::string name;
+};
+std::optional<PlaceholderPod> ParsePlaceholderComment(const std::string& comment);
+std::string PlaceholderComment(const Owner& pod);
+
+class Placeholders {
+ public:
+  // Neither is owned; both must outlive this object.
+  Placeholders(Ledger* ledger, SlurmClient* slurm);
+
+  // Errors: INVALID_ARGUMENT (not a pod owner, nothing asked), NOT_FOUND
+  // (node unknown to the ledger), FAILED_PRECONDITION (node not usable: not
+  // ready in the ledger or drained/down in Slurm), RESOURCE_EXHAUSTED (no
+  // room in Slurm, or the ledger refuses the devices Slurm chose: the job is
+  // then cancelled), UNAVAILABLE (Slurm unreachable; nothing was recorded).
+  absl::StatusOr<Holding> Create(const Owner& pod, const std::string& node, uint32_t gpus,
+                                 uint32_t tpus, uint32_t cpus, uint64_t memory_mib);
+
+  // Cancels the pod's placeholder on `node` in Slurm, then releases it in
+  // the ledger. OK when there is none. UNAVAILABLE when Slurm cannot be
+  // reached: the ledger then keeps the holding (nothing released on a guess).
+  absl::Status Cancel(const std::string& node, const std::string& pod_uid);
+
+ private:
+  Ledger* const ledger_;
+  SlurmClient* const slurm_;
+};
+
+}  // namespace duet

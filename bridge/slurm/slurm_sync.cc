@@ -1,0 +1,396 @@
+#include "bridge/slurm/slurm_sync.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "bridge/common/status_macros.h"
+#include "bridge/slurm/libslurm_client.h"
+#include "bridge/slurm/placeholders.h"
+#include "spdlog/spdlog.h"
+
+namespace duet {
+namespace {
+
+constexpr char kDuetReason[] = "duet: ";
+
+std::string Label(const NodeSpec& spec, const char* key) {
+  auto it = spec.labels.find(key);
+  return it == spec.labels.end() ? "" : it->second;
+}
+
+bool IsDuetDrain(const SlurmNodeInfo& n) {
+  return n.drain && absl::StartsWith(n.reason, kDuetReason);
+}
+
+std::vector<SlurmGres> Sorted(std::vector<SlurmGres> g) {
+  std::sort(g.begin(), g.end(), [](const SlurmGres& a, const SlurmGres& b) {
+    return std::tie(a.name, a.type, a.count) < std::tie(b.name, b.type, b.count);
+  });
+  g.erase(std::remove_if(g.begin(), g.end(), [](const SlurmGres& x) { return x.count == 0; }),
+          g.end());
+  return g;
+}
+
+std::string DrainReasonFor(NodeState s) {
+  switch (s) {
+    case NodeState::kCordoned: return "duet: cordoned";
+    case NodeState::kNotReady: return "duet: node not ready";
+    case NodeState::kGone: return "duet: node left the inventory";
+    case NodeState::kReady: return "";
+  }
+  return "";
+}
+
+std::vector<HeldDevice> ToHeld(const SlurmJobNodeDevices& d) {
+  std::vector<HeldDevice> out;
+  for (uint32_t g : d.gpus) out.push_back({DeviceKind::kGpu, g, kWholeDevice});
+  for (uint32_t t : d.tpus) out.push_back({DeviceKind::kTpu, t, kWholeDevice});
+  return out;
+}
+
+}  // namespace
+
+SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& options) {
+  const NodeSpec& spec = view.spec;
+  SlurmNodeConfig c;
+  c.name = spec.name;
+  c.addr = Label(spec, options.node_addr_label.c_str());
+  c.cpus = std::max<uint32_t>(1, spec.cpus);
+  c.real_memory_mib = std::max<uint64_t>(1, spec.memory_mib);
+  std::map<std::pair<std::string, std::string>, uint32_t> gres;
+  std::set<std::string> features;
+  if (!options.managed_feature.empty()) features.insert(options.managed_feature);
+  for (const DeviceState& d : view.devices) {
+    const std::string name = d.spec.kind == DeviceKind::kGpu ? "gpu" : "tpu";
+    ++gres[{name, SanitizeFeature(d.spec.model)}];
+    if (!d.spec.model.empty()) features.insert(SanitizeFeature(d.spec.model));
+    if (!d.spec.topology.block.empty()) {
+      features.insert(SanitizeFeature("block-" + d.spec.topology.block));
+    }
+    if (!d.spec.topology.subblock.empty()) {
+      features.insert(SanitizeFeature("subblock-" + d.spec.topology.subblock));
+    }
+    if (!d.spec.topology.tpu_topology.empty()) {
+      features.insert(SanitizeFeature("tpu-topology-" + d.spec.topology.tpu_topology));
+    }
+  }
+  for (const auto& [key, count] : gres) c.gres.push_back({key.first, key.second, count});
+  for (const std::string& v :
+       {spec.pool, spec.zone, Label(spec, "cloud.google.com/gke-accelerator"),
+        Label(spec, "cloud.google.com/gke-tpu-accelerator")}) {
+    if (!v.empty()) features.insert(SanitizeFeature(v));
+  }
+  for (const char* key : {"cloud.google.com/gce-topology-block"}) {
+    const std::string v = Label(spec, key);
+    if (!v.empty()) features.insert(SanitizeFeature(std::string("block-") + v));
+  }
+  c.features.assign(features.begin(), features.end());
+  c.weight = SlurmWeightFor(view, options);
+  return c;
+}
+
+uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options) {
+  uint64_t capacity = 0, used = 0;
+  for (const DeviceState& d : view.devices) {
+    capacity += d.spec.capacity_milli;
+    used += std::min<uint64_t>(d.used_milli, d.spec.capacity_milli);
+  }
+  if (capacity == 0) return options.weight_base + options.weight_span;
+  const double free = static_cast<double>(capacity - used) / static_cast<double>(capacity);
+  return options.weight_base +
+         static_cast<uint32_t>(std::lround(free * static_cast<double>(options.weight_span)));
+}
+
+SlurmSync::SlurmSync(SlurmSyncOptions options, Ledger* ledger, SlurmClient* slurm,
+                     const Clock* clock)
+    : options_(std::move(options)), ledger_(ledger), slurm_(slurm), clock_(clock) {}
+
+SlurmSync::~SlurmSync() { Stop(); }
+
+void SlurmSync::Start() {
+  if (thread_.joinable()) return;
+  stop_ = std::make_unique<absl::Notification>();
+  thread_ = std::thread([this] {
+    do {
+      absl::Status s = RunOnce();
+      if (!s.ok()) spdlog::warn("slurm sync: {}", s.ToString());
+    } while (!stop_->WaitForNotificationWithTimeout(options_.period));
+  });
+}
+
+void SlurmSync::Stop() {
+  if (!thread_.joinable()) return;
+  stop_->Notify();
+  thread_.join();
+}
+
+SlurmSyncStats SlurmSync::stats() const {
+  absl::MutexLock lock(&stats_mu_);
+  return stats_;
+}
+
+void SlurmSync::Count(uint64_t SlurmSyncStats::*field, uint64_t n) {
+  absl::MutexLock lock(&stats_mu_);
+  stats_.*field += n;
+}
+
+absl::Status SlurmSync::RunOnce() {
+  absl::MutexLock run(&run_mu_);
+  Count(&SlurmSyncStats::passes);
+  absl::Status ping = slurm_->Ping();
+  auto nodes = ping.ok() ? slurm_->ListNodes() : absl::StatusOr<std::vector<SlurmNodeInfo>>(ping);
+  if (!nodes.ok()) {
+    if (!degraded_.exchange(true)) {
+      spdlog::error("slurm sync: Slurm unreachable, serving from the ledger (degraded): {}",
+                    nodes.status().ToString());
+    }
+    Count(&SlurmSyncStats::failed_passes);
+    return nodes.status();
+  }
+  LedgerSnapshot snap = ledger_->Snapshot();
+  absl::Status first;
+  auto note = [&first](absl::Status s) {
+    if (first.ok() && !s.ok()) first = std::move(s);
+  };
+  if (options_.manage_nodes) note(SyncNodes(snap, *nodes));
+  if (options_.import_jobs) note(ImportJobs(snap));
+  if (options_.manage_weights) {
+    // Weights from the ledger after the import.
+    note(SyncWeights(ledger_->Snapshot(), *nodes));
+  }
+  if (absl::IsUnavailable(first)) {
+    degraded_.store(true);
+    Count(&SlurmSyncStats::failed_passes);
+    return first;
+  }
+  if (degraded_.exchange(false)) spdlog::info("slurm sync: Slurm reachable again, reconciled");
+  {
+    absl::MutexLock lock(&stats_mu_);
+    stats_.last_success = clock_->Now();
+  }
+  return first;
+}
+
+absl::Status SlurmSync::Retire(const SlurmNodeInfo& node, const std::string& reason) {
+  if (!node.future && !node.drain) {
+    SlurmNodeUpdate u;
+    u.name = node.name;
+    u.drain_reason = reason;
+    DUET_RETURN_IF_ERROR(slurm_->UpdateNode(u));
+    Count(&SlurmSyncStats::drains);
+    spdlog::info("slurm sync: drained {} ({})", node.name, reason);
+  }
+  absl::Status s = slurm_->DeleteNode(node.name);
+  if (absl::IsFailedPrecondition(s)) return absl::OkStatus();  // jobs left: next pass
+  if (!s.ok() && !absl::IsNotFound(s)) return s;
+  Count(&SlurmSyncStats::nodes_deleted);
+  spdlog::info("slurm sync: deleted Slurm node {} ({})", node.name, reason);
+  return absl::OkStatus();
+}
+
+absl::Status SlurmSync::SyncNodes(const LedgerSnapshot& snap,
+                                  const std::vector<SlurmNodeInfo>& nodes) {
+  absl::Status first;
+  auto note = [&first](absl::Status s) {
+    if (first.ok() && !s.ok()) first = std::move(s);
+  };
+  absl::flat_hash_map<std::string, const SlurmNodeInfo*> by_name;
+  for (const SlurmNodeInfo& n : nodes) by_name[n.name] = &n;
+  absl::flat_hash_set<std::string> wanted;
+
+  for (const auto& view : snap.nodes) {
+    const NodeSpec& spec = view->spec;
+    wanted.insert(spec.name);
+    auto it = by_name.find(spec.name);
+    if (spec.state == NodeState::kGone) {
+      if (it != by_name.end()) note(Retire(*it->second, DrainReasonFor(NodeState::kGone)));
+      continue;
+    }
+    const SlurmNodeConfig want = SlurmNodeFor(*view, options_);
+    if (it == by_name.end()) {
+      absl::Status s = slurm_->CreateNode(want);
+      if (s.ok()) {
+        Count(&SlurmSyncStats::nodes_created);
+        spdlog::info("slurm sync: created Slurm node {}: {}", want.name, SlurmNodeLine(want));
+      } else if (!absl::IsAlreadyExists(s)) {
+        note(s);
+      }
+      continue;
+    }
+    const SlurmNodeInfo& have = *it->second;
+    // GRES: Slurm refuses count changes on a node with File= devices; drain,
+    // then delete and recreate once empty.
+    const std::string want_gres = FormatGres(Sorted(want.gres));
+    const std::string have_gres = FormatGres(Sorted(have.gres));
+    if (want_gres != have_gres && recreated_for_[spec.name] != want_gres) {
+      if (have.busy) {
+        if (!have.drain) {
+          SlurmNodeUpdate u;
+          u.name = have.name;
+          u.drain_reason = "duet: GRES changed, recreating once empty";
+          note(slurm_->UpdateNode(u));
+          Count(&SlurmSyncStats::drains);
+          spdlog::info("slurm sync: {} GRES {} -> {}: drained, recreated once empty", have.name,
+                       have_gres, want_gres);
+        }
+        continue;
+      }
+      absl::Status s = slurm_->DeleteNode(have.name);
+      if (s.ok()) s = slurm_->CreateNode(want);
+      if (s.ok()) {
+        // A recreated node comes back FUTURE; RESUME makes a running slurmd
+        // register again.
+        SlurmNodeUpdate u;
+        u.name = have.name;
+        u.drain_reason = "";
+        (void)slurm_->UpdateNode(u);
+        recreated_for_[spec.name] = want_gres;
+        Count(&SlurmSyncStats::nodes_recreated);
+        spdlog::info("slurm sync: recreated Slurm node {} for GRES {} -> {}", have.name, have_gres,
+                     want_gres);
+      }
+      note(s);
+      continue;
+    }
+    if (have.features != want.features) {
+      SlurmNodeUpdate u;
+      u.name = have.name;
+      u.features = want.features;
+      note(slurm_->UpdateNode(u));
+    }
+    if (have.future) continue;  // no slurmd yet: state changes wait for it
+    const std::string reason = DrainReasonFor(spec.state);
+    if (!reason.empty() && !have.drain) {
+      SlurmNodeUpdate u;
+      u.name = have.name;
+      u.drain_reason = reason;
+      note(slurm_->UpdateNode(u));
+      Count(&SlurmSyncStats::drains);
+      spdlog::info("slurm sync: drained {} ({})", have.name, reason);
+    } else if (reason.empty() && IsDuetDrain(have)) {
+      SlurmNodeUpdate u;
+      u.name = have.name;
+      u.drain_reason = "";
+      note(slurm_->UpdateNode(u));
+      Count(&SlurmSyncStats::resumes);
+      spdlog::info("slurm sync: resumed {} (was: {})", have.name, have.reason);
+    } else if (!reason.empty() && IsDuetDrain(have) && have.reason != reason) {
+      SlurmNodeUpdate u;
+      u.name = have.name;
+      u.drain_reason = reason;
+      note(slurm_->UpdateNode(u));
+    }
+  }
+  // Nodes duet made that left the ledger: drain, delete once empty.
+  for (const SlurmNodeInfo& n : nodes) {
+    if (wanted.contains(n.name)) continue;
+    if (options_.managed_feature.empty() ||
+        std::find(n.features.begin(), n.features.end(), options_.managed_feature) ==
+            n.features.end()) {
+      continue;  // not ours
+    }
+    note(Retire(n, DrainReasonFor(NodeState::kGone)));
+  }
+  return first;
+}
+
+absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap) {
+  const absl::Time listed_at = clock_->Now();
+  auto jobs = slurm_->ListJobs();
+  if (!jobs.ok()) return jobs.status();
+  absl::flat_hash_set<std::string> ledger_nodes;
+  for (const auto& v : snap.nodes) ledger_nodes.insert(v->spec.name);
+  absl::flat_hash_set<uint32_t> live;
+  absl::Status first;
+
+  for (const SlurmJobInfo& job : *jobs) {
+    if (job.live()) live.insert(job.job_id);
+  }
+  // First release holdings of jobs Slurm no longer runs. Only what was granted before the
+  // list was read: a step may have registered since.
+  for (const Holding& h : ledger_->ListHoldings()) {
+    const bool slurm_side = h.owner.kind == OwnerKind::kSlurmJob ||
+                            h.owner.kind == OwnerKind::kSlurmStep ||
+                            h.owner.kind == OwnerKind::kPlaceholder;
+    if (!slurm_side || live.contains(h.owner.job_id)) continue;
+    if (h.granted_at > listed_at - options_.release_grace) continue;
+    auto r = ledger_->Release(h.node, h.owner);
+    if (r.ok() && r->released) {
+      Count(&SlurmSyncStats::holdings_released);
+      spdlog::info("slurm sync: released {} on {}: job {} no longer runs", h.owner.ToString(),
+                   h.node, h.owner.job_id);
+    }
+  }
+  // Then record every live job (placeholders as such) the ledger lacks.
+  for (const SlurmJobInfo& job : *jobs) {
+    if (!job.live()) continue;
+    const std::optional<PlaceholderPod> pod = ParsePlaceholderComment(job.comment);
+    if (pod && options_.pod_exists && !options_.pod_exists(pod->uid)) {
+      absl::Status s = slurm_->KillJob(job.job_id);
+      if (s.ok()) {
+        for (const SlurmJobNodeDevices& d : job.devices) {
+          (void)ledger_->Release(d.node, Owner::Placeholder(job.job_id, pod->uid));
+        }
+        Count(&SlurmSyncStats::placeholders_cancelled);
+        spdlog::info("slurm sync: cancelled placeholder job {}: pod {}/{} (uid {}) is gone",
+                     job.job_id, pod->ns, pod->name, pod->uid);
+      } else if (first.ok()) {
+        first = s;
+      }
+      continue;
+    }
+    for (const SlurmJobNodeDevices& d : job.devices) {
+      if (!ledger_nodes.contains(d.node)) continue;
+      std::vector<HeldDevice> devices = ToHeld(d);
+      if (devices.empty()) continue;
+      const Owner owner = pod ? Owner::Placeholder(job.job_id, pod->uid)
+                              : Owner::SlurmJob(job.job_id);
+      if (ledger_->FindHolding(d.node, owner)) continue;
+      HoldRequest req;
+      req.node = d.node;
+      req.owner = owner;
+      req.devices = devices;
+      auto held = ledger_->Hold(req);
+      if (held.ok()) {
+        Count(&SlurmSyncStats::holdings_imported);
+        spdlog::info("slurm sync: imported {} on {}", owner.ToString(), d.node);
+      } else {
+        Count(&SlurmSyncStats::conflicts);
+        spdlog::error("slurm sync: cannot record {} on {} (Slurm runs it): {}", owner.ToString(),
+                      d.node, held.status().ToString());
+      }
+    }
+  }
+  return first;
+}
+
+absl::Status SlurmSync::SyncWeights(const LedgerSnapshot& snap,
+                                    const std::vector<SlurmNodeInfo>& nodes) {
+  absl::flat_hash_map<std::string, uint32_t> have;
+  for (const SlurmNodeInfo& n : nodes) have[n.name] = n.weight;
+  absl::Status first;
+  for (const auto& view : snap.nodes) {
+    auto it = have.find(view->spec.name);
+    if (it == have.end()) continue;
+    const uint32_t want = SlurmWeightFor(*view, options_);
+    if (it->second == want) continue;
+    SlurmNodeUpdate u;
+    u.name = view->spec.name;
+    u.weight = want;
+    absl::Status s = slurm_->UpdateNode(u);
+    if (s.ok()) {
+      Count(&SlurmSyncStats::weight_updates);
+    } else if (first.ok()) {
+      first = s;
+    }
+  }
+  return first;
+}
+
+}  // namespace duet

@@ -1,0 +1,146 @@
+#pragma once
+
+// SlurmSync: keeps Slurm in step with the ledger, and the ledger with Slurm.
+//
+// Each pass (RunOnce, or every `period` after Start):
+//  1. Ping slurmctld. If it does not answer, the pass stops: degraded() turns
+//     true, the ledger keeps serving as it is, nothing is released or granted.
+//  2. Nodes (ledger -> Slurm dynamic nodes). Every ledger node becomes a Slurm
+//     node of the same name (CPUs, RealMemory, Gres by kind and model,
+//     Features from pool, accelerator, zone and topology block, plus the
+//     marker feature "duet"). Cordoned / not-ready / gone -> DRAIN with a
+//     reason starting "duet: "; ready -> RESUME, but only of duet's own
+//     drains (an admin's drain is never undone). A node that left the ledger
+//     (or is GONE) is drained, then deleted once no job is on it. A node whose
+//     GRES changed is drained, then deleted and recreated once empty.
+//  3. Jobs (Slurm -> ledger; invariant I4 for the Slurm half). Every live job
+//     on a ledger node is recorded with the device indices from its GRES
+//     detail: placeholders (comment "duet-pod uid=...") as Placeholder owners,
+//     other jobs as SlurmJob owners (which covers steps that never reported).
+//     Ledger holdings of Slurm jobs, steps and placeholders whose job is no
+//     longer live are released (only those granted before the job list was
+//     read, minus `release_grace`). Placeholders whose pod is gone
+//     (`pod_exists` says so) are cancelled and released.
+//  4. Weights: each node's Weight = weight_base + weight_span * free fraction
+//     (fuller nodes get lower weights, so Slurm packs), sent only on change.
+//
+// Thread-safety: RunOnce may be called from any thread; passes are
+// serialised by `run_mu_`. degraded() and stats() are lock-free / cheap.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "bridge/common/clock.h"
+#include "bridge/ledger/ledger.h"
+#include "bridge/slurm/slurm_client.h"
+
+namespace duet {
+
+struct SlurmSyncOptions {
+  // Time between passes (slurm.sync_period).
+  absl::Duration period = absl::Seconds(10);
+  // Create/update/drain/delete Slurm nodes from the ledger (slurm.manage_nodes).
+  bool manage_nodes = true;
+  // Feed node weights back to Slurm (slurm.manage_weights).
+  bool manage_weights = true;
+  // Import jobs and reconcile holdings (slurm.import_jobs).
+  bool import_jobs = true;
+  // NodeAddr/NodeHostname of a node come from this label when present
+  // (slurm.node_addr_label); otherwise the node name is used.
+  std::string node_addr_label = "duet.dev/slurm-node-addr";
+  // Marker feature of nodes duet created; only those are ever deleted
+  // (slurm.managed_feature).
+  std::string managed_feature = "duet";
+  // Weight range (slurm.weight_base, slurm.weight_span).
+  uint32_t weight_base = 1;
+  uint32_t weight_span = 100;
+  // Holdings granted less than this before the job list was read are not
+  // released by it (slurm.release_grace).
+  absl::Duration release_grace = absl::Seconds(5);
+  // Whether a pod still exists (wired to the Kubernetes side). Null: assume
+  // it does (placeholders are then only cancelled when their pod releases).
+  std::function<bool(const std::string& pod_uid)> pod_exists;
+};
+
+struct SlurmSyncStats {
+  uint64_t passes = 0;
+  uint64_t failed_passes = 0;
+  uint64_t nodes_created = 0;
+  uint64_t nodes_deleted = 0;
+  uint64_t nodes_recreated = 0;
+  uint64_t drains = 0;
+  uint64_t resumes = 0;
+  uint64_t weight_updates = 0;
+  uint64_t holdings_imported = 0;
+  uint64_t holdings_released = 0;
+  uint64_t placeholders_cancelled = 0;
+  uint64_t conflicts = 0;  // Slurm says a job holds what the ledger gives another
+  absl::Time last_success = absl::InfinitePast();
+};
+
+// The Slurm node a ledger node becomes.
+SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& options);
+// weight_base + weight_span * free/capacity, rounded.
+uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options);
+
+class SlurmSync {
+ public:
+  // Nothing is owned; all must outlive this object.
+  SlurmSync(SlurmSyncOptions options, Ledger* ledger, SlurmClient* slurm, const Clock* clock);
+  ~SlurmSync();
+  SlurmSync(const SlurmSync&) = delete;
+  SlurmSync& operator=(const SlurmSync&) = delete;
+
+  // Runs passes every `period` on a thread until Stop(). Idempotent.
+  void Start();
+  void Stop();
+
+  // One pass. UNAVAILABLE when slurmctld cannot be reached (degraded() is
+  // then true); other errors name the step that failed (the pass goes on with
+  // the other steps and nodes).
+  absl::Status RunOnce() ABSL_LOCKS_EXCLUDED(run_mu_);
+
+  // True from a pass that could not reach Slurm until one that could.
+  bool degraded() const { return degraded_.load(); }
+  SlurmSyncStats stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+
+ private:
+  absl::Status SyncNodes(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  absl::Status ImportJobs(const LedgerSnapshot& snap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  absl::Status SyncWeights(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Drains (if needed) and deletes a Slurm node once empty.
+  absl::Status Retire(const SlurmNodeInfo& node, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  void Count(uint64_t SlurmSyncStats::*field, uint64_t n = 1) ABSL_LOCKS_EXCLUDED(stats_mu_);
+
+  const SlurmSyncOptions options_;
+  Ledger* const ledger_;
+  SlurmClient* const slurm_;
+  const Clock* const clock_;
+
+  absl::Mutex run_mu_;
+  // Per node: the GRES it was last recreated for, so a slurmd that reports
+  // other GRES than the inventory does not cause a recreate loop.
+  std::map<std::string, std::string> recreated_for_ ABSL_GUARDED_BY(run_mu_);
+
+  std::atomic<bool> degraded_{false};
+  mutable absl::Mutex stats_mu_;
+  SlurmSyncStats stats_ ABSL_GUARDED_BY(stats_mu_);
+
+  std::unique_ptr<absl::Notification> stop_;
+  std::thread thread_;
+};
+
+}  // namespace duet
