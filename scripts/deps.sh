@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages duet builds, tests and runs with. Needs root
+# (or sudo). Does nothing when every package is already installed.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  cmake ninja-build g++ clang pkg-config
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
+  nlohmann-json3-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # Slurm side: libslurm to build against, real daemons for the integration tests
+  libslurm-dev slurm-wlm-basic-plugins-dev slurm-wlm slurmctld slurmd munge libmunge-dev
+  # tests and benchmarks: promtool checks the metrics, gnuplot draws the simulator's figure
+  prometheus gnuplot-nox python3 curl procps util-linux
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
