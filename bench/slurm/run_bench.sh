@@ -1,0 +1,94 @@
+#!/bin/bash
+# bench/slurm/run_bench.sh [--quick] SLURM_BENCH_TOOL SPANK_DUET_SO
+#
+# Slurm-side figures, each against its CLI baseline in the same run on the
+# same private cluster (tests/integration/slurm_cluster.sh):
+#  1. placeholder grant latency: LibSlurmClient allocate + IDX read-back vs
+#     `salloc --immediate --no-shell` (each cancelled before the next);
+#  2. node sync: N inventory nodes -> SlurmSync.RunOnce -> all visible, vs a
+#     loop of `scontrol create`;
+#  3. SPANK overhead: `srun -n1 true` without the plugin, with it (no devices:
+#     no bridge call), and `srun -n1 --gres=gpu:1 true` with it (Hold+Release
+#     over gRPC to a ledger service) vs the same without the plugin.
+# Prints a markdown table. --quick: small counts (the ctest smoke run).
+set -euo pipefail
+quick=0
+if [[ ${1:-} == --quick ]]; then quick=1; shift; fi
+TOOL=$(readlink -f "$1"); SO=$(readlink -f "$2")
+HERE=$(cd "$(dirname "$0")" && pwd)
+CL=$HERE/../../tests/integration/slurm_cluster.sh
+if ((quick)); then NPH=10; NNODES=20; NSRUN=5; else NPH=200; NNODES=200; NSRUN=50; fi
+
+ROOT=$("$CL" init --max-nodes $((2 * NNODES + 16)) --lifetime 900)
+export SLURM_CONF=$ROOT/etc/slurm.conf
+SOCK=$ROOT/run/bridge.sock
+SERVE_PID=
+cleanup() {
+  [[ -n $SERVE_PID ]] && kill "$SERVE_PID" 2>/dev/null || true
+  "$CL" stop "$ROOT" || true
+}
+trap cleanup EXIT
+"$CL" start "$ROOT"
+"$CL" create "$ROOT" bn 40 "CPUs=8 RealMemory=16000 Gres=gpu:h100:8 Feature=bench" >/dev/null
+"$CL" slurmd "$ROOT" bn 40 "CPUs=8 RealMemory=16000 Gres=gpu:h100:8" \
+  "Name=gpu Type=h100 File=$ROOT/dev/nvidia[0-7]"
+for ((i = 0; i < 200; i++)); do
+  scontrol show node bn 2>/dev/null | grep -qE 'State=IDLE(\+DYNAMIC_NORM)? ' && break; sleep 0.05
+done
+((i < 200)) || { echo "node bn did not come up" >&2; exit 1; }
+
+now_ns() { date +%s%N; }
+pct() {  # pct FILE -> "p50 p99 n"
+  sort -n "$1" | awk '{a[NR]=$1} END {i50=int(0.50*(NR-1))+1; i99=int(0.99*(NR-1))+1;
+    printf "%.2f %.2f %d\n", a[i50], a[i99], NR}'
+}
+ms_since() { echo "scale=3; ($(now_ns) - $1) / 1000000" | bc; }
+out=$ROOT/out; mkdir -p "$out"
+
+# 1. placeholders
+"$TOOL" placeholders bn "$NPH" >"$out/ph_client"
+for ((i = 0; i < NPH; i++)); do
+  t=$(now_ns)
+  o=$(salloc --immediate=1 --no-shell -w bn --gres=gpu:1 -J duet-bench 2>&1)
+  ms_since "$t" >>"$out/ph_cli"
+  id=$(sed -n 's/.*Granted job allocation \([0-9]*\).*/\1/p' <<<"$o")
+  [[ -n $id ]] || { echo "salloc failed: $o" >&2; exit 1; }
+  scancel "$id"
+  until [[ -z $(squeue -h -j "$id" -t R,CG -o %i 2>/dev/null) ]]; do sleep 0.005; done
+done
+
+# 2. node sync
+sync_s=$("$TOOL" nodesync "$NNODES" sync-)
+t=$(now_ns)
+for ((i = 0; i < NNODES; i++)); do
+  scontrol create NodeName=cli-$i NodeAddr=10.9.$((i / 250)).$((i % 250 + 1)) CPUs=8 \
+    RealMemory=16000 Gres=gpu:h100:8 Feature=bench State=FUTURE
+done
+until [[ $(scontrol --future show node -o | grep -c '^NodeName=cli-') -ge $NNODES ]]; do sleep 0.01; done
+cli_s=$(echo "scale=3; ($(now_ns) - $t) / 1000000000" | bc)
+
+# 3. SPANK overhead (plugstack.conf is read by every srun and slurmstepd)
+run_srun() {  # run_srun FILE ARGS...
+  local f=$1; shift
+  srun -w bn "$@" true  # warm-up
+  for ((i = 0; i < NSRUN; i++)); do t=$(now_ns); srun -w bn "$@" true; ms_since "$t" >>"$f"; done
+}
+: >"$ROOT/etc/plugstack.conf"
+run_srun "$out/srun_none" -n1
+run_srun "$out/srun_none_gpu" -n1 --gres=gpu:1
+"$TOOL" serve "$SOCK" bn &
+SERVE_PID=$!
+for ((i = 0; i < 100; i++)); do [[ -S $SOCK ]] && break; sleep 0.05; done
+echo "required $SO bridge=unix://$SOCK tpu=no" >"$ROOT/etc/plugstack.conf"
+run_srun "$out/srun_plugin" -n1
+run_srun "$out/srun_plugin_gpu" -n1 --gres=gpu:1
+
+echo "| measurement | duet | baseline (same run) |"
+echo "|---|---|---|"
+read -r a b n < <(pct "$out/ph_client"); read -r c d m < <(pct "$out/ph_cli")
+echo "| placeholder grant, p50 / p99 ms (n=$n) | LibSlurmClient: $a / $b | salloc --immediate --no-shell: $c / $d |"
+echo "| $NNODES nodes created and visible, s | SlurmSync.RunOnce: $sync_s | scontrol create loop: $cli_s |"
+read -r a b n < <(pct "$out/srun_plugin"); read -r c d m < <(pct "$out/srun_none")
+echo "| srun -n1 true, p50 / p99 ms (n=$n) | with spank_duet: $a / $b | without: $c / $d |"
+read -r a b n < <(pct "$out/srun_plugin_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
+echo "| srun -n1 --gres=gpu:1 true (Hold+Release), p50 / p99 ms (n=$n) | with spank_duet: $a / $b | without: $c / $d |"

@@ -1,0 +1,132 @@
+// slurm_bench_tool: the client-side halves of bench/slurm/run_bench.sh.
+//
+//   slurm_bench_tool placeholders NODE N   grant latency of Placeholders-style
+//                                          allocations through LibSlurmClient
+//                                          (allocate + IDX read-back), each
+//                                          cancelled before the next; prints
+//                                          one latency in ms per line
+//   slurm_bench_tool nodesync N PREFIX     N ledger nodes -> SlurmSync.RunOnce
+//                                          until all N are visible in Slurm;
+//                                          prints seconds
+//   slurm_bench_tool serve SOCKET NODE...  a ledger gRPC service (8 GPUs per
+//                                          node) for the SPANK overhead runs
+// SLURM_CONF must name the cluster's slurm.conf.
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
+#include "bridge/slurm/libslurm_client.h"
+#include "bridge/slurm/slurm_sync.h"
+#include "tests/slurm/test_ledger_server.h"
+
+namespace duet {
+namespace {
+
+NodeSpec GpuNode(const std::string& name, int gpus) {
+  NodeSpec s;
+  s.name = name;
+  s.cpus = 8;
+  s.memory_mib = 16000;
+  s.pool = "bench";
+  for (int i = 0; i < gpus; ++i) {
+    DeviceSpec d;
+    d.kind = DeviceKind::kGpu;
+    d.index = i;
+    d.model = "h100";
+    s.devices.push_back(d);
+  }
+  return s;
+}
+
+int Placeholders(const std::string& node, int n) {
+  LibSlurmClient client;
+  for (int i = 0; i < n; ++i) {
+    SlurmAllocRequest req;
+    req.node = node;
+    req.gpus = 1;
+    req.job_name = "duet-pod:bench/p";
+    req.comment = absl::StrCat("duet-pod uid=bench-", i, " ns=bench name=p");
+    const absl::Time start = absl::Now();
+    auto a = client.AllocatePlaceholder(req);
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (!a.ok()) {
+      fprintf(stderr, "allocate: %s\n", a.status().ToString().c_str());
+      return 1;
+    }
+    printf("%.3f\n", ms);
+    if (auto s = client.KillJob(a->job_id); !s.ok()) {
+      fprintf(stderr, "kill: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    // Wait out COMPLETING so every grant starts from the same free node.
+    for (int k = 0; k < 1000; ++k) {
+      auto j = client.GetJob(a->job_id);
+      if (j.ok() && (!j->has_value() || !(*j)->live())) break;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  return 0;
+}
+
+int NodeSync(int n, const std::string& prefix) {
+  Ledger ledger;
+  for (int i = 0; i < n; ++i) {
+    if (!ledger.UpsertNode(GpuNode(absl::StrCat(prefix, i), 8)).ok()) return 1;
+  }
+  LibSlurmClient client;
+  SlurmSyncOptions o;
+  o.import_jobs = false;
+  SlurmSync sync(o, &ledger, &client, Clock::Real());
+  const absl::Time start = absl::Now();
+  absl::Status s = sync.RunOnce();
+  for (;;) {
+    auto nodes = client.ListNodes();
+    if (!nodes.ok()) return 1;
+    int seen = 0;
+    for (const auto& node : *nodes) seen += node.name.rfind(prefix, 0) == 0;
+    if (seen >= n) break;
+    if (absl::Now() - start > absl::Seconds(120)) {
+      fprintf(stderr, "only %d of %d visible: %s\n", seen, n, s.ToString().c_str());
+      return 1;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  printf("%.3f\n", absl::ToDoubleSeconds(absl::Now() - start));
+  return 0;
+}
+
+int Serve(const std::string& socket, int argc, char** argv) {
+  Ledger ledger;
+  for (int i = 0; i < argc; ++i) {
+    if (!ledger.UpsertNode(GpuNode(argv[i], 8)).ok()) return 1;
+  }
+  testing::TestLedgerServer server(&ledger, "unix://" + socket);
+  if (!server.ok()) return 1;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return 0;
+}
+
+}  // namespace
+}  // namespace duet
+
+int main(int argc, char** argv) {
+  spdlog::set_level(spdlog::level::warn);
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "placeholders" && argc == 4) return duet::Placeholders(argv[2], atoi(argv[3]));
+  if (mode == "nodesync" && argc == 4) return duet::NodeSync(atoi(argv[2]), argv[3]);
+  if (mode == "serve" && argc >= 3) return duet::Serve(argv[2], argc - 3, argv + 3);
+  fprintf(stderr, "usage: see the header of bench/slurm/slurm_bench_tool.cc\n");
+  return 2;
+}
