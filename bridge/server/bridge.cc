@@ -97,6 +97,9 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
   builder.SetMaxReceiveMessageSize(config.grpc.max_message_bytes);
   builder.SetMaxSendMessageSize(64 << 20);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.grpc.max_concurrent_streams);
+  // gRPC binds with SO_REUSEPORT by default: a second bridge would silently
+  // share the port and split the clients between two ledgers.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (!config.grpc.listen.empty()) {
     builder.AddListeningPort(config.grpc.listen, *creds, &b->grpc_port_);
   }

@@ -243,6 +243,16 @@ TEST_F(BridgeTest, WatchOfUnknownNodeIsNotFound) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+TEST_F(BridgeTest, AnAddressInUseIsNamedAtStartUp) {
+  Config other = config_;
+  other.grpc.listen = "127.0.0.1:" + std::to_string(bridge_->grpc_port());
+  other.journal.dir = (dir_ / "journal2").string();
+  auto second = Bridge::Start(other);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr("grpc.listen " + other.grpc.listen));
+}
+
 TEST_F(BridgeTest, HealthIsServing) {
   auto health = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext ctx;
@@ -286,6 +296,77 @@ TEST_F(BridgeTest, MetricsPassPromtool) {
   std::string report((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
   EXPECT_EQ(rc, 0) << "promtool check metrics failed (is Debian's prometheus package installed?):\n"
                    << report;
+}
+
+}  // namespace
+}  // namespace duet
+
+namespace duet {
+namespace {
+
+std::string Slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// TLS with client certificates: a client with a certificate from the
+// configured CA gets in; one without a certificate does not.
+TEST(BridgeTlsTest, ClientCertificatesAreVerified) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("duet-tls-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string d = dir.string();
+  const std::string script =
+      "set -e; cd " + d + "; exec >openssl.log 2>&1;"
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=duet-test-ca;"
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext;"
+      "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost;"
+      "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile san.ext;"
+      "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=slurmstepd;"
+      "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 1";
+  ASSERT_EQ(std::system(("bash -c \"" + script + "\"").c_str()), 0) << Slurp(dir / "openssl.log");
+  std::ofstream(dir / "nodes.yaml") << "nodes: [{name: a, gpus: {count: 2}}]\n";
+
+  Config config;
+  config.grpc.listen = "127.0.0.1:0";
+  config.metrics.listen = "";
+  config.journal.dir = d + "/journal";
+  config.inventory.file = d + "/nodes.yaml";
+  config.grpc.tls.cert_file = d + "/server.crt";
+  config.grpc.tls.key_file = d + "/server.key";
+  config.grpc.tls.client_ca_file = d + "/ca.crt";
+  ASSERT_TRUE(ValidateConfig(config).ok());
+  auto bridge = Bridge::Start(config);
+  ASSERT_TRUE(bridge.ok()) << bridge.status();
+  const std::string target = "127.0.0.1:" + std::to_string((*bridge)->grpc_port());
+
+  auto list = [&](const grpc::SslCredentialsOptions& opts) {
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("localhost");
+    auto stub = v1::Ledger::NewStub(
+        grpc::CreateCustomChannel(target, grpc::SslCredentials(opts), args));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ListNodesResponse resp;
+    return stub->ListNodes(&ctx, v1::ListNodesRequest(), &resp);
+  };
+  grpc::SslCredentialsOptions with_cert;
+  with_cert.pem_root_certs = Slurp(dir / "ca.crt");
+  with_cert.pem_private_key = Slurp(dir / "client.key");
+  with_cert.pem_cert_chain = Slurp(dir / "client.crt");
+  EXPECT_TRUE(list(with_cert).ok());
+  grpc::SslCredentialsOptions without_cert;
+  without_cert.pem_root_certs = with_cert.pem_root_certs;
+  EXPECT_FALSE(list(without_cert).ok());
+  // Plaintext to a TLS port fails too.
+  auto plain = v1::Ledger::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ListNodesResponse resp;
+  EXPECT_FALSE(plain->ListNodes(&ctx, v1::ListNodesRequest(), &resp).ok());
+  bridge->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
