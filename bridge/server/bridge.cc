@@ -1,8 +1,12 @@
 #include "bridge/server/bridge.h"
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -40,6 +44,19 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsCo
     opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(opts);
+}
+
+// True when a process accepts connections on the unix socket at `path`.
+bool SocketInUse(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool in_use = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return in_use;
 }
 
 }  // namespace
@@ -107,6 +124,10 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
     std::error_code ec;
     std::filesystem::create_directories(
         std::filesystem::path(config.grpc.unix_socket).parent_path(), ec);
+    if (SocketInUse(config.grpc.unix_socket)) {
+      return absl::UnavailableError(absl::StrCat("grpc.unix_socket ", config.grpc.unix_socket,
+                                                 ": another process is serving on it"));
+    }
     ::unlink(config.grpc.unix_socket.c_str());  // a stale socket from a previous run
     // Node-local clients authenticate by file permissions; no TLS on the socket.
     builder.AddListeningPort("unix:" + config.grpc.unix_socket, grpc::InsecureServerCredentials());

@@ -3,7 +3,12 @@
 
 #include "bridge/server/bridge.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -251,6 +256,32 @@ TEST_F(BridgeTest, AnAddressInUseIsNamedAtStartUp) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr("grpc.listen " + other.grpc.listen));
+}
+
+TEST_F(BridgeTest, ALiveUnixSocketIsNotStolen) {
+  bridge_.reset();
+  config_.grpc.unix_socket = (dir_ / "bridge.sock").string();
+  Start();
+  Config other = config_;
+  other.grpc.listen = "";
+  other.journal.dir = (dir_ / "journal2").string();
+  auto second = Bridge::Start(other);
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.status().message(), HasSubstr("another process is serving on it"));
+  // A stale socket file (bound, then its process gone) is replaced.
+  bridge_.reset();
+  std::filesystem::remove(config_.grpc.unix_socket);
+  {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, config_.grpc.unix_socket.c_str());
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ::close(fd);
+  }
+  ASSERT_TRUE(std::filesystem::is_socket(config_.grpc.unix_socket));
+  auto third = Bridge::Start(other);
+  EXPECT_TRUE(third.ok()) << third.status();
 }
 
 TEST_F(BridgeTest, HealthIsServing) {
