@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""The fake apiserver against real clients: kubectl v1.32 and Debian's
+python3-kubernetes (which rejects objects missing required fields, so it also
+validates the golden object shapes). Each kubectl call gets a fresh cache dir
+so discovery is exercised every time."""
+
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fake_harness as fh  # noqa: E402
+
+import kubernetes  # noqa: E402  (python3-kubernetes, run under /usr/bin/python3)
+from kubernetes import client, watch  # noqa: E402
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+class Base:
+    tls = False
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="duet-k8s-")
+        self.token = "duet-test-token" if self.tls else None
+        self.certs = fh.make_tls(self.tmp) if self.tls else None
+        self.fake = fh.Fake(tls=self.certs, token=self.token)
+        self.fake.put(fh.node("gke_a3_h100_node.json", "gpu-node-1"))
+        self.fake.put(fh.node("gke_ct5lp_tpu_node.json", "tpu-node-1"))
+        self.fake.put(fh.pod("trainer-0"))
+
+    def tearDown(self):
+        self.fake.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def kubectl_args(self, *args):
+        cache = tempfile.mkdtemp(dir=self.tmp, prefix="kc-cache-")
+        out = [KUBECTL, "--server=" + self.fake.url, "--cache-dir=" + cache, "--request-timeout=10s"]
+        if self.tls:
+            out += ["--certificate-authority=" + self.certs["ca"], "--token=" + self.token]
+        return out + list(args)
+
+    def kubectl(self, *args):
+        env = dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp)
+        r = subprocess.run(self.kubectl_args(*args), env=env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def api(self):
+        cfg = client.Configuration()
+        cfg.host = self.fake.url
+        if self.tls:
+            cfg.ssl_ca_cert = self.certs["ca"]
+            cfg.api_key = {"authorization": "Bearer " + self.token}
+        return client.ApiClient(cfg)
+
+    # ---- kubectl ----
+    def test_kubectl_get_nodes(self):
+        out = self.kubectl("get", "nodes")
+        self.assertIn("NAME", out)
+        self.assertIn("gpu-node-1", out)
+        self.assertIn("tpu-node-1", out)
+        self.assertIn("tpu-node-1", self.kubectl("get", "no", "-o", "name"))
+        self.assertIn("nvidia-h100-80gb",
+                      self.kubectl("get", "node", "gpu-node-1", "-o",
+                                   "jsonpath={.metadata.labels.cloud\\.google\\.com/gke-accelerator}"))
+        paths = [r["path"].split("?")[0] for r in self.fake.requests()]
+        full = [r["path"] for r in self.fake.requests()]
+        self.assertIn("/api/v1", paths)
+        self.assertTrue(any(p.startswith("/api/v1/nodes?limit=500") for p in full), full)
+        if self.tls:
+            self.assertTrue(all(r["auth"] == "Bearer " + self.token for r in self.fake.requests()))
+
+    def test_kubectl_label_selector(self):
+        out = self.kubectl("get", "nodes", "-l", "cloud.google.com/gke-nodepool=shared-v5e", "-o", "name")
+        self.assertEqual(out.split(), ["node/tpu-node-1"])
+
+    def test_kubectl_get_pods_watch_only(self):
+        env = dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp)
+        proc = subprocess.Popen(self.kubectl_args("get", "pods", "--watch-only", "-o", "name"),
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.fake.wait_watches(1)
+            self.fake.put(fh.pod("trainer-1"))
+            self.fake.delete("Pod", "trainer-0")
+            lines = []
+            end = time.time() + 10
+            while len(lines) < 2 and time.time() < end:
+                r, _, _ = select.select([proc.stdout], [], [], 0.5)
+                if r:
+                    lines.append(proc.stdout.readline().strip())
+            self.assertEqual(lines, ["pod/trainer-1", "pod/trainer-0"])
+            watch_reqs = [r["path"] for r in self.fake.requests() if "watch=true" in r["path"]]
+            self.assertTrue(watch_reqs and "resourceVersion=" in watch_reqs[0], watch_reqs)
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+
+    # ---- python3-kubernetes ----
+    def test_python_list_node(self):
+        v1 = client.CoreV1Api(self.api())
+        nodes = v1.list_node()  # full deserialization of the golden shapes
+        names = sorted(n.metadata.name for n in nodes.items)
+        self.assertEqual(names, ["gpu-node-1", "tpu-node-1"])
+        gpu = [n for n in nodes.items if n.metadata.name == "gpu-node-1"][0]
+        self.assertEqual(gpu.status.capacity["nvidia.com/gpu"], "8")
+        self.assertEqual(gpu.status.node_info.kubelet_version, "v1.32.2-gke.1297002")
+        sel = v1.list_node(label_selector="cloud.google.com/gke-accelerator")
+        self.assertEqual([n.metadata.name for n in sel.items], ["gpu-node-1"])
+        paged = v1.list_node(limit=1)
+        self.assertEqual(len(paged.items), 1)
+        self.assertTrue(paged.metadata._continue)
+        rest = v1.list_node(limit=1, _continue=paged.metadata._continue)
+        self.assertEqual(rest.items[0].metadata.name, "tpu-node-1")
+        self.assertEqual(rest.metadata.resource_version, paged.metadata.resource_version)
+
+    def test_python_watch_stream(self):
+        v1 = client.CoreV1Api(self.api())
+        rv = v1.list_node().metadata.resource_version
+        w = watch.Watch()
+        self.fake.put(fh.node("gke_a3_h100_node.json", "gpu-node-2"))
+        self.fake.delete("Node", "gpu-node-1")
+        seen = []
+        for ev in w.stream(v1.list_node, resource_version=rv, timeout_seconds=5,
+                           allow_watch_bookmarks=True):
+            seen.append((ev["type"], ev["object"].metadata.name))
+            if len(seen) == 2:
+                w.stop()
+        self.assertEqual(seen, [("ADDED", "gpu-node-2"), ("DELETED", "gpu-node-1")])
+
+    def test_python_binding_patch_event_lease(self):
+        api = self.api()
+        v1 = client.CoreV1Api(api)
+        uid = v1.read_namespaced_pod("trainer-0", "default").metadata.uid
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name="trainer-0", uid=uid),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name="gpu-node-1"))
+        # The apiserver answers a Binding with a Status, which this client
+        # cannot deserialize as V1Binding; read the raw reply.
+        r = v1.create_namespaced_binding("default", body, _preload_content=False)
+        self.assertEqual(r.status, 201)
+        self.assertEqual(v1.read_namespaced_pod("trainer-0", "default").spec.node_name, "gpu-node-1")
+        with self.assertRaises(kubernetes.client.exceptions.ApiException) as e:
+            v1.create_namespaced_binding("default", body, _preload_content=False)
+        self.assertEqual(e.exception.status, 409)
+
+        p = v1.patch_namespaced_pod("trainer-0", "default",
+                                    {"metadata": {"annotations": {"duet.dev/devices": "gpu:0,1"}}})
+        self.assertEqual(p.metadata.annotations["duet.dev/devices"], "gpu:0,1")
+
+        ev = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name="trainer-0."),
+            involved_object=client.V1ObjectReference(kind="Pod", namespace="default", name="trainer-0",
+                                                     uid=uid),
+            reason="DuetRefused", message="no free GPU", type="Warning",
+            source=client.V1EventSource(component="duet-bridge"))
+        created = v1.create_namespaced_event("default", ev)
+        self.assertTrue(created.metadata.name.startswith("trainer-0."))
+
+        coord = client.CoordinationV1Api(api)
+        lease = client.V1Lease(metadata=client.V1ObjectMeta(name="duet-bridge"),
+                               spec=client.V1LeaseSpec(holder_identity="a", lease_duration_seconds=15))
+        got = coord.create_namespaced_lease("duet-system", lease)
+        with self.assertRaises(kubernetes.client.exceptions.ApiException) as e:
+            coord.create_namespaced_lease("duet-system", lease)
+        self.assertEqual(e.exception.status, 409)
+        got.spec.holder_identity = "b"
+        coord.replace_namespaced_lease("duet-bridge", "duet-system", got)
+        with self.assertRaises(kubernetes.client.exceptions.ApiException) as e:
+            coord.replace_namespaced_lease("duet-bridge", "duet-system", got)  # stale version
+        self.assertEqual(e.exception.status, 409)
+        self.assertEqual(coord.read_namespaced_lease("duet-bridge", "duet-system").spec.holder_identity, "b")
+
+
+class HttpTest(Base, unittest.TestCase):
+    tls = False
+
+
+class HttpsTest(Base, unittest.TestCase):
+    tls = True
+
+    def test_wrong_token_is_401(self):
+        cfg = client.Configuration()
+        cfg.host = self.fake.url
+        cfg.ssl_ca_cert = self.certs["ca"]
+        cfg.api_key = {"authorization": "Bearer wrong"}
+        with self.assertRaises(kubernetes.client.exceptions.ApiException) as e:
+            client.CoreV1Api(client.ApiClient(cfg)).list_node()
+        self.assertEqual(e.exception.status, 401)
+
+
+if __name__ == "__main__":
+    unittest.main()
