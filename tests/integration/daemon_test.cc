@@ -1,7 +1,10 @@
-// kill -9 of the real duet-bridge binary during a burst of concurrent
-// holdings: after a restart on the same journal, every acknowledged holding is
-// there with its devices, every acknowledged release is gone, and no device
-// is held by two owner groups (invariants I1 and I3).
+// The real duet-bridge and duetctl binaries:
+// - kill -9 of duet-bridge during a burst of concurrent holdings: after a
+//   restart on the same journal, every acknowledged holding is there with its
+//   devices, every acknowledged release is gone, and no device is held by two
+//   owner groups (invariants I1 and I3);
+// - SIGTERM shuts down cleanly (exit 0) and loses nothing;
+// - duetctl shows what the bridge holds.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -28,7 +31,7 @@ namespace fs = std::filesystem;
 
 constexpr int kNodes = 20;
 
-class CrashTest : public ::testing::Test {
+class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("duet-crash-" + std::to_string(::getpid()));
@@ -86,7 +89,7 @@ struct Acked {
   std::set<uint32_t> devices;
 };
 
-TEST_F(CrashTest, Kill9DuringABurstLosesNoAcknowledgedHolding) {
+TEST_F(DaemonTest, Kill9DuringABurstLosesNoAcknowledgedHolding) {
   std::mutex mu;
   std::map<std::string, Acked> live;  // owner key -> acknowledged holding
   std::set<std::string> released;      // acknowledged releases
@@ -183,6 +186,58 @@ TEST_F(CrashTest, Kill9DuringABurstLosesNoAcknowledgedHolding) {
   }
   std::cout << "acknowledged holds: " << acked_total << ", live after 3 kills: " << live.size()
             << ", recovered holdings: " << recovered.size() << "\n";
+}
+
+TEST_F(DaemonTest, SigtermShutsDownCleanlyAndDuetctlShowsTheHoldings) {
+  StartBridge();
+  if (HasFatalFailure()) return;
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    v1::HoldRequest req;
+    req.set_node("n1");
+    req.mutable_owner()->mutable_slurm_step()->set_job_id(100 + i);
+    req.mutable_count()->set_kind(v1::DEVICE_KIND_GPU);
+    req.mutable_count()->set_count(2);
+    v1::HoldResponse resp;
+    ASSERT_TRUE(stub_->Hold(&ctx, req, &resp).ok());
+  }
+  const std::string ctl = std::string(DUETCTL_BIN) + " --server unix://" +
+                          (dir_ / "bridge.sock").string();
+  auto run = [](const std::string& cmd, int* rc) {
+    std::string out;
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    *rc = WEXITSTATUS(pclose(p));
+    return out;
+  };
+  int rc = -1;
+  const std::string nodes = run(ctl + " nodes n1 n2", &rc);
+  EXPECT_EQ(rc, 0) << nodes;
+  EXPECT_NE(nodes.find("n1"), std::string::npos) << nodes;
+  // 6 of n1's 8 GPUs are held by Slurm steps.
+  EXPECT_NE(nodes.find("8       6       0      2"), std::string::npos) << nodes;
+  const std::string holds = run(ctl + " holds --node n1", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(holds.find("job 101"), std::string::npos) << holds;
+  run(ctl + " node nope", &rc);
+  EXPECT_EQ(rc, 1);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(pid_, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid_, &status, 0), pid_);
+  pid_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+
+  StartBridge();
+  if (HasFatalFailure()) return;
+  grpc::ClientContext ctx;
+  v1::ListHoldingsResponse holdings;
+  ASSERT_TRUE(stub_->ListHoldings(&ctx, v1::ListHoldingsRequest(), &holdings).ok());
+  EXPECT_EQ(holdings.holdings_size(), 3);
 }
 
 }  // namespace
