@@ -55,6 +55,21 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.Duration("reload_period", &c->inventory.reload_period));
     DUET_YAML(s.Finish());
   }
+  {
+    Section s(top.Child("slurm"), "slurm");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.Bool("enabled", &c->slurm.enabled));
+    DUET_YAML(s.String("conf_path", &c->slurm.conf_path));
+    DUET_YAML(s.Duration("call_timeout", &c->slurm.call_timeout));
+    DUET_YAML(s.Duration("sync_period", &c->slurm.sync_period));
+    DUET_YAML(s.Bool("manage_nodes", &c->slurm.manage_nodes));
+    DUET_YAML(s.Bool("manage_weights", &c->slurm.manage_weights));
+    DUET_YAML(s.Bool("import_jobs", &c->slurm.import_jobs));
+    DUET_YAML(s.String("node_addr_label", &c->slurm.node_addr_label));
+    DUET_YAML(s.String("managed_feature", &c->slurm.managed_feature));
+    DUET_YAML(s.Duration("release_grace", &c->slurm.release_grace));
+    DUET_YAML(s.Finish());
+  }
   DUET_YAML(top.String("log_level", &c->log_level));
   return top.Finish();
 }
@@ -134,6 +149,20 @@ absl::Status ValidateConfig(const Config& c) {
   }
   if (c.inventory.reload_period < absl::Milliseconds(100)) {
     return absl::InvalidArgumentError("inventory.reload_period: must be at least 100ms");
+  }
+  if (c.slurm.enabled) {
+    if (c.slurm.call_timeout < absl::Milliseconds(100)) {
+      return absl::InvalidArgumentError("slurm.call_timeout: must be at least 100ms");
+    }
+    if (c.slurm.sync_period < absl::Milliseconds(100)) {
+      return absl::InvalidArgumentError("slurm.sync_period: must be at least 100ms");
+    }
+    if (c.slurm.managed_feature.empty()) {
+      return absl::InvalidArgumentError("slurm.managed_feature: must be set");
+    }
+    if (c.slurm.release_grace < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("slurm.release_grace: must not be negative");
+    }
   }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error"};
   if (!kLevels.count(c.log_level)) {

@@ -62,11 +62,35 @@ struct InventoryConfig {
   absl::Duration reload_period = absl::Seconds(5);
 };
 
+struct SlurmConfig {
+  // Off: duet-bridge does not talk to Slurm (the ledger still serves).
+  bool enabled = false;
+  // slurm.conf for libslurm; empty: $SLURM_CONF, else Slurm's default path.
+  std::string conf_path;
+  // Deadline of every call to slurmctld.
+  absl::Duration call_timeout = absl::Seconds(5);
+  // Time between sync passes (nodes, job import, weights).
+  absl::Duration sync_period = absl::Seconds(10);
+  // Create/update/drain/delete Slurm dynamic nodes from the inventory.
+  bool manage_nodes = true;
+  // Feed node weights back to Slurm so it packs like the extender.
+  bool manage_weights = true;
+  // Import Slurm's jobs into the ledger and release ended ones.
+  bool import_jobs = true;
+  // Node label whose value is the Slurm NodeAddr (default: the node name).
+  std::string node_addr_label = "duet.dev/slurm-node-addr";
+  // Feature that marks the Slurm nodes duet created; only those are deleted.
+  std::string managed_feature = "duet";
+  // Holdings younger than this are not released by a job import.
+  absl::Duration release_grace = absl::Seconds(5);
+};
+
 struct Config {
   GrpcConfig grpc;
   MetricsConfig metrics;
   JournalConfig journal;
   InventoryConfig inventory;
+  SlurmConfig slurm;
   // spdlog level: trace, debug, info, warn, error.
   std::string log_level = "info";
 };

@@ -284,7 +284,9 @@ uint32_t Scorer::SlurmWeight(const NodeView& view, const NodeLoad& load) const {
     // ordering by free device milli makes its choice a best fit: the node
     // with the least room that still takes the job. Fully used nodes come
     // first, where CPU-only jobs cost no device capacity.
-    const Totals t = DeviceTotals(node, DeviceKind::kGpu);
+    // A TPU host (no GPUs) is ordered by its TPU chips the same way.
+    Totals t = DeviceTotals(node, DeviceKind::kGpu);
+    if (t.capacity == 0) t = DeviceTotals(node, DeviceKind::kTpu);
     return static_cast<uint32_t>(std::min<uint64_t>(1 + t.free, kMaxSlurmWeight));
   }
   double score_sum = 0;

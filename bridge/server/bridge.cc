@@ -59,6 +59,55 @@ bool SocketInUse(const std::string& path) {
   return in_use;
 }
 
+prometheus::MetricFamily Family(const std::string& name, const std::string& help,
+                                prometheus::MetricType type, double value) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  prometheus::ClientMetric m;
+  if (type == prometheus::MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(m);
+  return f;
+}
+
+std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
+                                                          const SlurmSyncStats& s) {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily> out;
+  out.push_back(Family("duet_slurm_degraded", "1 while slurmctld cannot be reached",
+                       MetricType::Gauge, degraded ? 1 : 0));
+  out.push_back(Family("duet_slurm_sync_passes_total", "Slurm sync passes", MetricType::Counter,
+                       static_cast<double>(s.passes)));
+  out.push_back(Family("duet_slurm_sync_failed_passes_total", "Slurm sync passes that failed",
+                       MetricType::Counter, static_cast<double>(s.failed_passes)));
+  out.push_back(Family("duet_slurm_reconcile_corrections_total",
+                       "Ledger corrections from Slurm's job table (imported + released)",
+                       MetricType::Counter,
+                       static_cast<double>(s.holdings_imported + s.holdings_released)));
+  out.push_back(Family("duet_slurm_conflicts_total",
+                       "Slurm jobs holding devices the ledger gives another owner",
+                       MetricType::Counter, static_cast<double>(s.conflicts)));
+  out.push_back(Family("duet_slurm_node_changes_total",
+                       "Slurm nodes created, deleted, recreated, drained or resumed by duet",
+                       MetricType::Counter,
+                       static_cast<double>(s.nodes_created + s.nodes_deleted + s.nodes_recreated +
+                                           s.drains + s.resumes)));
+  out.push_back(Family("duet_slurm_weight_updates_total", "Slurm node weight updates",
+                       MetricType::Counter, static_cast<double>(s.weight_updates)));
+  const double age = s.last_success == absl::InfinitePast()
+                         ? -1
+                         : absl::ToDoubleSeconds(absl::Now() - s.last_success);
+  out.push_back(Family("duet_slurm_sync_age_seconds",
+                       "Seconds since the last successful sync pass (-1: none yet)",
+                       MetricType::Gauge, age));
+  return out;
+}
+
 }  // namespace
 
 Bridge::Bridge(const Config& config) : config_(config) {}
@@ -95,14 +144,39 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
   absl::Status inv = b->inventory_->Start(b->sink_.get());
   if (!inv.ok()) return inv;
 
-  // 3. Metrics.
+  // 3. Slurm: dynamic nodes, job import, weights, placeholders.
+  if (config.slurm.enabled) {
+    LibSlurmClientOptions co;
+    co.conf_path = config.slurm.conf_path;
+    co.call_timeout = config.slurm.call_timeout;
+    b->slurm_ = std::make_unique<LibSlurmClient>(co);
+    SlurmSyncOptions so;
+    so.period = config.slurm.sync_period;
+    so.manage_nodes = config.slurm.manage_nodes;
+    so.manage_weights = config.slurm.manage_weights;
+    so.import_jobs = config.slurm.import_jobs;
+    so.node_addr_label = config.slurm.node_addr_label;
+    so.managed_feature = config.slurm.managed_feature;
+    so.release_grace = config.slurm.release_grace;
+    b->slurm_sync_ = std::make_unique<SlurmSync>(so, &b->ledger_, b->slurm_.get(), Clock::Real());
+    b->placeholders_ = std::make_unique<Placeholders>(&b->ledger_, b->slurm_.get());
+    SlurmSync* sync = b->slurm_sync_.get();
+    m->AddCollector([sync] { return SlurmMetricFamilies(sync->degraded(), sync->stats()); });
+    // A first pass before serving, so Slurm and the ledger agree early. A
+    // Slurm that is down is not fatal: the bridge serves degraded.
+    absl::Status first = sync->RunOnce();
+    if (!first.ok()) spdlog::warn("slurm: first sync pass: {}", first.ToString());
+    sync->Start();
+  }
+
+  // 4. Metrics.
   if (!config.metrics.listen.empty()) {
     auto exposer = b->metrics_->Serve(config.metrics.listen);
     if (!exposer.ok()) return exposer.status();
     b->exposer_ = std::move(*exposer);
   }
 
-  // 4. gRPC.
+  // 5. gRPC.
   LedgerService::Options sopts;
   sopts.max_watch_streams = config.grpc.max_watch_streams;
   b->service_ = std::make_unique<LedgerService>(&b->ledger_, b->durability_.get(), &b->hub_, m,
@@ -143,6 +217,19 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
         " (address in use or not permitted?)"));
   }
   b->server_->GetHealthCheckService()->SetServingStatus(true);
+  if (b->slurm_sync_ != nullptr) {
+    // "duet.slurm" is NOT_SERVING while Slurm is unreachable; the ledger
+    // (service "") keeps serving from what it knows.
+    Bridge* self = b.get();
+    self->health_thread_ = std::thread([self] {
+      absl::MutexLock lock(&self->health_mu_);
+      do {
+        self->server_->GetHealthCheckService()->SetServingStatus(
+            "duet.slurm", !self->slurm_sync_->degraded());
+      } while (!self->health_mu_.AwaitWithTimeout(absl::Condition(&self->stopping_),
+                                                  absl::Seconds(1)));
+    });
+  }
   m->SetServing(true);
   spdlog::info("duet-bridge serving: grpc {} unix {} metrics {}; {} nodes, {} holdings",
                config.grpc.listen.empty() ? "-" : absl::StrCat("port ", b->grpc_port_),
@@ -164,6 +251,11 @@ void Bridge::Shutdown() {
   spdlog::info("duet-bridge shutting down");
   if (service_ != nullptr) service_->SetServing(false);
   if (metrics_ != nullptr) metrics_->SetServing(false);
+  {
+    absl::MutexLock lock(&health_mu_);
+    stopping_ = true;
+  }
+  if (health_thread_.joinable()) health_thread_.join();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     hub_.CloseAll("duet-bridge is shutting down");
@@ -171,6 +263,7 @@ void Bridge::Shutdown() {
     server_->Wait();
   }
   if (inventory_ != nullptr) inventory_->Stop();
+  if (slurm_sync_ != nullptr) slurm_sync_->Stop();
   durability_.reset();  // answers whatever is still waiting
   ledger_.RemoveListener(&hub_);
   if (journal_ != nullptr) {

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "bridge/config/config.h"
@@ -13,6 +14,9 @@
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
 #include "bridge/server/service.h"
+#include "bridge/slurm/libslurm_client.h"
+#include "bridge/slurm/placeholders.h"
+#include "bridge/slurm/slurm_sync.h"
 #include "grpcpp/server.h"
 #include "prometheus/exposer.h"
 
@@ -36,6 +40,9 @@ class Bridge {
   // The bound metrics port, or 0 without a metrics endpoint.
   int metrics_port() const;
   Ledger* ledger() { return &ledger_; }
+  // Null unless slurm.enabled.
+  SlurmSync* slurm_sync() { return slurm_sync_.get(); }
+  Placeholders* placeholders() { return placeholders_.get(); }
   Metrics* metrics() { return metrics_.get(); }
 
  private:
@@ -52,6 +59,13 @@ class Bridge {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<InventorySource> inventory_;
   std::unique_ptr<LedgerInventorySink> sink_;
+  std::unique_ptr<SlurmClient> slurm_;
+  std::unique_ptr<SlurmSync> slurm_sync_;
+  std::unique_ptr<Placeholders> placeholders_;
+  // Mirrors slurm_sync_->degraded() into the "duet.slurm" health status.
+  std::thread health_thread_;
+  absl::Mutex health_mu_;
+  bool stopping_ ABSL_GUARDED_BY(health_mu_) = false;
   int grpc_port_ = 0;
   bool shut_down_ = false;
 };

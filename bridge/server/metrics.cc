@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
@@ -106,9 +107,31 @@ class Metrics::LedgerCollector final : public prometheus::Collectable {
   const Ledger* const ledger_;
 };
 
+// Families from callbacks added with AddCollector.
+class Metrics::FunctionCollector final : public prometheus::Collectable {
+ public:
+  void Add(std::function<std::vector<prometheus::MetricFamily>()> fn) {
+    absl::MutexLock lock(&mu_);
+    fns_.push_back(std::move(fn));
+  }
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> out;
+    absl::MutexLock lock(&mu_);
+    for (const auto& fn : fns_) {
+      for (auto& f : fn()) out.push_back(std::move(f));
+    }
+    return out;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::function<std::vector<prometheus::MetricFamily>()>> fns_ ABSL_GUARDED_BY(mu_);
+};
+
 Metrics::Metrics(const Ledger* ledger)
     : registry_(std::make_shared<prometheus::Registry>()),
-      ledger_collector_(std::make_shared<LedgerCollector>(ledger)) {
+      ledger_collector_(std::make_shared<LedgerCollector>(ledger)),
+      extra_collector_(std::make_shared<FunctionCollector>()) {
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
   using prometheus::BuildHistogram;
@@ -204,9 +227,14 @@ void Metrics::ObserveFsync(double seconds, size_t records, size_t bytes) {
 void Metrics::SetWatchStreams(int streams) { watch_streams_->Set(streams); }
 void Metrics::SetServing(bool serving) { serving_->Set(serving ? 1 : 0); }
 
+void Metrics::AddCollector(std::function<std::vector<prometheus::MetricFamily>()> collect) {
+  extra_collector_->Add(std::move(collect));
+}
+
 std::string Metrics::Render() const {
   std::vector<prometheus::MetricFamily> all = registry_->Collect();
   for (auto& f : ledger_collector_->Collect()) all.push_back(std::move(f));
+  for (auto& f : extra_collector_->Collect()) all.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(all);
 }
 
@@ -216,6 +244,7 @@ absl::StatusOr<std::unique_ptr<prometheus::Exposer>> Metrics::Serve(const std::s
     auto exposer = std::make_unique<prometheus::Exposer>(listen, 2);
     exposer->RegisterCollectable(registry_);
     exposer->RegisterCollectable(ledger_collector_);
+    exposer->RegisterCollectable(extra_collector_);
     return exposer;
   } catch (const std::exception& e) {
     return absl::UnavailableError(

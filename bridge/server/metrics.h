@@ -9,6 +9,7 @@
 // Thread-safety: every method may be called from any thread (prometheus-cpp
 // metrics are atomic; the family maps are filled at construction).
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 
 namespace duet {
@@ -41,6 +43,10 @@ class Metrics {
   void SetWatchStreams(int streams);
   void SetServing(bool serving);
 
+  // Adds families computed at scrape time (e.g. another component's stats).
+  // Call before Serve().
+  void AddCollector(std::function<std::vector<prometheus::MetricFamily>()> collect);
+
   // Every family in the text exposition format (what /metrics serves).
   std::string Render() const;
 
@@ -49,9 +55,11 @@ class Metrics {
 
  private:
   class LedgerCollector;
+  class FunctionCollector;
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<LedgerCollector> ledger_collector_;
+  std::shared_ptr<FunctionCollector> extra_collector_;
   prometheus::Family<prometheus::Histogram>* rpc_latency_;
   prometheus::Family<prometheus::Counter>* rpc_total_;
   prometheus::Family<prometheus::Counter>* grants_;

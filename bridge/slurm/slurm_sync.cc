@@ -1,5 +1,7 @@
 #include "bridge/slurm/slurm_sync.h"
 
+#include "bridge/placement/placement.h"
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -10,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bridge/common/status_macros.h"
+#include "bridge/placement/placement.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
 #include "spdlog/spdlog.h"
@@ -96,15 +99,10 @@ SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& optio
 }
 
 uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options) {
-  uint64_t capacity = 0, used = 0;
-  for (const DeviceState& d : view.devices) {
-    capacity += d.spec.capacity_milli;
-    used += std::min<uint64_t>(d.used_milli, d.spec.capacity_milli);
-  }
-  if (capacity == 0) return options.weight_base + options.weight_span;
-  const double free = static_cast<double>(capacity - used) / static_cast<double>(capacity);
-  return options.weight_base +
-         static_cast<uint32_t>(std::lround(free * static_cast<double>(options.weight_span)));
+  // One implementation: the placement library's policy decides Slurm's node
+  // order too (fuller nodes weigh less, so Slurm's first fit packs).
+  static const placement::Scorer* const scorer = new placement::Scorer(placement::Policy::kDuet);
+  return scorer->SlurmWeight(view, placement::NodeLoad{});
 }
 
 SlurmSync::SlurmSync(SlurmSyncOptions options, Ledger* ledger, SlurmClient* slurm,

@@ -21,7 +21,7 @@
 //     longer live are released (only those granted before the job list was
 //     read, minus `release_grace`). Placeholders whose pod is gone
 //     (`pod_exists` says so) are cancelled and released.
-//  4. Weights: each node's Weight = weight_base + weight_span * free fraction
+//  4. Weights: each node's Weight comes from the placement policy (SlurmWeightFor)
 //     (fuller nodes get lower weights, so Slurm packs), sent only on change.
 //
 // Thread-safety: RunOnce may be called from any thread; passes are
@@ -61,9 +61,6 @@ struct SlurmSyncOptions {
   // Marker feature of nodes duet created; only those are ever deleted
   // (slurm.managed_feature).
   std::string managed_feature = "duet";
-  // Weight range (slurm.weight_base, slurm.weight_span).
-  uint32_t weight_base = 1;
-  uint32_t weight_span = 100;
   // Holdings granted less than this before the job list was read are not
   // released by it (slurm.release_grace).
   absl::Duration release_grace = absl::Seconds(5);
@@ -90,7 +87,8 @@ struct SlurmSyncStats {
 
 // The Slurm node a ledger node becomes.
 SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& options);
-// weight_base + weight_span * free/capacity, rounded.
+// The node's Slurm weight: duet's placement policy (placement::Scorer,
+// Policy::kDuet), the same code that scores pods. Lower is preferred.
 uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options);
 
 class SlurmSync {

@@ -79,6 +79,25 @@ TEST(ConfigTest, ValidationNamesTheField) {
   bad([](Config& x) { x.log_level = "loud"; }, "log_level");
 }
 
+TEST(ConfigTest, SlurmSection) {
+  auto c = ParseConfig(R"(
+inventory: {file: n.yaml}
+slurm: {enabled: true, conf_path: /etc/slurm/slurm.conf, call_timeout: 2s, sync_period: 1s,
+        manage_weights: false, managed_feature: duet-gke, release_grace: 0s}
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->slurm.enabled);
+  EXPECT_EQ(c->slurm.conf_path, "/etc/slurm/slurm.conf");
+  EXPECT_EQ(c->slurm.call_timeout, absl::Seconds(2));
+  EXPECT_FALSE(c->slurm.manage_weights);
+  EXPECT_TRUE(c->slurm.manage_nodes);
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  c->slurm.sync_period = absl::Milliseconds(1);
+  EXPECT_THAT(ValidateConfig(*c).message(), HasSubstr("slurm.sync_period"));
+  EXPECT_THAT(ParseConfig("slurm: {enable: true}").status().message(),
+              HasSubstr("slurm.enable: unknown key"));
+}
+
 TEST(ConfigTest, DevConfigIsValid) {
   Config c = DevConfig("/tmp/x");
   EXPECT_TRUE(ValidateConfig(c).ok());
