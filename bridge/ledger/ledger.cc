@@ -1,6 +1,7 @@
 #include "bridge/ledger/ledger.h"
 
 #include <algorithm>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -538,16 +539,24 @@ std::shared_ptr<const NodeView> Ledger::GetNode(const std::string& name) const {
 
 LedgerSnapshot Ledger::Snapshot() const {
   LedgerSnapshot snap;
+  std::vector<std::shared_ptr<const NodeView>> views;
   {
     absl::MutexLock lock(&mu_);
     snap.seq = seq_;
-    snap.nodes.reserve(node_ids_.size());
+    views.reserve(node_ids_.size());
     for (const Slot& s : slots_) {
-      if (s.view) snap.nodes.push_back(s.view);
+      if (s.view) views.push_back(s.view);
     }
   }
-  std::sort(snap.nodes.begin(), snap.nodes.end(),
-            [](const auto& a, const auto& b) { return a->spec.name < b->spec.name; });
+  // Sort (name, position) keys, not the views: a comparison then reads the
+  // names without going through each view, and a swap moves no reference
+  // counts. Names are unique, so the order is the same as sorting the views.
+  std::vector<std::pair<std::string_view, size_t>> keys;
+  keys.reserve(views.size());
+  for (size_t i = 0; i < views.size(); ++i) keys.emplace_back(views[i]->spec.name, i);
+  std::sort(keys.begin(), keys.end());
+  snap.nodes.reserve(views.size());
+  for (const auto& key : keys) snap.nodes.push_back(std::move(views[key.second]));
   return snap;
 }
 
