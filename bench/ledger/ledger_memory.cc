@@ -171,7 +171,9 @@ void Report(const char* what, double before, const std::string& detail) {
 }
 
 bool MeasureLedger(const std::string& yaml, int gpu_nodes) {
+  const absl::Time parse_start = absl::Now();
   absl::StatusOr<std::vector<NodeSpec>> specs = ParseInventory(yaml);
+  const double parse_secs = absl::ToDoubleSeconds(absl::Now() - parse_start);
   if (!specs.ok()) {
     fprintf(stderr, "inventory: %s\n", specs.status().ToString().c_str());
     return false;
@@ -184,7 +186,8 @@ bool MeasureLedger(const std::string& yaml, int gpu_nodes) {
   const double secs = absl::ToDoubleSeconds(absl::Now() - start);
   Report("ledger", before,
          absl::StrCat(ledger->node_count(), " nodes, ", ledger->holding_count(), " holdings (filled in ",
-                      static_cast<int>(secs * 1000), " ms)"));
+                      static_cast<int>(secs * 1000), " ms; inventory YAML of ", yaml.size() >> 10,
+                      " KiB parsed in ", static_cast<int>(parse_secs * 1000), " ms)"));
   return ledger->CheckInvariants().ok();
 }
 
