@@ -203,6 +203,25 @@ void LedgerService::Answer(grpc::ServerUnaryReactor* reactor, const char* method
   reactor->Finish(ToGrpc(status));
 }
 
+void LedgerService::AnswerWhenDurable(grpc::ServerUnaryReactor* reactor, const char* method,
+                                      absl::Time start, uint64_t seq,
+                                      std::function<void()> on_durable) {
+  durability_->WhenDurable(seq, [this, reactor, method, start, on_durable](absl::Status s) {
+    if (!s.ok()) {
+      // The change is in memory but not on disk: stop granting (I3) until an
+      // operator restarts the bridge, which recovers from the journal.
+      SetServing(false);
+      if (metrics_ != nullptr) metrics_->SetServing(false);
+      Answer(reactor, method, start,
+             absl::UnavailableError(
+                 absl::StrCat("the journal could not persist the change: ", s.message())));
+      return;
+    }
+    on_durable();
+    Answer(reactor, method, start, absl::OkStatus());
+  });
+}
+
 grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* ctx,
                                                    const v1::ListNodesRequest* req,
                                                    v1::ListNodesResponse* resp) {
@@ -260,17 +279,8 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
   resp->set_created(result->created);
   const bool created = result->created;
   const Owner owner = request->owner;
-  durability_->WhenDurable(result->seq, [this, reactor, start, created, owner](absl::Status s) {
-    if (!s.ok()) {
-      SetServing(false);
-      if (metrics_ != nullptr) metrics_->SetServing(false);
-      Answer(reactor, "Hold", start,
-             absl::UnavailableError(absl::StrCat("the journal could not persist the holding: ",
-                                                 s.message())));
-      return;
-    }
+  AnswerWhenDurable(reactor, "Hold", start, result->seq, [this, created, owner] {
     if (created && metrics_ != nullptr) metrics_->CountGrant(owner);
-    Answer(reactor, "Hold", start, absl::OkStatus());
   });
   return reactor;
 }
@@ -298,17 +308,8 @@ grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ct
   if (result->released) ToProto(result->holding, resp->mutable_holding());
   const bool released = result->released;
   const Owner o = *owner;
-  durability_->WhenDurable(result->seq, [this, reactor, start, released, o](absl::Status s) {
-    if (!s.ok()) {
-      SetServing(false);
-      if (metrics_ != nullptr) metrics_->SetServing(false);
-      Answer(reactor, "Release", start,
-             absl::UnavailableError(absl::StrCat("the journal could not persist the release: ",
-                                                 s.message())));
-      return;
-    }
+  AnswerWhenDurable(reactor, "Release", start, result->seq, [this, released, o] {
     if (released && metrics_ != nullptr) metrics_->CountRelease(o);
-    Answer(reactor, "Release", start, absl::OkStatus());
   });
   return reactor;
 }

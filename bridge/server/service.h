@@ -6,6 +6,7 @@
 // through the WatchHub, a ledger ChangeListener.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -79,6 +80,11 @@ class LedgerService final : public v1::Ledger::CallbackService {
   // Finishes `reactor` with `status`, recording latency and code.
   void Answer(grpc::ServerUnaryReactor* reactor, const char* method, absl::Time start,
               const absl::Status& status);
+
+  // Answers once change `seq` is durable, running `on_durable` first; if the
+  // journal failed, answers UNAVAILABLE and stops serving mutations.
+  void AnswerWhenDurable(grpc::ServerUnaryReactor* reactor, const char* method, absl::Time start,
+                         uint64_t seq, std::function<void()> on_durable);
 
   Ledger* const ledger_;
   Durability* const durability_;
