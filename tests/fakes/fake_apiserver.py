@@ -46,6 +46,7 @@ import datetime
 import http.server
 import json
 import re
+import select
 import socket
 import ssl
 import sys
@@ -632,6 +633,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
+    def _client_gone(self):
+        # A watcher that hung up is noticed here, not only at the next write.
+        try:
+            r, _, _ = select.select([self.connection], [], [], 0)
+            if not r:
+                return False
+            return socket.socket.recv(self.connection, 1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
     def _frame(self, etype, obj):
         self._chunk(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
 
@@ -690,9 +701,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                             break
                         wake = min([t for t in (deadline, next_bookmark if bookmarks else None) if t]
                                    or [now + 1.0])
-                        st.cond.wait(max(0.01, wake - now))
+                        st.cond.wait(min(0.2, max(0.01, wake - now)))
+                        if self._client_gone():
+                            raise DropConnection()
                     actions, w.inbox = w.inbox, []
-                    if pos_rv + 1 < st.floor and any(a == "expire" for a, _ in actions):
+                    if any(a == "expire" for a, _ in actions):
                         out.append(("ERROR", status_obj(410, "Expired", "too old resource version")))
                     else:
                         for rv, k, etype, obj, old in st.log:
