@@ -190,8 +190,8 @@ absl::Status Informer::Watch() {
   so.idle_timeout = options_.idle_timeout;
   so.cancel = &stop_;
   absl::Status s = client_->Stream(url, so, [this](absl::string_view line) { return OnFrame(line); });
-  if (s.code() == absl::StatusCode::kOutOfRange) {
-    // HTTP 410 on the watch request itself.
+  if (s.code() == absl::StatusCode::kOutOfRange && !relist_) {
+    // HTTP 410 on the watch request itself (an ERROR frame was counted).
     relist_ = true;
     absl::MutexLock l(&mu_);
     ++stats_.gone;

@@ -1,0 +1,71 @@
+#include "k8s_adapter/kube_api.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/k8s/fake_server.h"
+
+namespace duet {
+namespace k8s {
+namespace {
+
+using testing::FakeApiServer;
+
+nlohmann::json Pod(const std::string& name) {
+  return {{"kind", "Pod"},
+          {"metadata", {{"name", name}, {"namespace", "ml"}, {"annotations", {{"keep", "1"}, {"drop", "x"}}}}},
+          {"spec", {{"schedulerName", "duet"}, {"containers", {{{"name", "c"}, {"image", "i"}}}}}}};
+}
+
+TEST(KubeApiTest, BindPatchAndEvent) {
+  FakeApiServer fake;
+  ASSERT_TRUE(fake.ok());
+  nlohmann::json pod = fake.Put(Pod("trainer-0"));
+  const std::string uid = pod["metadata"]["uid"];
+  KubeConfig c;
+  c.server = fake.url();
+  auto client = *NewCurlKubeClient(c);
+
+  EXPECT_EQ(BindPod(*client, "ml", "trainer-0", "not-the-uid", "gpu-1").code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(BindPod(*client, "ml", "trainer-0", uid, "gpu-1").ok());
+  EXPECT_EQ(BindPod(*client, "ml", "trainer-0", uid, "gpu-2").code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(BindPod(*client, "ml", "gone", "", "gpu-1").code(), absl::StatusCode::kNotFound);
+
+  ASSERT_TRUE(PatchPodAnnotations(*client, "ml", "trainer-0",
+                                  {{"duet.dev/devices", "gpu:0,1"}, {"drop", std::nullopt}})
+                  .ok());
+  nlohmann::json got = nlohmann::json::parse(*client->Get("/api/v1/namespaces/ml/pods/trainer-0"));
+  EXPECT_EQ(got["spec"]["nodeName"], "gpu-1");
+  EXPECT_EQ(got["metadata"]["annotations"],
+            (nlohmann::json{{"keep", "1"}, {"duet.dev/devices", "gpu:0,1"}}));
+
+  EventSpec e;
+  e.object_kind = "Pod";
+  e.object_namespace = "ml";
+  e.object_name = "trainer-0";
+  e.object_uid = uid;
+  e.reason = "DuetRefused";
+  e.message = "no free GPU on gpu-1: held by slurm job 12";
+  ASSERT_TRUE(PostEvent(*client, e, absl::FromUnixSeconds(1764680000)).ok());
+  EventSpec node_event = e;
+  node_event.object_kind = "Node";
+  node_event.object_namespace = "";
+  node_event.object_name = "gpu-1";
+  ASSERT_TRUE(PostEvent(*client, node_event, absl::Now()).ok());
+  nlohmann::json events = nlohmann::json::parse(*client->Get("/api/v1/namespaces/ml/events"));
+  ASSERT_EQ(events["items"].size(), 1u);
+  const nlohmann::json& ev = events["items"][0];
+  EXPECT_EQ(ev["involvedObject"]["uid"], uid);
+  EXPECT_EQ(ev["reason"], "DuetRefused");
+  EXPECT_EQ(ev["type"], "Warning");
+  EXPECT_EQ(ev["source"]["component"], "duet-bridge");
+  EXPECT_EQ(ev["firstTimestamp"], "2025-12-02T12:53:20Z");
+  EXPECT_EQ(ev["metadata"]["name"].get<std::string>().rfind("trainer-0.", 0), 0u);
+  nlohmann::json def = nlohmann::json::parse(*client->Get("/api/v1/namespaces/default/events"));
+  ASSERT_EQ(def["items"].size(), 1u);
+  EXPECT_FALSE(def["items"][0]["involvedObject"].contains("namespace"));
+  EXPECT_EQ(FormatMicroTime(absl::FromUnixMicros(1764680000123456)), "2025-12-02T12:53:20.123456Z");
+}
+
+}  // namespace
+}  // namespace k8s
+}  // namespace duet
