@@ -4,6 +4,7 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bridge/common/status_macros.h"
@@ -29,22 +30,35 @@ uint32_t GroupedUse(const std::vector<DeviceUse>& uses) {
 }
 
 // What `owner` adding a share of `milli` would bring the device's use to.
-// Returns the first holder of another group when it does not fit.
+// Returns the first holder of another group when it does not fit. No
+// allocation: this runs for every candidate device of every hold.
 const Owner* Blocker(const DeviceState& d, const Owner& owner, uint32_t milli,
                      uint32_t* used_after) {
+  const std::vector<DeviceUse>& uses = d.uses;
   uint32_t own = 0;
-  std::vector<DeviceUse> others;
-  for (const DeviceUse& u : d.uses) {
-    if (u.owner->SameGroup(owner)) {
-      own = std::max(own, u.milli);
-    } else {
-      others.push_back(u);
+  uint32_t others = 0;
+  const Owner* first_other = nullptr;
+  for (size_t i = 0; i < uses.size(); ++i) {
+    const Owner& o = *uses[i].owner;
+    if (o.SameGroup(owner)) {
+      own = std::max(own, uses[i].milli);
+      continue;
     }
+    if (first_other == nullptr) first_other = &o;
+    // Count each other group once, at its first use, with its largest share.
+    bool seen = false;
+    for (size_t j = 0; j < i && !seen; ++j) seen = uses[j].owner->SameGroup(o);
+    if (seen) continue;
+    uint32_t group_max = uses[i].milli;
+    for (size_t j = i + 1; j < uses.size(); ++j) {
+      if (uses[j].owner->SameGroup(o)) group_max = std::max(group_max, uses[j].milli);
+    }
+    others += group_max;
   }
-  const uint32_t after = GroupedUse(others) + std::max(own, milli);
+  const uint32_t after = others + std::max(own, milli);
   if (used_after != nullptr) *used_after = after;
   if (after <= d.spec.capacity_milli) return nullptr;
-  return others.front().owner.get();
+  return first_other;
 }
 
 std::string DeviceName(const std::string& node, DeviceKind kind, uint32_t index) {
@@ -202,7 +216,7 @@ absl::StatusOr<uint64_t> Ledger::UpsertNode(const NodeSpec& in) {
     }
     node_ids_.emplace(spec.name, id);
     auto view = std::make_shared<NodeView>();
-    for (const DeviceSpec& d : spec.devices) view->devices.push_back(DeviceState{d, {}, 0});
+    for (const DeviceSpec& d : spec.devices) view->devices.push_back(DeviceState{0, {}, d});
     view->spec = spec;
     view->spec.devices.clear();
     view->generation = 1;
@@ -233,9 +247,9 @@ absl::StatusOr<uint64_t> Ledger::UpsertNode(const NodeSpec& in) {
     for (const DeviceSpec& d : spec.devices) {
       DeviceState* old = FindDevice(view, d.kind, d.index);
       if (old != nullptr) {
-        devices.push_back(DeviceState{d, std::move(old->uses), old->used_milli});
+        devices.push_back(DeviceState{old->used_milli, std::move(old->uses), d});
       } else {
-        devices.push_back(DeviceState{d, {}, 0});
+        devices.push_back(DeviceState{0, {}, d});
       }
     }
     view->devices = std::move(devices);
@@ -325,7 +339,7 @@ absl::Status Ledger::PickDevices(const NodeView& view, const HoldRequest& reques
     uint32_t index;
     uint32_t milli;
   };
-  std::vector<Candidate> fits;
+  absl::InlinedVector<Candidate, 16> fits;
   uint32_t of_kind = 0;
   const Owner* blocker = nullptr;
   for (const DeviceState& d : view.devices) {
@@ -404,7 +418,7 @@ absl::StatusOr<HoldResult> Ledger::Hold(const HoldRequest& request) {
   const NodeView& cur = *slot.view;
 
   std::vector<HeldDevice> picked;
-  auto existing = holdings_.find(HoldingKey{request.owner, id});
+  auto existing = holdings_.find(HoldingKeyRef{&request.owner, id});
   if (existing != holdings_.end()) {
     const Holding& h = existing->second.holding;
     bool same;
@@ -465,13 +479,12 @@ absl::StatusOr<HoldResult> Ledger::Hold(const HoldRequest& request) {
   ++view->generation;
   ++slot.holdings;
   HoldingEntry entry;
-  entry.owner = owner;
   entry.holding.owner = request.owner;
   entry.holding.node = request.node;
   entry.holding.devices = std::move(picked);
   entry.holding.granted_at = request.granted_at.value_or(options_.clock->Now());
   entry.holding.generation = view->generation;
-  auto inserted = holdings_.emplace(HoldingKey{request.owner, id}, std::move(entry)).first;
+  auto inserted = holdings_.emplace(HoldingKey{owner, id}, std::move(entry)).first;
 
   const uint64_t seq = ++seq_;
   const Holding& held = inserted->second.holding;
@@ -496,12 +509,12 @@ absl::StatusOr<ReleaseResult> Ledger::Release(const std::string& node, const Own
   auto it = node_ids_.find(node);
   if (it == node_ids_.end()) return ReleaseResult{false, {}, seq_};
   const uint32_t id = it->second;
-  auto h = holdings_.find(HoldingKey{owner, id});
+  auto h = holdings_.find(HoldingKeyRef{&owner, id});
   if (h == holdings_.end()) return ReleaseResult{false, {}, seq_};
 
   Slot& slot = slots_[id];
   NodeView* view = MutableView(slot);
-  const Owner* key = h->second.owner.get();
+  const Owner* key = h->first.owner.get();
   for (const HeldDevice& hd : h->second.holding.devices) {
     DeviceState* d = FindDevice(view, hd.kind, hd.index);
     d->uses.erase(std::remove_if(d->uses.begin(), d->uses.end(),
@@ -574,8 +587,8 @@ std::vector<Holding> Ledger::ListHoldings(const std::string& node) const {
       const NodeView& view = *slots_[it->second].view;
       for (const DeviceState& d : view.devices) {
         for (const DeviceUse& u : d.uses) {
-          auto h = holdings_.find(HoldingKey{*u.owner, it->second});
-          if (h != holdings_.end() && h->second.owner == u.owner) {
+          auto h = holdings_.find(HoldingKeyRef{u.owner.get(), it->second});
+          if (h != holdings_.end() && h->first.owner == u.owner) {
             bool dup = false;
             for (const Holding& o : out) dup = dup || o.owner == *u.owner;
             if (!dup) out.push_back(h->second.holding);
@@ -596,7 +609,7 @@ std::optional<Holding> Ledger::FindHolding(const std::string& node, const Owner&
   absl::MutexLock lock(&mu_);
   auto it = node_ids_.find(node);
   if (it == node_ids_.end()) return std::nullopt;
-  auto h = holdings_.find(HoldingKey{owner, it->second});
+  auto h = holdings_.find(HoldingKeyRef{&owner, it->second});
   if (h == holdings_.end()) return std::nullopt;
   return h->second.holding;
 }
@@ -657,8 +670,8 @@ absl::Status Ledger::CheckInvariants() const {
                                                     v.owner->ToString()));
           }
         }
-        auto h = holdings_.find(HoldingKey{*u.owner, id});
-        if (h == holdings_.end() || h->second.owner != u.owner) {
+        auto h = holdings_.find(HoldingKeyRef{u.owner.get(), id});
+        if (h == holdings_.end() || h->first.owner != u.owner) {
           return absl::InternalError(
               absl::StrCat(dev, ": use by ", u.owner->ToString(), " has no holding"));
         }
@@ -684,7 +697,7 @@ absl::Status Ledger::CheckInvariants() const {
       const DeviceState* d = FindDevice(*slots_[key.node_id].view, hd.kind, hd.index);
       bool found = false;
       if (d != nullptr) {
-        for (const DeviceUse& u : d->uses) found = found || u.owner == entry.owner;
+        for (const DeviceUse& u : d->uses) found = found || u.owner == key.owner;
       }
       if (!found) {
         return absl::InternalError(absl::StrCat(entry.holding.owner.ToString(), "'s ",

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -166,20 +167,33 @@ class Ledger {
   absl::Status CheckInvariants() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Holdings are keyed by (owner, node). The key shares the owner with the
+  // device uses; lookups use HoldingKeyRef so they never copy an Owner.
   struct HoldingKey {
-    Owner owner;
+    std::shared_ptr<const Owner> owner;
     uint32_t node_id;
-    bool operator==(const HoldingKey& o) const {
-      return node_id == o.node_id && owner == o.owner;
+  };
+  struct HoldingKeyRef {
+    const Owner* owner;
+    uint32_t node_id;
+  };
+  struct HoldingKeyHash {
+    using is_transparent = void;
+    size_t operator()(const HoldingKey& k) const { return Hash(*k.owner, k.node_id); }
+    size_t operator()(const HoldingKeyRef& k) const { return Hash(*k.owner, k.node_id); }
+    static size_t Hash(const Owner& o, uint32_t node_id) {
+      return absl::Hash<std::tuple<const Owner&, uint32_t>>()(std::tie(o, node_id));
     }
-    template <typename H>
-    friend H AbslHashValue(H h, const HoldingKey& k) {
-      return H::combine(std::move(h), k.owner, k.node_id);
+  };
+  struct HoldingKeyEq {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return a.node_id == b.node_id && *a.owner == *b.owner;
     }
   };
   struct HoldingEntry {
     Holding holding;
-    std::shared_ptr<const Owner> owner;  // shared with the device uses
   };
   struct Slot {
     std::shared_ptr<NodeView> view;  // null when the slot is free
@@ -198,7 +212,8 @@ class Ledger {
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> node_ids_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<HoldingKey, HoldingEntry> holdings_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<HoldingKey, HoldingEntry, HoldingKeyHash, HoldingKeyEq> holdings_
+      ABSL_GUARDED_BY(mu_);
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ChangeListener*> listeners_ ABSL_GUARDED_BY(mu_);
 };

@@ -34,13 +34,14 @@ struct Topology {
 };
 
 struct DeviceSpec {
+  // The fields every hold reads come first, so they share a cache line.
   DeviceKind kind = DeviceKind::kGpu;
   // Index among the node's devices of the same kind (/dev/nvidiaN).
   uint32_t index = 0;
+  uint32_t capacity_milli = kWholeDevice;
+  std::string model;
   // Stable identity (GPU UUID, TPU chip coordinates). May be empty.
   std::string id;
-  std::string model;
-  uint32_t capacity_milli = kWholeDevice;
   Topology topology;
 
   bool operator==(const DeviceSpec& o) const;
@@ -133,10 +134,12 @@ struct DeviceUse {
 };
 
 struct DeviceState {
-  DeviceSpec spec;
-  std::vector<DeviceUse> uses;
+  // Hot state first (read by every hold), then the spec (kind, index and
+  // capacity lead it).
   // Sum over owner groups of each group's largest share.
   uint32_t used_milli = 0;
+  std::vector<DeviceUse> uses;
+  DeviceSpec spec;
 
   uint32_t free_milli() const { return spec.capacity_milli - used_milli; }
 };
