@@ -16,3 +16,17 @@ if(DUET_BUILD_TESTS)
   include(GoogleTest)
   add_subdirectory(${PROJECT_SOURCE_DIR}/tests/k8s ${CMAKE_BINARY_DIR}/tests/k8s)
 endif()
+
+# Watch-ingest benchmark (bench/CMakeLists.txt adds a fixed list of folders,
+# so it is registered here). A tiny run is a ctest (labels bench + k8s); the
+# full run: watch_ingest_bench --nodes 5000 --pods 50000.
+if(DUET_BUILD_BENCH)
+  add_executable(watch_ingest_bench ${PROJECT_SOURCE_DIR}/bench/k8s_watch/watch_ingest_bench.cc)
+  target_compile_options(watch_ingest_bench PRIVATE ${DUET_WARNINGS})
+  target_link_libraries(watch_ingest_bench PRIVATE duet::k8s)
+  if(DUET_BUILD_TESTS)
+    add_test(NAME k8s_watch_ingest_smoke
+      COMMAND watch_ingest_bench --nodes 50 --pods 500 --node-events 200 --pod-events 2000)
+    set_tests_properties(k8s_watch_ingest_smoke PROPERTIES LABELS "bench;k8s" TIMEOUT 60)
+  endif()
+endif()
