@@ -49,10 +49,13 @@ TlsFiles MakeTestCerts(const std::string& dir) {
       "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 && "
       "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ext.cnf && "
       "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt "
-      "-days 2 -extfile ext.cnf",
+      "-days 2 -extfile ext.cnf && "
+      "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=duet-bridge && "
+      "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2",
       " >/dev/null 2>&1");
   if (std::system(cmd.c_str()) != 0) return {};
-  return {dir + "/ca.crt", dir + "/server.crt", dir + "/server.key"};
+  return {dir + "/ca.crt", dir + "/server.crt", dir + "/server.key", dir + "/client.crt",
+          dir + "/client.key"};
 }
 
 FakeApiServer::FakeApiServer(std::vector<std::string> args) {

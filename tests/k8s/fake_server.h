@@ -23,9 +23,13 @@ struct TlsFiles {
   std::string ca;
   std::string cert;
   std::string key;
+  // A client certificate signed by the same CA (CN=duet-bridge).
+  std::string client_cert;
+  std::string client_key;
 };
 
-// openssl: a CA and a server certificate for 127.0.0.1 under `dir`.
+// openssl: a CA, a server certificate for 127.0.0.1 and a client
+// certificate under `dir`.
 TlsFiles MakeTestCerts(const std::string& dir);
 // A fresh temporary directory (removed by the caller's TempDir).
 std::string MakeTempDir();

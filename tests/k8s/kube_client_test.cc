@@ -5,6 +5,8 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/k8s/fake_server.h"
@@ -146,6 +148,47 @@ TEST(KubeClientTest, HttpsWithCaAndToken) {
   missing_ca.server = fake.url();
   missing_ca.ca_file = dir + "/nope.crt";
   EXPECT_EQ(NewCurlKubeClient(missing_ca).status().code(), absl::StatusCode::kInvalidArgument);
+  testing::RemoveTree(dir);
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(KubeClientTest, ClientCertificateFromFilesAndFromKubeconfigData) {
+  const std::string dir = testing::MakeTempDir();
+  testing::TlsFiles tls = testing::MakeTestCerts(dir);
+  ASSERT_FALSE(tls.client_cert.empty()) << "openssl failed";
+  // The fake wants a token or a client certificate signed by its CA.
+  FakeApiServer fake({"--tls-cert", tls.cert, "--tls-key", tls.key, "--client-ca", tls.ca, "--token", "t"});
+  ASSERT_TRUE(fake.ok());
+  KubeConfig anon;
+  anon.ca_file = tls.ca;
+  EXPECT_EQ(ClientFor(fake.url(), anon)->Get("/api").status().code(), absl::StatusCode::kUnauthenticated);
+
+  KubeConfig files = anon;
+  files.client_cert_file = tls.client_cert;
+  files.client_key_file = tls.client_key;
+  auto r = ClientFor(fake.url(), files)->Get("/api");
+  EXPECT_TRUE(r.ok()) << r.status();
+
+  // A kubeconfig with everything inline (base64 -data fields).
+  const std::string kubeconfig = absl::StrCat(
+      "apiVersion: v1\nkind: Config\ncurrent-context: dev\n",
+      "clusters: [{name: fake, cluster: {server: ", fake.url(), ", certificate-authority-data: ",
+      absl::Base64Escape(Slurp(tls.ca)), "}}]\n",
+      "contexts: [{name: dev, context: {cluster: fake, user: bridge}}]\n",
+      "users: [{name: bridge, user: {client-certificate-data: ", absl::Base64Escape(Slurp(tls.client_cert)),
+      ", client-key-data: ", absl::Base64Escape(Slurp(tls.client_key)), "}}]\n");
+  auto kc = ParseKubeconfig(kubeconfig, dir);
+  ASSERT_TRUE(kc.ok()) << kc.status();
+  auto client = NewCurlKubeClient(*kc);
+  ASSERT_TRUE(client.ok()) << client.status();
+  r = (*client)->Get("/api/v1/nodes");
+  EXPECT_TRUE(r.ok()) << r.status();
   testing::RemoveTree(dir);
 }
 
