@@ -107,7 +107,14 @@ void Informer::Run() {
     const bool progressed =
         stats().events > events_before || absl::Now() - started > absl::Seconds(30);
     if (progressed) attempt = 0;
-    if (s.ok()) continue;  // the server ended the watch (timeoutSeconds): resume
+    if (s.ok()) {
+      // The server ended the watch (timeoutSeconds): resume at once, unless
+      // it keeps ending them empty-handed straight away.
+      if (!progressed && absl::Now() - started < absl::Seconds(1)) {
+        if (!Sleep(NextBackoff(attempt++))) return;
+      }
+      continue;
+    }
     if (relist_) {
       need_list = true;
       if (s.code() == absl::StatusCode::kOutOfRange) {

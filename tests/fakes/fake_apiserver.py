@@ -36,6 +36,7 @@ Control API (tests drive the fake through it; JSON bodies):
 
 Usage: fake_apiserver.py [--port 0] [--port-file F] [--tls-cert C --tls-key K]
        [--client-ca CA] [--token T] [--bookmark-interval S] [--window N]
+       [--parent-pid PID]
 With --port 0 the chosen port is printed as "PORT <n>" on stdout.
 """
 
@@ -778,7 +779,18 @@ def main():
     ap.add_argument("--token", help="require this bearer token (or a client certificate)")
     ap.add_argument("--bookmark-interval", type=float, default=60.0)
     ap.add_argument("--window", type=int, default=100000, help="events retained for watch replay")
+    ap.add_argument("--parent-pid", type=int, default=0,
+                    help="exit once this process is no longer our parent (a test that crashed)")
     args = ap.parse_args()
+
+    if args.parent_pid:
+        import os
+
+        def watch_parent():
+            while os.getppid() == args.parent_pid:
+                time.sleep(0.5)
+            os._exit(0)
+        threading.Thread(target=watch_parent, daemon=True).start()
 
     srv = Server((args.host, args.port), Handler)
     srv.state = State(args.window, args.bookmark_interval)

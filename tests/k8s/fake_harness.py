@@ -40,7 +40,7 @@ def make_tls(tmp):
 
 class Fake:
     def __init__(self, tls=None, token=None, extra=()):
-        args = [sys.executable if sys.executable else "/usr/bin/python3", FAKE, "--port", "0"]
+        args = [sys.executable if sys.executable else "/usr/bin/python3", FAKE, "--port", "0", "--parent-pid", str(os.getpid())]
         if tls:
             args += ["--tls-cert", tls["cert"], "--tls-key", tls["key"]]
         if token:

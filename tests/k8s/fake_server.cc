@@ -61,7 +61,8 @@ TlsFiles MakeTestCerts(const std::string& dir) {
 FakeApiServer::FakeApiServer(std::vector<std::string> args) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return;
-  std::vector<std::string> argv_s = {"/usr/bin/python3", DUET_FAKE_APISERVER, "--port", "0"};
+  std::vector<std::string> argv_s = {"/usr/bin/python3", DUET_FAKE_APISERVER, "--port", "0",
+                                     "--parent-pid", std::to_string(getpid())};
   for (const std::string& a : args) {
     if (a == "--tls-cert") tls_ = true;
     argv_s.push_back(a);
