@@ -355,7 +355,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             if path.startswith("/_fake/"):
                 return self._control(method, path[len("/_fake/"):], q)
-            raw = self._body() if method in ("POST", "PUT", "PATCH") else b""
+            raw = self._body()  # DELETE may carry DeleteOptions too
             with self.st.cond:
                 self.st.requests.append({
                     "method": method, "path": self.path,

@@ -142,6 +142,37 @@ TEST(KubeNodeInventoryTest, NodesFlowToTheSink) {
   EXPECT_EQ(sink.calls().size(), n);  // nothing after Stop
 }
 
+// The operator's own tool: kubectl cordon / uncordon / delete reach the sink.
+TEST(KubeNodeInventoryTest, KubectlCordonUncordonDelete) {
+  FakeApiServer fake;
+  ASSERT_TRUE(fake.ok());
+  fake.Put(GoldenNode("gke_a3_h100_node.json", "gpu-1"));
+  KubeConfig c;
+  c.server = fake.url();
+  auto client = NewCurlKubeClient(c);
+  ASSERT_TRUE(client.ok());
+  KubeNodeInventory inv(client->get(), {});
+  RecordingSink sink;
+  ASSERT_TRUE(inv.Start(&sink).ok());
+  const std::string tmp = testing::MakeTempDir();
+  int calls = 0;
+  auto kubectl = [&](const std::string& args) {
+    // A fresh discovery cache each time.
+    const std::string cmd = "KUBECONFIG=/dev/null HOME=" + tmp + " kubectl --server=" + fake.url() +
+                            " --cache-dir=" + tmp + "/cache" + std::to_string(++calls) + " --request-timeout=10s " + args +
+                            " >/dev/null 2>&1";
+    return std::system(cmd.c_str());
+  };
+  ASSERT_EQ(kubectl("cordon gpu-1"), 0);
+  ASSERT_TRUE(WaitFor([&] { return sink.Has("upsert:gpu-1:cordoned"); }));
+  ASSERT_EQ(kubectl("uncordon gpu-1"), 0);
+  ASSERT_TRUE(WaitFor([&] { return sink.Has("upsert:gpu-1:ready"); }));
+  ASSERT_EQ(kubectl("delete node gpu-1"), 0);
+  ASSERT_TRUE(WaitFor([&] { return sink.Has("remove:gpu-1"); }));
+  inv.Stop();
+  testing::RemoveTree(tmp);
+}
+
 TEST(KubeNodeInventoryTest, UnreachableApiIsAStartError) {
   KubeConfig c;
   c.server = "http://127.0.0.1:1";

@@ -76,6 +76,16 @@ class Base:
         if self.tls:
             self.assertTrue(all(r["auth"] == "Bearer " + self.token for r in self.fake.requests()))
 
+    def test_kubectl_cordon_uncordon_delete(self):
+        self.assertIn("cordoned", self.kubectl("cordon", "gpu-node-1"))
+        self.assertEqual(self.kubectl("get", "node", "gpu-node-1", "-o", "jsonpath={.spec.unschedulable}"), "true")
+        patches = [r for r in self.fake.requests() if r["method"] == "PATCH"]
+        self.assertEqual(patches[-1]["content_type"], "application/strategic-merge-patch+json")
+        self.kubectl("uncordon", "gpu-node-1")
+        self.assertEqual(self.kubectl("get", "node", "gpu-node-1", "-o", "jsonpath={.spec.unschedulable}"), "")
+        self.assertIn("deleted", self.kubectl("delete", "node", "gpu-node-1"))
+        self.assertEqual(self.kubectl("get", "nodes", "-o", "name").split(), ["node/tpu-node-1"])
+
     def test_kubectl_label_selector(self):
         out = self.kubectl("get", "nodes", "-l", "cloud.google.com/gke-nodepool=shared-v5e", "-o", "name")
         self.assertEqual(out.split(), ["node/tpu-node-1"])
