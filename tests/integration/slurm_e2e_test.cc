@@ -1,0 +1,736 @@
+// End to end, with the real binaries only: duet-bridge (slurm.enabled) and
+// duetctl, a real Slurm 22.05 cluster on loopback (tests/integration/
+// slurm_cluster.sh: munged, slurmctld, one slurmd per node) with spank_duet.so
+// in plugstack.conf pointing at the bridge's unix socket, and Slurm's own CLI
+// (sinfo, scontrol, squeue, sbatch, srun, scancel). Label: slurm.
+//
+// - duet-bridge creates the inventory's nodes in Slurm with their Gres;
+// - an sbatch job is imported: duetctl shows its GPUs held by Slurm;
+// - srun steps register through spank_duet.so, see exactly their devices, and
+//   a step on a GPU a pod holds is refused with the pod's name;
+// - kill -9 of duet-bridge while jobs run, changes in Slurm while it is down,
+//   restart: the ledger agrees with Slurm after the next pass, nothing lost;
+// - slurmctld down: health "duet.slurm" NOT_SERVING, duet_slurm_degraded 1,
+//   the ledger keeps serving; back to SERVING once slurmctld returns.
+//
+// One cluster and one bridge state directory per process (libslurm and the
+// plugstack are per process); ctest runs each test in its own process.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "duet/v1/duet.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "tests/slurm/slurm_cluster_fixture.h"
+
+#ifndef DUET_BRIDGE_BIN
+#error "DUET_BRIDGE_BIN must name the duet-bridge binary"
+#endif
+#ifndef DUETCTL_BIN
+#error "DUETCTL_BIN must name the duetctl binary"
+#endif
+#ifndef DUET_SPANK_SO
+#error "DUET_SPANK_SO must name spank_duet.so"
+#endif
+
+namespace duet {
+namespace {
+
+namespace fs = std::filesystem;
+using ::duet::testing::CmdResult;
+using ::duet::testing::RunCmd;
+using ::duet::testing::TestSlurmCluster;
+using ::duet::testing::WaitFor;
+
+constexpr char kGpuModel[] = "nvidia-h100-80gb";
+constexpr char kTpuModel[] = "tpu-v5-lite-podslice";
+
+struct NodeDef {
+  const char* name;
+  int idx;  // slurmd on 127.0.0.idx
+  int gpus;
+  int tpus;
+};
+constexpr NodeDef kNodes[] = {
+    {"e2e-gpu-a", 61, 8, 0},
+    {"e2e-gpu-b", 62, 8, 0},
+    {"e2e-tpu-a", 63, 0, 4},
+};
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// "0-2,5" -> {0,1,2,5}
+std::set<uint32_t> ExpandIdx(const std::string& s) {
+  std::set<uint32_t> out;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    std::vector<std::string> r = absl::StrSplit(part, '-');
+    const uint32_t lo = static_cast<uint32_t>(std::stoul(r[0]));
+    const uint32_t hi = r.size() > 1 ? static_cast<uint32_t>(std::stoul(r[1])) : lo;
+    for (uint32_t i = lo; i <= hi; ++i) out.insert(i);
+  }
+  return out;
+}
+
+// A job's devices per node, "gpu"/"tpu" -> indices, from `scontrol -d show job`.
+using NodeDevices = std::map<std::string, std::set<uint32_t>>;
+
+struct LedgerHolding {
+  std::string node;
+  std::string kind;  // slurm_job | slurm_step | pod | placeholder
+  uint32_t job_id = 0;
+  std::string pod;   // ns/name
+  NodeDevices devices;
+};
+
+// Everything one process shares: the bridge's directory, the cluster, the
+// bridge process. Made on first use; stopped by a gtest Environment at exit
+// (the bridge also dies with the test process: PR_SET_PDEATHSIG).
+class World {
+ public:
+  static World* Get() {
+    static World* w = new World();
+    return w;
+  }
+
+  bool ok() const { return ok_; }
+  TestSlurmCluster* cluster() const { return cluster_; }
+  const fs::path& dir() const { return dir_; }
+  std::string socket() const { return (dir_ / "bridge.sock").string(); }
+  int metrics_port() const { return metrics_port_; }
+  pid_t bridge_pid() const { return pid_; }
+
+  std::string PlugstackArgs(const std::string& extra = "") const {
+    return absl::StrCat("bridge=unix://", socket(), " timeout_ms=2000 tpu=yes", extra);
+  }
+  void SetPlugstack(const std::string& args) const {
+    std::ofstream(cluster_->root() + "/etc/plugstack.conf")
+        << "required " << DUET_SPANK_SO << " " << args << "\n";
+  }
+
+  // Starts duet-bridge on the state in dir(); waits until it serves.
+  ::testing::AssertionResult StartBridge() {
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ < 0) return ::testing::AssertionFailure() << "fork failed";
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      const int log = open((dir_ / "bridge.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (log >= 0) {
+        dup2(log, 1);
+        dup2(log, 2);
+      }
+      // The bridge must find the cluster through slurm.conf_path alone.
+      unsetenv("SLURM_CONF");
+      const std::string cfg = (dir_ / "bridge.yaml").string();
+      execl(DUET_BRIDGE_BIN, DUET_BRIDGE_BIN, "--config", cfg.c_str(), (char*)nullptr);
+      _exit(127);
+    }
+    auto channel =
+        grpc::CreateChannel("unix:" + socket(), grpc::InsecureChannelCredentials());
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                      std::chrono::milliseconds(200))) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return ::testing::AssertionFailure()
+               << "duet-bridge exited (status " << status << "):\n" << Log();
+      }
+      if (std::chrono::steady_clock::now() > end) {
+        return ::testing::AssertionFailure() << "duet-bridge did not come up:\n" << Log();
+      }
+    }
+    stub_ = v1::Ledger::NewStub(channel);
+    health_ = grpc::health::v1::Health::NewStub(channel);
+    return ::testing::AssertionSuccess();
+  }
+
+  void KillBridge(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    stub_.reset();
+    health_.reset();
+  }
+
+  bool BridgeRunning() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+  v1::Ledger::Stub* stub() const { return stub_.get(); }
+  grpc::health::v1::Health::Stub* health() const { return health_.get(); }
+
+  std::string Log() const {
+    return RunCmd("tail -n 60 " + (dir_ / "bridge.log").string()).out;
+  }
+
+  CmdResult Ctl(const std::string& args) const {
+    return RunCmd(absl::StrCat(DUETCTL_BIN, " --server unix://", socket(), " ", args));
+  }
+
+  void Stop() {
+    KillBridge(SIGTERM);
+    if (cluster_ != nullptr) cluster_->Stop();
+    if (!dir_.empty() && ::testing::UnitTest::GetInstance()->Passed()) {
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+      if (cluster_ != nullptr && !cluster_->root().empty()) fs::remove_all(cluster_->root(), ec);
+    } else if (!dir_.empty()) {
+      std::cerr << "slurm_e2e_test: kept " << dir_ << " and " << (cluster_ ? cluster_->root() : "")
+                << " for inspection\n";
+    }
+  }
+
+ private:
+  class Stopper : public ::testing::Environment {
+   public:
+    explicit Stopper(World* w) : w_(w) {}
+    void TearDown() override { w_->Stop(); }
+
+   private:
+    World* w_;
+  };
+
+  World() {
+    char tmpl[] = "/tmp/duet-e2e.XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      ADD_FAILURE() << "mkdtemp failed";
+      return;
+    }
+    dir_ = tmpl;
+    TestSlurmCluster::Options o;
+    o.spank = absl::StrCat(DUET_SPANK_SO, ":", PlugstackArgs());
+    cluster_ = TestSlurmCluster::Get(o);  // registers the cluster's Stopper first...
+    ::testing::AddGlobalTestEnvironment(new Stopper(this));  // ...so this one runs first
+    if (!cluster_->ok()) return;
+    metrics_port_ = FreePort();
+
+    std::ofstream inv(dir_ / "nodes.yaml");
+    inv << "nodes:\n";
+    for (const NodeDef& n : kNodes) {
+      inv << "  - name: " << n.name << "\n"
+          << "    cpus: 8\n    memory_mib: 16000\n    zone: us-central1-a\n";
+      if (n.gpus > 0) {
+        inv << "    pool: shared-h100\n"
+            << "    labels: {duet.dev/slurm-node-addr: 127.0.0." << n.idx
+            << ", cloud.google.com/gke-accelerator: " << kGpuModel << "}\n"
+            << "    gpus: {count: " << n.gpus << ", model: " << kGpuModel << "}\n";
+      } else {
+        inv << "    pool: shared-v5e\n"
+            << "    labels: {duet.dev/slurm-node-addr: 127.0.0." << n.idx
+            << ", cloud.google.com/gke-tpu-accelerator: " << kTpuModel << "}\n"
+            << "    tpus: {count: " << n.tpus << ", model: " << kTpuModel
+            << ", host_bounds: 2x2, topology: 2x2}\n";
+      }
+    }
+    inv.close();
+    std::ofstream cfg(dir_ / "bridge.yaml");
+    cfg << "grpc: {listen: \"\", unix_socket: " << socket() << "}\n"
+        << "metrics: {listen: \"127.0.0.1:" << metrics_port_ << "\"}\n"
+        << "journal: {dir: " << (dir_ / "journal").string() << "}\n"
+        << "inventory: {file: " << (dir_ / "nodes.yaml").string() << ", reload_period: 1s}\n"
+        << "slurm:\n"
+        << "  enabled: true\n"
+        << "  conf_path: " << cluster_->conf() << "\n"
+        << "  call_timeout: 3s\n"
+        << "  sync_period: 500ms\n"
+        << "  release_grace: 1s\n"
+        << "log_level: info\n";
+    cfg.close();
+    ok_ = true;
+  }
+
+  bool ok_ = false;
+  fs::path dir_;
+  TestSlurmCluster* cluster_ = nullptr;
+  int metrics_port_ = 0;
+  pid_t pid_ = -1;
+  std::unique_ptr<v1::Ledger::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+class SlurmE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    w_ = World::Get();
+    ASSERT_TRUE(w_->ok());
+    c_ = w_->cluster();
+    if (!w_->BridgeRunning()) {
+      ASSERT_TRUE(w_->StartBridge());
+    }
+    // The bridge created the nodes (first pass before serving): start their
+    // slurmds once.
+    static bool slurmds_started = false;
+    if (!slurmds_started) {
+      slurmds_started = true;
+      for (const NodeDef& n : kNodes) {
+        ASSERT_TRUE(WaitFor([&] {
+          return c_->Cli(absl::StrCat("scontrol --future show node ", n.name)).rc == 0;
+        })) << n.name << " was not created by duet-bridge\n"
+            << w_->Log();
+        c_->StartSlurmd(n.name, n.idx, 8, 16000, n.gpus, kGpuModel, n.tpus, kTpuModel);
+      }
+    }
+    for (const NodeDef& n : kNodes) {
+      ASSERT_TRUE(c_->WaitNodeState(n.name, "IDLE", absl::Seconds(30)))
+          << n.name << "\n"
+          << c_->Cli(absl::StrCat("scontrol --future show node ", n.name)).out
+          << c_->Log("slurmctld.log");
+    }
+  }
+
+  void TearDown() override {
+    if (c_ == nullptr || !w_->ok()) return;
+    // Leave an empty cluster and ledger for the next test of this process.
+    c_->Cli("squeue -h -o %i | xargs -r scancel");
+    WaitFor([&] { return c_->Cli("squeue -h -o %i").out.empty(); });
+    if (w_->BridgeRunning()) WaitFor([&] { return Holdings().empty(); });
+    if (HasFailure()) {
+      std::cerr << "== duet-bridge log\n" << w_->Log() << "== slurmctld.log\n"
+                << c_->Log("slurmctld.log");
+    }
+  }
+
+  // `sbatch` a sleeping job; returns its id once it runs.
+  uint32_t RunningJob(const std::string& args) {
+    const uint32_t id = c_->Sbatch(args + " --wrap 'sleep 300'");
+    EXPECT_TRUE(c_->WaitJobState(id, "RUNNING"))
+        << "job " << id << " is " << c_->JobState(id) << "\n"
+        << c_->Cli(absl::StrCat("scontrol show job ", id)).out;
+    return id;
+  }
+
+  // The job's devices on each node per Slurm (`scontrol -d show job`).
+  std::map<std::string, NodeDevices> SlurmDevices(uint32_t job) {
+    std::map<std::string, NodeDevices> out;
+    const std::string text = c_->Cli(absl::StrCat("scontrol -d show job ", job)).out;
+    static const std::regex line_re(R"(Nodes=(\S+) .*GRES=(\S+))");
+    static const std::regex gres_re(R"((gpu|tpu)[^(,]*\(IDX:([0-9,-]+)\))");
+    for (absl::string_view l : absl::StrSplit(text, '\n')) {
+      const std::string line(l);
+      std::smatch m;
+      if (!std::regex_search(line, m, line_re)) continue;
+      const std::string node = m[1];
+      const std::string gres = m[2];
+      for (auto it = std::sregex_iterator(gres.begin(), gres.end(), gres_re);
+           it != std::sregex_iterator(); ++it) {
+        for (uint32_t i : ExpandIdx((*it)[2])) out[node][(*it)[1]].insert(i);
+      }
+    }
+    return out;
+  }
+
+  std::vector<LedgerHolding> Holdings() {
+    std::vector<LedgerHolding> out;
+    if (w_->stub() == nullptr) return out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ListHoldingsResponse resp;
+    grpc::Status s = w_->stub()->ListHoldings(&ctx, v1::ListHoldingsRequest(), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    for (const v1::Holding& h : resp.holdings()) {
+      LedgerHolding l;
+      l.node = h.node();
+      switch (h.owner().kind_case()) {
+        case v1::Owner::kSlurmJob:
+          l.kind = "slurm_job";
+          l.job_id = h.owner().slurm_job().job_id();
+          break;
+        case v1::Owner::kSlurmStep:
+          l.kind = "slurm_step";
+          l.job_id = h.owner().slurm_step().job_id();
+          break;
+        case v1::Owner::kPlaceholder:
+          l.kind = "placeholder";
+          l.job_id = h.owner().placeholder().job_id();
+          break;
+        case v1::Owner::kPod:
+          l.kind = "pod";
+          l.pod = h.owner().pod().namespace_() + "/" + h.owner().pod().name();
+          break;
+        case v1::Owner::KIND_NOT_SET:
+          break;
+      }
+      for (const v1::HeldDevice& d : h.devices()) {
+        l.devices[d.kind() == v1::DEVICE_KIND_TPU ? "tpu" : "gpu"].insert(d.index());
+      }
+      out.push_back(std::move(l));
+    }
+    return out;
+  }
+
+  // The ledger's job holding of `job` on `node` ({} when none).
+  NodeDevices LedgerJob(uint32_t job, const std::string& node) {
+    for (const LedgerHolding& h : Holdings()) {
+      if (h.kind == "slurm_job" && h.job_id == job && h.node == node) return h.devices;
+    }
+    return {};
+  }
+
+  // "" when the ledger and Slurm agree: every running job is held in the
+  // ledger on exactly its devices, and every Slurm-side holding (job or step)
+  // belongs to a live job and stays within that job's devices.
+  std::string LedgerVsSlurm() {
+    std::map<uint32_t, std::map<std::string, NodeDevices>> live;
+    const std::string q = c_->Cli("squeue -h -o '%i %T'").out;
+    for (absl::string_view l : absl::StrSplit(q, '\n', absl::SkipEmpty())) {
+      std::vector<std::string> f = absl::StrSplit(l, ' ', absl::SkipEmpty());
+      if (f.size() != 2) continue;
+      if (f[1] != "RUNNING" && f[1] != "COMPLETING" && f[1] != "SUSPENDED") continue;
+      const uint32_t id = static_cast<uint32_t>(std::stoul(f[0]));
+      live[id] = SlurmDevices(id);
+    }
+    const std::vector<LedgerHolding> holdings = Holdings();
+    std::string diff;
+    for (const auto& [job, nodes] : live) {
+      for (const auto& [node, devices] : nodes) {
+        bool found = false;
+        for (const LedgerHolding& h : holdings) {
+          if (h.kind != "slurm_job" || h.job_id != job || h.node != node) continue;
+          found = true;
+          if (h.devices != devices) {
+            absl::StrAppend(&diff, "job ", job, " on ", node, ": ledger devices differ\n");
+          }
+        }
+        if (!found) absl::StrAppend(&diff, "job ", job, " on ", node, ": not in the ledger\n");
+      }
+    }
+    for (const LedgerHolding& h : holdings) {
+      if (h.kind == "pod") continue;
+      auto it = live.find(h.job_id);
+      if (it == live.end()) {
+        absl::StrAppend(&diff, h.kind, " of job ", h.job_id, " on ", h.node,
+                        ": job not live in Slurm\n");
+        continue;
+      }
+      const NodeDevices& job_devices = it->second[h.node];
+      for (const auto& [kind, idx] : h.devices) {
+        for (uint32_t i : idx) {
+          if (job_devices.count(kind) == 0 || job_devices.at(kind).count(i) == 0) {
+            absl::StrAppend(&diff, h.kind, " of job ", h.job_id, " on ", h.node, " holds ", kind,
+                            i, " Slurm did not give it\n");
+          }
+        }
+      }
+    }
+    return diff;
+  }
+
+  void ExpectLedgerAgreesWithSlurm(const std::string& when) {
+    std::string diff;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          diff = LedgerVsSlurm();
+          return diff.empty();
+        },
+        absl::Seconds(20)))
+        << when << ":\n"
+        << diff << c_->Cli("squeue").out << w_->Ctl("holds").out;
+  }
+
+  // The row of `duetctl nodes` for (node, kind): TOTAL SLURM PODS FREE.
+  std::vector<std::string> CtlNodeRow(const std::string& out, const std::string& node,
+                                      const std::string& kind) {
+    for (absl::string_view l : absl::StrSplit(out, '\n')) {
+      std::vector<std::string> f = absl::StrSplit(l, ' ', absl::SkipEmpty());
+      if (f.size() == 8 && f[0] == node && f[2] == kind) return {f[4], f[5], f[6], f[7]};
+    }
+    return {};
+  }
+
+  World* w_ = nullptr;
+  TestSlurmCluster* c_ = nullptr;
+};
+
+TEST_F(SlurmE2eTest, BridgeCreatesTheNodesAndImportsABatchJob) {
+  // Nodes: created by duet-bridge with their Gres and the managed feature.
+  CmdResult r = c_->Cli("sinfo -h -N -o '%N|%G|%f|%t'");
+  EXPECT_NE(r.out.find("e2e-gpu-a|gpu:nvidia-h100-80gb:8|duet,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("e2e-gpu-b|gpu:nvidia-h100-80gb:8|duet,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("e2e-tpu-a|tpu:tpu-v5-lite-podslice:4|duet,"), std::string::npos) << r.out;
+  r = c_->Cli("scontrol show node e2e-gpu-b");
+  EXPECT_NE(r.out.find("NodeAddr=127.0.0.62"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CPUTot=8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("RealMemory=16000"), std::string::npos) << r.out;
+
+  // A batch job on 2 GPUs: imported into the ledger with Slurm's indices.
+  const uint32_t job = RunningJob("-w e2e-gpu-a --gres=gpu:2");
+  ASSERT_NE(job, 0u);
+  const NodeDevices want = SlurmDevices(job)["e2e-gpu-a"];
+  ASSERT_EQ(want.count("gpu"), 1u) << c_->Cli(absl::StrCat("scontrol -d show job ", job)).out;
+  ASSERT_EQ(want.at("gpu").size(), 2u);
+  EXPECT_TRUE(WaitFor([&] { return LedgerJob(job, "e2e-gpu-a") == want; }))
+      << w_->Ctl("holds").out << w_->Log();
+
+  r = w_->Ctl("nodes");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(CtlNodeRow(r.out, "e2e-gpu-a", "gpu"),
+            (std::vector<std::string>{"8", "2", "0", "6"}))
+      << r.out;
+  EXPECT_EQ(CtlNodeRow(r.out, "e2e-gpu-b", "gpu"),
+            (std::vector<std::string>{"8", "0", "0", "8"}))
+      << r.out;
+  EXPECT_EQ(CtlNodeRow(r.out, "e2e-tpu-a", "tpu"),
+            (std::vector<std::string>{"4", "0", "0", "4"}))
+      << r.out;
+  r = w_->Ctl("holds --node e2e-gpu-a");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  const std::string devs = absl::StrCat("gpu", *want.at("gpu").begin(), "-",
+                                        *want.at("gpu").rbegin());
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(absl::StrCat("e2e-gpu-a +job ", job, " +", devs, " "))))
+      << r.out;
+  ExpectLedgerAgreesWithSlurm("while the batch job runs");
+  // Weights fed back: free GPU milli + 1, so the fuller node comes first.
+  EXPECT_TRUE(WaitFor([&] {
+    return c_->Cli("sinfo -h -N -n e2e-gpu-a,e2e-gpu-b -o '%N|%w'").out ==
+           "e2e-gpu-a|6001\ne2e-gpu-b|8001\n";
+  })) << c_->Cli("sinfo -h -N -o '%N|%w'").out;
+
+  // Health and metrics of the Slurm side.
+  {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service("duet.slurm");
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(w_->health()->Check(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  r = RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", w_->metrics_port(), "/metrics"));
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("\nduet_slurm_degraded 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nduet_slurm_sync_passes_total "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\nduet_slurm_sync_passes_total 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nduet_slurm_conflicts_total 0\n"), std::string::npos) << r.out;
+
+  // The job ends: its holdings go (release_grace 1s, period 500ms).
+  ASSERT_EQ(c_->Cli(absl::StrCat("scancel ", job)).rc, 0);
+  EXPECT_TRUE(WaitFor([&] { return Holdings().empty(); })) << w_->Ctl("holds").out;
+}
+
+TEST_F(SlurmE2eTest, StepsRegisterWithTheBridgeAndAPodsGpuIsRefused) {
+  // A GPU step: registered with the bridge while it runs, exactly its GPU.
+  auto run = std::async(std::launch::async, [&] {
+    return c_->Cli(
+        "srun -w e2e-gpu-b --gres=gpu:1 --duet-show sh -c 'echo CVD=$CUDA_VISIBLE_DEVICES; "
+        "sleep 3'");
+  });
+  bool step_seen = false;
+  WaitFor([&] {
+    for (const LedgerHolding& h : Holdings()) {
+      if (h.kind == "slurm_step" && h.node == "e2e-gpu-b" &&
+          h.devices == NodeDevices{{"gpu", {0}}}) {
+        step_seen = true;
+      }
+    }
+    return step_seen;
+  });
+  CmdResult r = run.get();
+  EXPECT_TRUE(step_seen) << "the step never showed in the ledger\n" << w_->Log();
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("CVD=0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("on e2e-gpu-b got gpu 0"), std::string::npos) << r.out;
+  // The step released itself, the job import released the job: the node is free.
+  EXPECT_TRUE(WaitFor([&] { return Holdings().empty(); })) << w_->Ctl("holds").out;
+
+  // A TPU step sees its chips.
+  r = c_->Cli("srun -w e2e-tpu-a --gres=tpu:2 env");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("TPU_VISIBLE_CHIPS=0,1\n"), std::string::npos) << r.out;
+
+  // A pod holds GPU 0 of e2e-gpu-b in the ledger (Slurm does not know).
+  {
+    grpc::ClientContext ctx;
+    v1::HoldRequest req;
+    req.set_node("e2e-gpu-b");
+    auto* pod = req.mutable_owner()->mutable_pod();
+    pod->set_uid("uid-web-1");
+    pod->set_namespace_("default");
+    pod->set_name("web-1");
+    auto* d = req.mutable_devices()->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(0);
+    v1::HoldResponse resp;
+    grpc::Status s = w_->stub()->Hold(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << w_->Ctl("holds").out;
+  }
+  r = w_->Ctl("nodes e2e-gpu-b");
+  EXPECT_EQ(CtlNodeRow(r.out, "e2e-gpu-b", "gpu"),
+            (std::vector<std::string>{"8", "0", "1", "7"}))
+      << r.out;
+  // Slurm gives the next step GPU 0: spank_duet.so refuses it, naming the pod.
+  r = c_->Cli("srun -w e2e-gpu-b --gres=gpu:1 sh -c 'echo RAN CVD=$CUDA_VISIBLE_DEVICES'");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("RAN"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused on node e2e-gpu-b"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gpu 0 is held by pod default/web-1"), std::string::npos) << r.out;
+  // Only the pod holds anything on e2e-gpu-b once the refused job is gone.
+  EXPECT_TRUE(WaitFor([&] {
+    std::vector<LedgerHolding> h = Holdings();
+    return h.size() == 1 && h[0].kind == "pod" && h[0].pod == "default/web-1";
+  })) << w_->Ctl("holds").out;
+
+  // The pod lets go; the same request runs.
+  {
+    grpc::ClientContext ctx;
+    v1::ReleaseRequest req;
+    req.set_node("e2e-gpu-b");
+    req.mutable_owner()->mutable_pod()->set_uid("uid-web-1");
+    v1::ReleaseResponse resp;
+    ASSERT_TRUE(w_->stub()->Release(&ctx, req, &resp).ok());
+  }
+  r = c_->Cli("srun -w e2e-gpu-b --gres=gpu:1 sh -c 'echo RAN CVD=$CUDA_VISIBLE_DEVICES'");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("RAN CVD=0\n"), std::string::npos) << r.out;
+}
+
+TEST_F(SlurmE2eTest, Kill9WhileJobsRunThenRestartAgreesWithSlurm) {
+  const uint32_t kept = RunningJob("-w e2e-gpu-a --gres=gpu:2");
+  const uint32_t ends = RunningJob("-w e2e-gpu-a --gres=gpu:3");
+  ASSERT_NE(kept, 0u);
+  ASSERT_NE(ends, 0u);
+  ExpectLedgerAgreesWithSlurm("before the kill");
+  const NodeDevices kept_devices = LedgerJob(kept, "e2e-gpu-a");
+  ASSERT_EQ(kept_devices.count("gpu"), 1u) << w_->Ctl("holds").out;
+  ASSERT_EQ(kept_devices.at("gpu").size(), 2u);
+  // The batch step registered itself through spank_duet.so; no job import
+  // makes step holdings, so after the restart only the journal can have it.
+  auto kept_holdings = [&] {
+    std::set<std::string> out;
+    for (const LedgerHolding& h : Holdings()) {
+      if (h.job_id != kept) continue;
+      std::string d;
+      for (const auto& [kind, idx] : h.devices) absl::StrAppend(&d, kind, absl::StrJoin(idx, ","));
+      out.insert(absl::StrCat(h.kind, " ", h.node, " ", d));
+    }
+    return out;
+  };
+  const std::set<std::string> before = kept_holdings();
+  ASSERT_EQ(before.size(), 2u) << "want the job and its batch step\n" << w_->Ctl("holds").out;
+
+  w_->KillBridge(SIGKILL);
+
+  // While the bridge is down: one job ends, a step is refused (plugstack
+  // on_unreachable=fail), and with on_unreachable=allow a job starts
+  // unregistered.
+  ASSERT_EQ(c_->Cli(absl::StrCat("scancel ", ends)).rc, 0);
+  ASSERT_TRUE(WaitFor([&] { return c_->JobEnded(ends); }));
+  CmdResult r = c_->Cli("srun -w e2e-gpu-b --gres=gpu:1 true");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("unreachable"), std::string::npos) << r.out;
+  w_->SetPlugstack(w_->PlugstackArgs(" on_unreachable=allow"));
+  const std::string marker = (w_->dir() / "started.marker").string();
+  const uint32_t started =
+      c_->Sbatch(absl::StrCat("-w e2e-gpu-b --gres=gpu:3 --wrap 'touch ", marker, "; sleep 300'"));
+  ASSERT_NE(started, 0u);
+  // The batch script runs: its step got past spank_duet.so unregistered.
+  const bool script_ran = WaitFor([&] { return fs::exists(marker); });
+  w_->SetPlugstack(w_->PlugstackArgs());
+  ASSERT_TRUE(script_ran) << c_->Cli(absl::StrCat("scontrol show job ", started)).out;
+
+  ASSERT_TRUE(w_->StartBridge());
+  // Nothing lost: the job that kept running holds the same GPUs (recovered
+  // from the journal, then confirmed by the sync).
+  EXPECT_EQ(LedgerJob(kept, "e2e-gpu-a"), kept_devices) << w_->Ctl("holds").out;
+  EXPECT_EQ(kept_holdings(), before) << w_->Ctl("holds").out;
+  ExpectLedgerAgreesWithSlurm("after the restart");
+  EXPECT_EQ(kept_holdings(), before) << w_->Ctl("holds").out;
+  // The job that ran unregistered was imported with Slurm's devices.
+  EXPECT_EQ(LedgerJob(started, "e2e-gpu-b"), SlurmDevices(started)["e2e-gpu-b"]);
+  for (const LedgerHolding& h : Holdings()) {
+    EXPECT_NE(h.job_id, ends) << "job " << ends << " ended while the bridge was down";
+  }
+  r = w_->Ctl("nodes");
+  EXPECT_EQ(CtlNodeRow(r.out, "e2e-gpu-a", "gpu"),
+            (std::vector<std::string>{"8", "2", "0", "6"}))
+      << r.out;
+  EXPECT_EQ(CtlNodeRow(r.out, "e2e-gpu-b", "gpu"),
+            (std::vector<std::string>{"8", "3", "0", "5"}))
+      << r.out;
+  // Slurm's nodes were left alone across the restart.
+  r = c_->Cli("sinfo -h -N -o '%N|%t'");
+  EXPECT_NE(r.out.find("e2e-gpu-a|mix"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("e2e-tpu-a|idle"), std::string::npos) << r.out;
+}
+
+// slurmctld down: the bridge keeps serving the ledger, reports itself
+// degraded (health "duet.slurm", duet_slurm_degraded), and recovers.
+// Last in this file: after a slurmctld restart, Slurm 22.05 refuses GRES
+// steps on dynamic nodes for a while ("Invalid generic resource (gres)
+// specification", also without duet), which would break a later test run in
+// the same process (ctest runs each test in its own).
+TEST_F(SlurmE2eTest, SlurmctldDownIsReportedAndRecovered) {
+  auto health = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service("duet.slurm");
+    grpc::health::v1::HealthCheckResponse resp;
+    if (!w_->health()->Check(&ctx, req, &resp).ok()) return std::string("error");
+    return std::string(grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()));
+  };
+  auto metric = [&](const std::string& line) {
+    return RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", w_->metrics_port(), "/metrics"))
+               .out.find("\n" + line + "\n") != std::string::npos;
+  };
+  const uint32_t job = RunningJob("-w e2e-gpu-a --gres=gpu:1");
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitFor([&] { return !LedgerJob(job, "e2e-gpu-a").empty(); }));
+  EXPECT_EQ(health(), "SERVING");
+
+  c_->CtldStop();
+  EXPECT_TRUE(WaitFor([&] { return health() == "NOT_SERVING"; })) << health();
+  EXPECT_TRUE(metric("duet_slurm_degraded 1"));
+  // The ledger still serves, and releases nothing on a guess.
+  CmdResult r = w_->Ctl("nodes e2e-gpu-a");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(CtlNodeRow(r.out, "e2e-gpu-a", "gpu"),
+            (std::vector<std::string>{"8", "1", "0", "7"}))
+      << r.out;
+
+  ASSERT_TRUE(c_->CtldStart());
+  EXPECT_TRUE(WaitFor([&] { return health() == "SERVING"; })) << health() << w_->Log();
+  EXPECT_TRUE(metric("duet_slurm_degraded 0"));
+  EXPECT_EQ(c_->JobState(job), "RUNNING");
+  ExpectLedgerAgreesWithSlurm("after slurmctld came back");
+}
+
+}  // namespace
+}  // namespace duet

@@ -1,0 +1,17 @@
+# End-to-end on a real Slurm cluster with the real binaries: duet-bridge
+# (slurm.enabled), duetctl, spank_duet.so in plugstack.conf, Slurm's CLI.
+# Needs what the other "slurm" tests need (root, slurmctld, slurmd, munge,
+# `unshare --uts`); each test starts and stops its own cluster.
+add_executable(slurm_e2e_test ${CMAKE_CURRENT_LIST_DIR}/slurm_e2e_test.cc)
+target_compile_options(slurm_e2e_test PRIVATE ${DUET_WARNINGS})
+target_include_directories(slurm_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(slurm_e2e_test PRIVATE
+  DUET_BRIDGE_BIN="$<TARGET_FILE:duet-bridge>"
+  DUETCTL_BIN="$<TARGET_FILE:duetctl>"
+  DUET_SPANK_SO="$<TARGET_FILE:spank_duet>"
+  DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh")
+target_link_libraries(slurm_e2e_test PRIVATE duet::proto absl::strings absl::time
+                      GTest::gtest_main)
+add_dependencies(slurm_e2e_test duet-bridge duetctl spank_duet)
+gtest_discover_tests(slurm_e2e_test DISCOVERY_TIMEOUT 60
+  PROPERTIES LABELS slurm TIMEOUT 120)
