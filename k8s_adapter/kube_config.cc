@@ -157,5 +157,10 @@ absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::st
   return c;
 }
 
+absl::StatusOr<KubeConfig> ResolveKubeConfig(const std::string& kubeconfig, const std::string& context) {
+  if (kubeconfig.empty()) return InClusterConfig();
+  return LoadKubeconfig(kubeconfig, context);
+}
+
 }  // namespace k8s
 }  // namespace duet

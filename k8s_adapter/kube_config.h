@@ -49,5 +49,10 @@ absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text, const s
 // Reads `path` (NOT_FOUND if missing) and parses it.
 absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::string& context = "");
 
+// What duet-bridge uses: `kubeconfig` empty → InClusterConfig(), otherwise
+// LoadKubeconfig(kubeconfig, context).
+absl::StatusOr<KubeConfig> ResolveKubeConfig(const std::string& kubeconfig,
+                                             const std::string& context = "");
+
 }  // namespace k8s
 }  // namespace duet

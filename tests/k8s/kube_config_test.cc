@@ -1,6 +1,7 @@
 #include "k8s_adapter/kube_config.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -91,8 +92,24 @@ clusters: [{name: k, cluster: {}}]
   EXPECT_EQ(LoadKubeconfig("/nonexistent/kubeconfig").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(KubeconfigTest, ResolveReadsTheFileOrFallsBackToInCluster) {
+  const std::string dir = ::testing::TempDir() + "/duet_k8s_kc_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/kubeconfig";
+  std::ofstream(path) << kKubeconfig;
+  auto c = ResolveKubeConfig(path, "local");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server, "http://127.0.0.1:8080");
+  EXPECT_EQ(c->client_cert_file, dir + "/certs/client.crt");
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  EXPECT_EQ(ResolveKubeConfig("").status().code(), absl::StatusCode::kFailedPrecondition);
+  auto bad = ResolveKubeConfig(path, "nope");
+  EXPECT_THAT(bad.status().message(), HasSubstr(path + ": contexts: no entry"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(InClusterTest, ReadsServiceAccountAndEnvironment) {
-  const std::string dir = ::testing::TempDir() + "/sa";
+  const std::string dir = ::testing::TempDir() + "/duet_k8s_sa_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/token") << "tok-123\n";
   std::ofstream(dir + "/ca.crt") << "pem";
@@ -114,6 +131,7 @@ TEST(InClusterTest, ReadsServiceAccountAndEnvironment) {
   EXPECT_EQ(InClusterConfig(dir).status().code(), absl::StatusCode::kNotFound);
   unsetenv("KUBERNETES_SERVICE_HOST");
   unsetenv("KUBERNETES_SERVICE_PORT");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(StatusFromHttpTest, MapsCodesAndKeepsTheMessage) {
