@@ -298,7 +298,6 @@ TEST_F(BridgeTest, InventoryFileChangesReachTheLedger) {
   Start();
   ASSERT_TRUE(Hold(StepCount("gke-a", 5, 2)).ok());
   // gke-a leaves the file while held: it turns GONE; gke-t leaves and goes.
-  std::filesystem::last_write_time(dir_ / "nodes.yaml");
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::ofstream(dir_ / "nodes.yaml") << "nodes:\n  - name: gke-new\n    gpus: {count: 2}\n";
   for (int i = 0; i < 100 && bridge_->ledger()->GetNode("gke-new") == nullptr; ++i) {
