@@ -300,6 +300,61 @@ TEST_F(InformerTest, LabelSelectorChangesAreAddsAndDeletes) {
   ASSERT_TRUE(WaitFor([&] { return mirror_.names() == std::set<std::string>{"out"}; }));
 }
 
+// Pods across namespaces: keys are namespace/name, so equal names in two
+// namespaces are two objects, and a relist deletes the right one.
+class KeyRecorder : public InformerHandler {
+ public:
+  void OnUpsert(const nlohmann::json& o) override {
+    absl::MutexLock l(&mu_);
+    keys_.insert(o["metadata"]["namespace"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>());
+  }
+  void OnDelete(const std::string& key, const nlohmann::json*) override {
+    absl::MutexLock l(&mu_);
+    keys_.erase(key);
+  }
+  void OnSynced() override {}
+  std::set<std::string> keys() {
+    absl::MutexLock l(&mu_);
+    return keys_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::set<std::string> keys_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(InformerTest, PodsAcrossNamespacesWithFieldSelector) {
+  Make();
+  auto pod = [](const std::string& ns, const std::string& name, const std::string& scheduler) {
+    return nlohmann::json{{"kind", "Pod"},
+                          {"metadata", {{"name", name}, {"namespace", ns}}},
+                          {"spec", {{"schedulerName", scheduler}, {"containers", {{{"name", "c"}}}}}}};
+  };
+  fake_->Put(pod("a", "p", "duet"));
+  fake_->Put(pod("b", "p", "duet"));
+  fake_->Put(pod("b", "other", "default-scheduler"));
+  InformerOptions o = options_;
+  o.path = "/api/v1/pods";
+  o.field_selector = "spec.schedulerName=duet";
+  KeyRecorder rec;
+  Informer pods(client_.get(), o, &rec);
+  ASSERT_TRUE(pods.Start().ok());
+  EXPECT_EQ(rec.keys(), (std::set<std::string>{"a/p", "b/p"}));
+  ASSERT_TRUE(WaitFor([&] { return fake_->OpenWatches() == 1; }));
+  fake_->Delete("Pod", "p", "a");
+  fake_->Put(pod("c", "q", "duet"));
+  ASSERT_TRUE(WaitFor([&] { return rec.keys() == std::set<std::string>{"b/p", "c/q"}; }));
+  // Through a relist as well.
+  fake_->Control("fail", {{"count", 1000000}});
+  fake_->Control("drop");
+  fake_->Delete("Pod", "p", "b");
+  fake_->Control("compact");
+  fake_->Control("fail", {{"count", 0}});
+  ASSERT_TRUE(WaitFor([&] { return rec.keys() == std::set<std::string>{"c/q"}; }));
+  EXPECT_EQ(pods.stats().lists, 2u);
+  pods.Stop();
+}
+
 TEST_F(InformerTest, StopIsPromptAndFinal) {
   Make();
   StartInformer();
