@@ -12,6 +12,7 @@ PACKAGES=(
   # Slurm side: libslurm to build against, real daemons for the integration tests
   libslurm-dev slurm-wlm-basic-plugins-dev slurm-wlm slurmctld slurmd munge libmunge-dev
   # tests and benchmarks: promtool checks the metrics, gnuplot draws the simulator's figure
+  libcurl4-openssl-dev python3-kubernetes
   prometheus gnuplot-nox python3 curl procps util-linux openssl
 )
 
