@@ -58,7 +58,7 @@ YAML
 grpc: {listen: "", unix_socket: $STATE/bridge.sock}
 metrics: {listen: ""}
 journal: {dir: $STATE/journal}
-inventory: {file: $STATE/nodes.yaml}
+inventory: {source: file, file: $STATE/nodes.yaml}
 slurm: {enabled: true, conf_path: $SLURM_CONF, sync_period: 1s}
 YAML
   "$build/bridge/server/duet-bridge" --config "$STATE/bridge.yaml" >"$STATE/bridge.log" 2>&1 &

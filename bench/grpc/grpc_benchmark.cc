@@ -396,6 +396,7 @@ int Main(int argc, char** argv) {
     config.metrics.listen = "";
     config.journal.dir = (dir / (on ? "journal-fsync" : "journal-nofsync")).string();
     config.journal.fsync = on;
+    config.inventory.source = "file";
     config.inventory.file = (dir / "nodes.yaml").string();
     config.inventory.reload_period = absl::Hours(1);
     absl::StatusOr<std::unique_ptr<Bridge>> bridge = Bridge::Start(config);

@@ -213,6 +213,7 @@ bool MeasureBridge(const char* what, const fs::path& inventory, const fs::path& 
   config.grpc.listen = "127.0.0.1:0";
   config.metrics.listen = "";
   config.journal.dir = journal_dir.string();
+  config.inventory.source = "file";
   config.inventory.file = inventory.string();
   config.inventory.reload_period = absl::Hours(1);
   if (!ValidateConfig(config).ok()) return false;

@@ -56,6 +56,15 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.Finish());
   }
   {
+    Section s(top.Child("kubernetes"), "kubernetes");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.String("kubeconfig", &c->kubernetes.kubeconfig));
+    DUET_YAML(s.String("context", &c->kubernetes.context));
+    DUET_YAML(s.String("shared_node_selector", &c->kubernetes.shared_node_selector));
+    DUET_YAML(s.Duration("request_timeout", &c->kubernetes.request_timeout));
+    DUET_YAML(s.Finish());
+  }
+  {
     Section s(top.Child("slurm"), "slurm");
     DUET_YAML(s.Check());
     DUET_YAML(s.Bool("enabled", &c->slurm.enabled));
@@ -143,9 +152,13 @@ absl::Status ValidateConfig(const Config& c) {
     if (c.inventory.file.empty()) {
       return absl::InvalidArgumentError("inventory.file: must be set when inventory.source is file");
     }
+  } else if (c.inventory.source == "kubernetes") {
+    if (c.kubernetes.request_timeout < absl::Seconds(1)) {
+      return absl::InvalidArgumentError("kubernetes.request_timeout: must be at least 1s");
+    }
   } else if (c.inventory.source != "embedded") {
     return absl::InvalidArgumentError(absl::StrCat("inventory.source: \"", c.inventory.source,
-                                                   "\" must be file or embedded"));
+                                                   "\" must be kubernetes, file or embedded"));
   }
   if (c.inventory.reload_period < absl::Milliseconds(100)) {
     return absl::InvalidArgumentError("inventory.reload_period: must be at least 100ms");

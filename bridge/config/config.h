@@ -53,13 +53,27 @@ struct JournalConfig {
 };
 
 struct InventoryConfig {
-  // Where nodes come from: "file" (a YAML node list) or "embedded" (a small
-  // built-in demo inventory). The Kubernetes watch is the next source.
-  std::string source = "file";
+  // Where nodes come from: "kubernetes" (the Node watch, see `kubernetes`),
+  // "file" (a YAML node list, for development) or "embedded" (a small
+  // built-in demo inventory).
+  std::string source = "kubernetes";
   // For source "file": the YAML node list.
   std::string file;
   // How often the file is checked for changes.
   absl::Duration reload_period = absl::Seconds(5);
+};
+
+struct KubernetesConfig {
+  // kubeconfig file for development; empty: in-cluster (service-account
+  // token and CA, KUBERNETES_SERVICE_HOST/PORT).
+  std::string kubeconfig;
+  // kubeconfig context; empty: the current one.
+  std::string context;
+  // Label selector of the shared node pools. Nodes it selects that have
+  // nvidia.com/gpu or google.com/tpu capacity become the inventory.
+  std::string shared_node_selector = "duet.dev/shared=true";
+  // Deadline of every non-watch request.
+  absl::Duration request_timeout = absl::Seconds(60);
 };
 
 struct SlurmConfig {
@@ -90,6 +104,7 @@ struct Config {
   MetricsConfig metrics;
   JournalConfig journal;
   InventoryConfig inventory;
+  KubernetesConfig kubernetes;
   SlurmConfig slurm;
   // spdlog level: trace, debug, info, warn, error.
   std::string log_level = "info";

@@ -16,6 +16,8 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "k8s_adapter/kube_config.h"
+#include "k8s_adapter/node_inventory.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -137,12 +139,29 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
   // 2. The inventory.
   if (config.inventory.source == "embedded") {
     b->inventory_ = NewStaticInventory(EmbeddedInventoryYaml());
+  } else if (config.inventory.source == "kubernetes") {
+    // The shared pools' Nodes, listed then watched. Start() returns after the
+    // first complete list.
+    absl::StatusOr<k8s::KubeConfig> kc =
+        k8s::ResolveKubeConfig(config.kubernetes.kubeconfig, config.kubernetes.context);
+    if (!kc.ok()) return kc.status();
+    k8s::KubeClientOptions ko;
+    ko.request_timeout = config.kubernetes.request_timeout;
+    absl::StatusOr<std::unique_ptr<k8s::KubeClient>> client = k8s::NewCurlKubeClient(*kc, ko);
+    if (!client.ok()) return client.status();
+    b->kube_client_ = std::move(*client);
+    k8s::NodeInventoryOptions no;
+    no.label_selector = config.kubernetes.shared_node_selector;
+    b->inventory_ = std::make_unique<k8s::KubeNodeInventory>(b->kube_client_.get(), no);
   } else {
     b->inventory_ = NewFileInventory(config.inventory.file, config.inventory.reload_period);
   }
   b->sink_ = std::make_unique<LedgerInventorySink>(&b->ledger_);
   absl::Status inv = b->inventory_->Start(b->sink_.get());
-  if (!inv.ok()) return inv;
+  if (!inv.ok()) {
+    return absl::Status(inv.code(), absl::StrCat("inventory (", config.inventory.source,
+                                                 "): ", inv.message()));
+  }
 
   // 3. Slurm: dynamic nodes, job import, weights, placeholders.
   if (config.slurm.enabled) {

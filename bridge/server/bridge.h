@@ -18,6 +18,7 @@
 #include "bridge/slurm/placeholders.h"
 #include "bridge/slurm/slurm_sync.h"
 #include "grpcpp/server.h"
+#include "k8s_adapter/kube_client.h"
 #include "prometheus/exposer.h"
 
 namespace duet {
@@ -57,6 +58,8 @@ class Bridge {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<LedgerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // Outlives inventory_ (the Node watch uses it).
+  std::unique_ptr<k8s::KubeClient> kube_client_;
   std::unique_ptr<InventorySource> inventory_;
   std::unique_ptr<LedgerInventorySink> sink_;
   std::unique_ptr<SlurmClient> slurm_;

@@ -13,7 +13,9 @@ TEST(ConfigTest, EmptyFileGivesTheDefaults) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->grpc.listen, "127.0.0.1:50151");
   EXPECT_TRUE(c->journal.fsync);
-  EXPECT_EQ(c->inventory.source, "file");
+  EXPECT_EQ(c->inventory.source, "kubernetes");
+  EXPECT_EQ(c->kubernetes.shared_node_selector, "duet.dev/shared=true");
+  EXPECT_TRUE(ValidateConfig(*c).ok()) << ValidateConfig(*c);  // in-cluster needs no keys
 }
 
 TEST(ConfigTest, FieldsOverrideDefaults) {
@@ -58,6 +60,7 @@ TEST(ConfigTest, ParseErrorsNameTheKeyPath) {
 
 TEST(ConfigTest, ValidationNamesTheField) {
   Config c;
+  c.inventory.source = "file";
   c.inventory.file = "nodes.yaml";
   ASSERT_TRUE(ValidateConfig(c).ok());
   auto bad = [&](auto mutate, const std::string& msg) {
@@ -76,12 +79,32 @@ TEST(ConfigTest, ValidationNamesTheField) {
   bad([](Config& x) { x.journal.dir = ""; }, "journal.dir");
   bad([](Config& x) { x.inventory.file = ""; }, "inventory.file");
   bad([](Config& x) { x.inventory.source = "etcd"; }, "inventory.source");
+  bad([](Config& x) {
+    x.inventory.source = "kubernetes";
+    x.kubernetes.request_timeout = absl::Milliseconds(5);
+  }, "kubernetes.request_timeout");
   bad([](Config& x) { x.log_level = "loud"; }, "log_level");
+}
+
+TEST(ConfigTest, KubernetesSection) {
+  auto c = ParseConfig(R"yaml(
+inventory: {source: kubernetes}
+kubernetes: {kubeconfig: /root/.kube/config, context: dev, shared_node_selector: "pool in (a,b)",
+             request_timeout: 30s}
+)yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kubernetes.kubeconfig, "/root/.kube/config");
+  EXPECT_EQ(c->kubernetes.context, "dev");
+  EXPECT_EQ(c->kubernetes.shared_node_selector, "pool in (a,b)");
+  EXPECT_EQ(c->kubernetes.request_timeout, absl::Seconds(30));
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  EXPECT_THAT(ParseConfig("kubernetes: {kube_config: x}").status().message(),
+              HasSubstr("kubernetes.kube_config: unknown key"));
 }
 
 TEST(ConfigTest, SlurmSection) {
   auto c = ParseConfig(R"(
-inventory: {file: n.yaml}
+inventory: {source: file, file: n.yaml}
 slurm: {enabled: true, conf_path: /etc/slurm/slurm.conf, call_timeout: 2s, sync_period: 1s,
         manage_weights: false, managed_feature: duet-gke, release_grace: 0s}
 )");

@@ -45,7 +45,7 @@ class DaemonTest : public ::testing::Test {
     cfg << "grpc: {listen: \"\", unix_socket: " << (dir_ / "bridge.sock").string() << "}\n"
         << "metrics: {listen: \"\"}\n"
         << "journal: {dir: " << (dir_ / "journal").string() << ", snapshot_every: 500}\n"
-        << "inventory: {file: " << (dir_ / "nodes.yaml").string() << "}\n"
+        << "inventory: {source: file, file: " << (dir_ / "nodes.yaml").string() << "}\n"
         << "log_level: warn\n";
   }
   void TearDown() override {

@@ -265,7 +265,7 @@ class World {
     cfg << "grpc: {listen: \"\", unix_socket: " << socket() << "}\n"
         << "metrics: {listen: \"127.0.0.1:" << metrics_port_ << "\"}\n"
         << "journal: {dir: " << (dir_ / "journal").string() << "}\n"
-        << "inventory: {file: " << (dir_ / "nodes.yaml").string() << ", reload_period: 1s}\n"
+        << "inventory: {source: file, file: " << (dir_ / "nodes.yaml").string() << ", reload_period: 1s}\n"
         << "slurm:\n"
         << "  enabled: true\n"
         << "  conf_path: " << cluster_->conf() << "\n"

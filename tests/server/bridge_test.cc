@@ -48,6 +48,7 @@ class BridgeTest : public ::testing::Test {
     config_.grpc.max_message_bytes = 64 * 1024;
     config_.metrics.listen = "";
     config_.journal.dir = (dir_ / "journal").string();
+    config_.inventory.source = "file";
     config_.inventory.file = (dir_ / "nodes.yaml").string();
     Start();
   }
@@ -362,6 +363,7 @@ TEST(BridgeTlsTest, ClientCertificatesAreVerified) {
   config.grpc.listen = "127.0.0.1:0";
   config.metrics.listen = "";
   config.journal.dir = d + "/journal";
+  config.inventory.source = "file";
   config.inventory.file = d + "/nodes.yaml";
   config.grpc.tls.cert_file = d + "/server.crt";
   config.grpc.tls.key_file = d + "/server.key";
