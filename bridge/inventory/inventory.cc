@@ -1,5 +1,6 @@
 #include "bridge/inventory/inventory.h"
 
+#include <malloc.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -226,6 +227,10 @@ void LedgerInventorySink::ReplaceAll(const std::vector<NodeSpec>& nodes) {
       Remove(view->spec.name);
     }
   }
+  // A full inventory is parsed from a large document (YAML or a Node list):
+  // hand the parser's freed heap back to the system, or glibc keeps it and the
+  // bridge's resident memory stays at the parse's peak.
+  malloc_trim(0);
 }
 
 void LedgerInventorySink::Upsert(const NodeSpec& node) {
