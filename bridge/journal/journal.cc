@@ -604,7 +604,16 @@ void Journal::WriterLoop() {
     const auto t0 = std::chrono::steady_clock::now();
     const absl::Status s = WriteBatch(batch, first, rotate);
     const double seconds = SecondsSince(t0);
-    std::function<void(double, size_t, size_t)> observer;
+    if (s.ok()) {
+      // Told before the waiters wake, so whoever sees its change durable also
+      // sees the batch counted (metrics, tests).
+      std::function<void(double, size_t, size_t)> observer;
+      {
+        absl::MutexLock lock(&mu_);
+        observer = observer_;
+      }
+      if (observer) observer(seconds, records, batch.size());
+    }
     {
       absl::MutexLock lock(&mu_);
       if (!s.ok()) {
@@ -622,10 +631,8 @@ void Journal::WriterLoop() {
         if (options_.snapshot_every != 0 && since_snapshot_ >= options_.snapshot_every) {
           snapshot_wanted_ = true;
         }
-        observer = observer_;
       }
     }
-    if (observer) observer(seconds, records, batch.size());
     batch.clear();  // keeps its capacity for the next swap
   }
 }
