@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "bench/common/h100_node.h"
 #include "bridge/journal/journal.h"
 #include "bridge/ledger/ledger.h"
 #include "spdlog/spdlog.h"
@@ -25,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kGpusPerNode = 8;
+constexpr int kGpusPerNode = bench::kH100sPerNode;
 
 int Holdings() {
   int n = 100000;
@@ -40,24 +41,6 @@ std::string BaseDir() {
   return (base / absl::StrCat("duet_journal_bench.", getpid())).string();
 }
 
-NodeSpec MakeNode(int i) {
-  NodeSpec spec;
-  spec.name = absl::StrCat("gke-a3-pool-", i);
-  spec.cpus = 208;
-  spec.memory_mib = 1843200;
-  spec.pool = "a3-highgpu";
-  spec.zone = "us-central1-a";
-  spec.labels["cloud.google.com/gke-accelerator"] = "nvidia-h100-80gb";
-  for (int g = 0; g < kGpusPerNode; ++g) {
-    DeviceSpec d;
-    d.index = static_cast<uint32_t>(g);
-    d.id = absl::StrCat("GPU-", i, "-", g, "-0b5e6a2c-4f1d-11ee-be56-0242ac120002");
-    d.model = "nvidia-h100-80gb";
-    d.topology.nvlink_domain = absl::StrCat("clique-", i / 18);
-    spec.devices.push_back(std::move(d));
-  }
-  return spec;
-}
 
 // Journals with Holdings() live holdings: "snapshot" holds them in one
 // snapshot, "log" only in log records (no snapshot ever taken). Built once.
@@ -89,10 +72,10 @@ struct Fixture {
     }
     const int holdings = Holdings();
     const int nodes = (holdings + kGpusPerNode - 1) / kGpusPerNode;
-    for (int i = 0; i < nodes; ++i) (void)ledger.UpsertNode(MakeNode(i));
+    for (int i = 0; i < nodes; ++i) (void)ledger.UpsertNode(bench::H100Node(i));
     for (int h = 0; h < holdings; ++h) {
       HoldRequest r;
-      r.node = absl::StrCat("gke-a3-pool-", h / kGpusPerNode);
+      r.node = bench::H100NodeName(h / kGpusPerNode);
       // Half Slurm jobs, half pods: pods carry the longer owner records.
       r.owner = h % 2 == 0 ? Owner::SlurmJob(static_cast<uint32_t>(h + 1))
                            : Owner::Pod(absl::StrCat("5f0c3c4e-8d0a-4b7e-9a55-", h), "team-ml",
@@ -154,7 +137,7 @@ void AppendSetup(const benchmark::State& state) {
   auto journal = Journal::Open(o, g_ledger);
   if (!journal.ok()) abort();
   g_journal = std::move(journal).value();
-  for (int i = 0; i < state.threads(); ++i) (void)g_ledger->UpsertNode(MakeNode(i));
+  for (int i = 0; i < state.threads(); ++i) (void)g_ledger->UpsertNode(bench::H100Node(i));
 }
 
 void AppendTeardown(const benchmark::State&) {
@@ -168,7 +151,7 @@ void AppendTeardown(const benchmark::State&) {
 // One granted holding per iteration, acknowledged only once durable (what
 // the gRPC Hold does), then released (the release rides in a later batch).
 void BM_Append(benchmark::State& state) {
-  const std::string node = absl::StrCat("gke-a3-pool-", state.thread_index());
+  const std::string node = bench::H100NodeName(state.thread_index());
   const auto records0 = g_journal->stats();
   uint32_t i = 0;
   for (auto _ : state) {

@@ -23,12 +23,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "bench/common/h100_node.h"
 #include "bridge/ledger/ledger.h"
 
 namespace duet {
 namespace {
 
-constexpr int kGpusPerNode = 8;
+constexpr int kGpusPerNode = bench::kH100sPerNode;
 // GPUs 0..5 are free for the benchmarks; 6 and 7 are held by a background job.
 constexpr int kFreeGpus = 6;
 
@@ -39,25 +40,6 @@ int CapNodes(int nodes) {
   return nodes;
 }
 
-NodeSpec MakeNode(int i) {
-  NodeSpec spec;
-  spec.name = absl::StrCat("gke-a3-highgpu-pool-", i);
-  spec.cpus = 208;
-  spec.memory_mib = 1843200;
-  spec.pool = "a3-highgpu";
-  spec.zone = "us-central1-a";
-  spec.labels["cloud.google.com/gke-accelerator"] = "nvidia-h100-80gb";
-  spec.labels["cloud.google.com/gke-nodepool"] = "a3-highgpu";
-  for (int g = 0; g < kGpusPerNode; ++g) {
-    DeviceSpec d;
-    d.index = static_cast<uint32_t>(g);
-    d.id = absl::StrCat("GPU-", i, "-", g, "-0b5e6a2c-4f1d-11ee-be56-0242ac120002");
-    d.model = "nvidia-h100-80gb";
-    d.topology.nvlink_domain = absl::StrCat("clique-", i / 18);
-    spec.devices.push_back(std::move(d));
-  }
-  return spec;
-}
 
 // A ledger of `nodes` nodes plus the requests the benchmarks replay. Built
 // once per node count and kept (the benchmarks leave it as they found it).
@@ -70,9 +52,9 @@ struct World {
 
   explicit World(int nodes) {
     for (int i = 0; i < nodes; ++i) {
-      if (!ledger.UpsertNode(MakeNode(i)).ok()) abort();
+      if (!ledger.UpsertNode(bench::H100Node(i)).ok()) abort();
       HoldRequest bg;
-      bg.node = absl::StrCat("gke-a3-highgpu-pool-", i);
+      bg.node = bench::H100NodeName(i);
       bg.owner = Owner::SlurmJob(static_cast<uint32_t>(2000000 + i));
       bg.devices = {HeldDevice{DeviceKind::kGpu, 6, 0}, HeldDevice{DeviceKind::kGpu, 7, 0}};
       if (!ledger.Hold(bg).ok()) abort();
