@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -17,6 +18,21 @@
 namespace duet {
 namespace k8s {
 namespace {
+
+// Points curl at PEM material given inline (`pem`, copied by curl) or as a
+// file path; sets `type_opt` to "PEM" when given.
+void SetPem(CURL* curl, const std::string& pem, const std::string& file, CURLoption blob_opt,
+            CURLoption file_opt, std::optional<CURLoption> type_opt) {
+  if (!pem.empty()) {
+    curl_blob blob{const_cast<char*>(pem.data()), pem.size(), CURL_BLOB_COPY};
+    curl_easy_setopt(curl, blob_opt, &blob);
+  } else if (!file.empty()) {
+    curl_easy_setopt(curl, file_opt, file.c_str());
+  } else {
+    return;
+  }
+  if (type_opt) curl_easy_setopt(curl, *type_opt, "PEM");
+}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -230,30 +246,12 @@ class CurlKubeClient final : public KubeClient {
       curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);
       curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);
     }
-    if (!config_.ca_pem.empty()) {
-      curl_blob blob{const_cast<char*>(config_.ca_pem.data()), config_.ca_pem.size(), CURL_BLOB_COPY};
-      curl_easy_setopt(curl, CURLOPT_CAINFO_BLOB, &blob);
-    } else if (!config_.ca_file.empty()) {
-      curl_easy_setopt(curl, CURLOPT_CAINFO, config_.ca_file.c_str());
-    }
-    if (!config_.client_cert_pem.empty()) {
-      curl_blob blob{const_cast<char*>(config_.client_cert_pem.data()), config_.client_cert_pem.size(),
-                     CURL_BLOB_COPY};
-      curl_easy_setopt(curl, CURLOPT_SSLCERT_BLOB, &blob);
-      curl_easy_setopt(curl, CURLOPT_SSLCERTTYPE, "PEM");
-    } else if (!config_.client_cert_file.empty()) {
-      curl_easy_setopt(curl, CURLOPT_SSLCERT, config_.client_cert_file.c_str());
-      curl_easy_setopt(curl, CURLOPT_SSLCERTTYPE, "PEM");
-    }
-    if (!config_.client_key_pem.empty()) {
-      curl_blob blob{const_cast<char*>(config_.client_key_pem.data()), config_.client_key_pem.size(),
-                     CURL_BLOB_COPY};
-      curl_easy_setopt(curl, CURLOPT_SSLKEY_BLOB, &blob);
-      curl_easy_setopt(curl, CURLOPT_SSLKEYTYPE, "PEM");
-    } else if (!config_.client_key_file.empty()) {
-      curl_easy_setopt(curl, CURLOPT_SSLKEY, config_.client_key_file.c_str());
-      curl_easy_setopt(curl, CURLOPT_SSLKEYTYPE, "PEM");
-    }
+    // Each PEM comes inline (kubeconfig *-data) or from a file.
+    SetPem(curl, config_.ca_pem, config_.ca_file, CURLOPT_CAINFO_BLOB, CURLOPT_CAINFO, std::nullopt);
+    SetPem(curl, config_.client_cert_pem, config_.client_cert_file, CURLOPT_SSLCERT_BLOB,
+           CURLOPT_SSLCERT, CURLOPT_SSLCERTTYPE);
+    SetPem(curl, config_.client_key_pem, config_.client_key_file, CURLOPT_SSLKEY_BLOB,
+           CURLOPT_SSLKEY, CURLOPT_SSLKEYTYPE);
     headers->Add("Accept: application/json");
     const std::string token = Token();
     if (!token.empty()) headers->Add("Authorization: Bearer " + token);
