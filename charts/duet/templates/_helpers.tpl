@@ -1,0 +1,136 @@
+{{/* Names. */}}
+{{- define "duet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* FULLNAME: the prefix of every object (63 characters at most, leaving
+room for the longest suffix, "-bridge-extender"). */}}
+{{- define "duet.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 47 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 47 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 47 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "duet.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "duet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "ctx" $ "component" "bridge"). */}}
+{{- define "duet.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "duet.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "duet.componentLabels" -}}
+{{ include "duet.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "duet.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "duet.bridge.name" -}}{{ include "duet.fullname" . }}-bridge{{- end -}}
+{{- define "duet.scheduler.name" -}}{{ include "duet.fullname" . }}-scheduler{{- end -}}
+{{- define "duet.node.name" -}}{{ include "duet.fullname" . }}-node{{- end -}}
+{{- define "duet.extender.service" -}}{{ include "duet.fullname" . }}-bridge-extender{{- end -}}
+{{- define "duet.metrics.service" -}}{{ include "duet.fullname" . }}-bridge-metrics{{- end -}}
+
+{{/* The extender's DNS name: the scheduler's tlsConfig.serverName, and the
+name the extender certificate must carry. */}}
+{{- define "duet.extender.host" -}}
+{{- printf "%s.%s.svc" (include "duet.extender.service" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* gRPC target of the leader (the Service only lists the Ready replica). */}}
+{{- define "duet.bridge.grpcTarget" -}}
+{{- printf "%s.%s.svc:%d" (include "duet.bridge.name" .) .Release.Namespace (int .Values.bridge.grpc.port) -}}
+{{- end -}}
+
+{{/* sharedPools.nodeSelector as a label selector string, keys sorted. */}}
+{{- define "duet.sharedSelector" -}}
+{{- $sel := .Values.sharedPools.nodeSelector -}}
+{{- if not $sel -}}{{ fail "sharedPools.nodeSelector: at least one label must select the shared pools" }}{{- end -}}
+{{- $parts := list -}}
+{{- range $k := keys $sel | sortAlpha -}}
+{{- $parts = append $parts (printf "%s=%v" $k (index $sel $k)) -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end -}}
+
+{{- define "duet.extender.tlsSecret" -}}
+{{- required "extender.tls.secretName: the extender endpoint is TLS-only; create a kubernetes.io/tls Secret for it (charts/duet/README.md, \"Extender TLS\") and set its name" .Values.extender.tls.secretName -}}
+{{- end -}}
+
+{{/* Mount points inside the bridge container. */}}
+{{- define "duet.paths.config" -}}/etc/duet/config{{- end -}}
+{{- define "duet.paths.extenderTls" -}}/etc/duet/extender-tls{{- end -}}
+{{- define "duet.paths.journal" -}}/var/lib/duet/journal{{- end -}}
+{{- define "duet.paths.slurmConf" -}}/etc/slurm/slurm.conf{{- end -}}
+{{- define "duet.paths.mungeSocketDir" -}}/run/munge{{- end -}}
+
+{{/*
+The bridge's YAML config (docs/config.md): bridge.config as written, plus the
+keys the chart owns (listeners, TLS files, journal dir, inventory source,
+shared-pool selector, leader election, Slurm on/off). A chart-owned key set in
+bridge.config is an error rather than silently replaced.
+*/}}
+{{- define "duet.bridge.config" -}}
+{{- $v := .Values.bridge -}}
+{{- $cfg := deepCopy (default dict $v.config) -}}
+{{- $owned := list "grpc.listen" "grpc.unix_socket" "metrics.listen" "journal.dir" "inventory" "kubernetes.kubeconfig" "kubernetes.context" "kubernetes.shared_node_selector" "kubernetes.leader_election" "extender.listen" "extender.url_prefix" "extender.tls" "slurm.enabled" "slurm.conf_path" -}}
+{{- range $path := $owned -}}
+{{- $parts := splitList "." $path -}}
+{{- if eq (len $parts) 1 -}}
+{{- if hasKey $cfg $path -}}{{ fail (printf "bridge.config.%s: set by the chart from its own values; remove it (see values.yaml)" $path) }}{{- end -}}
+{{- else -}}
+{{- $section := index $cfg (first $parts) -}}
+{{- if and $section (kindIs "map" $section) (hasKey $section (last $parts)) -}}
+{{- fail (printf "bridge.config.%s: set by the chart from its own values; remove it (see values.yaml)" $path) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $grpc := default dict (get $cfg "grpc") -}}
+{{- $_ := set $grpc "listen" (printf "0.0.0.0:%d" (int $v.grpc.port)) -}}
+{{- $_ := set $grpc "unix_socket" "" -}}
+{{- $_ := set $cfg "grpc" $grpc -}}
+{{- $_ := set $cfg "metrics" (merge (dict "listen" (printf "0.0.0.0:%d" (int $v.metrics.port))) (default dict (get $cfg "metrics"))) -}}
+{{- $journal := default dict (get $cfg "journal") -}}
+{{- $_ := set $journal "dir" (include "duet.paths.journal" .) -}}
+{{- $_ := set $cfg "journal" $journal -}}
+{{- $_ := set $cfg "inventory" (dict "source" "kubernetes") -}}
+{{- $k := default dict (get $cfg "kubernetes") -}}
+{{- $_ := set $k "kubeconfig" "" -}}
+{{- $_ := set $k "shared_node_selector" (include "duet.sharedSelector" .) -}}
+{{- $le := $v.leaderElection -}}
+{{- $_ := set $k "leader_election" (dict "enabled" $le.enabled "namespace" .Release.Namespace "lease_name" (default (include "duet.bridge.name" .) $le.leaseName) "identity" "" "lease_duration" $le.leaseDuration "renew_deadline" $le.renewDeadline "retry_period" $le.retryPeriod) -}}
+{{- $_ := set $cfg "kubernetes" $k -}}
+{{- $ext := default dict (get $cfg "extender") -}}
+{{- $_ := set $ext "listen" (printf "0.0.0.0:%d" (int .Values.extender.port)) -}}
+{{- $_ := set $ext "url_prefix" .Values.extender.urlPrefix -}}
+{{- $tlsDir := include "duet.paths.extenderTls" . -}}
+{{- $_ := set $ext "tls" (dict "cert_file" (printf "%s/tls.crt" $tlsDir) "key_file" (printf "%s/tls.key" $tlsDir)) -}}
+{{- $_ := set $cfg "extender" $ext -}}
+{{- $slurm := default dict (get $cfg "slurm") -}}
+{{- $_ := set $slurm "enabled" $v.slurm.enabled -}}
+{{- if $v.slurm.enabled -}}
+{{- $_ := set $slurm "conf_path" (include "duet.paths.slurmConf" .) -}}
+{{- end -}}
+{{- $_ := set $cfg "slurm" $slurm -}}
+{{- toYaml $cfg -}}
+{{- end -}}

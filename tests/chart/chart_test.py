@@ -1,0 +1,714 @@
+#!/usr/bin/python3
+"""Offline checks of the Helm chart charts/duet (no helm on this platform).
+
+The chart is rendered by tools/helm-render (Go text/template + sprig +
+sigs.k8s.io/yaml, as helm does) and the result is checked the ways this
+machine allows:
+  - yamllint -d relaxed on every rendering;
+  - every object deserialized into python3-kubernetes models (required fields
+    and types), and serialized back: a field the model does not know (a typo,
+    a misplaced key) is reported, except the few listed in NEWER_FIELDS;
+  - references inside the release: selectors, named ports, ServiceAccounts,
+    ConfigMaps;
+  - the KubeSchedulerConfiguration against the extender's contract;
+  - RBAC rules equal to the verbs duet uses;
+  - the plugstack line against spank_duet's argument table;
+  - values the chart must refuse, with the message that names the value;
+  - the rendered bridge config through `duet-bridge --check-config`
+    (suite BridgeConfigTest, its own ctest).
+Not checked: see charts/duet/README.md, "What CI checks".
+
+Usage: chart_test.py --source-dir REPO --build-dir DIR [--bridge BIN] [unittest args]
+"""
+
+import argparse
+import base64
+import copy
+import os
+import shlex
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import yaml
+from kubernetes import client
+
+ARGS = None
+RENDERER = None
+TMP = None
+RENDERED = {}  # scenario name -> list of objects
+
+NAMESPACE = "duet"
+RELEASE = "duet"
+FULLNAME = "duet"
+
+# Fields newer than python3-kubernetes 22.6 (Kubernetes 1.22) that the chart
+# uses on purpose; each is checked by hand in ModelTest.test_newer_fields.
+NEWER_FIELDS = {"readinessProbe.grpc"}
+
+
+def chart_dir():
+    return os.path.join(ARGS.source_dir, "charts", "duet")
+
+
+def example(name):
+    return os.path.join(chart_dir(), "examples", name)
+
+
+def build_renderer():
+    """Builds helm-render once into the build dir; rebuilds when its source changed."""
+    src = os.path.join(ARGS.source_dir, "tools", "helm-render")
+    out = os.path.join(ARGS.build_dir, "helm-render")
+    inputs = [os.path.join(src, f) for f in ("main.go", "build.sh")]
+    if os.path.exists(out) and all(os.path.getmtime(out) >= os.path.getmtime(i) for i in inputs):
+        return out
+    env = dict(os.environ, GOCACHE=os.path.join(ARGS.build_dir, "gocache"))
+    tmp = f"{out}.{os.getpid()}"  # two ctests may build at once: build aside, then rename
+    proc = subprocess.run([os.path.join(src, "build.sh"), tmp], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError("building helm-render failed (scripts/deps.sh installs golang-go and "
+                           "the sprig/semver/yaml Go packages):\n" + proc.stderr)
+    os.replace(tmp, out)
+    return out
+
+
+def render(value_files, extra=(), chart=None, name=RELEASE, namespace=NAMESPACE):
+    cmd = [RENDERER, name, chart or chart_dir(), "--namespace", namespace]
+    for f in value_files:
+        cmd += ["-f", f]
+    cmd += list(extra)
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def write_values(text):
+    fd, path = tempfile.mkstemp(suffix=".yaml", dir=TMP)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+def make_ca_bundle():
+    """A real self-signed CA (openssl), for the inline caBundle scenario."""
+    key, crt = os.path.join(TMP, "ca.key"), os.path.join(TMP, "ca.crt")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=duet test CA",
+                    "-keyout", key, "-out", crt], check=True, capture_output=True)
+    with open(crt) as f:
+        pem = f.read()
+    return write_values(yaml.safe_dump({"extender": {"tls": {"caBundle": pem}}})), pem
+
+
+def scenarios():
+    minimal = example("values-minimal.yaml")
+    return {
+        "defaults": [minimal],
+        "prometheus": [minimal, example("values-prometheus.yaml")],
+        "tpu-only": [minimal, example("values-tpu-only.yaml"), CA_VALUES],
+        "slurm": [minimal, example("values-slurm.yaml")],
+    }
+
+
+CA_VALUES = None
+CA_PEM = None
+
+
+def setUpModule():
+    global RENDERER, TMP, CA_VALUES, CA_PEM
+    TMP = tempfile.mkdtemp(prefix="duet-chart-")
+    RENDERER = build_renderer()
+    CA_VALUES, CA_PEM = make_ca_bundle()
+    for name, files in scenarios().items():
+        proc = render(files)
+        if proc.returncode != 0:
+            raise RuntimeError(f"scenario {name}: helm-render failed:\n{proc.stderr}")
+        path = os.path.join(TMP, f"{name}.yaml")
+        with open(path, "w") as f:
+            f.write(proc.stdout)
+        RENDERED[name] = [d for d in yaml.safe_load_all(proc.stdout) if d is not None]
+
+
+def tearDownModule():
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+def objects(scenario, kind=None):
+    return [o for o in RENDERED[scenario] if kind is None or o["kind"] == kind]
+
+
+def one(scenario, kind, name):
+    found = [o for o in objects(scenario, kind) if o["metadata"]["name"] == name]
+    if len(found) != 1:
+        raise AssertionError(f"{scenario}: want one {kind} {name}, found {len(found)}")
+    return found[0]
+
+
+def pod_spec(obj):
+    return obj["spec"]["template"]["spec"]
+
+
+def workloads(scenario):
+    return [o for o in RENDERED[scenario] if o["kind"] in ("Deployment", "DaemonSet")]
+
+
+def lost_fields(original, roundtrip, path=""):
+    """Paths present in `original` that the model did not keep."""
+    lost = []
+    if isinstance(original, dict):
+        if not isinstance(roundtrip, dict):
+            return [path or "."]
+        for k, v in original.items():
+            if k not in roundtrip:
+                lost.append(f"{path}.{k}".lstrip("."))
+            else:
+                lost += lost_fields(v, roundtrip[k], f"{path}.{k}")
+    elif isinstance(original, list):
+        if not isinstance(roundtrip, list) or len(roundtrip) != len(original):
+            return [path]
+        for i, (a, b) in enumerate(zip(original, roundtrip)):
+            lost += lost_fields(a, b, f"{path}[{i}]")
+    return lost
+
+
+PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "datetime": str,
+              "date": str}
+
+
+# Fields the client types loosely: IntOrString ("object") and Quantity ("str";
+# the API also takes a number, as in `nvidia.com/gpu: 2`).
+INT_OR_STRING = {"maxUnavailable", "maxSurge", "port", "targetPort", "minAvailable"}
+QUANTITY_MAPS = {("V1ResourceRequirements", "limits"), ("V1ResourceRequirements", "requests")}
+
+
+def type_errors(data, type_name, path=""):
+    """Type mismatches of data against a python3-kubernetes type name.
+
+    The client's deserializer does not check types (a failed int() conversion
+    keeps the raw value), so this walks the models' openapi_types itself.
+    """
+    if type_name == "object":
+        key = path.rsplit(".", 1)[-1]
+        if key in INT_OR_STRING and (isinstance(data, bool) or not isinstance(data, (int, str))):
+            return [f"{path}: want an int or a string, got {data!r}"]
+        return []
+    if type_name == "quantity":
+        if isinstance(data, bool) or not isinstance(data, (int, float, str)):
+            return [f"{path}: want a quantity, got {data!r}"]
+        return []
+    if type_name.startswith("list["):
+        if not isinstance(data, list):
+            return [f"{path}: want a list, got {data!r}"]
+        return [e for i, x in enumerate(data) for e in type_errors(x, type_name[5:-1], f"{path}[{i}]")]
+    if type_name.startswith("dict("):
+        if not isinstance(data, dict):
+            return [f"{path}: want a map, got {data!r}"]
+        inner = type_name[type_name.index(", ") + 2:-1]
+        return [e for k, v in data.items() for e in type_errors(v, inner, f"{path}.{k}")]
+    if type_name in PRIMITIVES:
+        ok = isinstance(data, PRIMITIVES[type_name]) and not (
+            type_name in ("int", "float") and isinstance(data, bool))
+        return [] if ok else [f"{path}: want {type_name}, got {type(data).__name__} {data!r}"]
+    model = getattr(client.models, type_name)
+    if not isinstance(data, dict):
+        return [f"{path}: want a {type_name} object, got {data!r}"]
+    errors = []
+    for attr, t in model.openapi_types.items():
+        key = model.attribute_map[attr]
+        if (type_name, key) in QUANTITY_MAPS:
+            t = "dict(str, quantity)"
+        if key in data:
+            errors += type_errors(data[key], t, f"{path}.{key}")
+    return errors
+
+
+def deserialize(obj):
+    """python3-kubernetes model for obj; ValueError on missing required fields."""
+    api = client.ApiClient()
+    model = "V1" + obj["kind"]
+    assert obj["apiVersion"] in ("v1", "apps/v1", "rbac.authorization.k8s.io/v1", "policy/v1"), \
+        f"{obj['kind']}: unexpected apiVersion {obj['apiVersion']}"
+    typed = api._ApiClient__deserialize(copy.deepcopy(obj), model)
+    return typed, api.sanitize_for_serialization(typed)
+
+
+class RendererTest(unittest.TestCase):
+    """helm-render itself, on a fixture chart whose expected output is written by hand."""
+
+    def fixture(self):
+        return os.path.join(ARGS.source_dir, "tests", "chart", "testdata", "fixture")
+
+    def test_matches_hand_written_expectation(self):
+        proc = render([os.path.join(self.fixture(), "override.yaml")], chart=self.fixture(),
+                      name="rel", namespace="ns1", extra=["--kube-version", "v1.29.3"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(self.fixture(), "expected.yaml")) as f:
+            self.assertEqual(proc.stdout.strip(), f.read().strip())
+
+    def test_notes(self):
+        proc = render([], chart=self.fixture(), name="rel", extra=["--notes"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stdout.strip(), "rel-fx notes")
+
+    def test_required_fails_with_its_message(self):
+        proc = render([write_values("need: ''\n")], chart=self.fixture())
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("need: must be set", proc.stderr)
+
+    def test_kube_version_constraint(self):
+        proc = render([], chart=self.fixture(), extra=["--kube-version", "v1.24.0"])
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("incompatible with Kubernetes v1.24.0", proc.stderr)
+
+    def test_invalid_yaml_output_is_an_error(self):
+        broken = os.path.join(TMP, "broken-chart")
+        subprocess.run(["cp", "-r", self.fixture(), broken], check=True)
+        with open(os.path.join(broken, "templates", "bad.yaml"), "w") as f:
+            f.write("kind: ConfigMap\ndata: [{{ .Values.need }}\n")
+        proc = render([], chart=broken)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("YAML parse error on fx/templates/bad.yaml", proc.stderr)
+
+
+class LintTest(unittest.TestCase):
+    # relaxed, with every warning fatal except the two that toYaml output
+    # always draws (helm's toYaml writes sequences unindented) and long lines.
+    STRICT = ("{extends: relaxed, rules: {line-length: disable, "
+              "indentation: {spaces: consistent, indent-sequences: whatever}}}")
+
+    def test_yamllint_relaxed(self):
+        for name in RENDERED:
+            path = os.path.join(TMP, f"{name}.yaml")
+            with self.subTest(scenario=name):
+                proc = subprocess.run(["yamllint", "-f", "parsable", "-d", "relaxed", path],
+                                      capture_output=True, text=True)
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                self.assertNotIn("[error]", proc.stdout)
+                proc = subprocess.run(["yamllint", "--strict", "-f", "parsable", "-d", self.STRICT,
+                                       path], capture_output=True, text=True)
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+    def test_examples_lint_and_pods_deserialize(self):
+        for f in sorted(os.listdir(os.path.join(chart_dir(), "examples"))):
+            path = example(f)
+            proc = subprocess.run(["yamllint", "-f", "parsable", "-d", "relaxed", path],
+                                  capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 0, proc.stdout)
+            if f.startswith("pod-"):
+                with open(path) as fh:
+                    pod = yaml.safe_load(fh)
+                _, back = deserialize(pod)
+                self.assertEqual(lost_fields(pod, back), [], f)
+                self.assertEqual(type_errors(pod, "V1Pod"), [], f)
+                self.assertEqual(pod["spec"]["schedulerName"], "duet")
+
+
+class ModelTest(unittest.TestCase):
+    def test_every_object_is_a_valid_model_and_loses_no_field(self):
+        for name in RENDERED:
+            for obj in objects(name):
+                if obj["kind"] == "ServiceMonitor":
+                    continue  # no model; ServiceMonitorTest checks it
+                with self.subTest(scenario=name, kind=obj["kind"], name=obj["metadata"]["name"]):
+                    _, back = deserialize(obj)
+                    lost = [p for p in lost_fields(obj, back)
+                            if not any(p.endswith(n) for n in NEWER_FIELDS)]
+                    self.assertEqual(lost, [])
+                    self.assertEqual(type_errors(obj, "V1" + obj["kind"]), [])
+
+    def test_newer_fields(self):
+        # readinessProbe.grpc (Kubernetes >= 1.24): a port number, no service
+        # name (the overall health: NOT_SERVING on the standby).
+        for name in RENDERED:
+            for obj in workloads(name):
+                for c in pod_spec(obj)["containers"]:
+                    probe = c.get("readinessProbe", {})
+                    if "grpc" in probe:
+                        self.assertEqual(set(probe["grpc"]), {"port"})
+                        ports = {p["containerPort"] for p in c["ports"] if p["name"] == "grpc"}
+                        self.assertEqual(ports, {probe["grpc"]["port"]})
+
+    def test_names_fit(self):
+        for name in RENDERED:
+            for obj in objects(name):
+                self.assertLessEqual(len(obj["metadata"]["name"]), 63, obj["metadata"]["name"])
+
+
+class ReferenceTest(unittest.TestCase):
+    """What kubectl would accept but the release would get wrong."""
+
+    def test_selectors_match_pod_labels(self):
+        for name in RENDERED:
+            pods = [(o, o["spec"]["template"]["metadata"]["labels"]) for o in workloads(name)]
+            for obj, labels in pods:
+                sel = obj["spec"]["selector"]["matchLabels"]
+                self.assertLessEqual(sel.items(), labels.items(), obj["metadata"]["name"])
+            for svc in objects(name, "Service"):
+                sel = svc["spec"]["selector"]
+                matched = [o for o, labels in pods if sel.items() <= labels.items()]
+                self.assertEqual(len(matched), 1, f"{name}: Service {svc['metadata']['name']}")
+                ports = {p["name"] for c in pod_spec(matched[0])["containers"]
+                         for p in c.get("ports", [])}
+                for p in svc["spec"]["ports"]:
+                    self.assertIn(p["targetPort"], ports)
+
+    def test_probe_ports_and_volumes_exist(self):
+        for name in RENDERED:
+            configmaps = {o["metadata"]["name"] for o in objects(name, "ConfigMap")}
+            accounts = {o["metadata"]["name"] for o in objects(name, "ServiceAccount")}
+            for obj in workloads(name):
+                spec = pod_spec(obj)
+                self.assertIn(spec["serviceAccountName"], accounts)
+                volumes = {v["name"]: v for v in spec["volumes"]}
+                for c in spec["containers"]:
+                    named = {p["name"] for p in c.get("ports", [])}
+                    self.assertIn("livenessProbe", c, f"{name}: {c['name']}")
+                    for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
+                        probe = c.get(kind, {})
+                        port = (probe.get("tcpSocket") or probe.get("httpGet") or {}).get("port")
+                        if isinstance(port, str):
+                            self.assertIn(port, named, f"{c['name']} {kind}")
+                    for m in c.get("volumeMounts", []):
+                        self.assertIn(m["name"], volumes, f"{c['name']} mounts {m['name']}")
+                for v in spec["volumes"]:
+                    if "configMap" in v and v["configMap"]["name"].startswith(FULLNAME + "-"):
+                        self.assertIn(v["configMap"]["name"], configmaps)
+
+    def test_bridge_is_active_standby(self):
+        for name in RENDERED:
+            dep = one(name, "Deployment", "duet-bridge")
+            c = pod_spec(dep)["containers"][0]
+            grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
+            # Ready only when grpc.health.v1 says SERVING (the leader) ...
+            self.assertEqual(c["readinessProbe"]["grpc"], {"port": grpc_port})
+            # ... alive whenever the metrics port accepts (the standby too).
+            self.assertEqual(c["livenessProbe"]["tcpSocket"], {"port": "metrics"})
+            self.assertGreater(dep["spec"]["replicas"], 1)
+            self.assertEqual(dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0)
+            env = {e["name"]: e for e in c["env"]}
+            self.assertEqual(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name")
+            self.assertEqual(objects(name, "PodDisruptionBudget"), [])
+        self.assertEqual(one("defaults", "Deployment", "duet-bridge")["spec"]["replicas"], 2)
+
+    def test_node_daemonset_on_shared_pools(self):
+        ds = one("defaults", "DaemonSet", "duet-node")
+        spec = pod_spec(ds)
+        self.assertEqual(spec["nodeSelector"], {"duet.dev/shared": "true"})
+        paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        self.assertEqual(paths, {"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"})
+        self.assertIn("--bridge=duet-bridge.duet.svc:50151", spec["containers"][0]["args"])
+        tpu = pod_spec(one("tpu-only", "DaemonSet", "duet-node"))
+        self.assertEqual(tpu["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"],
+                         "tpu-v5-lite-podslice")
+        self.assertEqual([t["key"] for t in tpu["tolerations"]], ["google.com/tpu"])
+        self.assertEqual(objects("slurm", "DaemonSet"), [])
+
+    def test_extender_tls_material(self):
+        dep = one("defaults", "Deployment", "duet-bridge")
+        vol = next(v for v in pod_spec(dep)["volumes"] if v["name"] == "extender-tls")
+        self.assertEqual(vol["secret"]["secretName"], "duet-extender-tls")
+        sched = one("defaults", "Deployment", "duet-scheduler")
+        ca = next(v for v in pod_spec(sched)["volumes"] if v["name"] == "extender-ca")
+        # The scheduler gets the CA only, never the key.
+        self.assertEqual(ca["secret"]["items"], [{"key": "ca.crt", "path": "ca.crt"}])
+        tpu = one("tpu-only", "Deployment", "duet-scheduler")
+        self.assertNotIn("extender-ca", [v["name"] for v in pod_spec(tpu)["volumes"]])
+
+
+class SchedulerConfigTest(unittest.TestCase):
+    # KubeSchedulerConfiguration v1 fields (kube-scheduler decodes strictly).
+    TOP = {"apiVersion", "kind", "parallelism", "leaderElection", "clientConnection",
+           "healthzBindAddress", "metricsBindAddress", "enableProfiling",
+           "enableContentionProfiling", "percentageOfNodesToScore", "podInitialBackoffSeconds",
+           "podMaxBackoffSeconds", "profiles", "extenders", "delayCacheUntilActive"}
+    LEADER = {"leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock",
+              "resourceName", "resourceNamespace"}
+    EXTENDER = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb",
+                "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable",
+                "managedResources", "ignorable"}
+    TLS = {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData",
+           "caData"}
+
+    def config(self, scenario):
+        cm = one(scenario, "ConfigMap", "duet-scheduler")
+        return yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+
+    def bridge_config(self, scenario):
+        return yaml.safe_load(one(scenario, "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
+
+    def check(self, scenario, resources, weight):
+        cfg = self.config(scenario)
+        self.assertEqual(cfg["apiVersion"], "kubescheduler.config.k8s.io/v1")
+        self.assertEqual(cfg["kind"], "KubeSchedulerConfiguration")
+        self.assertLessEqual(set(cfg), self.TOP)
+        self.assertLessEqual(set(cfg["leaderElection"]), self.LEADER)
+        self.assertEqual(cfg["leaderElection"]["resourceNamespace"], NAMESPACE)
+        self.assertEqual(cfg["leaderElection"]["resourceName"], "duet-scheduler")
+        self.assertEqual([p["schedulerName"] for p in cfg["profiles"]], ["duet"])
+        self.assertEqual(len(cfg["extenders"]), 1)
+        ext = cfg["extenders"][0]
+        self.assertLessEqual(set(ext), self.EXTENDER)
+        self.assertLessEqual(set(ext["tlsConfig"]), self.TLS)
+
+        # The scheduler POSTs urlPrefix + "/" + verb: that must be the
+        # bridge's extender url_prefix and its three verbs, over HTTPS, at the
+        # extender Service the certificate names.
+        bridge = self.bridge_config(scenario)["extender"]
+        host = "duet-bridge-extender.duet.svc"
+        port = int(bridge["listen"].rsplit(":", 1)[1])
+        svc = one(scenario, "Service", "duet-bridge-extender")
+        self.assertEqual(svc["spec"]["ports"][0]["port"], port)
+        self.assertEqual(ext["urlPrefix"], f"https://{host}:{port}{bridge['url_prefix']}")
+        self.assertEqual(bridge["url_prefix"], "/duet")
+        self.assertEqual((ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]),
+                         ("filter", "prioritize", "bind"))
+        self.assertNotIn("preemptVerb", ext)
+        self.assertIs(ext["enableHTTPS"], True)
+        self.assertNotIn("insecure", ext["tlsConfig"])
+        self.assertEqual(ext["tlsConfig"]["serverName"], host)
+        self.assertTrue(bridge["tls"]["cert_file"] and bridge["tls"]["key_file"])
+        self.assertIs(ext["nodeCacheCapable"], True)
+        self.assertIs(ext["ignorable"], False)
+        self.assertEqual(ext["managedResources"],
+                         [{"name": r, "ignoredByScheduler": False} for r in resources])
+        self.assertIsInstance(ext["weight"], int)
+        self.assertEqual(ext["weight"], weight)
+        return ext
+
+    def test_defaults(self):
+        ext = self.check("defaults", ["nvidia.com/gpu", "google.com/tpu"], 1)
+        self.assertEqual(ext["tlsConfig"]["caFile"], "/etc/duet/extender-ca/ca.crt")
+        self.assertEqual(ext["httpTimeout"], "30s")
+
+    def test_tpu_only_with_inline_ca(self):
+        ext = self.check("tpu-only", ["google.com/tpu"], 5)
+        self.assertNotIn("caFile", ext["tlsConfig"])
+        pem = base64.b64decode(ext["tlsConfig"]["caData"]).decode()
+        self.assertEqual(pem, CA_PEM)
+        ssl.create_default_context(cadata=pem)  # a CA Go's TLS stack can load too
+
+    def test_scheduler_image_and_command(self):
+        dep = one("defaults", "Deployment", "duet-scheduler")
+        c = pod_spec(dep)["containers"][0]
+        self.assertTrue(c["image"].startswith("registry.k8s.io/kube-scheduler:v1."))
+        self.assertIn("--config=/etc/kubernetes/duet-scheduler/scheduler-config.yaml", c["command"])
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
+        self.assertEqual(mount["mountPath"], "/etc/kubernetes/duet-scheduler")
+
+
+class RbacTest(unittest.TestCase):
+    @staticmethod
+    def rules(obj):
+        return sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])))
+                      for r in obj["rules"])
+
+    def test_bridge_exact(self):
+        self.assertEqual(self.rules(one("defaults", "ClusterRole", "duet-bridge")), sorted([
+            (("",), ("nodes",), ("get", "list", "watch")),
+            (("",), ("pods",), ("get", "list", "patch", "watch")),
+            (("",), ("pods/binding",), ("create",)),
+            (("",), ("events",), ("create", "patch")),
+        ]))
+        role = one("defaults", "Role", "duet-bridge-leader-election")
+        self.assertEqual(role["metadata"]["namespace"], NAMESPACE)
+        self.assertEqual(self.rules(role),
+                         [(("coordination.k8s.io",), ("leases",), ("create", "get", "update"))])
+
+    def test_node_exact(self):
+        self.assertEqual(self.rules(one("defaults", "ClusterRole", "duet-node")),
+                         [(("",), ("pods",), ("get", "list"))])
+
+    def test_scheduler_bindings(self):
+        refs = {(b["roleRef"]["kind"], b["roleRef"]["name"], b["metadata"].get("namespace"))
+                for b in objects("defaults", "ClusterRoleBinding") + objects("defaults", "RoleBinding")
+                if b["subjects"][0]["name"] == "duet-scheduler"}
+        self.assertEqual(refs, {
+            ("ClusterRole", "system:kube-scheduler", None),
+            ("ClusterRole", "system:volume-scheduler", None),
+            ("Role", "extension-apiserver-authentication-reader", "kube-system"),
+            ("Role", "duet-scheduler-leader-election", NAMESPACE),
+        })
+        self.assertEqual(self.rules(one("defaults", "Role", "duet-scheduler-leader-election")),
+                         [(("coordination.k8s.io",), ("leases",), ("create", "get", "update"))])
+
+    def test_no_wildcards_and_bindings_resolve(self):
+        for name in RENDERED:
+            roles = {(o["kind"], o["metadata"]["name"]) for o in objects(name)
+                     if o["kind"] in ("ClusterRole", "Role")}
+            accounts = {o["metadata"]["name"] for o in objects(name, "ServiceAccount")}
+            for o in objects(name):
+                for r in o.get("rules", []) if o["kind"] in ("ClusterRole", "Role") else []:
+                    self.assertNotIn("*", r["verbs"] + r["resources"] + r["apiGroups"])
+                if o["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+                    ref = (o["roleRef"]["kind"], o["roleRef"]["name"])
+                    if not ref[1].startswith(("system:", "extension-apiserver")):
+                        self.assertIn(ref, roles)
+                    for s in o["subjects"]:
+                        self.assertEqual((s["kind"], s["namespace"]), ("ServiceAccount", NAMESPACE))
+                        self.assertIn(s["name"], accounts)
+
+
+class ServiceMonitorTest(unittest.TestCase):
+    def test_only_when_enabled(self):
+        self.assertEqual(objects("defaults", "ServiceMonitor"), [])
+
+    def test_selects_the_metrics_services(self):
+        monitors = objects("prometheus", "ServiceMonitor")
+        self.assertEqual(sorted(m["metadata"]["name"] for m in monitors), ["duet-bridge", "duet-node"])
+        services = objects("prometheus", "Service")
+        for m in monitors:
+            self.assertEqual(m["apiVersion"], "monitoring.coreos.com/v1")
+            self.assertEqual(m["metadata"]["labels"]["release"], "kube-prometheus-stack")
+            sel = m["spec"]["selector"]["matchLabels"]
+            hit = [s for s in services if sel.items() <= s["metadata"]["labels"].items()]
+            self.assertEqual(len(hit), 1, m["metadata"]["name"])
+            self.assertIs(hit[0]["spec"]["publishNotReadyAddresses"], True)
+            self.assertEqual([e["port"] for e in m["spec"]["endpoints"]],
+                             [p["name"] for p in hit[0]["spec"]["ports"]])
+            self.assertEqual(m["spec"]["endpoints"][0]["interval"], "15s")
+
+
+class PlugstackTest(unittest.TestCase):
+    # spank_duet's arguments (slurm_plugin/plugin_config.h).
+    KEYS = {"bridge": None, "timeout_ms": None, "on_unreachable": {"fail", "allow"},
+            "tpu": {"auto", "yes", "no"}}
+
+    def parse(self, scenario):
+        line = one(scenario, "ConfigMap", "duet-plugstack")["data"]["plugstack.conf"]
+        self.assertEqual(line.count("\n"), 1)
+        words = shlex.split(line)
+        self.assertIn(words[0], ("required", "optional"))
+        args = {}
+        for w in words[2:]:
+            key, _, value = w.partition("=")
+            self.assertTrue(key in self.KEYS or w == "disabled", w)
+            if self.KEYS.get(key):
+                self.assertIn(value, self.KEYS[key], w)
+            args[key] = value
+        self.assertTrue(1 <= int(args["timeout_ms"]) <= 60000)
+        return words, args
+
+    def test_defaults_point_at_the_grpc_service(self):
+        words, args = self.parse("defaults")
+        self.assertEqual(words[:2], ["required", "/usr/lib/duet/spank_duet.so"])
+        svc = one("defaults", "Service", "duet-bridge")
+        self.assertEqual(args["bridge"], f"duet-bridge.duet.svc:{svc['spec']['ports'][0]['port']}")
+        self.assertEqual(args, {"bridge": args["bridge"], "timeout_ms": "2000",
+                                "on_unreachable": "fail", "tpu": "auto"})
+
+    def test_overrides(self):
+        words, args = self.parse("slurm")
+        self.assertEqual(words[0], "optional")
+        self.assertEqual(args["bridge"], "duet.example.internal:50151")
+        self.assertIn("disabled", args)
+        _, args = self.parse("tpu-only")
+        self.assertEqual((args["tpu"], args["on_unreachable"]), ("yes", "allow"))
+
+
+class RefusalTest(unittest.TestCase):
+    """Values the chart refuses, each with the message naming the value."""
+
+    CASES = [
+        ("no extender TLS secret", None,
+         "extender.tls.secretName: the extender endpoint is TLS-only"),
+        ("two leaders", "bridge: {leaderElection: {enabled: false}}\n",
+         "bridge.replicas > 1 needs bridge.leaderElection.enabled"),
+        ("chart-owned bridge key", "bridge: {config: {grpc: {listen: '0.0.0.0:1'}}}\n",
+         "bridge.config.grpc.listen: set by the chart"),
+        ("chart-owned section", "bridge: {config: {inventory: {source: file}}}\n",
+         "bridge.config.inventory: set by the chart"),
+        ("slurm without slurm.conf", "bridge: {slurm: {enabled: true}}\n",
+         "bridge.slurm.confConfigMap: a ConfigMap with slurm.conf is required"),
+        ("bad plugstack value", "slurmPlugin: {onUnreachable: retry}\n",
+         'slurmPlugin.onUnreachable: "retry" must be fail or allow'),
+        ("zero weight", "extender: {weight: 0}\n", "extender.weight: must be at least 1"),
+        ("no shared pools", "sharedPools: {nodeSelector: null}\n",
+         "sharedPools.nodeSelector: at least one label"),
+    ]
+
+    def test_refusals(self):
+        for what, text, message in self.CASES:
+            with self.subTest(what):
+                files = [] if text is None else [example("values-minimal.yaml"), write_values(text)]
+                proc = render(files)
+                self.assertEqual(proc.returncode, 1, f"rendered although {what}")
+                self.assertIn(message, proc.stderr)
+                self.assertEqual(proc.stdout, "")
+
+    def test_old_cluster_refused(self):
+        proc = render([example("values-minimal.yaml")], extra=["--kube-version", "v1.26.5"])
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("chart requires kubeVersion: >=1.27.0-0", proc.stderr)
+
+
+class NotesTest(unittest.TestCase):
+    def test_notes_render(self):
+        proc = render([example("values-minimal.yaml")], extra=["--notes"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("schedulerName: duet", proc.stdout)
+        self.assertIn("duet-bridge.duet.svc:50151", proc.stdout)
+
+
+class BridgeConfigTest(unittest.TestCase):
+    """The rendered bridge config is one duet-bridge accepts (docs/config.md)."""
+
+    def test_check_config(self):
+        if not ARGS.bridge:
+            self.fail("--bridge BIN (the duet-bridge binary) was not given")
+        for name in RENDERED:
+            with self.subTest(scenario=name):
+                text = one(name, "ConfigMap", "duet-bridge")["data"]["bridge.yaml"]
+                path = os.path.join(TMP, f"{name}-bridge.yaml")
+                with open(path, "w") as f:
+                    f.write(text)
+                proc = subprocess.run([ARGS.bridge, "--config", path, "--check-config"],
+                                      capture_output=True, text=True)
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                self.assertIn("configuration OK", proc.stdout)
+
+
+class BridgeValuesTest(unittest.TestCase):
+    """The keys the chart sets in the bridge config from its own values."""
+
+    def test_chart_owned_keys(self):
+        cfg = yaml.safe_load(one("slurm", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
+        self.assertEqual(cfg["grpc"]["listen"], "0.0.0.0:50151")
+        self.assertEqual(cfg["metrics"]["listen"], "0.0.0.0:9464")
+        self.assertEqual(cfg["inventory"], {"source": "kubernetes"})
+        self.assertEqual(cfg["journal"]["dir"], "/var/lib/duet/journal")
+        self.assertEqual(cfg["slurm"]["enabled"], True)
+        self.assertEqual(cfg["slurm"]["conf_path"], "/etc/slurm/slurm.conf")
+        self.assertEqual(cfg["slurm"]["sync_period"], "5s")
+        le = cfg["kubernetes"]["leader_election"]
+        self.assertEqual((le["enabled"], le["namespace"], le["lease_name"], le["identity"]),
+                         (True, NAMESPACE, "duet-bridge", ""))
+        self.assertEqual(cfg["extender"]["tls"], {"cert_file": "/etc/duet/extender-tls/tls.crt",
+                                                  "key_file": "/etc/duet/extender-tls/tls.key"})
+        self.assertIsInstance(cfg["extender"]["max_request_bytes"], int)
+        tpu = yaml.safe_load(one("tpu-only", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
+        self.assertEqual(tpu["kubernetes"]["shared_node_selector"],
+                         "cloud.google.com/gke-tpu-accelerator=tpu-v5-lite-podslice,duet.dev/shared=true")
+        self.assertEqual(tpu["placement"]["policy"], "best-fit")
+        # The mounts the config names exist in the pod.
+        dep = one("slurm", "Deployment", "duet-bridge")
+        mounts = {m["mountPath"] for m in pod_spec(dep)["containers"][0]["volumeMounts"]}
+        self.assertLessEqual({"/etc/duet/extender-tls", "/var/lib/duet/journal",
+                              "/etc/slurm/slurm.conf"}, mounts)
+        self.assertEqual(pod_spec(dep)["containers"][0]["args"], ["--config", "/etc/duet/config/bridge.yaml"])
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source-dir", required=True)
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--bridge", default="")
+    ARGS, rest = parser.parse_known_args()
+    os.makedirs(ARGS.build_dir, exist_ok=True)
+    unittest.main(argv=[sys.argv[0]] + rest)
+
+
+if __name__ == "__main__":
+    main()
