@@ -14,6 +14,10 @@ PACKAGES=(
   # tests and benchmarks: promtool checks the metrics, gnuplot draws the simulator's figure
   libcurl4-openssl-dev python3-kubernetes
   prometheus gnuplot-nox python3 curl procps util-linux openssl
+  # the Helm chart's offline check (tests/chart): tools/helm-render is built
+  # with Debian's Go and Go libraries; yamllint lints the rendered objects
+  golang-go golang-github-masterminds-sprig-dev golang-github-masterminds-semver-dev
+  golang-k8s-sigs-yaml-dev yamllint
 )
 
 missing=()

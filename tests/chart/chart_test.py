@@ -651,6 +651,54 @@ class NotesTest(unittest.TestCase):
         self.assertIn("duet-bridge.duet.svc:50151", proc.stdout)
 
 
+class ValuesDocTest(unittest.TestCase):
+    """charts/duet/README.md's values table and values.yaml do not drift apart."""
+
+    def load(self):
+        with open(os.path.join(chart_dir(), "values.yaml")) as f:
+            values = yaml.safe_load(f)
+        with open(os.path.join(chart_dir(), "README.md")) as f:
+            rows = [line for line in f if line.startswith("| `")]
+        documented = set()
+        for row in rows:
+            first = row.split("|")[1]
+            names = [n for n in first.split("`")[1::2]]
+            # "`a.b.c`, `.d`" documents a.b.c and a.b.d
+            base = ""
+            for n in names:
+                if n.startswith("."):
+                    n = base + n
+                else:
+                    base = n.rsplit(".", 1)[0]
+                documented.add(n)
+        return values, documented
+
+    @staticmethod
+    def has(values, path):
+        node = values
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    def test_every_documented_value_exists(self):
+        values, documented = self.load()
+        self.assertEqual(sorted(p for p in documented if not self.has(values, p)), [])
+
+    def test_every_value_is_documented(self):
+        values, documented = self.load()
+        wanted = []
+        for k, v in values.items():
+            if isinstance(v, dict) and v and k not in ("commonLabels",):
+                wanted += [f"{k}.{k2}" for k2 in v]
+            else:
+                wanted.append(k)
+        missing = [w for w in wanted
+                   if not any(d == w or d.startswith(w + ".") for d in documented)]
+        self.assertEqual(missing, [])
+
+
 class BridgeConfigTest(unittest.TestCase):
     """The rendered bridge config is one duet-bridge accepts (docs/config.md)."""
 
