@@ -26,6 +26,11 @@ class BridgeClient {
  public:
   // `target`: unix:///path or host:port. Each call has `timeout_ms`.
   BridgeClient(const std::string& target, int timeout_ms);
+  // Attach a munge credential (slurm_munge::Payload of the call's owner and
+  // node, encoded through munged at `socket`, "" = libmunge's default) to
+  // HoldStep and ReleaseStep. When encoding fails the call goes without one
+  // and a refusal by the bridge names the local failure.
+  void UseMunge(const std::string& socket);
   ~BridgeClient();
 
   // Hold(owner=slurm_step{job, step}, devices). Errors keep the bridge's code
@@ -40,7 +45,13 @@ class BridgeClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Ledger::Stub> stub_;
   int timeout_ms_;
+  bool munge_ = false;
+  std::string munge_socket_;
 };
+
+// Encodes `payload` into a munge credential through munged at `socket` ("" =
+// libmunge's default). UNAVAILABLE names munge's error.
+absl::StatusOr<std::string> MungeEncode(const std::string& socket, const std::string& payload);
 
 // One line for users: "gpu 0,1; tpu 2,3".
 std::string DescribeDevices(const StepDevices& devices);
