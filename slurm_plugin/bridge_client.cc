@@ -66,32 +66,16 @@ void BridgeClient::UseMunge(const std::string& socket) {
   munge_socket_ = socket;
 }
 
-namespace {
+ScopedEffectiveRoot::ScopedEffectiveRoot() : prev_(geteuid()) {
+  if (prev_ != 0 && seteuid(0) == 0) raised_ = true;
+}
 
-// slurmstepd runs user_init with its effective uid dropped to the job's user
-// (the saved uid stays root). munged records the caller's effective uid in the
-// credential and the bridge accepts only root's, so the encode runs with the
-// effective uid raised back to root, and dropped again after it.
-class EffectiveRoot {
- public:
-  EffectiveRoot() : prev_(geteuid()) {
-    if (prev_ != 0 && seteuid(0) == 0) raised_ = true;
-  }
-  ~EffectiveRoot() {
-    if (raised_ && seteuid(prev_) != 0) abort();  // never run the job's tasks as root
-  }
-  EffectiveRoot(const EffectiveRoot&) = delete;
-  EffectiveRoot& operator=(const EffectiveRoot&) = delete;
-
- private:
-  uid_t prev_;
-  bool raised_ = false;
-};
-
-}  // namespace
+ScopedEffectiveRoot::~ScopedEffectiveRoot() {
+  if (raised_ && seteuid(prev_) != 0) abort();  // never run the job's tasks as root
+}
 
 absl::StatusOr<std::string> MungeEncode(const std::string& socket, const std::string& payload) {
-  EffectiveRoot root;
+  ScopedEffectiveRoot root;  // munged records the caller's effective uid
   munge_ctx_t ctx = munge_ctx_create();
   if (ctx == nullptr) return absl::ResourceExhaustedError("munge_ctx_create failed");
   if (!socket.empty() && munge_ctx_set(ctx, MUNGE_OPT_SOCKET, socket.c_str()) != EMUNGE_SUCCESS) {

@@ -10,6 +10,8 @@
 //
 // Thread-safety: not thread-safe (one slurmstepd thread uses it).
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,6 +49,25 @@ class BridgeClient {
   int timeout_ms_;
   bool munge_ = false;
   std::string munge_socket_;
+};
+
+// slurmstepd runs user_init with its effective uid dropped to the job's user
+// (the saved uid stays root). The bridge's socket is not the user's to
+// connect to, and munged records the caller's effective uid in a credential
+// (the bridge accepts root's), so the plugin's calls run with the effective
+// uid raised back to root for the scope of this object, then dropped again.
+// No-op when already root or when raising fails (the call then goes as the
+// user and the bridge or the socket refuses it).
+class ScopedEffectiveRoot {
+ public:
+  ScopedEffectiveRoot();
+  ~ScopedEffectiveRoot();
+  ScopedEffectiveRoot(const ScopedEffectiveRoot&) = delete;
+  ScopedEffectiveRoot& operator=(const ScopedEffectiveRoot&) = delete;
+
+ private:
+  uid_t prev_;
+  bool raised_ = false;
 };
 
 // Encodes `payload` into a munge credential through munged at `socket` ("" =

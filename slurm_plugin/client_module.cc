@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "slurm_plugin/bridge_client.h"
 #include "slurm_plugin/client_abi.h"
 #include "slurm_plugin/plugin_config.h"
 #include "slurm_plugin/remote.h"
@@ -23,7 +24,12 @@ __attribute__((visibility("default"))) unsigned duet_spank_client_abi(void) {
 __attribute__((visibility("default"))) int duet_spank_client_user_init(
     spank_t sp, const duet_spank_args* args, int show, char* err, size_t err_len) {
   if (show) g_state.show = true;
-  absl::Status s = duet::spank::RemoteUserInit(sp, duet::spank::FromArgs(*args), &g_state);
+  absl::Status s;
+  {
+    // user_init runs as the job's user; the bridge is root's to talk to.
+    duet::spank::ScopedEffectiveRoot root;
+    s = duet::spank::RemoteUserInit(sp, duet::spank::FromArgs(*args), &g_state);
+  }
   if (s.ok()) return 0;
   snprintf(err, err_len, "%s", std::string(s.message()).c_str());
   return -1;

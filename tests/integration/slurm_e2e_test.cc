@@ -694,6 +694,39 @@ TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedAMungeCredentialForThatStep) {
       << m.out;
 }
 
+// A job of a non-root user: slurmstepd runs user_init with the user's
+// effective uid, yet the step reaches the bridge (a root-only socket here)
+// and its munge credential is root's; the tasks still run as the user.
+TEST_F(SlurmE2eTest, NonRootJobRegistersWithRootsCredentialAndRunsAsTheUser) {
+  const std::string out = absl::StrCat("/tmp/duet-e2e-nobody-", getpid(), ".out");
+  CmdResult r = c_->Cli(absl::StrCat("sbatch --parsable --uid=nobody --chdir=/tmp -o ", out,
+                                     " -w e2e-gpu-a --gres=gpu:1 --wrap 'id -u; sleep 2'"));
+  uint32_t job = 0;
+  ASSERT_EQ(r.rc, 0) << r.out;
+  ASSERT_EQ(sscanf(r.out.c_str(), "%u", &job), 1) << r.out;
+  bool seen = WaitFor([&] {
+    for (const LedgerHolding& h : Holdings()) {
+      if (h.kind == "slurm_step" && h.job_id == job) return true;
+    }
+    return false;
+  });
+  EXPECT_TRUE(seen) << "the nobody job's batch step never registered\n" << w_->Log();
+  EXPECT_TRUE(WaitFor([&] { return c_->JobEnded(job); }));
+  EXPECT_TRUE(WaitFor([&] { return RunCmd("cat " + out).out == "65534\n"; }))
+      << RunCmd("cat " + out).out;
+  unlink(out.c_str());
+  CmdResult m = RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", w_->metrics_port(), "/metrics"));
+  // No Hold was refused for want of a (root) credential: those reasons only
+  // appear once counted.
+  ASSERT_NE(m.out.find("duet_holdings_refused_total"), std::string::npos) << m.out;
+  EXPECT_EQ(m.out.find("duet_holdings_refused_total{reason=\"permission_denied\"}"),
+            std::string::npos)
+      << m.out;
+  EXPECT_EQ(m.out.find("duet_holdings_refused_total{reason=\"unauthenticated\"}"),
+            std::string::npos)
+      << m.out;
+}
+
 TEST_F(SlurmE2eTest, Kill9WhileJobsRunThenRestartAgreesWithSlurm) {
   const uint32_t kept = RunningJob("-w e2e-gpu-a --gres=gpu:2");
   const uint32_t ends = RunningJob("-w e2e-gpu-a --gres=gpu:3");
