@@ -49,14 +49,35 @@ target_link_options(spank_duet PRIVATE
 set_property(TARGET spank_duet APPEND PROPERTY LINK_DEPENDS
              ${CMAKE_CURRENT_SOURCE_DIR}/spank_duet.map)
 
-# The bridge client module, next to the plugin (its default location).
+# The bridge client module, next to the plugin (its default location). It is
+# built from source rather than from duet_spank_core/duet::proto because those
+# link gRPC::grpc++, and the module links gRPC::grpc++_unsecure instead: the
+# client speaks plain gRPC (unix socket or TCP) only, and leaving out
+# libssl/libcrypto and gRPC's TLS code halves the module's dlopen time in
+# slurmstepd (68 -> 37 ms p50, bench/slurm/RESULTS.md).
+set(_duet_gen ${PROJECT_BINARY_DIR}/proto/gen)
+set_source_files_properties(${_duet_gen}/duet/v1/duet.pb.cc ${_duet_gen}/duet/v1/duet.grpc.pb.cc
+                            PROPERTIES GENERATED TRUE)
 add_library(duet_spank_client MODULE
   ${CMAKE_CURRENT_SOURCE_DIR}/client_module.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/remote.cc)
+  ${CMAKE_CURRENT_SOURCE_DIR}/remote.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugin_args.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugin_config.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/step_devices.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/bridge_client.cc
+  ${PROJECT_SOURCE_DIR}/bridge/slurm/slurm_format.cc
+  ${_duet_gen}/duet/v1/duet.pb.cc
+  ${_duet_gen}/duet/v1/duet.grpc.pb.cc)
+add_dependencies(duet_spank_client duet_proto)  # runs protoc first
 set_target_properties(duet_spank_client PROPERTIES PREFIX "" OUTPUT_NAME duet_spank_client
-  CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
-target_compile_options(duet_spank_client PRIVATE ${DUET_WARNINGS})
-target_link_libraries(duet_spank_client PRIVATE duet::spank_core)
+  CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+target_include_directories(duet_spank_client PRIVATE ${PROJECT_SOURCE_DIR} ${_duet_gen})
+target_include_directories(duet_spank_client SYSTEM PRIVATE ${SLURM_SPANK_INCLUDE_DIR}
+                           ${MUNGE_INCLUDE_DIR})
+target_compile_options(duet_spank_client PRIVATE
+  $<$<NOT:$<IN_LIST:$<TARGET_PROPERTY:SOURCE>,${_duet_gen}/duet/v1/duet.pb.cc;${_duet_gen}/duet/v1/duet.grpc.pb.cc>>:${DUET_WARNINGS}>)
+target_link_libraries(duet_spank_client PRIVATE gRPC::grpc++_unsecure protobuf::libprotobuf
+                      absl::strings absl::status absl::statusor absl::time ${MUNGE_LIBRARY})
 target_link_options(duet_spank_client PRIVATE
   -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/duet_spank_client.map -Wl,--as-needed)
 set_property(TARGET duet_spank_client APPEND PROPERTY LINK_DEPENDS
