@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bridge/config/config.h"
 #include "bridge/slurm/munge_payload.h"
 #include "gtest/gtest.h"
 #include "slurm_plugin/bridge_client.h"
@@ -121,6 +122,28 @@ TEST_F(MungeAuthTest, UnreachableMungedIsUnavailable) {
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   auto c = spank::MungeEncode("/nonexistent/munge.socket", "x");
   EXPECT_FALSE(c.ok());
+}
+
+// The slurm.require_munge / munge_socket / munge_uid keys (no cluster).
+TEST(MungeConfigTest, DefaultsValuesAndBadTypes) {
+  auto c = ParseConfig("slurm: {enabled: true}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->slurm.require_munge);
+  EXPECT_EQ(c->slurm.munge_socket, "");
+  EXPECT_EQ(c->slurm.munge_uid, 0u);
+  c = ParseConfig(
+      "slurm: {enabled: true, require_munge: false, munge_socket: /run/m.sock, munge_uid: 64030}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->slurm.require_munge);
+  EXPECT_EQ(c->slurm.munge_socket, "/run/m.sock");
+  EXPECT_EQ(c->slurm.munge_uid, 64030u);
+  c = ParseConfig("slurm: {require_munge: sometimes}\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("slurm.require_munge"), absl::string_view::npos)
+      << c.status();
+  c = ParseConfig("slurm: {munge_uid: -1}\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("slurm.munge_uid"), absl::string_view::npos) << c.status();
 }
 
 }  // namespace
