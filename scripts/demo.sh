@@ -28,7 +28,7 @@ slurm_demo() {
   local ctl=$build/duetctl/duetctl
   STATE=$(mktemp -d /tmp/duet-demo.XXXXXX)
   export DUET_SERVER=unix://$STATE/bridge.sock
-  ROOT=$("$HARNESS" init --lifetime 600 --spank "$so:bridge=$DUET_SERVER timeout_ms=2000")
+  ROOT=$("$HARNESS" init --lifetime 600 --spank "$so:bridge=$DUET_SERVER timeout_ms=2000 munge_socket=@ROOT@/munge/munge.socket.2")
   BRIDGE=
   # shellcheck disable=SC2317  # called by the EXIT trap
   cleanup() {
@@ -59,7 +59,7 @@ grpc: {listen: "", unix_socket: $STATE/bridge.sock}
 metrics: {listen: ""}
 journal: {dir: $STATE/journal}
 inventory: {source: file, file: $STATE/nodes.yaml}
-slurm: {enabled: true, conf_path: $SLURM_CONF, sync_period: 1s}
+slurm: {enabled: true, conf_path: $SLURM_CONF, sync_period: 1s, munge_socket: $ROOT/munge/munge.socket.2}
 YAML
   "$build/bridge/server/duet-bridge" --config "$STATE/bridge.yaml" >"$STATE/bridge.log" 2>&1 &
   BRIDGE=$!

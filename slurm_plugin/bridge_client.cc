@@ -1,9 +1,14 @@
 #include "slurm_plugin/bridge_client.h"
 
+#include <munge.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bridge/slurm/munge_payload.h"
 #include "grpcpp/grpcpp.h"
 
 namespace duet::spank {
@@ -56,6 +61,63 @@ BridgeClient::BridgeClient(const std::string& target, int timeout_ms)
 
 BridgeClient::~BridgeClient() = default;
 
+void BridgeClient::UseMunge(const std::string& socket) {
+  munge_ = true;
+  munge_socket_ = socket;
+}
+
+ScopedEffectiveRoot::ScopedEffectiveRoot() : prev_(geteuid()) {
+  if (prev_ != 0 && seteuid(0) == 0) raised_ = true;
+}
+
+ScopedEffectiveRoot::~ScopedEffectiveRoot() {
+  if (raised_ && seteuid(prev_) != 0) abort();  // never run the job's tasks as root
+}
+
+absl::StatusOr<std::string> MungeEncode(const std::string& socket, const std::string& payload) {
+  ScopedEffectiveRoot root;  // munged records the caller's effective uid
+  munge_ctx_t ctx = munge_ctx_create();
+  if (ctx == nullptr) return absl::ResourceExhaustedError("munge_ctx_create failed");
+  if (!socket.empty() && munge_ctx_set(ctx, MUNGE_OPT_SOCKET, socket.c_str()) != EMUNGE_SUCCESS) {
+    std::string why = munge_ctx_strerror(ctx) ? munge_ctx_strerror(ctx) : "unknown";
+    munge_ctx_destroy(ctx);
+    return absl::InvalidArgumentError(absl::StrCat("munge socket ", socket, ": ", why));
+  }
+  char* cred = nullptr;
+  munge_err_t e = munge_encode(&cred, ctx, payload.data(), static_cast<int>(payload.size()));
+  if (e != EMUNGE_SUCCESS) {
+    std::string why = munge_ctx_strerror(ctx) ? munge_ctx_strerror(ctx) : munge_strerror(e);
+    munge_ctx_destroy(ctx);
+    free(cred);
+    return absl::UnavailableError(absl::StrCat("munge_encode: ", why));
+  }
+  munge_ctx_destroy(ctx);
+  std::string out(cred);
+  free(cred);
+  return out;
+}
+
+namespace {
+
+// Adds the credential for (node, job, step) to `ctx`; returns why it could
+// not (empty when it did, or when munge is off).
+std::string AttachMunge(bool munge, const std::string& socket, const std::string& node,
+                        uint32_t job_id, uint32_t step_id, grpc::ClientContext* ctx) {
+  if (!munge) return "";
+  auto cred = MungeEncode(socket, slurm_munge::Payload(node, job_id, step_id));
+  if (!cred.ok()) return std::string(cred.status().message());
+  ctx->AddMetadata(slurm_munge::kMetadataKey, *cred);
+  return "";
+}
+
+absl::Status WithMungeNote(absl::Status s, const std::string& munge_error) {
+  if (s.ok() || munge_error.empty()) return s;
+  return absl::Status(s.code(), absl::StrCat(s.message(), " (no munge credential sent: ",
+                                             munge_error, ")"));
+}
+
+}  // namespace
+
 absl::Status BridgeClient::HoldStep(const std::string& node, uint32_t job_id, uint32_t step_id,
                                     const StepDevices& devices) {
   v1::HoldRequest req;
@@ -74,8 +136,9 @@ absl::Status BridgeClient::HoldStep(const std::string& node, uint32_t job_id, ui
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
+  const std::string munge_error = AttachMunge(munge_, munge_socket_, node, job_id, step_id, &ctx);
   v1::HoldResponse resp;
-  return FromGrpc(stub_->Hold(&ctx, req, &resp), "Hold");
+  return WithMungeNote(FromGrpc(stub_->Hold(&ctx, req, &resp), "Hold"), munge_error);
 }
 
 absl::Status BridgeClient::ReleaseStep(const std::string& node, uint32_t job_id,
@@ -85,8 +148,9 @@ absl::Status BridgeClient::ReleaseStep(const std::string& node, uint32_t job_id,
   SetOwner(job_id, step_id, req.mutable_owner());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
+  const std::string munge_error = AttachMunge(munge_, munge_socket_, node, job_id, step_id, &ctx);
   v1::ReleaseResponse resp;
-  return FromGrpc(stub_->Release(&ctx, req, &resp), "Release");
+  return WithMungeNote(FromGrpc(stub_->Release(&ctx, req, &resp), "Release"), munge_error);
 }
 
 absl::StatusOr<std::vector<v1::Holding>> BridgeClient::ListHoldings(const std::string& node) {

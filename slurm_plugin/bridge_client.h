@@ -10,6 +10,8 @@
 //
 // Thread-safety: not thread-safe (one slurmstepd thread uses it).
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +28,11 @@ class BridgeClient {
  public:
   // `target`: unix:///path or host:port. Each call has `timeout_ms`.
   BridgeClient(const std::string& target, int timeout_ms);
+  // Attach a munge credential (slurm_munge::Payload of the call's owner and
+  // node, encoded through munged at `socket`, "" = libmunge's default) to
+  // HoldStep and ReleaseStep. When encoding fails the call goes without one
+  // and a refusal by the bridge names the local failure.
+  void UseMunge(const std::string& socket);
   ~BridgeClient();
 
   // Hold(owner=slurm_step{job, step}, devices). Errors keep the bridge's code
@@ -40,7 +47,32 @@ class BridgeClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Ledger::Stub> stub_;
   int timeout_ms_;
+  bool munge_ = false;
+  std::string munge_socket_;
 };
+
+// slurmstepd runs user_init with its effective uid dropped to the job's user
+// (the saved uid stays root). The bridge's socket is not the user's to
+// connect to, and munged records the caller's effective uid in a credential
+// (the bridge accepts root's), so the plugin's calls run with the effective
+// uid raised back to root for the scope of this object, then dropped again.
+// No-op when already root or when raising fails (the call then goes as the
+// user and the bridge or the socket refuses it).
+class ScopedEffectiveRoot {
+ public:
+  ScopedEffectiveRoot();
+  ~ScopedEffectiveRoot();
+  ScopedEffectiveRoot(const ScopedEffectiveRoot&) = delete;
+  ScopedEffectiveRoot& operator=(const ScopedEffectiveRoot&) = delete;
+
+ private:
+  uid_t prev_;
+  bool raised_ = false;
+};
+
+// Encodes `payload` into a munge credential through munged at `socket` ("" =
+// libmunge's default). UNAVAILABLE names munge's error.
+absl::StatusOr<std::string> MungeEncode(const std::string& socket, const std::string& payload);
 
 // One line for users: "gpu 0,1; tpu 2,3".
 std::string DescribeDevices(const StepDevices& devices);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench/slurm/run_bench.sh [--quick] SLURM_BENCH_TOOL SPANK_DUET_SO
+# bench/slurm/run_bench.sh [--quick] [--spank-only] SLURM_BENCH_TOOL SPANK_DUET_SO
 #
 # Slurm-side figures, each against its CLI baseline in the same run on the
 # same private cluster (tests/integration/slurm_cluster.sh):
@@ -9,11 +9,21 @@
 #     loop of `scontrol create`;
 #  3. SPANK overhead: `srun -n1 true` without the plugin, with it (no devices:
 #     no bridge call), and `srun -n1 --gres=gpu:1 true` with it (Hold+Release
-#     over gRPC to a ledger service) vs the same without the plugin.
+#     over gRPC with a munge credential to a ledger service) vs the same
+#     without the plugin; variants alternate within each round.
+#     DUET_BENCH_OLD_SPANK=path/to/spank_duet.so adds a previous build as a
+#     third variant (before/after in the same run).
 # Prints a markdown table. --quick: small counts (the ctest smoke run).
 set -euo pipefail
-quick=0
-if [[ ${1:-} == --quick ]]; then quick=1; shift; fi
+quick=0 spank_only=0
+while [[ ${1:-} == --* ]]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --spank-only) spank_only=1 ;;  # only part 3
+    *) echo "unknown flag $1" >&2; exit 2 ;;
+  esac
+  shift
+done
 TOOL=$(readlink -f "$1"); SO=$(readlink -f "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 CL=$HERE/../../tests/integration/slurm_cluster.sh
@@ -45,6 +55,7 @@ pct() {  # pct FILE -> "p50 p99 n"
 ms_since() { echo "scale=3; ($(now_ns) - $1) / 1000000" | bc; }
 out=$ROOT/out; mkdir -p "$out"
 
+if ((!spank_only)); then
 # 1. placeholders
 "$TOOL" placeholders bn "$NPH" >"$out/ph_client"
 for ((i = 0; i < NPH; i++)); do
@@ -66,29 +77,48 @@ for ((i = 0; i < NNODES; i++)); do
 done
 until [[ $(scontrol --future show node -o | grep -c '^NodeName=cli-') -ge $NNODES ]]; do sleep 0.01; done
 cli_s=$(echo "scale=3; ($(now_ns) - $t) / 1000000000" | bc)
+fi
 
-# 3. SPANK overhead (plugstack.conf is read by every srun and slurmstepd)
-run_srun() {  # run_srun FILE ARGS...
-  local f=$1; shift
-  srun -w bn "$@" true  # warm-up
-  for ((i = 0; i < NSRUN; i++)); do t=$(now_ns); srun -w bn "$@" true; ms_since "$t" >>"$f"; done
-}
-: >"$ROOT/etc/plugstack.conf"
-run_srun "$out/srun_none" -n1
-run_srun "$out/srun_none_gpu" -n1 --gres=gpu:1
+# 3. SPANK overhead (plugstack.conf is read by every srun and slurmstepd).
+# The variants alternate within each round, so load from other processes on
+# the machine hits them alike; medians are compared.
 "$TOOL" serve "$SOCK" bn &
 SERVE_PID=$!
 for ((i = 0; i < 100; i++)); do [[ -S $SOCK ]] && break; sleep 0.05; done
-echo "required $SO bridge=unix://$SOCK tpu=no" >"$ROOT/etc/plugstack.conf"
-run_srun "$out/srun_plugin" -n1
-run_srun "$out/srun_plugin_gpu" -n1 --gres=gpu:1
+ARGS="bridge=unix://$SOCK tpu=no munge_socket=$ROOT/munge/munge.socket.2"
+variants=(none plugin)
+declare -A line=([none]="" [plugin]="required $SO $ARGS")
+if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then  # a previous build, for before/after
+  variants+=(old)
+  line[old]="required $(readlink -f "$DUET_BENCH_OLD_SPANK") bridge=unix://$SOCK tpu=no"
+fi
+one_srun() {  # one_srun FILE ARGS...
+  local f=$1; shift
+  t=$(now_ns); srun -w bn "$@" true; ms_since "$t" >>"$f"
+}
+for ((r = -1; r < NSRUN; r++)); do  # round -1: warm-up, not recorded
+  for v in "${variants[@]}"; do
+    echo "${line[$v]}" >"$ROOT/etc/plugstack.conf"
+    if ((r < 0)); then srun -w bn true; srun -w bn --gres=gpu:1 true; continue; fi
+    one_srun "$out/srun_$v" -n1
+    one_srun "$out/srun_${v}_gpu" -n1 --gres=gpu:1
+  done
+done
 
 echo "| measurement | duet | baseline (same run) |"
 echo "|---|---|---|"
+if ((!spank_only)); then
 read -r a b n < <(pct "$out/ph_client"); read -r c d m < <(pct "$out/ph_cli")
 echo "| placeholder grant, p50 / p99 ms (n=$n) | LibSlurmClient: $a / $b | salloc --immediate --no-shell: $c / $d |"
 echo "| $NNODES nodes created and visible, s | SlurmSync.RunOnce: $sync_s | scontrol create loop: $cli_s |"
+fi
 read -r a b n < <(pct "$out/srun_plugin"); read -r c d m < <(pct "$out/srun_none")
-echo "| srun -n1 true, p50 / p99 ms (n=$n) | with spank_duet: $a / $b | without: $c / $d |"
+echo "| srun -n1 true, p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
 read -r a b n < <(pct "$out/srun_plugin_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
-echo "| srun -n1 --gres=gpu:1 true (Hold+Release), p50 / p99 ms (n=$n) | with spank_duet: $a / $b | without: $c / $d |"
+echo "| srun -n1 --gres=gpu:1 true (Hold+Release, munge), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then
+  read -r a b n < <(pct "$out/srun_old"); read -r c d m < <(pct "$out/srun_none")
+  echo "| srun -n1 true, p50 / p99 ms (n=$n) | previous spank_duet (\$DUET_BENCH_OLD_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+  read -r a b n < <(pct "$out/srun_old_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
+  echo "| srun -n1 --gres=gpu:1 true (Hold+Release), p50 / p99 ms (n=$n) | previous spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+fi

@@ -77,6 +77,11 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.String("node_addr_label", &c->slurm.node_addr_label));
     DUET_YAML(s.String("managed_feature", &c->slurm.managed_feature));
     DUET_YAML(s.Duration("release_grace", &c->slurm.release_grace));
+    // --- munge (slurm helper) ---
+    DUET_YAML(s.Bool("require_munge", &c->slurm.require_munge));
+    DUET_YAML(s.String("munge_socket", &c->slurm.munge_socket));
+    DUET_YAML(s.Int("munge_uid", &c->slurm.munge_uid));
+    // --- end munge ---
     DUET_YAML(s.Finish());
   }
   DUET_YAML(top.String("log_level", &c->log_level));

@@ -97,6 +97,17 @@ struct SlurmConfig {
   std::string managed_feature = "duet";
   // Holdings younger than this are not released by a job import.
   absl::Duration release_grace = absl::Seconds(5);
+  // --- munge (slurm helper) ---
+  // While `enabled`: Hold/Release over gRPC for a Slurm owner (slurm_job,
+  // slurm_step) must carry a munge credential from root (slurmstepd) or
+  // `munge_uid` binding node, job and step (spank_duet sends one); else
+  // UNAUTHENTICATED / PERMISSION_DENIED. Off: such calls are trusted as is.
+  bool require_munge = true;
+  // munged socket the bridge decodes with; "" = /run/munge/munge.socket.2.
+  std::string munge_socket;
+  // Accepted credential uid besides root (Slurm's SlurmUser).
+  uint32_t munge_uid = 0;
+  // --- end munge ---
 };
 
 struct Config {

@@ -16,6 +16,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "bridge/slurm/munge_auth.h"  // slurm helper: munge
 #include "k8s_adapter/kube_config.h"
 #include "k8s_adapter/node_inventory.h"
 #include "spdlog/spdlog.h"
@@ -198,6 +199,16 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
   // 5. gRPC.
   LedgerService::Options sopts;
   sopts.max_watch_streams = config.grpc.max_watch_streams;
+  // --- Slurm owner authentication (slurm helper) ---
+  if (config.slurm.enabled && config.slurm.require_munge) {
+    auto auth = std::make_shared<MungeAuth>(
+        MungeAuthOptions{config.slurm.munge_socket, config.slurm.munge_uid});
+    sopts.authorize_slurm_owner = [auth](const std::string& credential, const char* method,
+                                         const std::string& node, const Owner& owner) {
+      return auth->Check(credential, method, node, owner);
+    };
+  }
+  // --- end Slurm owner authentication ---
   b->service_ = std::make_unique<LedgerService>(&b->ledger_, b->durability_.get(), &b->hub_, m,
                                                 sopts);
   auto creds = Credentials(config.grpc.tls);

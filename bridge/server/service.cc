@@ -15,6 +15,15 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+// --- Slurm owner authentication (slurm helper) ---
+// The x-duet-munge metadata value of the call, "" when absent.
+std::string MungeCredential(const grpc::CallbackServerContext* ctx) {
+  auto it = ctx->client_metadata().find("x-duet-munge");
+  if (it == ctx->client_metadata().end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+// --- end Slurm owner authentication ---
+
 google::protobuf::Timestamp NowProto() {
   return google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
 }
@@ -273,6 +282,13 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
   if (!serving()) return refuse(absl::UnavailableError("duet-bridge is not granting holdings"));
   absl::StatusOr<HoldRequest> request = FromProto(*req);
   if (!request.ok()) return refuse(request.status());
+  // --- Slurm owner authentication (slurm helper) ---
+  if (options_.authorize_slurm_owner && request->owner.holder_class() == HolderClass::kSlurm) {
+    absl::Status auth = options_.authorize_slurm_owner(MungeCredential(ctx), "Hold", request->node,
+                                                       request->owner);
+    if (!auth.ok()) return refuse(auth);
+  }
+  // --- end Slurm owner authentication ---
   absl::StatusOr<HoldResult> result = ledger_->Hold(*request);
   if (!result.ok()) return refuse(result.status());
   ToProto(result->holding, ledger_->GetNode(result->holding.node).get(), resp->mutable_holding());
@@ -299,6 +315,16 @@ grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ct
     Answer(reactor, "Release", start, owner.status());
     return reactor;
   }
+  // --- Slurm owner authentication (slurm helper) ---
+  if (options_.authorize_slurm_owner && owner->holder_class() == HolderClass::kSlurm) {
+    absl::Status auth =
+        options_.authorize_slurm_owner(MungeCredential(ctx), "Release", req->node(), *owner);
+    if (!auth.ok()) {
+      Answer(reactor, "Release", start, auth);
+      return reactor;
+    }
+  }
+  // --- end Slurm owner authentication ---
   absl::StatusOr<ReleaseResult> result = ledger_->Release(req->node(), *owner);
   if (!result.ok()) {
     Answer(reactor, "Release", start, result.status());

@@ -49,6 +49,15 @@ class LedgerService final : public v1::Ledger::CallbackService {
     int max_watch_streams = 256;
     // Events queued per watch stream before it is told to resync.
     size_t max_watch_queue = 4096;
+    // --- Slurm owner authentication (slurm helper; DESIGN.md §9) ---
+    // Set: Hold and Release for a Slurm owner (slurm_job, slurm_step) must
+    // pass it first. Arguments: the x-duet-munge metadata value ("" when
+    // absent), the method, the request's node and owner. A refusal is
+    // answered as is (and counted as a refused Hold).
+    std::function<absl::Status(const std::string& credential, const char* method,
+                               const std::string& node, const Owner& owner)>
+        authorize_slurm_owner;
+    // --- end Slurm owner authentication ---
   };
   // All pointers must outlive the service. `metrics` may be null.
   LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub, Metrics* metrics,

@@ -252,6 +252,23 @@ absl::Status LibSlurmClient::Ping() {
   });
 }
 
+absl::StatusOr<int64_t> LibSlurmClient::ControllerBootTime() {
+  return Run<int64_t>("load config", []() -> absl::StatusOr<int64_t> {
+    slurm_conf_t* conf = nullptr;
+    if (slurm_load_ctl_conf(0, &conf) != SLURM_SUCCESS) return SlurmError("load config");
+    const int64_t boot = static_cast<int64_t>(conf->boot_time);
+    slurm_free_ctl_conf(conf);
+    return boot;
+  });
+}
+
+absl::Status LibSlurmClient::Reconfigure() {
+  return RunStatus("reconfigure", [] {
+    if (slurm_reconfigure() != SLURM_SUCCESS) return SlurmError("reconfigure");
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<std::vector<SlurmNodeInfo>> LibSlurmClient::ListNodes() {
   return Run<std::vector<SlurmNodeInfo>>(
       "list nodes", []() -> absl::StatusOr<std::vector<SlurmNodeInfo>> {

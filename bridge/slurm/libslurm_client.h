@@ -53,6 +53,8 @@ class LibSlurmClient final : public SlurmClient {
   absl::Status KillJob(uint32_t job_id) override;
   absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() override;
   absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t job_id) override;
+  absl::StatusOr<int64_t> ControllerBootTime() override;
+  absl::Status Reconfigure() override;
 
   // Calls that passed their deadline and are still running.
   int stuck_calls() const { return stuck_->load(); }

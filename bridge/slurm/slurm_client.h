@@ -159,6 +159,14 @@ class SlurmClient {
   virtual absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() = 0;
   // nullopt when Slurm no longer knows the job.
   virtual absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t job_id) = 0;
+
+  // When slurmctld last started (BOOT_TIME of `scontrol show config`), in
+  // seconds since the epoch. The default is UNIMPLEMENTED (fakes).
+  virtual absl::StatusOr<int64_t> ControllerBootTime() {
+    return absl::UnimplementedError("ControllerBootTime");
+  }
+  // `scontrol reconfigure`. The default is UNIMPLEMENTED (fakes).
+  virtual absl::Status Reconfigure() { return absl::UnimplementedError("Reconfigure"); }
 };
 
 // ---- Pure helpers (slurm_format.cc), shared with tests and the plugin ----

@@ -156,6 +156,7 @@ absl::Status SlurmSync::RunOnce() {
   auto note = [&first](absl::Status s) {
     if (first.ok() && !s.ok()) first = std::move(s);
   };
+  if (options_.manage_nodes) note(AfterCtldStart(*nodes));
   if (options_.manage_nodes) note(SyncNodes(snap, *nodes));
   if (options_.import_jobs) note(ImportJobs(snap));
   if (options_.manage_weights) {
@@ -173,6 +174,25 @@ absl::Status SlurmSync::RunOnce() {
     stats_.last_success = clock_->Now();
   }
   return first;
+}
+
+absl::Status SlurmSync::AfterCtldStart(const std::vector<SlurmNodeInfo>& nodes) {
+  absl::StatusOr<int64_t> boot = slurm_->ControllerBootTime();
+  if (absl::IsUnimplemented(boot.status())) return absl::OkStatus();
+  if (!boot.ok()) return boot.status();
+  if (*boot == ctld_boot_) return absl::OkStatus();
+  const bool any_gres = std::any_of(nodes.begin(), nodes.end(),
+                                    [](const SlurmNodeInfo& n) { return !n.gres.empty(); });
+  if (any_gres) {
+    DUET_RETURN_IF_ERROR(slurm_->Reconfigure());
+    Count(&SlurmSyncStats::reconfigures);
+    spdlog::info(
+        "slurm sync: slurmctld started at {} with GRES nodes: scontrol reconfigure (Slurm 22.05 "
+        "refuses GRES steps on recovered dynamic nodes until then)",
+        *boot);
+  }
+  ctld_boot_ = *boot;
+  return absl::OkStatus();
 }
 
 absl::Status SlurmSync::Retire(const SlurmNodeInfo& node, const std::string& reason) {

@@ -82,6 +82,7 @@ struct SlurmSyncStats {
   uint64_t holdings_released = 0;
   uint64_t placeholders_cancelled = 0;
   uint64_t conflicts = 0;  // Slurm says a job holds what the ledger gives another
+  uint64_t reconfigures = 0;  // `scontrol reconfigure` after a slurmctld start
   absl::Time last_success = absl::InfinitePast();
 };
 
@@ -118,6 +119,12 @@ class SlurmSync {
   absl::Status ImportJobs(const LedgerSnapshot& snap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::Status SyncWeights(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Slurm 22.05 workaround (README.md): after slurmctld starts with dynamic
+  // nodes recovered from its state, new steps asking for GRES fail with
+  // "Invalid generic resource (gres) specification" until a reconfigure.
+  // Once per slurmctld boot seen, with any GRES node: `scontrol reconfigure`.
+  absl::Status AfterCtldStart(const std::vector<SlurmNodeInfo>& nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Drains (if needed) and deletes a Slurm node once empty.
   absl::Status Retire(const SlurmNodeInfo& node, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
@@ -132,6 +139,8 @@ class SlurmSync {
   // Per node: the GRES it was last recreated for, so a slurmd that reports
   // other GRES than the inventory does not cause a recreate loop.
   std::map<std::string, std::string> recreated_for_ ABSL_GUARDED_BY(run_mu_);
+  // BOOT_TIME of the slurmctld last seen (0: none yet); see AfterCtldStart.
+  int64_t ctld_boot_ ABSL_GUARDED_BY(run_mu_) = 0;
 
   std::atomic<bool> degraded_{false};
   mutable absl::Mutex stats_mu_;

@@ -8,6 +8,7 @@
 # --lifetime seconds in case the test that owns it died without cleaning up.
 #
 #   ROOT=$(slurm_cluster.sh init [--spank SO[:ARGS]] [--max-nodes N] [--lifetime S])
+#                                       # (@ROOT@ in ARGS: the root, e.g. munge_socket=@ROOT@/munge/munge.socket.2)
 #                                       # new root (mktemp -d), conf, munge key, devices
 #   slurm_cluster.sh start ROOT         # munged + slurmctld (-c: fresh state) + watchdog
 #   slurm_cluster.sh ctld-stop ROOT     # SIGTERM slurmctld only (state is kept)
@@ -143,7 +144,8 @@ EOF
   echo "AutoDetect=off" >"$ROOT/etc/gres.conf"
   : >"$ROOT/etc/plugstack.conf"
   if [[ -n $spank ]]; then
-    # SO[:ARG ARG...] -> "required SO ARG ARG..."
+    # SO[:ARG ARG...] -> "required SO ARG ARG..."; @ROOT@ -> the new root
+    spank=${spank//@ROOT@/$ROOT}
     echo "required ${spank%%:*} $( [[ $spank == *:* ]] && echo "${spank#*:}")" \
       >"$ROOT/etc/plugstack.conf"
   fi

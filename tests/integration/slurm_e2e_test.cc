@@ -41,8 +41,10 @@
 #include "absl/strings/str_split.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "bridge/slurm/munge_payload.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "slurm_plugin/bridge_client.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
 
 #ifndef DUET_BRIDGE_BIN
@@ -136,8 +138,11 @@ class World {
   pid_t bridge_pid() const { return pid_; }
 
   std::string PlugstackArgs(const std::string& extra = "") const {
-    return absl::StrCat("bridge=unix://", socket(), " timeout_ms=2000 tpu=yes", extra);
+    return absl::StrCat("bridge=unix://", socket(), " timeout_ms=2000 tpu=yes",
+                        cluster_ ? " munge_socket=" + MungeSocket() : "", extra);
   }
+  // The cluster's munged: the plugin encodes and the bridge decodes with it.
+  std::string MungeSocket() const { return cluster_->root() + "/munge/munge.socket.2"; }
   void SetPlugstack(const std::string& args) const {
     std::ofstream(cluster_->root() + "/etc/plugstack.conf")
         << "required " << DUET_SPANK_SO << " " << args << "\n";
@@ -240,6 +245,7 @@ class World {
     cluster_ = TestSlurmCluster::Get(o);  // registers the cluster's Stopper first...
     ::testing::AddGlobalTestEnvironment(new Stopper(this));  // ...so this one runs first
     if (!cluster_->ok()) return;
+    SetPlugstack(PlugstackArgs());  // now with the cluster's munge socket
     metrics_port_ = FreePort();
 
     std::ofstream inv(dir_ / "nodes.yaml");
@@ -272,6 +278,7 @@ class World {
         << "  call_timeout: 3s\n"
         << "  sync_period: 500ms\n"
         << "  release_grace: 1s\n"
+        << "  munge_socket: " << MungeSocket() << "\n"  // require_munge: true (default)
         << "log_level: info\n";
     cfg.close();
     ok_ = true;
@@ -619,6 +626,105 @@ TEST_F(SlurmE2eTest, StepsRegisterWithTheBridgeAndAPodsGpuIsRefused) {
   r = c_->Cli("srun -w e2e-gpu-b --gres=gpu:1 sh -c 'echo RAN CVD=$CUDA_VISIBLE_DEVICES'");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("RAN CVD=0\n"), std::string::npos) << r.out;
+}
+
+// DESIGN.md §9: a Slurm-owned Hold/Release needs a munge credential for that
+// node, job and step (spank_duet's steps above carried theirs); refusals are
+// counted by reason.
+TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedAMungeCredentialForThatStep) {
+  auto hold = [&](const std::string& credential, uint32_t step) {
+    grpc::ClientContext ctx;
+    if (!credential.empty()) ctx.AddMetadata(slurm_munge::kMetadataKey, credential);
+    v1::HoldRequest req;
+    req.set_node("e2e-gpu-a");
+    req.mutable_owner()->mutable_slurm_step()->set_job_id(999001);
+    req.mutable_owner()->mutable_slurm_step()->set_step_id(step);
+    auto* d = req.mutable_devices()->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(5);
+    v1::HoldResponse resp;
+    return w_->stub()->Hold(&ctx, req, &resp);
+  };
+  auto cred = [&](uint32_t job, uint32_t step) {
+    auto c = spank::MungeEncode(w_->MungeSocket(), slurm_munge::Payload("e2e-gpu-a", job, step));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : std::string();
+  };
+  grpc::Status s = hold("", 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  EXPECT_NE(s.error_message().find("has no munge credential"), std::string::npos)
+      << s.error_message();
+  std::string forged = cred(999001, 0);
+  forged[forged.size() / 2] = forged[forged.size() / 2] == 'A' ? 'B' : 'A';
+  s = hold(forged, 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  s = hold(cred(999002, 0), 0);  // another job's credential
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  s = hold(cred(999001, 1), 0);  // another step's credential
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  const std::string good = cred(999001, 0);
+  s = hold(good, 0);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  s = hold(good, 0);  // replayed
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  // Release: the same rule.
+  auto release = [&](const std::string& credential) {
+    grpc::ClientContext ctx;
+    if (!credential.empty()) ctx.AddMetadata(slurm_munge::kMetadataKey, credential);
+    v1::ReleaseRequest req;
+    req.set_node("e2e-gpu-a");
+    req.mutable_owner()->mutable_slurm_step()->set_job_id(999001);
+    req.mutable_owner()->mutable_slurm_step()->set_step_id(0);
+    v1::ReleaseResponse resp;
+    grpc::Status st = w_->stub()->Release(&ctx, req, &resp);
+    return std::make_pair(st, resp.released());
+  };
+  auto [rs, released] = release("");
+  EXPECT_EQ(rs.error_code(), grpc::StatusCode::UNAUTHENTICATED) << rs.error_message();
+  std::tie(rs, released) = release(cred(999001, 0));
+  EXPECT_TRUE(rs.ok()) << rs.error_message();
+  EXPECT_TRUE(released);
+  // Refused Holds are counted by reason.
+  CmdResult m = RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", w_->metrics_port(), "/metrics"));
+  EXPECT_NE(m.out.find("duet_holdings_refused_total{reason=\"unauthenticated\"} 3"),
+            std::string::npos)
+      << m.out;
+  EXPECT_NE(m.out.find("duet_holdings_refused_total{reason=\"permission_denied\"} 2"),
+            std::string::npos)
+      << m.out;
+}
+
+// A job of a non-root user: slurmstepd runs user_init with the user's
+// effective uid, yet the step reaches the bridge (a root-only socket here)
+// and its munge credential is root's; the tasks still run as the user.
+TEST_F(SlurmE2eTest, NonRootJobRegistersWithRootsCredentialAndRunsAsTheUser) {
+  const std::string out = absl::StrCat("/tmp/duet-e2e-nobody-", getpid(), ".out");
+  CmdResult r = c_->Cli(absl::StrCat("sbatch --parsable --uid=nobody --chdir=/tmp -o ", out,
+                                     " -w e2e-gpu-a --gres=gpu:1 --wrap 'id -u; sleep 2'"));
+  uint32_t job = 0;
+  ASSERT_EQ(r.rc, 0) << r.out;
+  ASSERT_EQ(sscanf(r.out.c_str(), "%u", &job), 1) << r.out;
+  bool seen = WaitFor([&] {
+    for (const LedgerHolding& h : Holdings()) {
+      if (h.kind == "slurm_step" && h.job_id == job) return true;
+    }
+    return false;
+  });
+  EXPECT_TRUE(seen) << "the nobody job's batch step never registered\n" << w_->Log();
+  EXPECT_TRUE(WaitFor([&] { return c_->JobEnded(job); }));
+  EXPECT_TRUE(WaitFor([&] { return RunCmd("cat " + out).out == "65534\n"; }))
+      << RunCmd("cat " + out).out;
+  unlink(out.c_str());
+  CmdResult m = RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", w_->metrics_port(), "/metrics"));
+  // No Hold was refused for want of a (root) credential: those reasons only
+  // appear once counted.
+  ASSERT_NE(m.out.find("duet_holdings_refused_total"), std::string::npos) << m.out;
+  EXPECT_EQ(m.out.find("duet_holdings_refused_total{reason=\"permission_denied\"}"),
+            std::string::npos)
+      << m.out;
+  EXPECT_EQ(m.out.find("duet_holdings_refused_total{reason=\"unauthenticated\"}"),
+            std::string::npos)
+      << m.out;
 }
 
 TEST_F(SlurmE2eTest, Kill9WhileJobsRunThenRestartAgreesWithSlurm) {

@@ -10,7 +10,7 @@ target_compile_definitions(slurm_e2e_test PRIVATE
   DUETCTL_BIN="$<TARGET_FILE:duetctl>"
   DUET_SPANK_SO="$<TARGET_FILE:spank_duet>"
   DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh")
-target_link_libraries(slurm_e2e_test PRIVATE duet::proto absl::strings absl::time
+target_link_libraries(slurm_e2e_test PRIVATE duet::proto duet::spank_core absl::strings absl::time
                       GTest::gtest_main)
 add_dependencies(slurm_e2e_test duet-bridge duetctl spank_duet)
 gtest_discover_tests(slurm_e2e_test DISCOVERY_TIMEOUT 60

@@ -8,6 +8,8 @@
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
 
 namespace duet {
@@ -283,10 +285,78 @@ TEST_F(SlurmSyncTest, SlurmctldRestartWithLivePlaceholdersAndJobs) {
   EXPECT_EQ(cluster_->JobState(job), "RUNNING");
   EXPECT_EQ(ledger_.ListHoldings("sy-g").size(), 3u);
   ExpectLedgerMatchesSlurm("sy-g");
+  // Slurm 22.05 refuses new GRES steps on recovered dynamic nodes ("Invalid
+  // generic resource") until a reconfigure, which the sync did once.
+  EXPECT_EQ(sync_->stats().reconfigures, 1u);
+  CmdResult step = cluster_->Cli("srun -w sy-g --gres=gpu:1 true");
+  EXPECT_EQ(step.rc, 0) << step.out;
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(sync_->stats().reconfigures, 1u) << "once per slurmctld start";
   // And it works again.
   ASSERT_TRUE(placeholders_->Cancel("sy-g", "uid-g2").ok());
   EXPECT_TRUE(WaitFor([&] { return cluster_->JobEnded(p2->owner.job_id); }));
   client_->KillJob(job).IgnoreError();
+}
+
+// The inventory changes a node's GPU count: Slurm refuses GRES count changes
+// on a node with File= devices (F11), so the sync drains it while a job runs
+// and deletes and recreates it once empty, logging both.
+TEST_F(SlurmSyncTest, GresChangeDrainsThenRecreatesOnceEmpty) {
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256);
+  spdlog::default_logger()->sinks().push_back(ring);
+  auto logged = [&](const std::string& needle) {
+    for (const std::string& line : ring->last_formatted()) {
+      if (line.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  };
+  AddNode("sy-r", 39, 8);
+  uint32_t job = cluster_->Sbatch("-w sy-r --gres=gpu:1 --wrap 'sleep 60'");
+  ASSERT_TRUE(cluster_->WaitJobState(job, "RUNNING"));
+  ASSERT_TRUE(sync_->RunOnce().ok());
+
+  // The node now has 4 GPUs (its GPU 0, the job's, stays).
+  ASSERT_TRUE(ledger_.UpsertNode(Spec("sy-r", 39, 4, 0)).ok());
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(cluster_->Cli("sinfo -h -N -n sy-r -o '%t|%E'").out,
+            "drng|duet: GRES changed, recreating once empty\n");
+  EXPECT_TRUE(logged("sy-r GRES gpu:nvidia-h100-80gb:8 -> gpu:nvidia-h100-80gb:4: drained"));
+  EXPECT_EQ(sync_->stats().nodes_recreated, 0u);
+  EXPECT_EQ(cluster_->JobState(job), "RUNNING") << "a drain does not touch the running job";
+
+  // The job ends and the changed machine's slurmd stops (it comes back with
+  // its new devices below). Then the node is deleted and recreated with the
+  // new GRES, once.
+  ASSERT_TRUE(client_->KillJob(job).ok());
+  ASSERT_TRUE(WaitFor([&] { return cluster_->JobEnded(job); }));
+  cluster_->StopSlurmd("sy-r");
+  ASSERT_TRUE(WaitFor([&] {
+    sync_->RunOnce().IgnoreError();
+    return sync_->stats().nodes_recreated == 1;
+  }));
+  EXPECT_TRUE(logged("recreated Slurm node sy-r for GRES gpu:nvidia-h100-80gb:8 -> "
+                     "gpu:nvidia-h100-80gb:4"));
+  CmdResult r = cluster_->Cli("scontrol --future show node sy-r");
+  EXPECT_NE(r.out.find("Gres=gpu:nvidia-h100-80gb:4"), std::string::npos) << r.out;
+
+  // Its slurmd starts with 4 GPUs.
+  ASSERT_EQ(duet::testing::RunCmd(absl::StrCat("sed -i '/^NodeName=sy-r /d' ", cluster_->root(),
+                                               "/etc/gres.conf"))
+                .rc,
+            0);
+  cluster_->StartSlurmd("sy-r", 39, 8, 16000, 4, kGpu);
+  ASSERT_TRUE(cluster_->WaitNodeState("sy-r", "IDLE")) << cluster_->Log("slurmctld.log");
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(sync_->stats().nodes_recreated, 1u) << "recreated once, not on every pass";
+  EXPECT_TRUE(WaitFor([&] {
+    return cluster_->Cli("sinfo -h -N -n sy-r -o '%t|%G'").out == "idle|gpu:nvidia-h100-80gb:4\n";
+  })) << cluster_->Cli("sinfo -h -N -n sy-r -o '%t|%G'").out;
+  // 4 GPUs fit, 5 do not.
+  EXPECT_EQ(cluster_->Cli("srun -w sy-r --gres=gpu:4 true").rc, 0);
+  r = cluster_->Cli("srun -w sy-r --immediate=5 --gres=gpu:5 true");
+  EXPECT_NE(r.rc, 0) << r.out;
+  spdlog::default_logger()->sinks().pop_back();
+  cluster_->StopSlurmd("sy-r");
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+#include "slurm_plugin/plugin_args.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int bad(char* err, size_t err_len, const char* arg, const char* why) {
+  snprintf(err, err_len, "plugstack argument \"%s\": %s", arg, why);
+  return -1;
+}
+
+/* Copies `value` into `dst` (DUET_ARG_MAX bytes); 0, or -1 when too long. */
+static int copy_value(char* dst, const char* value) {
+  size_t n = strlen(value);
+  if (n >= DUET_ARG_MAX) return -1;
+  memcpy(dst, value, n + 1);
+  return 0;
+}
+
+int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_args* c,
+                          char* err, size_t err_len) {
+  memset(c, 0, sizeof(*c));
+  strcpy(c->bridge, "unix:///run/duet/bridge.sock");
+  c->timeout_ms = 2000;
+  c->on_unreachable = DUET_UNREACHABLE_FAIL;
+  c->tpu = DUET_TPU_AUTO;
+  c->munge = 1;
+  for (int i = 0; i < argc; ++i) {
+    const char* arg = argv[i] ? argv[i] : "";
+    const char* eq = strchr(arg, '=');
+    const size_t key_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const char* value = eq ? eq + 1 : "";
+#define KEY_IS(k) (key_len == strlen(k) && strncmp(arg, k, key_len) == 0)
+    if (KEY_IS("bridge")) {
+      if (!*value) return bad(err, err_len, arg, "address is empty");
+      if (copy_value(c->bridge, value)) return bad(err, err_len, arg, "too long");
+    } else if (KEY_IS("timeout_ms")) {
+      char* end = NULL;
+      errno = 0;
+      long v = strtol(value, &end, 10);
+      if (!*value || *end || errno || v < 1 || v > 60000) {
+        return bad(err, err_len, arg, "must be an integer in 1..60000");
+      }
+      c->timeout_ms = (int)v;
+    } else if (KEY_IS("on_unreachable")) {
+      if (strcmp(value, "fail") == 0) {
+        c->on_unreachable = DUET_UNREACHABLE_FAIL;
+      } else if (strcmp(value, "allow") == 0) {
+        c->on_unreachable = DUET_UNREACHABLE_ALLOW;
+      } else {
+        return bad(err, err_len, arg, "must be fail or allow");
+      }
+    } else if (KEY_IS("tpu")) {
+      if (strcmp(value, "auto") == 0) {
+        c->tpu = DUET_TPU_AUTO;
+      } else if (strcmp(value, "yes") == 0) {
+        c->tpu = DUET_TPU_YES;
+      } else if (strcmp(value, "no") == 0) {
+        c->tpu = DUET_TPU_NO;
+      } else {
+        return bad(err, err_len, arg, "must be auto, yes or no");
+      }
+    } else if (KEY_IS("client")) {
+      if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
+      if (copy_value(c->client, value)) return bad(err, err_len, arg, "too long");
+    } else if (KEY_IS("munge")) {
+      if (strcmp(value, "yes") == 0) {
+        c->munge = 1;
+      } else if (strcmp(value, "no") == 0) {
+        c->munge = 0;
+      } else {
+        return bad(err, err_len, arg, "must be yes or no");
+      }
+    } else if (KEY_IS("munge_socket")) {
+      if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
+      if (copy_value(c->munge_socket, value)) return bad(err, err_len, arg, "too long");
+    } else if (eq == NULL && strcmp(arg, "disabled") == 0) {
+      c->disabled = 1;
+    } else {
+      return bad(err, err_len, arg,
+                 "unknown key (known: bridge, timeout_ms, on_unreachable, tpu, client, munge, "
+                 "munge_socket, disabled)");
+    }
+#undef KEY_IS
+  }
+  return 0;
+}
