@@ -18,6 +18,7 @@
 #include "grpcpp/server_builder.h"
 #include "k8s_adapter/kube_config.h"
 #include "k8s_adapter/node_inventory.h"
+#include "bridge/server/podlife.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -112,9 +113,15 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
+    const TlsConfig& tls) {
+  return Credentials(tls);
+}
+
 Bridge::Bridge(const Config& config) : config_(config) {}
 
-absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
+absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
+                                                      const BridgeStartOptions& options) {
   std::unique_ptr<Bridge> b(new Bridge(config));
 
   // 1. The journal restores the ledger (I3/I4) before anything can change it.
@@ -188,8 +195,48 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
     sync->Start();
   }
 
+  // ---- pod lifecycle (pod-lifecycle helper) ----
+  // 3b. Events and the pod watch (invariant I2), when the bridge talks to
+  // Kubernetes. The pod watch releases what deleted/finished/unknown pods
+  // held; with Slurm it cancels their placeholders first.
+  if (b->kube_client_ != nullptr) {
+    const KubernetesConfig& kc = config.kubernetes;
+    if (kc.events_per_minute > 0) {
+      k8s::EventRecorderOptions eo;
+      eo.events_per_minute = kc.events_per_minute;
+      eo.instance = LeaderIdentity(kc.leader_election);
+      b->events_ = std::make_unique<k8s::EventRecorder>(b->kube_client_.get(), eo);
+      k8s::EventRecorder* ev = b->events_.get();
+      m->AddCollector([ev] { return EventFamilies(ev->stats()); });
+    }
+    if (kc.watch_pods) {
+      b->pod_releaser_ = std::make_unique<BridgePodReleaser>(&b->ledger_, b->placeholders_.get(),
+                                                             b->events_.get());
+      k8s::PodWatchOptions po;
+      po.grace = kc.pod_release_grace;
+      po.sweep_period = kc.pod_sweep_period;
+      b->pod_watch_ = std::make_unique<k8s::PodWatch>(b->kube_client_.get(), &b->ledger_,
+                                                      b->pod_releaser_.get(), po);
+      absl::Status pw = b->pod_watch_->Start();
+      if (!pw.ok()) return pw;
+      k8s::PodWatch* watch = b->pod_watch_.get();
+      m->AddCollector([watch] { return PodWatchFamilies(watch->stats()); });
+    }
+    auto* nodes = dynamic_cast<k8s::KubeNodeInventory*>(b->inventory_.get());
+    k8s::PodWatch* watch = b->pod_watch_.get();
+    m->AddCollector([nodes, watch] {
+      std::vector<std::pair<std::string, k8s::InformerStats>> by;
+      if (nodes != nullptr) by.emplace_back("nodes", nodes->stats());
+      if (watch != nullptr) by.emplace_back("pods", watch->stats().informer);
+      return InformerFamilies(by);
+    });
+  }
+  // ---- end pod lifecycle ----
+
   // 4. Metrics.
-  if (!config.metrics.listen.empty()) {
+  if (options.exposer != nullptr) {
+    m->RegisterOn(options.exposer);
+  } else if (!config.metrics.listen.empty()) {
     auto exposer = b->metrics_->Serve(config.metrics.listen);
     if (!exposer.ok()) return exposer.status();
     b->exposer_ = std::move(*exposer);
@@ -236,6 +283,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
         " (address in use or not permitted?)"));
   }
   b->server_->GetHealthCheckService()->SetServingStatus(true);
+  b->server_->GetHealthCheckService()->SetServingStatus("duet", true);
   if (b->slurm_sync_ != nullptr) {
     // "duet.slurm" is NOT_SERVING while Slurm is unreachable; the ledger
     // (service "") keeps serving from what it knows.
@@ -281,6 +329,10 @@ void Bridge::Shutdown() {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + config_.grpc.shutdown_grace));
     server_->Wait();
   }
+  // ---- pod lifecycle: no releases once shutting down ----
+  if (pod_watch_ != nullptr) pod_watch_->Stop();
+  if (events_ != nullptr) events_->Stop();
+  // ---- end pod lifecycle ----
   if (inventory_ != nullptr) inventory_->Stop();
   if (slurm_sync_ != nullptr) slurm_sync_->Stop();
   durability_.reset();  // answers whatever is still waiting
@@ -304,6 +356,7 @@ int Run(const Config& config) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  if (config.kubernetes.leader_election.enabled) return RunWithLeaderElection(config, set);
 
   absl::StatusOr<std::unique_ptr<Bridge>> bridge = Bridge::Start(config);
   if (!bridge.ok()) {
