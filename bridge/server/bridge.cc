@@ -170,6 +170,19 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
                                                  "): ", inv.message()));
   }
 
+  // ---- pod lifecycle (pod-lifecycle helper) ----
+  // 2b. Kubernetes Events (rate-limited, asynchronous), when the bridge talks
+  // to Kubernetes: pod releases, duet's node drains (below), refusals.
+  if (b->kube_client_ != nullptr && config.kubernetes.events_per_minute > 0) {
+    k8s::EventRecorderOptions eo;
+    eo.events_per_minute = config.kubernetes.events_per_minute;
+    eo.instance = LeaderIdentity(config.kubernetes.leader_election);
+    b->events_ = std::make_unique<k8s::EventRecorder>(b->kube_client_.get(), eo);
+    k8s::EventRecorder* ev = b->events_.get();
+    m->AddCollector([ev] { return EventFamilies(ev->stats()); });
+  }
+  // ---- end pod lifecycle ----
+
   // 3. Slurm: dynamic nodes, job import, weights, placeholders.
   if (config.slurm.enabled) {
     LibSlurmClientOptions co;
@@ -184,6 +197,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     so.node_addr_label = config.slurm.node_addr_label;
     so.managed_feature = config.slurm.managed_feature;
     so.release_grace = config.slurm.release_grace;
+    if (b->events_ != nullptr) so.on_drain = NodeDrainEvents(b->events_.get());  // pod lifecycle
     b->slurm_sync_ = std::make_unique<SlurmSync>(so, &b->ledger_, b->slurm_.get(), Clock::Real());
     b->placeholders_ = std::make_unique<Placeholders>(&b->ledger_, b->slurm_.get());
     SlurmSync* sync = b->slurm_sync_.get();
@@ -196,19 +210,10 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   }
 
   // ---- pod lifecycle (pod-lifecycle helper) ----
-  // 3b. Events and the pod watch (invariant I2), when the bridge talks to
-  // Kubernetes. The pod watch releases what deleted/finished/unknown pods
+  // 3b. The pod watch (invariant I2), when the bridge talks to Kubernetes. The pod watch releases what deleted/finished/unknown pods
   // held; with Slurm it cancels their placeholders first.
   if (b->kube_client_ != nullptr) {
     const KubernetesConfig& kc = config.kubernetes;
-    if (kc.events_per_minute > 0) {
-      k8s::EventRecorderOptions eo;
-      eo.events_per_minute = kc.events_per_minute;
-      eo.instance = LeaderIdentity(kc.leader_election);
-      b->events_ = std::make_unique<k8s::EventRecorder>(b->kube_client_.get(), eo);
-      k8s::EventRecorder* ev = b->events_.get();
-      m->AddCollector([ev] { return EventFamilies(ev->stats()); });
-    }
     if (kc.watch_pods) {
       b->pod_releaser_ = std::make_unique<BridgePodReleaser>(&b->ledger_, b->placeholders_.get(),
                                                              b->events_.get());

@@ -75,6 +75,25 @@ absl::Status BridgePodReleaser::Release(const k8s::PodRelease& r) {
   return absl::OkStatus();
 }
 
+std::function<void(const std::string&, bool, const std::string&)> NodeDrainEvents(
+    k8s::EventRecorder* events) {
+  return [events](const std::string& node, bool drained, const std::string& reason) {
+    k8s::EventSpec e;
+    e.object_kind = "Node";
+    e.object_name = node;
+    e.type = "Normal";
+    if (drained) {
+      e.reason = "DuetDrained";
+      e.message = absl::StrCat("duet drained Slurm node ", node, " (", reason,
+                               "): no new Slurm jobs start on it");
+    } else {
+      e.reason = "DuetResumed";
+      e.message = absl::StrCat("duet resumed Slurm node ", node, " (was: ", reason, ")");
+    }
+    events->Record(e);
+  };
+}
+
 std::vector<MetricFamily> PodWatchFamilies(const k8s::PodWatchStats& s) {
   std::vector<MetricFamily> out;
   MetricFamily rel = NewFamily("duet_pod_releases_total",

@@ -7,6 +7,7 @@
 
 #include <signal.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,12 @@ class BridgePodReleaser final : public k8s::PodReleaser {
   Placeholders* const placeholders_;
   k8s::EventRecorder* const events_;
 };
+
+// For SlurmSyncOptions::on_drain: a Normal Event on the Node ("DuetDrained"
+// / "DuetResumed") each time duet drains a node in Slurm or undoes its own
+// drain. `events` must outlive the returned function.
+std::function<void(const std::string&, bool, const std::string&)> NodeDrainEvents(
+    k8s::EventRecorder* events);
 
 // duet_pod_releases_total{reason}, duet_pod_release_failures_total,
 // duet_pod_sweeps_total, duet_pod_watch_pods.

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "bridge/config/config.h"
 #include "bridge/server/bridge.h"
@@ -114,6 +115,28 @@ TEST(BridgePodsTest, WatchPodsOffMeansNoPodWatch) {
   }
   bridge->reset();
   k8s::testing::RemoveTree(dir);
+}
+
+TEST(BridgePodsTest, DuetsNodeDrainsBecomeNodeEvents) {
+  FakeApiServer fake;
+  ASSERT_TRUE(fake.ok());
+  k8s::EventRecorder events(fake.control(), k8s::EventRecorderOptions{});
+  auto hook = NodeDrainEvents(&events);
+  hook("gke-a3-1", true, "duet: cordoned");
+  hook("gke-a3-1", false, "duet: cordoned");
+  ASSERT_TRUE(WaitFor([&] { return events.stats().posted == 2; }));
+  auto got = fake.control()->Get("/api/v1/namespaces/default/events");
+  ASSERT_TRUE(got.ok());
+  nlohmann::json items = nlohmann::json::parse(*got)["items"];
+  ASSERT_EQ(items.size(), 2u);
+  std::set<std::string> reasons;
+  for (const auto& e : items) {
+    EXPECT_EQ(e["involvedObject"]["kind"], "Node");
+    EXPECT_EQ(e["involvedObject"]["name"], "gke-a3-1");
+    EXPECT_NE(e["message"].get<std::string>().find("duet: cordoned"), std::string::npos);
+    reasons.insert(e["reason"].get<std::string>());
+  }
+  EXPECT_EQ(reasons, (std::set<std::string>{"DuetDrained", "DuetResumed"}));
 }
 
 TEST(PodLifecycleConfigTest, KeysParseWithDefaultsAndValidateWithFieldPaths) {
