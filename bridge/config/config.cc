@@ -62,6 +62,25 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.String("context", &c->kubernetes.context));
     DUET_YAML(s.String("shared_node_selector", &c->kubernetes.shared_node_selector));
     DUET_YAML(s.Duration("request_timeout", &c->kubernetes.request_timeout));
+    // ---- pod lifecycle keys (pod-lifecycle helper) ----
+    DUET_YAML(s.Bool("watch_pods", &c->kubernetes.watch_pods));
+    DUET_YAML(s.Duration("pod_release_grace", &c->kubernetes.pod_release_grace));
+    DUET_YAML(s.Duration("pod_sweep_period", &c->kubernetes.pod_sweep_period));
+    DUET_YAML(s.Int("events_per_minute", &c->kubernetes.events_per_minute));
+    {
+      LeaderElectionConfig& le = c->kubernetes.leader_election;
+      Section l(s.Child("leader_election"), "kubernetes.leader_election");
+      DUET_YAML(l.Check());
+      DUET_YAML(l.Bool("enabled", &le.enabled));
+      DUET_YAML(l.String("namespace", &le.namespace_));
+      DUET_YAML(l.String("lease_name", &le.lease_name));
+      DUET_YAML(l.String("identity", &le.identity));
+      DUET_YAML(l.Duration("lease_duration", &le.lease_duration));
+      DUET_YAML(l.Duration("renew_deadline", &le.renew_deadline));
+      DUET_YAML(l.Duration("retry_period", &le.retry_period));
+      DUET_YAML(l.Finish());
+    }
+    // ---- end pod lifecycle keys ----
     DUET_YAML(s.Finish());
   }
   {
@@ -165,6 +184,37 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(absl::StrCat("inventory.source: \"", c.inventory.source,
                                                    "\" must be kubernetes, file or embedded"));
   }
+  // ---- pod lifecycle (pod-lifecycle helper) ----
+  if (c.kubernetes.pod_release_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("kubernetes.pod_release_grace: must not be negative");
+  }
+  if (c.kubernetes.pod_sweep_period < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError("kubernetes.pod_sweep_period: must be at least 100ms");
+  }
+  if (c.kubernetes.events_per_minute > 60000) {
+    return absl::InvalidArgumentError("kubernetes.events_per_minute: must be at most 60000");
+  }
+  if (const LeaderElectionConfig& le = c.kubernetes.leader_election; le.enabled) {
+    if (le.lease_name.empty()) {
+      return absl::InvalidArgumentError("kubernetes.leader_election.lease_name: must be set");
+    }
+    if (le.retry_period < absl::Milliseconds(10)) {
+      return absl::InvalidArgumentError(
+          "kubernetes.leader_election.retry_period: must be at least 10ms");
+    }
+    if (le.renew_deadline <= le.retry_period) {
+      return absl::InvalidArgumentError(
+          "kubernetes.leader_election.renew_deadline: must be longer than retry_period");
+    }
+    if (le.lease_duration <= le.renew_deadline) {
+      return absl::InvalidArgumentError(
+          "kubernetes.leader_election.lease_duration: must be longer than renew_deadline");
+    }
+    if (c.kubernetes.request_timeout < absl::Seconds(1)) {
+      return absl::InvalidArgumentError("kubernetes.request_timeout: must be at least 1s");
+    }
+  }
+  // ---- end pod lifecycle ----
   if (c.inventory.reload_period < absl::Milliseconds(100)) {
     return absl::InvalidArgumentError("inventory.reload_period: must be at least 100ms");
   }

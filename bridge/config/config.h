@@ -63,6 +63,24 @@ struct InventoryConfig {
   absl::Duration reload_period = absl::Seconds(5);
 };
 
+// Active/standby replicas of duet-bridge on a coordination.k8s.io/v1 Lease.
+struct LeaderElectionConfig {
+  // Off: the bridge serves at once (one replica).
+  bool enabled = false;
+  // Namespace of the Lease; empty: the in-cluster namespace file, else
+  // "default".
+  std::string namespace_;
+  std::string lease_name = "duet-bridge";
+  // This replica's identity; empty: $POD_NAME, else the hostname.
+  std::string identity;
+  // A standby takes over a lease not renewed for this long.
+  absl::Duration lease_duration = absl::Seconds(15);
+  // A leader that cannot renew for this long steps down (and exits).
+  absl::Duration renew_deadline = absl::Seconds(10);
+  // Time between attempts to acquire or renew.
+  absl::Duration retry_period = absl::Seconds(2);
+};
+
 struct KubernetesConfig {
   // kubeconfig file for development; empty: in-cluster (service-account
   // token and CA, KUBERNETES_SERVICE_HOST/PORT).
@@ -74,6 +92,21 @@ struct KubernetesConfig {
   std::string shared_node_selector = "duet.dev/shared=true";
   // Deadline of every non-watch request.
   absl::Duration request_timeout = absl::Seconds(60);
+
+  // ---- pod lifecycle (invariant I2), events, leader election ----
+  // Watch pods and release the holdings (placeholders) of pods that are
+  // deleted, finished (Succeeded/Failed) or unknown to Kubernetes. Used when
+  // the bridge talks to Kubernetes (inventory.source kubernetes).
+  bool watch_pods = true;
+  // A holding whose pod is not in the pod watch's view is released only
+  // once it is older than this (covers watch lag).
+  absl::Duration pod_release_grace = absl::Seconds(30);
+  // Time between sweeps of the ledger against the pod view (and retries of
+  // releases that failed, e.g. while Slurm was unreachable).
+  absl::Duration pod_sweep_period = absl::Seconds(30);
+  // Kubernetes Events posted per minute at most (token bucket; 0: none).
+  int events_per_minute = 60;
+  LeaderElectionConfig leader_election;
 };
 
 struct SlurmConfig {

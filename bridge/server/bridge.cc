@@ -19,6 +19,7 @@
 #include "bridge/slurm/munge_auth.h"  // slurm helper: munge
 #include "k8s_adapter/kube_config.h"
 #include "k8s_adapter/node_inventory.h"
+#include "bridge/server/podlife.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -113,9 +114,15 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
+    const TlsConfig& tls) {
+  return Credentials(tls);
+}
+
 Bridge::Bridge(const Config& config) : config_(config) {}
 
-absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
+absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
+                                                      const BridgeStartOptions& options) {
   std::unique_ptr<Bridge> b(new Bridge(config));
 
   // 1. The journal restores the ledger (I3/I4) before anything can change it.
@@ -164,6 +171,19 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
                                                  "): ", inv.message()));
   }
 
+  // ---- pod lifecycle (pod-lifecycle helper) ----
+  // 2b. Kubernetes Events (rate-limited, asynchronous), when the bridge talks
+  // to Kubernetes: pod releases, duet's node drains (below), refusals.
+  if (b->kube_client_ != nullptr && config.kubernetes.events_per_minute > 0) {
+    k8s::EventRecorderOptions eo;
+    eo.events_per_minute = config.kubernetes.events_per_minute;
+    eo.instance = LeaderIdentity(config.kubernetes.leader_election);
+    b->events_ = std::make_unique<k8s::EventRecorder>(b->kube_client_.get(), eo);
+    k8s::EventRecorder* ev = b->events_.get();
+    m->AddCollector([ev] { return EventFamilies(ev->stats()); });
+  }
+  // ---- end pod lifecycle ----
+
   // 3. Slurm: dynamic nodes, job import, weights, placeholders.
   if (config.slurm.enabled) {
     LibSlurmClientOptions co;
@@ -178,6 +198,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
     so.node_addr_label = config.slurm.node_addr_label;
     so.managed_feature = config.slurm.managed_feature;
     so.release_grace = config.slurm.release_grace;
+    if (b->events_ != nullptr) so.on_drain = NodeDrainEvents(b->events_.get());  // pod lifecycle
     b->slurm_sync_ = std::make_unique<SlurmSync>(so, &b->ledger_, b->slurm_.get(), Clock::Real());
     b->placeholders_ = std::make_unique<Placeholders>(&b->ledger_, b->slurm_.get());
     SlurmSync* sync = b->slurm_sync_.get();
@@ -189,8 +210,39 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
     sync->Start();
   }
 
+  // ---- pod lifecycle (pod-lifecycle helper) ----
+  // 3b. The pod watch (invariant I2), when the bridge talks to Kubernetes. The pod watch releases what deleted/finished/unknown pods
+  // held; with Slurm it cancels their placeholders first.
+  if (b->kube_client_ != nullptr) {
+    const KubernetesConfig& kc = config.kubernetes;
+    if (kc.watch_pods) {
+      b->pod_releaser_ = std::make_unique<BridgePodReleaser>(&b->ledger_, b->placeholders_.get(),
+                                                             b->events_.get());
+      k8s::PodWatchOptions po;
+      po.grace = kc.pod_release_grace;
+      po.sweep_period = kc.pod_sweep_period;
+      b->pod_watch_ = std::make_unique<k8s::PodWatch>(b->kube_client_.get(), &b->ledger_,
+                                                      b->pod_releaser_.get(), po);
+      absl::Status pw = b->pod_watch_->Start();
+      if (!pw.ok()) return pw;
+      k8s::PodWatch* watch = b->pod_watch_.get();
+      m->AddCollector([watch] { return PodWatchFamilies(watch->stats()); });
+    }
+    auto* nodes = dynamic_cast<k8s::KubeNodeInventory*>(b->inventory_.get());
+    k8s::PodWatch* watch = b->pod_watch_.get();
+    m->AddCollector([nodes, watch] {
+      std::vector<std::pair<std::string, k8s::InformerStats>> by;
+      if (nodes != nullptr) by.emplace_back("nodes", nodes->stats());
+      if (watch != nullptr) by.emplace_back("pods", watch->stats().informer);
+      return InformerFamilies(by);
+    });
+  }
+  // ---- end pod lifecycle ----
+
   // 4. Metrics.
-  if (!config.metrics.listen.empty()) {
+  if (options.exposer != nullptr) {
+    m->RegisterOn(options.exposer);
+  } else if (!config.metrics.listen.empty()) {
     auto exposer = b->metrics_->Serve(config.metrics.listen);
     if (!exposer.ok()) return exposer.status();
     b->exposer_ = std::move(*exposer);
@@ -247,6 +299,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
         " (address in use or not permitted?)"));
   }
   b->server_->GetHealthCheckService()->SetServingStatus(true);
+  b->server_->GetHealthCheckService()->SetServingStatus("duet", true);
   if (b->slurm_sync_ != nullptr) {
     // "duet.slurm" is NOT_SERVING while Slurm is unreachable; the ledger
     // (service "") keeps serving from what it knows.
@@ -292,6 +345,10 @@ void Bridge::Shutdown() {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + config_.grpc.shutdown_grace));
     server_->Wait();
   }
+  // ---- pod lifecycle: no releases once shutting down ----
+  if (pod_watch_ != nullptr) pod_watch_->Stop();
+  if (events_ != nullptr) events_->Stop();
+  // ---- end pod lifecycle ----
   if (inventory_ != nullptr) inventory_->Stop();
   if (slurm_sync_ != nullptr) slurm_sync_->Stop();
   durability_.reset();  // answers whatever is still waiting
@@ -315,6 +372,7 @@ int Run(const Config& config) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  if (config.kubernetes.leader_election.enabled) return RunWithLeaderElection(config, set);
 
   absl::StatusOr<std::unique_ptr<Bridge>> bridge = Bridge::Start(config);
   if (!bridge.ok()) {

@@ -17,11 +17,22 @@
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
 #include "bridge/slurm/slurm_sync.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
+#include "k8s_adapter/event_recorder.h"
 #include "k8s_adapter/kube_client.h"
+#include "k8s_adapter/pod_watch.h"
 #include "prometheus/exposer.h"
 
 namespace duet {
+
+// ---- pod lifecycle (pod-lifecycle helper) ----
+struct BridgeStartOptions {
+  // Non-null: register /metrics on this exposer (the standby's, under leader
+  // election) instead of serving metrics.listen.
+  prometheus::Exposer* exposer = nullptr;
+};
+// ---- end pod lifecycle ----
 
 // Thread-safety: Start and Shutdown are called from one thread; the parts
 // they own are thread-safe themselves.
@@ -29,7 +40,8 @@ class Bridge {
  public:
   // Recovers the journal, loads the inventory, binds the listeners. Errors
   // name what failed (file, offset, address). `config` must be valid.
-  static absl::StatusOr<std::unique_ptr<Bridge>> Start(const Config& config);
+  static absl::StatusOr<std::unique_ptr<Bridge>> Start(const Config& config,
+                                                       const BridgeStartOptions& options = {});
   ~Bridge();
 
   // Graceful: refuse new work, close watch streams, let in-flight calls finish
@@ -45,6 +57,12 @@ class Bridge {
   SlurmSync* slurm_sync() { return slurm_sync_.get(); }
   Placeholders* placeholders() { return placeholders_.get(); }
   Metrics* metrics() { return metrics_.get(); }
+  // ---- pod lifecycle (pod-lifecycle helper) ----
+  // Null unless the bridge talks to Kubernetes (and kubernetes.watch_pods /
+  // events_per_minute > 0).
+  k8s::PodWatch* pod_watch() { return pod_watch_.get(); }
+  k8s::EventRecorder* events() { return events_.get(); }
+  // ---- end pod lifecycle ----
 
  private:
   explicit Bridge(const Config& config);
@@ -65,6 +83,11 @@ class Bridge {
   std::unique_ptr<SlurmClient> slurm_;
   std::unique_ptr<SlurmSync> slurm_sync_;
   std::unique_ptr<Placeholders> placeholders_;
+  // ---- pod lifecycle (pod-lifecycle helper) ----
+  std::unique_ptr<k8s::EventRecorder> events_;
+  std::unique_ptr<k8s::PodReleaser> pod_releaser_;
+  std::unique_ptr<k8s::PodWatch> pod_watch_;
+  // ---- end pod lifecycle ----
   // Mirrors slurm_sync_->degraded() into the "duet.slurm" health status.
   std::thread health_thread_;
   absl::Mutex health_mu_;
@@ -74,7 +97,14 @@ class Bridge {
 };
 
 // Starts the bridge, waits for SIGTERM or SIGINT, shuts down gracefully.
-// Returns the process exit code (0 clean, 1 start-up failure).
+// Returns the process exit code (0 clean, 1 start-up failure). Under
+// kubernetes.leader_election: RunWithLeaderElection (podlife.h; 3 when the
+// lease is lost).
 int Run(const Config& config);
+
+// The gRPC server credentials for grpc.tls (insecure when no cert_file).
+// Errors name the file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
+    const TlsConfig& tls);
 
 }  // namespace duet

@@ -238,13 +238,17 @@ std::string Metrics::Render() const {
   return prometheus::TextSerializer().Serialize(all);
 }
 
+void Metrics::RegisterOn(prometheus::Exposer* exposer) {
+  exposer->RegisterCollectable(registry_);
+  exposer->RegisterCollectable(ledger_collector_);
+  exposer->RegisterCollectable(extra_collector_);
+}
+
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> Metrics::Serve(const std::string& listen) {
   // prometheus-cpp (civetweb) throws when the port cannot be bound.
   try {
     auto exposer = std::make_unique<prometheus::Exposer>(listen, 2);
-    exposer->RegisterCollectable(registry_);
-    exposer->RegisterCollectable(ledger_collector_);
-    exposer->RegisterCollectable(extra_collector_);
+    RegisterOn(exposer.get());
     return exposer;
   } catch (const std::exception& e) {
     return absl::UnavailableError(

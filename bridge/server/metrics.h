@@ -52,6 +52,9 @@ class Metrics {
 
   // Serves /metrics on `listen` ("host:port"). Errors name the address.
   absl::StatusOr<std::unique_ptr<prometheus::Exposer>> Serve(const std::string& listen);
+  // Adds every family to an exposer someone else serves (the standby's, under
+  // leader election). The exposer holds them weakly: they vanish with this.
+  void RegisterOn(prometheus::Exposer* exposer);
 
  private:
   class LedgerCollector;

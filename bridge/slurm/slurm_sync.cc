@@ -288,16 +288,20 @@ absl::Status SlurmSync::SyncNodes(const LedgerSnapshot& snap,
       SlurmNodeUpdate u;
       u.name = have.name;
       u.drain_reason = reason;
-      note(slurm_->UpdateNode(u));
+      absl::Status s = slurm_->UpdateNode(u);
+      note(s);
       Count(&SlurmSyncStats::drains);
       spdlog::info("slurm sync: drained {} ({})", have.name, reason);
+      if (s.ok() && options_.on_drain) options_.on_drain(have.name, true, reason);
     } else if (reason.empty() && IsDuetDrain(have)) {
       SlurmNodeUpdate u;
       u.name = have.name;
       u.drain_reason = "";
-      note(slurm_->UpdateNode(u));
+      absl::Status s = slurm_->UpdateNode(u);
+      note(s);
       Count(&SlurmSyncStats::resumes);
       spdlog::info("slurm sync: resumed {} (was: {})", have.name, have.reason);
+      if (s.ok() && options_.on_drain) options_.on_drain(have.name, false, have.reason);
     } else if (!reason.empty() && IsDuetDrain(have) && have.reason != reason) {
       SlurmNodeUpdate u;
       u.name = have.name;

@@ -67,6 +67,11 @@ struct SlurmSyncOptions {
   // Whether a pod still exists (wired to the Kubernetes side). Null: assume
   // it does (placeholders are then only cancelled when their pod releases).
   std::function<bool(const std::string& pod_uid)> pod_exists;
+  // Told after duet drained a node in Slurm because of its inventory state
+  // (drained=true, `reason` is duet's drain reason) or resumed one of its own
+  // drains (drained=false, `reason` is the old reason). Called from the sync
+  // thread; must not block (duet-bridge posts a Kubernetes Event). Null: none.
+  std::function<void(const std::string& node, bool drained, const std::string& reason)> on_drain;
 };
 
 struct SlurmSyncStats {

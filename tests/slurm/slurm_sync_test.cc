@@ -60,6 +60,9 @@ class SlurmSyncTest : public ::testing::Test {
     SlurmSyncOptions o;
     o.release_grace = absl::ZeroDuration();
     o.pod_exists = [this](const std::string& uid) { return gone_pods_.count(uid) == 0; };
+    o.on_drain = [this](const std::string& node, bool drained, const std::string& reason) {
+      drain_calls_.push_back(node + (drained ? " drained: " : " resumed: ") + reason);
+    };
     sync_ = std::make_unique<SlurmSync>(o, &ledger_, client_.get(), Clock::Real());
     placeholders_ = std::make_unique<Placeholders>(&ledger_, client_.get());
   }
@@ -111,6 +114,7 @@ class SlurmSyncTest : public ::testing::Test {
   std::unique_ptr<SlurmSync> sync_;
   std::unique_ptr<Placeholders> placeholders_;
   std::set<std::string> gone_pods_;
+  std::vector<std::string> drain_calls_;  // from on_drain (RunOnce's thread)
 };
 
 TEST_F(SlurmSyncTest, InventoryNodesAppearWithGresAndFeatures) {
@@ -150,11 +154,14 @@ TEST_F(SlurmSyncTest, CordonUncordonRemovalAndAdminDrain) {
   ASSERT_TRUE(ledger_.UpsertNode(c).ok());
   ASSERT_TRUE(sync_->RunOnce().ok());
   EXPECT_TRUE(WaitFor([&] { return cluster_->Cli("sinfo -h -N -n sy-c -o '%t'").out == "idle\n"; }));
+  EXPECT_EQ(drain_calls_, (std::vector<std::string>{"sy-c drained: duet: cordoned",
+                                                    "sy-c resumed: duet: cordoned"}));
 
   // An admin's drain survives a ready node in the ledger.
   ASSERT_EQ(cluster_->Cli("scontrol update NodeName=sy-d State=DRAIN Reason=admin-maint").rc, 0);
   ASSERT_TRUE(sync_->RunOnce().ok());
   EXPECT_EQ(cluster_->Cli("sinfo -h -N -n sy-d -o '%t|%E'").out, "drain|admin-maint\n");
+  EXPECT_EQ(drain_calls_.size(), 2u) << "an admin's drain is not duet's to report";
 
   // Removal: drained while a job runs, deleted once it ends.
   uint32_t job = cluster_->Sbatch("-w sy-c --gres=gpu:1 --wrap 'sleep 60'");

@@ -1,0 +1,223 @@
+// duet-bridge under kubernetes.leader_election: two real duet-bridge
+// processes against the fake API server (tests/fakes/fake_apiserver.py).
+// One leads and serves; the other is a standby (health NOT_SERVING, no
+// ledger service, duet_leader 0). kill -9 of the leader → the standby takes
+// over once the lease expires and serves; a leader that cannot renew exits
+// with status 3; SIGTERM gives the lease up.
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "duet/v1/duet.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "tests/k8s/fake_server.h"
+
+namespace duet {
+namespace {
+
+namespace fs = std::filesystem;
+using k8s::testing::FakeApiServer;
+using k8s::testing::WaitFor;
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+constexpr absl::Duration kLease = absl::Seconds(2);
+constexpr absl::Duration kRetry = absl::Milliseconds(200);
+
+struct Replica {
+  std::string name;
+  int grpc_port = 0;
+  int metrics_port = 0;
+  pid_t pid = -1;
+  // A fresh channel (own subchannel pool) per call: no reconnect backoff
+  // carried over from the time the port was closed.
+  std::shared_ptr<grpc::Channel> Channel() const {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(grpc_port),
+                                     grpc::InsecureChannelCredentials(), args);
+  }
+};
+
+class LeaderBridgeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fake_.ok());
+    dir_ = k8s::testing::MakeTempDir();
+    std::ofstream(dir_ + "/kubeconfig")
+        << "apiVersion: v1\nkind: Config\n"
+        << "clusters: [{name: fake, cluster: {server: \"" << fake_.url() << "\"}}]\n"
+        << "users: [{name: dev, user: {}}]\n"
+        << "contexts: [{name: fake, context: {cluster: fake, user: dev, namespace: duet-system}}]\n"
+        << "current-context: fake\n";
+    k8s::KubeConfig c;
+    c.server = fake_.url();
+    client_ = *k8s::NewCurlKubeClient(c);
+  }
+  void TearDown() override {
+    for (Replica* r : {&a_, &b_}) {
+      if (r->pid > 0) {
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, nullptr, 0);
+      }
+    }
+    k8s::testing::RemoveTree(dir_);
+  }
+
+  // Starts a replica. `identity_in_config` false: the identity comes from
+  // $POD_NAME.
+  void Start(Replica* r, const std::string& name, bool identity_in_config) {
+    r->name = name;
+    r->grpc_port = FreePort();
+    r->metrics_port = FreePort();
+    const std::string cfg = dir_ + "/" + name + ".yaml";
+    std::ofstream(cfg) << "grpc: {listen: \"127.0.0.1:" << r->grpc_port << "\", shutdown_grace: 1s}\n"
+                       << "metrics: {listen: \"127.0.0.1:" << r->metrics_port << "\"}\n"
+                       << "journal: {dir: " << dir_ << "/" << name << "-journal, fsync: false}\n"
+                       << "inventory: {source: embedded}\n"
+                       << "kubernetes:\n"
+                       << "  kubeconfig: " << dir_ << "/kubeconfig\n"
+                       << "  leader_election:\n"
+                       << "    enabled: true\n"
+                       << (identity_in_config ? "    identity: " + name + "\n" : "")
+                       << "    lease_duration: " << absl::FormatDuration(kLease) << "\n"
+                       << "    renew_deadline: 1500ms\n"
+                       << "    retry_period: " << absl::FormatDuration(kRetry) << "\n"
+                       << "log_level: info\n";
+    const std::string pod_env = "POD_NAME=" + name;
+    r->pid = fork();
+    ASSERT_GE(r->pid, 0);
+    if (r->pid == 0) {
+      char* envp[] = {const_cast<char*>(pod_env.c_str()), nullptr};
+      execle(DUET_BRIDGE_BIN, DUET_BRIDGE_BIN, "--config", cfg.c_str(), (char*)nullptr, envp);
+      _exit(127);
+    }
+
+  }
+
+  // "SERVING", "NOT_SERVING", or the RPC error code as text.
+  static std::string Health(Replica& r, const std::string& service) {
+    auto stub = grpc::health::v1::Health::NewStub(r.Channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::Status s = stub->Check(&ctx, req, &resp);
+    if (!s.ok()) return "error " + std::to_string(s.error_code());
+    return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
+  }
+  static grpc::StatusCode ListNodes(Replica& r, int* nodes = nullptr) {
+    auto stub = v1::Ledger::NewStub(r.Channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    v1::ListNodesResponse resp;
+    grpc::Status s = stub->ListNodes(&ctx, v1::ListNodesRequest(), &resp);
+    if (nodes != nullptr) *nodes = resp.nodes_size();
+    return s.error_code();
+  }
+  // The value of `duet_leader` on the replica's /metrics, or -1.
+  int LeaderMetric(Replica& r) {
+    k8s::KubeConfig c;
+    c.server = "http://127.0.0.1:" + std::to_string(r.metrics_port);
+    auto client = k8s::NewCurlKubeClient(c);
+    if (!client.ok()) return -1;
+    auto body = (*client)->Get("/metrics");
+    if (!body.ok()) return -1;
+    const size_t at = body->find("\nduet_leader ");
+    if (at == std::string::npos) return -1;
+    return std::atoi(body->c_str() + at + 13);
+  }
+  std::string Holder() {
+    auto got = client_->Get("/apis/coordination.k8s.io/v1/namespaces/duet-system/leases/duet-bridge");
+    if (!got.ok()) return "";
+    return nlohmann::json::parse(*got)["spec"].value("holderIdentity", "");
+  }
+  // Exit status, or -1 if it has not exited within `timeout`.
+  static int WaitExit(Replica& r, absl::Duration timeout) {
+    int status = 0;
+    const bool exited = WaitFor([&] { return waitpid(r.pid, &status, WNOHANG) == r.pid; }, timeout);
+    if (!exited) return -1;
+    r.pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  FakeApiServer fake_;
+  std::string dir_;
+  std::unique_ptr<k8s::KubeClient> client_;
+  Replica a_, b_;
+};
+
+TEST_F(LeaderBridgeTest, StandbyTakesOverWhenTheLeaderDies) {
+  Start(&a_, "bridge-a", /*identity_in_config=*/true);
+  ASSERT_TRUE(WaitFor([&] { return Health(a_, "") == "SERVING"; }, absl::Seconds(20)));
+  EXPECT_EQ(Health(a_, "duet"), "SERVING");
+  EXPECT_EQ(Holder(), "bridge-a");
+  int nodes = 0;
+  EXPECT_EQ(ListNodes(a_, &nodes), grpc::StatusCode::OK);
+  EXPECT_GT(nodes, 0);
+  EXPECT_EQ(LeaderMetric(a_), 1);
+
+  Start(&b_, "bridge-b", /*identity_in_config=*/false);  // identity from $POD_NAME
+  ASSERT_TRUE(WaitFor([&] { return Health(b_, "") == "NOT_SERVING"; }, absl::Seconds(20)));
+  // Several lease durations: a keeps renewing; b stays a standby.
+  absl::SleepFor(kLease + absl::Seconds(1));
+  EXPECT_EQ(Health(b_, ""), "NOT_SERVING");
+  EXPECT_EQ(Health(b_, "duet"), "NOT_SERVING");
+  EXPECT_EQ(ListNodes(b_), grpc::StatusCode::UNIMPLEMENTED);  // grants nothing
+  EXPECT_EQ(LeaderMetric(b_), 0);
+  EXPECT_EQ(Health(a_, ""), "SERVING");
+  EXPECT_EQ(Holder(), "bridge-a");
+
+  // The leader crashes without giving the lease up.
+  kill(a_.pid, SIGKILL);
+  waitpid(a_.pid, nullptr, 0);
+  a_.pid = -1;
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(WaitFor([&] { return Health(b_, "") == "SERVING"; }, absl::Seconds(15)));
+  const absl::Duration took = absl::Now() - t0;
+  std::fprintf(stderr, "takeover: standby serving %s after the leader's kill -9\n",
+               absl::FormatDuration(took).c_str());
+  // Not before the lease has expired; soon after (+ a retry + start-up).
+  EXPECT_GE(took, kLease - kRetry) << took;
+  EXPECT_LE(took, kLease + kRetry + absl::Seconds(3)) << took;
+  EXPECT_EQ(Holder(), "bridge-b");
+  EXPECT_EQ(ListNodes(b_, &nodes), grpc::StatusCode::OK);
+  EXPECT_GT(nodes, 0);
+  EXPECT_EQ(LeaderMetric(b_), 1);
+
+  // SIGTERM: a clean exit that gives the lease up.
+  kill(b_.pid, SIGTERM);
+  EXPECT_EQ(WaitExit(b_, absl::Seconds(10)), 0);
+  EXPECT_EQ(Holder(), "");
+}
+
+TEST_F(LeaderBridgeTest, LeaderThatCannotRenewExitsForARestart) {
+  Start(&a_, "bridge-a", true);
+  ASSERT_TRUE(WaitFor([&] { return Health(a_, "") == "SERVING"; }, absl::Seconds(20)));
+  fake_.Control("fail", {{"count", 1000000}, {"code", 503}});
+  const absl::Time t0 = absl::Now();
+  EXPECT_EQ(WaitExit(a_, absl::Seconds(10)), 3);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(8));  // renew_deadline 1.5s + shutdown
+}
+
+}  // namespace
+}  // namespace duet
