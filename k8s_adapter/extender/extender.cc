@@ -1,6 +1,7 @@
 #include "k8s_adapter/extender/extender.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,12 +36,6 @@ class KubePodApi final : public PodApi {
 };
 
 bool Unresolvable(NodeState s) { return s != NodeState::kReady; }
-
-int64_t ToExtenderScore(int score) {
-  return std::clamp<int64_t>((int64_t{score} * kMaxExtenderPriority + placement::kMaxScore / 2) /
-                                 placement::kMaxScore,
-                             0, kMaxExtenderPriority);
-}
 
 }  // namespace
 
@@ -97,17 +92,31 @@ FilterResult Extender::Filter(const ExtenderArgs& args) const {
 std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
   std::vector<HostPriority> out;
   out.reserve(args.node_names.size());
+  for (const std::string& name : args.node_names) out.push_back({name, 0});
   absl::StatusOr<placement::PodRequest> req = ParsePodRequest(args.pod);
-  for (const std::string& name : args.node_names) {
-    HostPriority h{name, 0};
-    if (req.ok() && req->count > 0) {
-      std::shared_ptr<const NodeView> view = ledger_->GetNode(name);
-      if (view != nullptr) {
-        std::optional<placement::Placement> p = scorer_.Evaluate(*view, LoadOf(*view), *req);
-        if (p.has_value()) h.score = ToExtenderScore(p->score);
-      }
-    }
-    out.push_back(std::move(h));
+  if (!req.ok() || req->count == 0) return out;
+  // The policy's raw preference per node where the pod fits, then min-max
+  // scaled over this request's nodes: the best gets 10, the worst 0, the
+  // rest in proportion (rounded down, so only the best reach 10).
+  std::vector<std::pair<size_t, double>> raw;
+  raw.reserve(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(out[i].host);
+    if (view == nullptr) continue;
+    std::optional<placement::Placement> p = scorer_.Evaluate(*view, LoadOf(*view), *req);
+    if (p.has_value()) raw.emplace_back(i, p->raw);
+  }
+  if (raw.empty()) return out;
+  double lo = raw.front().second;
+  double hi = lo;
+  for (const auto& [i, r] : raw) {
+    lo = std::min(lo, r);
+    hi = std::max(hi, r);
+  }
+  for (const auto& [i, r] : raw) {
+    out[i].score = hi - lo < 1e-9 ? kMaxExtenderPriority
+                                  : static_cast<int64_t>(std::floor(
+                                        kMaxExtenderPriority * (r - lo) / (hi - lo) + 1e-9));
   }
   return out;
 }

@@ -12,9 +12,14 @@
 //             FailedNodes (preemption might). A pod that asks for no device
 //             passes every node except ledger nodes that are not ready or
 //             lack its CPU/memory.
-//  Prioritize placement's score for the configured policy (0..100) scaled
-//             to 0..kMaxExtenderPriority; 0 where the pod does not fit, and
-//             0 everywhere for a pod that asks for no device (neutral).
+//  Prioritize the configured placement policy's preference (Placement::raw:
+//             packing counting Slurm and pods, fragmentation, model) for
+//             each node where the pod fits, min-max scaled over the
+//             request's nodes onto 0..kMaxExtenderPriority (the best node
+//             10, the worst 0, rounded down). Placement's own 0..100 score
+//             is too coarse for this: its packing tie-break is worth a
+//             fraction of a point. 0 where the pod does not fit, and 0
+//             everywhere for a pod that asks for no device (neutral).
 //  Bind       GETs the pod (the binding args carry no resources), holds its
 //             devices -- through Placeholders::Create (a Slurm placeholder
 //             plus its ledger record) when Slurm is on, else a ledger

@@ -213,8 +213,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (ec == http::error::end_of_stream) return DoClose();
     const auto start = std::chrono::steady_clock::now();
     if (ec == http::error::body_limit) {
-      std::string target;
-      if (parser_->is_header_done()) target = std::string(parser_->get().target());
+      // The start line is parsed by now (the limit is checked against the
+      // Content-Length header or the body read so far).
+      const std::string target(parser_->get().target());
       return Write(Text(413, absl::StrCat("request body larger than ", shared_->max_body,
                                           " bytes (extender.max_request_bytes)")),
                    /*keep_alive=*/false, shared_->handler->Verb(target), start);
