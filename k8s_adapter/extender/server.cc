@@ -109,7 +109,7 @@ HttpReply Handler::Filter(const std::string& body) const {
   HttpReply error;
   std::optional<nlohmann::json> j = ParseBody(body, &error);
   if (!j.has_value()) return error;
-  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(*j);
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(std::move(*j));
   if (!args.ok()) return Text(400, std::string(args.status().message()));
   return Json(FilterResultJson(extender_->Filter(*args), &*args));
 }
@@ -118,7 +118,7 @@ HttpReply Handler::Prioritize(const std::string& body) const {
   HttpReply error;
   std::optional<nlohmann::json> j = ParseBody(body, &error);
   if (!j.has_value()) return error;
-  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(*j);
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(std::move(*j));
   if (!args.ok()) return Text(400, std::string(args.status().message()));
   return Json(PriorityListJson(extender_->Prioritize(*args)));
 }

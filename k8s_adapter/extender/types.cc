@@ -223,16 +223,20 @@ absl::StatusOr<placement::PodRequest> ParsePodRequestOrThrow(const json& pod) {
   return req;
 }
 
+json* MutableMember(json& obj, const char* key) {
+  return const_cast<json*>(Member(obj, key));
+}
+
 }  // namespace
 
-absl::StatusOr<ExtenderArgs> ParseExtenderArgs(const json& body) {
+absl::StatusOr<ExtenderArgs> ParseExtenderArgs(json body) {
   if (!body.is_object()) return absl::InvalidArgumentError("ExtenderArgs: the body must be a JSON object");
   ExtenderArgs args;
-  const json* pod = Member(body, "Pod");
+  json* pod = MutableMember(body, "Pod");
   if (pod == nullptr || pod->is_null()) return absl::InvalidArgumentError("ExtenderArgs.Pod: missing");
   if (!pod->is_object()) return absl::InvalidArgumentError("ExtenderArgs.Pod: not an object");
-  args.pod = *pod;
-  const json* names = Member(body, "NodeNames");
+  args.pod = std::move(*pod);
+  json* names = MutableMember(body, "NodeNames");
   const json* nodes = Member(body, "Nodes");
   if (names != nullptr && !names->is_null()) {
     if (!names->is_array()) return absl::InvalidArgumentError("ExtenderArgs.NodeNames: not a list");
@@ -242,11 +246,11 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(const json& body) {
     }
     args.node_names.reserve(names->size());
     for (size_t i = 0; i < names->size(); ++i) {
-      const json& n = (*names)[i];
+      json& n = (*names)[i];
       if (!n.is_string()) {
         return absl::InvalidArgumentError(absl::StrCat("ExtenderArgs.NodeNames[", i, "]: not a string"));
       }
-      args.node_names.push_back(n.get<std::string>());
+      args.node_names.push_back(std::move(n.get_ref<std::string&>()));
     }
   } else if (nodes != nullptr && !nodes->is_null()) {
     const json* items = Path(*nodes, {"items"});
