@@ -4,7 +4,9 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -36,6 +38,18 @@ class KubePodApi final : public PodApi {
 };
 
 bool Unresolvable(NodeState s) { return s != NodeState::kReady; }
+
+// Placement's reasons start "node NAME: "; FailedNodes is keyed by node
+// already, and kube-scheduler counts nodes per distinct message in the pod's
+// FailedScheduling event ("3 duet: 2 of 8 gpu devices ..."), so the name
+// would only split the counts.
+std::string Reason(absl::string_view reason, const std::string& node) {
+  absl::string_view r = reason;
+  if (absl::ConsumePrefix(&r, "node ") && absl::ConsumePrefix(&r, node) && absl::ConsumePrefix(&r, ": ")) {
+    return absl::StrCat("duet: ", r);
+  }
+  return absl::StrCat("duet: ", reason);
+}
 
 }  // namespace
 
@@ -70,20 +84,18 @@ FilterResult Extender::Filter(const ExtenderArgs& args) const {
       if (req->count == 0) {
         out.node_names.push_back(name);  // not a shared node: not duet's concern
       } else {
-        out.failed_unresolvable[name] =
-            absl::StrCat("duet: node ", name, " is not a shared GPU/TPU node (not in the ledger)");
+        out.failed_unresolvable[name] = "duet: not a shared GPU/TPU node (not in duet's ledger)";
       }
       continue;
     }
     if (Unresolvable(view->spec.state)) {
-      out.failed_unresolvable[name] =
-          absl::StrCat("duet: node ", name, " is ", NodeStateName(view->spec.state));
+      out.failed_unresolvable[name] = absl::StrCat("duet: node is ", NodeStateName(view->spec.state));
       continue;
     }
     if (placement::Fits(*view, LoadOf(*view), *req, &reason)) {
       out.node_names.push_back(name);
     } else {
-      out.failed[name] = absl::StrCat("duet: ", reason);
+      out.failed[name] = Reason(reason, name);
     }
   }
   return out;
