@@ -182,7 +182,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
  public:
   template <class... Args>
-  Session(Shared* shared, Args&&... args) : shared_(shared), stream_(std::forward<Args>(args)...) {}
+  Session(Shared* shared, Args&&... args) : shared_(shared), stream_(std::forward<Args>(args)...) {
+    // Large first reads: without this Beast reads a 100 KB body in small
+    // pieces (several times slower).
+    buffer_.reserve(256 * 1024);
+  }
 
   void Run() {
     if constexpr (kTls) {
@@ -306,7 +310,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   Shared* const shared_;
   Stream stream_;
-  beast::flat_buffer buffer_{256 * 1024};
+  beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<http::response<http::string_body>> res_;
   std::array<char, 16 * 1024> scratch_;

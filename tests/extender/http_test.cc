@@ -95,6 +95,23 @@ TEST_F(HttpTest, OversizedBodyGets413AndChangesNothing) {
   EXPECT_THAT(Metrics(), HasSubstr("duet_extender_requests_total{code=\"413\",verb=\"filter\"} 1"));
 }
 
+TEST_F(HttpTest, LargeRequestWithinTheLimitIsServed) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  json args = testing::TestdataJson("filter_args.json");
+  for (int i = 0; i < 30000; ++i) args["NodeNames"].push_back("gke-cpu-pool-n2-" + std::to_string(i));
+  const std::string body = args.dump();
+  ASSERT_GT(body.size(), 700000u);
+  HttpClient c(server->port());
+  absl::StatusOr<testing::Reply> r = c.Post("/duet/filter", body);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->status, 200) << r->body;
+  json result = json::parse(r->body);
+  EXPECT_EQ(result["NodeNames"].size(), 3u);
+  // pool-2 and the 30,000 CPU nodes (gke-cpu-pool-n2-0 was already in the list).
+  EXPECT_EQ(result["FailedAndUnresolvableNodes"].size(), 30001u);
+}
+
 TEST_F(HttpTest, GarbageWrongPathAndWrongMethod) {
   auto server = Start({});
   ASSERT_NE(server, nullptr);
