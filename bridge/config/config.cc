@@ -103,6 +103,26 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     // --- end munge ---
     DUET_YAML(s.Finish());
   }
+  {
+    Section s(top.Child("placement"), "placement");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.String("policy", &c->placement.policy));
+    DUET_YAML(s.Finish());
+  }
+  {
+    Section s(top.Child("extender"), "extender");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.String("listen", &c->extender.listen));
+    DUET_YAML(s.String("url_prefix", &c->extender.url_prefix));
+    DUET_YAML(s.Int("max_request_bytes", &c->extender.max_request_bytes));
+    DUET_YAML(s.Int("threads", &c->extender.threads));
+    Section t(s.Child("tls"), "extender.tls");
+    DUET_YAML(t.Check());
+    DUET_YAML(t.String("cert_file", &c->extender.tls.cert_file));
+    DUET_YAML(t.String("key_file", &c->extender.tls.key_file));
+    DUET_YAML(t.Finish());
+    DUET_YAML(s.Finish());
+  }
   DUET_YAML(top.String("log_level", &c->log_level));
   return top.Finish();
 }
@@ -230,6 +250,33 @@ absl::Status ValidateConfig(const Config& c) {
     }
     if (c.slurm.release_grace < absl::ZeroDuration()) {
       return absl::InvalidArgumentError("slurm.release_grace: must not be negative");
+    }
+  }
+  static const std::set<std::string> kPolicies = {"duet", "spread", "least-allocated",
+                                                   "most-allocated", "best-fit", "fgd"};
+  if (!kPolicies.count(c.placement.policy)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement.policy: \"", c.placement.policy,
+                     "\" must be duet, spread, most-allocated, best-fit or fgd"));
+  }
+  if (!c.extender.listen.empty()) {
+    DUET_YAML(CheckHostPort("extender.listen", c.extender.listen));
+    const std::string& p = c.extender.url_prefix;
+    if (!p.empty() && (p[0] != '/' || p.find_first_of("?# ") != std::string::npos)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("extender.url_prefix: \"", p, "\" must be empty or a path starting with /"));
+    }
+    if (c.extender.tls.cert_file.empty() != c.extender.tls.key_file.empty()) {
+      return absl::InvalidArgumentError("extender.tls: cert_file and key_file must be set together");
+    }
+    if (c.extender.max_request_bytes < 1024 || c.extender.max_request_bytes > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError("extender.max_request_bytes: must be 1024..1073741824");
+    }
+    if (c.extender.threads < 1 || c.extender.threads > 64) {
+      return absl::InvalidArgumentError("extender.threads: must be 1..64");
+    }
+    if (c.kubernetes.request_timeout < absl::Seconds(1)) {
+      return absl::InvalidArgumentError("kubernetes.request_timeout: must be at least 1s");
     }
   }
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error"};

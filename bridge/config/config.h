@@ -143,6 +143,30 @@ struct SlurmConfig {
   // --- end munge ---
 };
 
+struct PlacementConfig {
+  // How the extender scores nodes and how Slurm node weights are derived:
+  // duet | spread | most-allocated | best-fit | fgd (placement::ParsePolicy).
+  std::string policy = "duet";
+};
+
+struct ExtenderConfig {
+  // The kube-scheduler extender's HTTP(S) address, "host:port". Empty: no
+  // extender. When set, duet-bridge also needs the Kubernetes API (for
+  // bindings), configured in `kubernetes`, whatever the inventory source.
+  std::string listen;
+  // Verbs are served at <url_prefix>/filter, /prioritize and /bind.
+  std::string url_prefix = "/duet";
+  // PEM certificate chain and key; both set: HTTPS only.
+  struct {
+    std::string cert_file;
+    std::string key_file;
+  } tls;
+  // Larger request bodies are refused with 413.
+  int64_t max_request_bytes = 8388608;
+  // Threads that serve requests (and as many for binds).
+  int threads = 2;
+};
+
 struct Config {
   GrpcConfig grpc;
   MetricsConfig metrics;
@@ -150,6 +174,8 @@ struct Config {
   InventoryConfig inventory;
   KubernetesConfig kubernetes;
   SlurmConfig slurm;
+  PlacementConfig placement;
+  ExtenderConfig extender;
   // spdlog level: trace, debug, info, warn, error.
   std::string log_level = "info";
 };

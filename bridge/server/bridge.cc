@@ -144,12 +144,8 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
       [m](double seconds, size_t records, size_t bytes) { m->ObserveFsync(seconds, records, bytes); });
   b->ledger_.AddListener(&b->hub_);
 
-  // 2. The inventory.
-  if (config.inventory.source == "embedded") {
-    b->inventory_ = NewStaticInventory(EmbeddedInventoryYaml());
-  } else if (config.inventory.source == "kubernetes") {
-    // The shared pools' Nodes, listed then watched. Start() returns after the
-    // first complete list.
+  // The Kubernetes API: for the Node watch, and for the extender's bindings.
+  if (config.inventory.source == "kubernetes" || !config.extender.listen.empty()) {
     absl::StatusOr<k8s::KubeConfig> kc =
         k8s::ResolveKubeConfig(config.kubernetes.kubeconfig, config.kubernetes.context);
     if (!kc.ok()) return kc.status();
@@ -158,6 +154,18 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     absl::StatusOr<std::unique_ptr<k8s::KubeClient>> client = k8s::NewCurlKubeClient(*kc, ko);
     if (!client.ok()) return client.status();
     b->kube_client_ = std::move(*client);
+  }
+  absl::StatusOr<placement::Policy> policy = placement::ParsePolicy(config.placement.policy);
+  if (!policy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("placement.policy: ", policy.status().message()));
+  }
+
+  // 2. The inventory.
+  if (config.inventory.source == "embedded") {
+    b->inventory_ = NewStaticInventory(EmbeddedInventoryYaml());
+  } else if (config.inventory.source == "kubernetes") {
+    // The shared pools' Nodes, listed then watched. Start() returns after the
+    // first complete list.
     k8s::NodeInventoryOptions no;
     no.label_selector = config.kubernetes.shared_node_selector;
     b->inventory_ = std::make_unique<k8s::KubeNodeInventory>(b->kube_client_.get(), no);
@@ -199,6 +207,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     so.managed_feature = config.slurm.managed_feature;
     so.release_grace = config.slurm.release_grace;
     if (b->events_ != nullptr) so.on_drain = NodeDrainEvents(b->events_.get());  // pod lifecycle
+    so.policy = *policy;
     b->slurm_sync_ = std::make_unique<SlurmSync>(so, &b->ledger_, b->slurm_.get(), Clock::Real());
     b->placeholders_ = std::make_unique<Placeholders>(&b->ledger_, b->slurm_.get());
     SlurmSync* sync = b->slurm_sync_.get();
@@ -313,13 +322,47 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
                                                   absl::Seconds(1)));
     });
   }
+  // 6. The scheduler extender.
+  if (!config.extender.listen.empty()) {
+    b->pod_api_ = extender::NewKubePodApi(b->kube_client_.get());
+    extender::ExtenderOptions eo;
+    eo.policy = *policy;
+    eo.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
+    // Bind refusals become Warning Events on the pod (rate-limited, async).
+    if (b->events_ != nullptr) {
+      k8s::EventRecorder* ev = b->events_.get();
+      eo.on_refusal = [ev](const k8s::EventSpec& e) { ev->Record(e); };
+    }
+    b->extender_ = std::make_unique<extender::Extender>(&b->ledger_, b->placeholders_.get(),
+                                                        b->pod_api_.get(), std::move(eo));
+    extender::ServerOptions xo;
+    xo.listen = config.extender.listen;
+    xo.url_prefix = config.extender.url_prefix;
+    xo.tls_cert_file = config.extender.tls.cert_file;
+    xo.tls_key_file = config.extender.tls.key_file;
+    xo.max_request_bytes = static_cast<size_t>(config.extender.max_request_bytes);
+    xo.threads = config.extender.threads;
+    xo.registry = m->registry();
+    auto server = extender::ExtenderServer::Start(b->extender_.get(), std::move(xo));
+    if (!server.ok()) return server.status();
+    b->extender_server_ = std::move(*server);
+  }
+
   m->SetServing(true);
-  spdlog::info("duet-bridge serving: grpc {} unix {} metrics {}; {} nodes, {} holdings",
+  spdlog::info("duet-bridge serving: grpc {} unix {} metrics {} extender {}; {} nodes, {} holdings",
                config.grpc.listen.empty() ? "-" : absl::StrCat("port ", b->grpc_port_),
                config.grpc.unix_socket.empty() ? "-" : config.grpc.unix_socket,
                config.metrics.listen.empty() ? "-" : config.metrics.listen,
+               b->extender_server_ == nullptr
+                   ? "-"
+                   : absl::StrCat(b->extender_server_->tls() ? "https" : "http", " port ",
+                                  b->extender_port()),
                b->ledger_.node_count(), b->ledger_.holding_count());
   return b;
+}
+
+int Bridge::extender_port() const {
+  return extender_server_ == nullptr ? 0 : extender_server_->port();
 }
 
 int Bridge::metrics_port() const {
@@ -334,6 +377,9 @@ void Bridge::Shutdown() {
   spdlog::info("duet-bridge shutting down");
   if (service_ != nullptr) service_->SetServing(false);
   if (metrics_ != nullptr) metrics_->SetServing(false);
+  // The extender first: its binds in flight finish while the journal, the
+  // ledger and Slurm are all still there.
+  if (extender_server_ != nullptr) extender_server_->Stop();
   {
     absl::MutexLock lock(&health_mu_);
     stopping_ = true;

@@ -20,6 +20,8 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "k8s_adapter/event_recorder.h"
+#include "k8s_adapter/extender/extender.h"
+#include "k8s_adapter/extender/server.h"
 #include "k8s_adapter/kube_client.h"
 #include "k8s_adapter/pod_watch.h"
 #include "prometheus/exposer.h"
@@ -52,6 +54,10 @@ class Bridge {
   int grpc_port() const { return grpc_port_; }
   // The bound metrics port, or 0 without a metrics endpoint.
   int metrics_port() const;
+  // The scheduler extender's bound port, or 0 when extender.listen is empty.
+  int extender_port() const;
+  // Null unless extender.listen is set.
+  extender::Extender* extender() { return extender_.get(); }
   Ledger* ledger() { return &ledger_; }
   // Null unless slurm.enabled.
   SlurmSync* slurm_sync() { return slurm_sync_.get(); }
@@ -94,6 +100,11 @@ class Bridge {
   bool stopping_ ABSL_GUARDED_BY(health_mu_) = false;
   int grpc_port_ = 0;
   bool shut_down_ = false;
+  // The scheduler extender (extender.listen). Last, so they go first: they
+  // use the ledger, the placeholders and the Kubernetes client.
+  std::unique_ptr<extender::PodApi> pod_api_;
+  std::unique_ptr<extender::Extender> extender_;
+  std::unique_ptr<extender::ExtenderServer> extender_server_;
 };
 
 // Starts the bridge, waits for SIGTERM or SIGINT, shuts down gracefully.

@@ -47,6 +47,10 @@ class Metrics {
   // Call before Serve().
   void AddCollector(std::function<std::vector<prometheus::MetricFamily>()> collect);
 
+  // The registry behind /metrics, for components that make their own
+  // counters and histograms (the scheduler extender).
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
   // Every family in the text exposition format (what /metrics serves).
   std::string Render() const;
 

@@ -101,8 +101,7 @@ SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& optio
 uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options) {
   // One implementation: the placement library's policy decides Slurm's node
   // order too (fuller nodes weigh less, so Slurm's first fit packs).
-  static const placement::Scorer* const scorer = new placement::Scorer(placement::Policy::kDuet);
-  return scorer->SlurmWeight(view, placement::NodeLoad{});
+  return placement::Scorer(options.policy).SlurmWeight(view, placement::NodeLoad{});
 }
 
 SlurmSync::SlurmSync(SlurmSyncOptions options, Ledger* ledger, SlurmClient* slurm,

@@ -42,6 +42,7 @@
 #include "absl/time/time.h"
 #include "bridge/common/clock.h"
 #include "bridge/ledger/ledger.h"
+#include "bridge/placement/placement.h"
 #include "bridge/slurm/slurm_client.h"
 
 namespace duet {
@@ -64,6 +65,8 @@ struct SlurmSyncOptions {
   // Holdings granted less than this before the job list was read are not
   // released by it (slurm.release_grace).
   absl::Duration release_grace = absl::Seconds(5);
+  // The placement policy the weights follow (placement.policy).
+  placement::Policy policy = placement::Policy::kDuet;
   // Whether a pod still exists (wired to the Kubernetes side). Null: assume
   // it does (placeholders are then only cancelled when their pod releases).
   std::function<bool(const std::string& pod_uid)> pod_exists;
@@ -93,8 +96,8 @@ struct SlurmSyncStats {
 
 // The Slurm node a ledger node becomes.
 SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& options);
-// The node's Slurm weight: duet's placement policy (placement::Scorer,
-// Policy::kDuet), the same code that scores pods. Lower is preferred.
+// The node's Slurm weight: the placement policy (placement::Scorer,
+// options.policy), the same code that scores pods. Lower is preferred.
 uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options);
 
 class SlurmSync {

@@ -102,6 +102,53 @@ kubernetes: {kubeconfig: /root/.kube/config, context: dev, shared_node_selector:
               HasSubstr("kubernetes.kube_config: unknown key"));
 }
 
+TEST(ConfigTest, PlacementAndExtenderSections) {
+  auto d = ParseConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->placement.policy, "duet");
+  EXPECT_EQ(d->extender.listen, "");  // off by default
+  EXPECT_EQ(d->extender.url_prefix, "/duet");
+  EXPECT_EQ(d->extender.max_request_bytes, 8388608);
+  EXPECT_EQ(d->extender.threads, 2);
+
+  auto c = ParseConfig(R"yaml(
+placement: {policy: fgd}
+extender:
+  listen: 0.0.0.0:8443
+  url_prefix: /sched
+  tls: {cert_file: e.crt, key_file: e.key}
+  max_request_bytes: 1048576
+  threads: 4
+)yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->placement.policy, "fgd");
+  EXPECT_EQ(c->extender.listen, "0.0.0.0:8443");
+  EXPECT_EQ(c->extender.url_prefix, "/sched");
+  EXPECT_EQ(c->extender.tls.cert_file, "e.crt");
+  EXPECT_EQ(c->extender.tls.key_file, "e.key");
+  EXPECT_EQ(c->extender.max_request_bytes, 1048576);
+  EXPECT_EQ(c->extender.threads, 4);
+  EXPECT_TRUE(ValidateConfig(*c).ok()) << ValidateConfig(*c);
+
+  EXPECT_THAT(ParseConfig("extender: {tls: {cert: x}}").status().message(),
+              HasSubstr("extender.tls.cert: unknown key"));
+  EXPECT_THAT(ParseConfig("placement: {policies: x}").status().message(),
+              HasSubstr("placement.policies: unknown key"));
+  auto bad = [&](const char* yaml, const char* field) {
+    auto x = ParseConfig(yaml);
+    ASSERT_TRUE(x.ok()) << x.status();
+    absl::Status v = ValidateConfig(*x);
+    EXPECT_FALSE(v.ok()) << yaml;
+    EXPECT_THAT(std::string(v.message()), HasSubstr(field)) << yaml;
+  };
+  bad("placement: {policy: random}", "placement.policy");
+  bad("extender: {listen: nope}", "extender.listen");
+  bad("extender: {listen: \"0.0.0.0:8443\", url_prefix: duet}", "extender.url_prefix");
+  bad("extender: {listen: \"0.0.0.0:8443\", tls: {cert_file: a}}", "extender.tls");
+  bad("extender: {listen: \"0.0.0.0:8443\", max_request_bytes: 10}", "extender.max_request_bytes");
+  bad("extender: {listen: \"0.0.0.0:8443\", threads: 0}", "extender.threads");
+}
+
 TEST(ConfigTest, SlurmSection) {
   auto c = ParseConfig(R"(
 inventory: {source: file, file: n.yaml}

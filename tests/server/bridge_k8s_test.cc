@@ -7,6 +7,7 @@
 
 #include "bridge/server/bridge.h"
 #include "gtest/gtest.h"
+#include "tests/extender/http_client.h"
 #include "tests/k8s/fake_server.h"
 
 namespace duet {
@@ -97,6 +98,83 @@ TEST(BridgeKubernetesTest, AnUnreachableApiServerIsNamedAtStartUp) {
   ASSERT_FALSE(bridge.ok());
   EXPECT_NE(bridge.status().message().find("inventory (kubernetes)"), std::string::npos)
       << bridge.status();
+  std::filesystem::remove_all(dir);
+}
+
+// The scheduler extender served by the bridge, with nodes from a file: the
+// bridge still connects to the Kubernetes API (for bindings). A pod is
+// filtered, bound, and its holding survives a restart (it was durable
+// before the Binding was posted).
+TEST(BridgeKubernetesTest, ExtenderBindsAPodWithAFileInventory) {
+  FakeApiServer fake;
+  ASSERT_TRUE(fake.ok());
+  nlohmann::json pod = fake.Put(
+      {{"kind", "Pod"},
+       {"metadata", {{"name", "trainer-0"}, {"namespace", "ml"}}},
+       {"spec",
+        {{"schedulerName", "duet"},
+         {"containers",
+          {{{"name", "c"}, {"image", "i"}, {"resources", {{"limits", {{"nvidia.com/gpu", "3"}}}}}}}}}}});
+  const std::string uid = pod["metadata"]["uid"];
+
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("duet-bridge-extender-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "kubeconfig") << "apiVersion: v1\nkind: Config\n"
+                                    << "clusters: [{name: fake, cluster: {server: \"" << fake.url()
+                                    << "\"}}]\n"
+                                    << "users: [{name: dev, user: {}}]\n"
+                                    << "contexts: [{name: fake, context: {cluster: fake, user: dev}}]\n"
+                                    << "current-context: fake\n";
+  std::ofstream(dir / "nodes.yaml") << "nodes: [{name: gke-a, cpus: 208, memory_mib: 1843200, "
+                                       "gpus: {count: 8, model: nvidia-h100-80gb}}]\n";
+  Config config;
+  config.grpc.listen = "127.0.0.1:0";
+  config.metrics.listen = "";
+  config.journal.dir = (dir / "journal").string();
+  config.inventory.source = "file";
+  config.inventory.file = (dir / "nodes.yaml").string();
+  config.kubernetes.kubeconfig = (dir / "kubeconfig").string();
+  config.extender.listen = "127.0.0.1:0";
+  config.placement.policy = "best-fit";
+  ASSERT_TRUE(ValidateConfig(config).ok());
+  auto bridge = Bridge::Start(config);
+  ASSERT_TRUE(bridge.ok()) << bridge.status();
+  ASSERT_GT((*bridge)->extender_port(), 0);
+
+  extender::testing::HttpClient http((*bridge)->extender_port());
+  nlohmann::json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", {"gke-a", "gke-b"}}};
+  auto r = http.Post("/duet/filter", args.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->status, 200) << r->body;
+  nlohmann::json filtered = nlohmann::json::parse(r->body);
+  EXPECT_EQ(filtered["NodeNames"], nlohmann::json({"gke-a"}));
+  EXPECT_EQ(filtered["FailedAndUnresolvableNodes"].count("gke-b"), 1u);
+
+  nlohmann::json bind = {{"PodName", "trainer-0"}, {"PodNamespace", "ml"}, {"PodUID", uid}, {"Node", "gke-a"}};
+  r = http.Post("/duet/bind", bind.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(r->body)["Error"], "");
+  nlohmann::json bound =
+      nlohmann::json::parse(*fake.control()->Get("/api/v1/namespaces/ml/pods/trainer-0"));
+  EXPECT_EQ(bound["spec"]["nodeName"], "gke-a");
+  auto held = (*bridge)->ledger()->ListHoldings("gke-a");
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].owner.pod_uid, uid);
+  EXPECT_EQ(held[0].devices.size(), 3u);
+  EXPECT_NE((*bridge)->metrics()->Render().find(
+                "duet_extender_requests_total{code=\"200\",verb=\"bind\"} 1"),
+            std::string::npos);
+
+  bridge->reset();
+  auto again = Bridge::Start(config);
+  ASSERT_TRUE(again.ok()) << again.status();
+  held = (*again)->ledger()->ListHoldings("gke-a");
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].owner.pod_uid, uid);
+  again->reset();
   std::filesystem::remove_all(dir);
 }
 

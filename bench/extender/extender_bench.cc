@@ -1,0 +1,266 @@
+// Scheduler extender over loopback HTTP: filter + prioritize per scheduling
+// decision, against an echo of the same payload on the same server in the
+// same run (what HTTP and the transfer alone cost).
+//
+// A ledger of --nodes H100 nodes (bench/common/h100_node.h) with Slurm jobs
+// holding 0..8 GPUs per node (node i: i % 9), the golden v1.Pod of
+// tests/extender/testdata/filter_args.json (4 H100s), and for each
+// --names N a NodeNames list of N nodes spread over the cluster (what
+// kube-scheduler sends with nodeCacheCapable; at 5,000 nodes its default
+// percentageOfNodesToScore makes that about 500). A decision is one /filter
+// with the N names and one /prioritize with the names that passed, as
+// kube-scheduler does.
+//
+//   extender_bench [--nodes 5000] [--names 5000,500] [--decisions 2000]
+//                  [--threads 2] [--clients 2]
+//
+// Per configuration it prints one JSON line: per-call p50/p99 of filter,
+// prioritize and echo (one client, closed loop), decisions/s with one
+// client and with --clients clients at once.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "bench/common/h100_node.h"
+#include "k8s_adapter/extender/server.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+#include "tests/extender/http_client.h"
+
+namespace duet {
+namespace extender {
+namespace {
+
+using json = nlohmann::json;
+using testing::HttpClient;
+
+class NoApi final : public PodApi {
+ public:
+  absl::StatusOr<json> GetPod(const std::string&, const std::string&) override {
+    return absl::UnimplementedError("benchmark");
+  }
+  absl::Status Bind(const std::string&, const std::string&, const std::string&, const std::string&) override {
+    return absl::UnimplementedError("benchmark");
+  }
+};
+
+struct Flags {
+  int nodes = 5000;
+  std::vector<int> names = {5000, 500};
+  int decisions = 2000;
+  int threads = 2;
+  int clients = 2;
+};
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return v[i];
+}
+
+std::string ReadGoldenPod() {
+  FILE* f = std::fopen(DUET_EXTENDER_GOLDEN, "r");
+  if (f == nullptr) return "";
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+
+double Micros(absl::Time start) { return absl::ToDoubleMicroseconds(absl::Now() - start); }
+
+// One decision: filter, then prioritize the passing names. Returns false on
+// any error.
+bool Decide(HttpClient& c, const std::string& filter_body, const json& pod, double* filter_us,
+            double* prio_us) {
+  // Times are of the HTTP exchanges only, not of this client's JSON work.
+  absl::Time t = absl::Now();
+  auto r = c.Post("/duet/filter", filter_body);
+  *filter_us = Micros(t);
+  if (!r.ok() || r->status != 200) return false;
+  json result = json::parse(r->body);
+  json prio = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", std::move(result["NodeNames"])}};
+  const std::string prio_body = prio.dump();
+  t = absl::Now();
+  r = c.Post("/duet/prioritize", prio_body);
+  if (!r.ok() || r->status != 200) return false;
+  *prio_us = Micros(t);
+  return true;
+}
+
+int Run(const Flags& f) {
+  spdlog::set_level(spdlog::level::warn);
+  const std::string golden = ReadGoldenPod();
+  if (golden.empty()) {
+    std::fprintf(stderr, "cannot read %s\n", DUET_EXTENDER_GOLDEN);
+    return 1;
+  }
+  const json pod = json::parse(golden)["Pod"];
+
+  Ledger ledger;
+  for (int i = 0; i < f.nodes; ++i) {
+    if (!ledger.UpsertNode(bench::H100Node(i)).ok()) return 1;
+    const uint32_t held = static_cast<uint32_t>(i % 9);
+    if (held == 0) continue;
+    HoldRequest h;
+    h.node = bench::H100NodeName(i);
+    h.owner = Owner::SlurmJob(static_cast<uint32_t>(1000 + i));
+    for (uint32_t g = 0; g < held; ++g) h.devices.push_back({DeviceKind::kGpu, g, kWholeDevice});
+    if (!ledger.Hold(h).ok()) return 1;
+  }
+  NoApi api;
+  Extender extender(&ledger, nullptr, &api, ExtenderOptions{});
+  ServerOptions so;
+  so.threads = f.threads;
+  so.enable_echo = true;
+  auto server = ExtenderServer::Start(&extender, so);
+  if (!server.ok()) {
+    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const int port = (*server)->port();
+
+  for (int n : f.names) {
+    n = std::min(n, f.nodes);
+    json names = json::array();
+    for (int k = 0; k < n; ++k) {
+      names.push_back(bench::H100NodeName(static_cast<int>(static_cast<int64_t>(k) * f.nodes / n)));
+    }
+    const std::string filter_body = json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
+
+    // Where a filter's server time goes, without HTTP (means over 50 runs).
+    {
+      const int kRuns = 50;
+      double parse = 0, logic = 0, serialize = 0, prio_logic = 0;
+      for (int i = 0; i < kRuns; ++i) {
+        absl::Time t = absl::Now();
+        absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(json::parse(filter_body));
+        parse += Micros(t);
+        if (!args.ok()) return 1;
+        t = absl::Now();
+        FilterResult fr = extender.Filter(*args);
+        logic += Micros(t);
+        t = absl::Now();
+        std::string out = FilterResultJson(fr, &*args).dump();
+        serialize += Micros(t);
+        t = absl::Now();
+        std::vector<HostPriority> pr = extender.Prioritize(*args);
+        prio_logic += Micros(t);
+        if (out.empty() || pr.size() != args->node_names.size()) return 1;
+      }
+      std::printf("%s\n", json{{"names", n},
+                               {"filter_parse_us", parse / kRuns},
+                               {"filter_logic_us", logic / kRuns},
+                               {"filter_serialize_us", serialize / kRuns},
+                               {"prioritize_logic_us_all_names", prio_logic / kRuns}}
+                               .dump()
+                               .c_str());
+    }
+
+    // Warm-up, then one client: latencies.
+    HttpClient c(port);
+    double fu = 0, pu = 0;
+    for (int i = 0; i < std::max(10, f.decisions / 20); ++i) {
+      if (!Decide(c, filter_body, pod, &fu, &pu)) return 1;
+    }
+    std::vector<double> filter_us, prio_us, decision_us, echo_us;
+    absl::Time start = absl::Now();
+    for (int i = 0; i < f.decisions; ++i) {
+      if (!Decide(c, filter_body, pod, &fu, &pu)) return 1;
+      filter_us.push_back(fu);
+      prio_us.push_back(pu);
+      decision_us.push_back(fu + pu);
+    }
+    const double one_client_rate = f.decisions / absl::ToDoubleSeconds(absl::Now() - start);
+    for (int i = 0; i < f.decisions; ++i) {
+      absl::Time t = absl::Now();
+      auto r = c.Post("/duet/_echo", filter_body);
+      if (!r.ok() || r->status != 200 || r->body.size() != filter_body.size()) return 1;
+      echo_us.push_back(Micros(t));
+    }
+
+    // --clients clients at once: throughput.
+    std::atomic<int> left{f.decisions};
+    std::atomic<bool> failed{false};
+    start = absl::Now();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < f.clients; ++t) {
+      threads.emplace_back([&] {
+        HttpClient cc(port);
+        double a = 0, b = 0;
+        while (left.fetch_sub(1) > 0) {
+          if (!Decide(cc, filter_body, pod, &a, &b)) failed = true;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    if (failed) return 1;
+    const double multi_rate = f.decisions / absl::ToDoubleSeconds(absl::Now() - start);
+
+    json out = {{"nodes", f.nodes},
+                {"names", n},
+                {"body_bytes", filter_body.size()},
+                {"server_threads", f.threads},
+                {"decisions", f.decisions},
+                {"filter_us", {{"p50", Pct(filter_us, 0.5)}, {"p99", Pct(filter_us, 0.99)}}},
+                {"prioritize_us", {{"p50", Pct(prio_us, 0.5)}, {"p99", Pct(prio_us, 0.99)}}},
+                {"decision_us", {{"p50", Pct(decision_us, 0.5)}, {"p99", Pct(decision_us, 0.99)}}},
+                {"echo_us", {{"p50", Pct(echo_us, 0.5)}, {"p99", Pct(echo_us, 0.99)}}},
+                {"decisions_per_s_1_client", one_client_rate},
+                {"decisions_per_s_clients", multi_rate},
+                {"clients", f.clients}};
+    std::printf("%s\n", out.dump().c_str());
+    std::fflush(stdout);
+  }
+  (*server)->Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace extender
+}  // namespace duet
+
+int main(int argc, char** argv) {
+  duet::extender::Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const std::string v = argv[i + 1];
+    bool ok = true;
+    if (k == "--nodes") {
+      ok = absl::SimpleAtoi(v, &f.nodes);
+    } else if (k == "--decisions") {
+      ok = absl::SimpleAtoi(v, &f.decisions);
+    } else if (k == "--threads") {
+      ok = absl::SimpleAtoi(v, &f.threads);
+    } else if (k == "--clients") {
+      ok = absl::SimpleAtoi(v, &f.clients);
+    } else if (k == "--names") {
+      f.names.clear();
+      for (absl::string_view s : absl::StrSplit(v, ',')) {
+        int n = 0;
+        ok = ok && absl::SimpleAtoi(s, &n) && n > 0;
+        f.names.push_back(n);
+      }
+    } else {
+      ok = false;
+    }
+    if (!ok || f.nodes < 1 || f.decisions < 1 || f.threads < 1 || f.clients < 1) {
+      std::fprintf(stderr, "bad flag %s %s\n", k.c_str(), v.c_str());
+      return 2;
+    }
+  }
+  return duet::extender::Run(f);
+}

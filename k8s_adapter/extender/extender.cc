@@ -1,0 +1,306 @@
+#include "k8s_adapter/extender/extender.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "spdlog/spdlog.h"
+
+namespace duet {
+namespace extender {
+namespace {
+
+class KubePodApi final : public PodApi {
+ public:
+  explicit KubePodApi(k8s::KubeClient* client) : client_(client) {}
+
+  absl::StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) override {
+    absl::StatusOr<std::string> body =
+        client_->Get(absl::StrCat("/api/v1/namespaces/", ns, "/pods/", name));
+    if (!body.ok()) return body.status();
+    nlohmann::json pod = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+    if (pod.is_discarded() || !pod.is_object()) {
+      return absl::InternalError(absl::StrCat("pod ", ns, "/", name, ": the API server's reply is not JSON"));
+    }
+    return pod;
+  }
+
+  absl::Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
+                    const std::string& node) override {
+    return k8s::BindPod(*client_, ns, name, uid, node);
+  }
+
+ private:
+  k8s::KubeClient* const client_;
+};
+
+bool Unresolvable(NodeState s) { return s != NodeState::kReady; }
+
+// Placement's reasons start "node NAME: "; FailedNodes is keyed by node
+// already, and kube-scheduler counts nodes per distinct message in the pod's
+// FailedScheduling event ("3 duet: 2 of 8 gpu devices ..."), so the name
+// would only split the counts.
+std::string Reason(absl::string_view reason, const std::string& node) {
+  absl::string_view r = reason;
+  if (absl::ConsumePrefix(&r, "node ") && absl::ConsumePrefix(&r, node) && absl::ConsumePrefix(&r, ": ")) {
+    return absl::StrCat("duet: ", r);
+  }
+  return absl::StrCat("duet: ", reason);
+}
+
+}  // namespace
+
+std::unique_ptr<PodApi> NewKubePodApi(k8s::KubeClient* client) {
+  return std::make_unique<KubePodApi>(client);
+}
+
+Extender::Extender(Ledger* ledger, Placeholders* placeholders, PodApi* api, ExtenderOptions options)
+    : ledger_(ledger),
+      placeholders_(placeholders),
+      api_(api),
+      options_(std::move(options)),
+      scorer_(options_.policy, options_.workload) {}
+
+placement::NodeLoad Extender::LoadOf(const NodeView& view) const {
+  return options_.load ? options_.load(view) : placement::NodeLoad{};
+}
+
+FilterResult Extender::Filter(const ExtenderArgs& args) const {
+  FilterResult out;
+  absl::StatusOr<placement::PodRequest> req = ParsePodRequest(args.pod);
+  if (!req.ok()) {
+    const std::string msg = absl::StrCat("duet: ", req.status().message());
+    for (const std::string& n : args.node_names) out.failed_unresolvable[n] = msg;
+    return out;
+  }
+  out.node_names.reserve(args.node_names.size());
+  std::string reason;
+  for (const std::string& name : args.node_names) {
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(name);
+    if (view == nullptr) {
+      if (req->count == 0) {
+        out.node_names.push_back(name);  // not a shared node: not duet's concern
+      } else {
+        out.failed_unresolvable[name] = "duet: not a shared GPU/TPU node (not in duet's ledger)";
+      }
+      continue;
+    }
+    if (Unresolvable(view->spec.state)) {
+      out.failed_unresolvable[name] = absl::StrCat("duet: node is ", NodeStateName(view->spec.state));
+      continue;
+    }
+    if (placement::Fits(*view, LoadOf(*view), *req, &reason)) {
+      out.node_names.push_back(name);
+    } else {
+      out.failed[name] = Reason(reason, name);
+    }
+  }
+  return out;
+}
+
+std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
+  std::vector<HostPriority> out;
+  out.reserve(args.node_names.size());
+  for (const std::string& name : args.node_names) out.push_back({name, 0});
+  absl::StatusOr<placement::PodRequest> req = ParsePodRequest(args.pod);
+  if (!req.ok() || req->count == 0) return out;
+  // The policy's raw preference per node where the pod fits, then min-max
+  // scaled over this request's nodes: the best gets 10, the worst 0, the
+  // rest in proportion (rounded down, so only the best reach 10).
+  std::vector<std::pair<size_t, double>> raw;
+  raw.reserve(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(out[i].host);
+    if (view == nullptr) continue;
+    std::optional<placement::Placement> p = scorer_.Evaluate(*view, LoadOf(*view), *req);
+    if (p.has_value()) raw.emplace_back(i, p->raw);
+  }
+  if (raw.empty()) return out;
+  double lo = raw.front().second;
+  double hi = lo;
+  for (const auto& [i, r] : raw) {
+    lo = std::min(lo, r);
+    hi = std::max(hi, r);
+  }
+  for (const auto& [i, r] : raw) {
+    out[i].score = hi - lo < 1e-9 ? kMaxExtenderPriority
+                                  : static_cast<int64_t>(std::floor(
+                                        kMaxExtenderPriority * (r - lo) / (hi - lo) + 1e-9));
+  }
+  return out;
+}
+
+bool Extender::HoldsOn(const std::string& uid, const std::string& node) const {
+  for (const Holding& h : ledger_->ListHoldings(node)) {
+    if (h.owner.holder_class() == HolderClass::kPod && h.owner.pod_uid == uid) return true;
+  }
+  return false;
+}
+
+absl::Status Extender::Hold(const PodRef& pod, const placement::PodRequest& req,
+                            const std::string& node, bool* created) {
+  *created = false;
+  if (HoldsOn(pod.uid, node)) {
+    // A retried bind: the holding from the first try is still there.
+    retries_.fetch_add(1);
+    return options_.wait_durable ? options_.wait_durable(ledger_->seq()) : absl::OkStatus();
+  }
+  uint64_t seq = 0;
+  const Owner owner = Owner::Pod(pod.uid, pod.ns, pod.name);
+  if (placeholders_ != nullptr) {
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+    if (view == nullptr) {
+      return absl::NotFoundError(absl::StrCat("node ", node, " is not in the ledger"));
+    }
+    std::string reason;
+    if (!placement::Fits(*view, LoadOf(*view), req, &reason)) return absl::ResourceExhaustedError(reason);
+    const uint32_t gpus = req.kind == DeviceKind::kGpu ? req.count : 0;
+    const uint32_t tpus = req.kind == DeviceKind::kTpu ? req.count : 0;
+    const uint32_t cpus = static_cast<uint32_t>(std::max<uint64_t>(1, (req.cpu_milli + 999) / 1000));
+    absl::StatusOr<Holding> h = placeholders_->Create(owner, node, gpus, tpus, cpus, req.memory_mib);
+    if (!h.ok()) return h.status();
+    *created = true;
+    seq = ledger_->seq();
+  } else {
+    // Hold the devices placement chooses, on the generation it saw. Losing a
+    // race (another grant on the node in between) is retried once on a fresh
+    // view, which then refuses if the node is full.
+    for (int attempt = 0;; ++attempt) {
+      std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+      if (view == nullptr) {
+        return absl::NotFoundError(absl::StrCat("node ", node, " is not in the ledger"));
+      }
+      std::string reason;
+      std::optional<placement::Placement> p = scorer_.Evaluate(*view, LoadOf(*view), req, &reason);
+      if (!p.has_value()) return absl::ResourceExhaustedError(reason);
+      HoldRequest hold;
+      hold.node = node;
+      hold.owner = owner;
+      hold.devices = std::move(p->devices);
+      hold.expected_generation = view->generation;
+      absl::StatusOr<HoldResult> r = ledger_->Hold(hold);
+      if (r.ok()) {
+        *created = r->created;
+        seq = r->seq;
+        break;
+      }
+      const absl::StatusCode code = r.status().code();
+      if (attempt == 0 && (code == absl::StatusCode::kAborted ||
+                           code == absl::StatusCode::kResourceExhausted)) {
+        continue;
+      }
+      return r.status();
+    }
+  }
+  if (options_.wait_durable) {
+    absl::Status d = options_.wait_durable(seq);
+    if (!d.ok()) {
+      absl::Status rb = Rollback(pod, node);
+      return absl::UnavailableError(absl::StrCat("the holding could not be made durable: ", d.message(),
+                                                 rb.ok() ? "" : absl::StrCat("; rollback: ", rb.message())));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Extender::Rollback(const PodRef& pod, const std::string& node) {
+  rolled_back_.fetch_add(1);
+  absl::Status s;
+  if (placeholders_ != nullptr) {
+    s = placeholders_->Cancel(node, pod.uid);
+  } else {
+    s = ledger_->Release(node, Owner::Pod(pod.uid, pod.ns, pod.name)).status();
+  }
+  if (!s.ok()) {
+    // The Slurm sync releases it once Slurm answers again (or the pod's
+    // absence is seen); nothing is released here on a guess.
+    spdlog::error("extender: rollback of pod {}/{} on {} failed: {}", pod.ns, pod.name, node,
+                  s.ToString());
+  }
+  return s;
+}
+
+absl::Status Extender::Refuse(const BindingArgs& args, const std::string& uid, absl::Status status) {
+  refused_.fetch_add(1);
+  const std::string msg = absl::StrCat("duet: cannot bind pod ", args.pod_namespace, "/",
+                                       args.pod_name, " to node ", args.node, ": ", status.message());
+  spdlog::warn("extender: {}", msg);
+  if (options_.on_refusal) {
+    k8s::EventSpec e;
+    e.object_kind = "Pod";
+    e.object_namespace = args.pod_namespace;
+    e.object_name = args.pod_name;
+    e.object_uid = uid;
+    e.type = "Warning";
+    e.reason = "DuetBindRefused";
+    e.message = msg;
+    options_.on_refusal(e);
+  }
+  return absl::Status(status.code(), msg);
+}
+
+absl::Status Extender::Bind(const BindingArgs& args) {
+  absl::StatusOr<nlohmann::json> pod_json = api_->GetPod(args.pod_namespace, args.pod_name);
+  if (!pod_json.ok()) return Refuse(args, args.pod_uid, pod_json.status());
+  PodRef pod = PodRefOf(*pod_json);
+  pod.ns = args.pod_namespace;
+  pod.name = args.pod_name;
+  if (!args.pod_uid.empty() && !pod.uid.empty() && pod.uid != args.pod_uid) {
+    return Refuse(args, args.pod_uid,
+                  absl::AbortedError(absl::StrCat("the pod was replaced (uid ", pod.uid,
+                                                  ", the binding is for ", args.pod_uid, ")")));
+  }
+  if (pod.uid.empty()) pod.uid = args.pod_uid;
+  if (pod.uid.empty()) return Refuse(args, "", absl::InvalidArgumentError("the pod has no uid"));
+  if (!pod.node_name.empty()) {
+    if (pod.node_name == args.node) {
+      retries_.fetch_add(1);
+      return absl::OkStatus();  // bound by an earlier try whose answer was lost
+    }
+    return Refuse(args, pod.uid,
+                  absl::FailedPreconditionError(absl::StrCat("already bound to node ", pod.node_name)));
+  }
+  absl::StatusOr<placement::PodRequest> req = ParsePodRequest(*pod_json);
+  if (!req.ok()) return Refuse(args, pod.uid, req.status());
+
+  const bool devices = req->count > 0;
+  if (devices) {
+    bool created = false;
+    absl::Status h = Hold(pod, *req, args.node, &created);
+    if (!h.ok()) return Refuse(args, pod.uid, h);
+  }
+  absl::Status b = api_->Bind(pod.ns, pod.name, pod.uid, args.node);
+  if (!b.ok() && (b.code() == absl::StatusCode::kAborted ||
+                  b.code() == absl::StatusCode::kAlreadyExists)) {
+    // 409: already bound. Success when it is bound to this node (an earlier
+    // try's POST landed but its answer was lost).
+    absl::StatusOr<nlohmann::json> again = api_->GetPod(pod.ns, pod.name);
+    if (again.ok()) {
+      const PodRef now = PodRefOf(*again);
+      if (now.uid == pod.uid && now.node_name == args.node) b = absl::OkStatus();
+    }
+  }
+  if (!b.ok()) {
+    absl::Status rb = devices ? Rollback(pod, args.node) : absl::OkStatus();
+    return Refuse(args, pod.uid,
+                  absl::Status(b.code(), absl::StrCat("binding: ", b.message(),
+                                                      rb.ok() ? "" : absl::StrCat("; rollback: ", rb.message()))));
+  }
+  bound_.fetch_add(1);
+  return absl::OkStatus();
+}
+
+BindStats Extender::stats() const {
+  BindStats s;
+  s.bound = bound_.load();
+  s.refused = refused_.load();
+  s.rolled_back = rolled_back_.load();
+  s.retries_idempotent = retries_.load();
+  return s;
+}
+
+}  // namespace extender
+}  // namespace duet

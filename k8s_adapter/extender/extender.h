@@ -1,0 +1,140 @@
+#pragma once
+
+// The scheduler extender's decisions: filter, prioritize and bind over the
+// ledger's live view. No HTTP here (server.h is the thin layer over it).
+//
+//  Filter     a pod that asks for GPUs/TPUs passes a node only when the
+//             ledger knows the node and placement::Fits says the pod fits
+//             now (ready, enough free devices of an accepted model, CPU and
+//             memory). Nodes the ledger does not know, and nodes that are
+//             cordoned, not ready or gone, are FailedAndUnresolvable
+//             (preempting pods cannot help); nodes without room are
+//             FailedNodes (preemption might). A pod that asks for no device
+//             passes every node except ledger nodes that are not ready or
+//             lack its CPU/memory.
+//  Prioritize the configured placement policy's preference (Placement::raw:
+//             packing counting Slurm and pods, fragmentation, model) for
+//             each node where the pod fits, min-max scaled over the
+//             request's nodes onto 0..kMaxExtenderPriority (the best node
+//             10, the worst 0, rounded down). Placement's own 0..100 score
+//             is too coarse for this: its packing tie-break is worth a
+//             fraction of a point. 0 where the pod does not fit, and 0
+//             everywhere for a pod that asks for no device (neutral).
+//  Bind       GETs the pod (the binding args carry no resources), holds its
+//             devices -- through Placeholders::Create (a Slurm placeholder
+//             plus its ledger record) when Slurm is on, else a ledger
+//             holding with owner Pod on the devices placement chooses --,
+//             waits until the holding is durable, then POSTs the Binding.
+//             Any failure rolls the holding back and returns an error, so
+//             kube-scheduler retries. A retry for a pod that already holds
+//             on that node makes no second holding; a pod already bound to
+//             that node is success.
+//
+// CPU and memory: the ledger tracks devices only. `load` (Options) gives the
+// CPU/memory already committed on a node; without one the load is taken as
+// zero, so the CPU/memory check is against the node's capacity only (see
+// README.md, "Limits").
+//
+// Thread-safety: every method may be called concurrently (the ledger
+// serialises holds; the extender keeps no other mutable state).
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bridge/ledger/ledger.h"
+#include "bridge/placement/placement.h"
+#include "bridge/slurm/placeholders.h"
+#include "k8s_adapter/extender/types.h"
+#include "k8s_adapter/kube_api.h"
+#include "k8s_adapter/kube_client.h"
+#include "nlohmann/json.hpp"
+
+namespace duet {
+namespace extender {
+
+// What bind needs of the Kubernetes API. Thread-safe.
+class PodApi {
+ public:
+  virtual ~PodApi() = default;
+  // The v1.Pod. NOT_FOUND when it does not exist.
+  virtual absl::StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) = 0;
+  // POST the Binding (uid, when set, is a precondition). Errors as
+  // k8s::BindPod (ABORTED: already bound or replaced).
+  virtual absl::Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
+                            const std::string& node) = 0;
+};
+
+// The production PodApi over a KubeClient (not owned; must outlive it).
+std::unique_ptr<PodApi> NewKubePodApi(k8s::KubeClient* client);
+
+struct ExtenderOptions {
+  placement::Policy policy = placement::Policy::kDuet;
+  // Fragmentation target for kDuet/kFgd; null: each request's own shape.
+  // Not owned.
+  const placement::Workload* workload = nullptr;
+  // CPU/memory committed on a node; null: zero (see the class comment).
+  std::function<placement::NodeLoad(const NodeView&)> load;
+  // Blocks until ledger sequence `seq` is durable (Journal::WaitDurable);
+  // null: nothing to wait for.
+  std::function<absl::Status(uint64_t seq)> wait_durable;
+  // Told of every refused bind (to post a Warning Event). May be null.
+  std::function<void(const k8s::EventSpec&)> on_refusal;
+};
+
+// Counters for tests and logs.
+struct BindStats {
+  uint64_t bound = 0;
+  uint64_t refused = 0;
+  uint64_t rolled_back = 0;
+  uint64_t retries_idempotent = 0;
+};
+
+class Extender {
+ public:
+  // `ledger` and `api` are required; `placeholders` null when Slurm is off.
+  // None is owned; all must outlive the extender.
+  Extender(Ledger* ledger, Placeholders* placeholders, PodApi* api, ExtenderOptions options);
+  Extender(const Extender&) = delete;
+  Extender& operator=(const Extender&) = delete;
+
+  // INVALID_ARGUMENT only for a pod whose resources cannot be read; the
+  // caller turns that into a result (every node FailedAndUnresolvable).
+  FilterResult Filter(const ExtenderArgs& args) const;
+  // One entry per requested name, in order.
+  std::vector<HostPriority> Prioritize(const ExtenderArgs& args) const;
+  // OK when the pod is bound to `args.node` with its devices held.
+  absl::Status Bind(const BindingArgs& args);
+
+  BindStats stats() const;
+
+ private:
+  placement::NodeLoad LoadOf(const NodeView& view) const;
+  // Holds the pod's devices on `node`. Sets `*created` when this call made
+  // the holding (a retry finds it made).
+  absl::Status Hold(const PodRef& pod, const placement::PodRequest& req, const std::string& node,
+                    bool* created);
+  // Undoes Hold. Errors are logged and returned for the message.
+  absl::Status Rollback(const PodRef& pod, const std::string& node);
+  bool HoldsOn(const std::string& uid, const std::string& node) const;
+  absl::Status Refuse(const BindingArgs& args, const std::string& uid, absl::Status status);
+
+  Ledger* const ledger_;
+  Placeholders* const placeholders_;
+  PodApi* const api_;
+  const ExtenderOptions options_;
+  const placement::Scorer scorer_;
+
+  std::atomic<uint64_t> bound_{0};
+  std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> rolled_back_{0};
+  std::atomic<uint64_t> retries_{0};
+};
+
+}  // namespace extender
+}  // namespace duet

@@ -1,0 +1,108 @@
+#pragma once
+
+// The extender's HTTP(S) endpoint (Boost.Beast over Asio): a thin layer that
+// turns requests into Extender calls and their results into JSON.
+//
+//   POST <prefix>/filter      ExtenderArgs -> ExtenderFilterResult
+//   POST <prefix>/prioritize  ExtenderArgs -> HostPriorityList
+//   POST <prefix>/bind        ExtenderBindingArgs -> ExtenderBindingResult
+//   GET  /healthz             "ok"
+//   POST <prefix>/_echo       the body back (only with enable_echo; benchmarks)
+//
+// Bodies over max_request_bytes get 413 (the connection is then closed);
+// bodies that are not JSON, or JSON of the wrong shape, get 400 with a
+// message naming the problem; other paths 404; a known path with the wrong
+// method 405. None of these changes anything. HTTP/1.1 keep-alive; HTTPS
+// only when a certificate and key are given.
+//
+// Threads: `threads` threads run the io_context (parsing, filter,
+// prioritize); binds, which wait on Slurm, the journal and the API server,
+// run on a pool of the same size so they never hold up filter calls.
+//
+// Metrics (in `registry`): duet_extender_requests_total{verb,code} and
+// duet_extender_request_seconds{verb}.
+//
+// Thread-safety: Start/Stop from one thread; everything else is internal.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "k8s_adapter/extender/extender.h"
+#include "prometheus/registry.h"
+
+namespace duet {
+namespace extender {
+
+struct ServerOptions {
+  // "host:port"; port 0 picks a free port (see port()).
+  std::string listen = "127.0.0.1:0";
+  // Verbs are served at <url_prefix>/filter etc. "" or "/x" forms.
+  std::string url_prefix = "/duet";
+  // PEM files; both set: HTTPS only.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  size_t max_request_bytes = 8 << 20;
+  int threads = 2;
+  // Idle keep-alive connections are closed after this long.
+  int idle_timeout_seconds = 120;
+  // Serves POST <prefix>/_echo (benchmarks and tests only).
+  bool enable_echo = false;
+  // Where the metrics go; null: a private registry.
+  std::shared_ptr<prometheus::Registry> registry;
+};
+
+// One answer, before it goes on the wire (also what tests check).
+struct HttpReply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::string allow;  // for 405
+};
+
+// The routing and JSON layer, without sockets. Thread-safe.
+class Handler {
+ public:
+  Handler(Extender* extender, std::string url_prefix, bool enable_echo);
+  // `method` is the HTTP method ("POST"), `target` the request target (a
+  // query string is ignored).
+  HttpReply Handle(const std::string& method, const std::string& target, const std::string& body) const;
+  // The metrics label of a target: filter, prioritize, bind, healthz, echo
+  // or other.
+  std::string Verb(const std::string& target) const;
+
+ private:
+  HttpReply Filter(const std::string& body) const;
+  HttpReply Prioritize(const std::string& body) const;
+  HttpReply Bind(const std::string& body) const;
+
+  Extender* const extender_;
+  const std::string prefix_;
+  const bool enable_echo_;
+};
+
+class ExtenderServer {
+ public:
+  // Binds and starts serving. Errors name the field (extender.listen,
+  // extender.tls.cert_file) and the reason.
+  static absl::StatusOr<std::unique_ptr<ExtenderServer>> Start(Extender* extender,
+                                                                ServerOptions options);
+  ~ExtenderServer();
+  ExtenderServer(const ExtenderServer&) = delete;
+  ExtenderServer& operator=(const ExtenderServer&) = delete;
+
+  // The bound port.
+  int port() const;
+  bool tls() const;
+  // Stops accepting, closes connections, joins the threads. Idempotent.
+  void Stop();
+
+ private:
+  class Impl;
+  explicit ExtenderServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace extender
+}  // namespace duet

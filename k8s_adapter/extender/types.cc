@@ -1,0 +1,373 @@
+#include "k8s_adapter/extender/types.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "k8s_adapter/node_inventory.h"
+
+namespace duet {
+namespace extender {
+namespace {
+
+using nlohmann::json;
+
+// The member of `obj` whose key equals `key` ignoring ASCII case (Go's
+// decoder rule); the exact key is tried first. Null when absent.
+const json* Member(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  if (it != obj.end()) return &*it;
+  for (auto i = obj.begin(); i != obj.end(); ++i) {
+    if (absl::EqualsIgnoreCase(i.key(), key)) return &*i;
+  }
+  return nullptr;
+}
+
+// A string member; "" when absent or null. INVALID_ARGUMENT when another type.
+absl::StatusOr<std::string> StringMember(const json& obj, const char* key, const std::string& where) {
+  const json* v = Member(obj, key);
+  if (v == nullptr || v->is_null()) return std::string();
+  if (!v->is_string()) return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": not a string"));
+  return v->get<std::string>();
+}
+
+const json* Path(const json& obj, std::initializer_list<const char*> keys) {
+  const json* cur = &obj;
+  for (const char* k : keys) {
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(k);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+  }
+  return cur;
+}
+
+// Milli-units of a quantity value (string, or a number as some clients send).
+absl::StatusOr<int64_t> Quantity(const json& v, const std::string& where) {
+  if (v.is_string()) {
+    absl::StatusOr<int64_t> q = k8s::ParseQuantityMilli(v.get<std::string>());
+    if (!q.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": bad quantity ", q.status().message()));
+    if (*q < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative"));
+    return q;
+  }
+  if (v.is_number()) {
+    const double d = v.get<double>();
+    if (!(d >= 0) || d > 9e15) return absl::InvalidArgumentError(absl::StrCat(where, ": out of range"));
+    return static_cast<int64_t>(d * 1000);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(where, ": not a quantity"));
+}
+
+// The four resources duet reads, in milli-units (memory: milli-bytes).
+struct Res {
+  int64_t gpu = 0;
+  int64_t tpu = 0;
+  int64_t cpu = 0;
+  int64_t mem = 0;
+
+  void Add(const Res& o) {
+    gpu += o.gpu;
+    tpu += o.tpu;
+    cpu += o.cpu;
+    mem += o.mem;
+  }
+  void Max(const Res& o) {
+    gpu = std::max(gpu, o.gpu);
+    tpu = std::max(tpu, o.tpu);
+    cpu = std::max(cpu, o.cpu);
+    mem = std::max(mem, o.mem);
+  }
+};
+
+// One resource list (requests, limits, overhead) into `out`, for the names
+// present; `have` records which were present.
+absl::Status ReadList(const json* list, const std::string& where, Res* out, Res* have) {
+  if (list == nullptr || list->is_null()) return absl::OkStatus();
+  if (!list->is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not an object"));
+  static const std::pair<const char*, int64_t Res::*> kNames[] = {
+      {kGpuResource, &Res::gpu}, {kTpuResource, &Res::tpu}, {"cpu", &Res::cpu}, {"memory", &Res::mem}};
+  for (const auto& [name, field] : kNames) {
+    auto it = list->find(name);
+    if (it == list->end()) continue;
+    absl::StatusOr<int64_t> q = Quantity(*it, absl::StrCat(where, "[", name, "]"));
+    if (!q.ok()) return q.status();
+    out->*field = *q;
+    have->*field = 1;
+  }
+  return absl::OkStatus();
+}
+
+// A container's effective request: requests[r], else limits[r].
+absl::StatusOr<Res> ContainerRequest(const json& c, const std::string& where) {
+  Res req, have_req, lim, have_lim;
+  const json* resources = Path(c, {"resources"});
+  if (resources != nullptr && !resources->is_null() && !resources->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".resources: not an object"));
+  }
+  if (resources != nullptr && resources->is_object()) {
+    absl::Status s = ReadList(Path(*resources, {"requests"}), where + ".resources.requests", &req, &have_req);
+    if (!s.ok()) return s;
+    s = ReadList(Path(*resources, {"limits"}), where + ".resources.limits", &lim, &have_lim);
+    if (!s.ok()) return s;
+  }
+  Res out;
+  out.gpu = have_req.gpu ? req.gpu : lim.gpu;
+  out.tpu = have_req.tpu ? req.tpu : lim.tpu;
+  out.cpu = have_req.cpu ? req.cpu : lim.cpu;
+  out.mem = have_req.mem ? req.mem : lim.mem;
+  return out;
+}
+
+absl::StatusOr<uint32_t> WholeDevices(int64_t milli, const char* resource) {
+  if (milli % 1000 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(resource, ": must be a whole number of devices"));
+  }
+  if (milli / 1000 > 1024) return absl::InvalidArgumentError(absl::StrCat(resource, ": more than 1024 devices"));
+  return static_cast<uint32_t>(milli / 1000);
+}
+
+absl::StatusOr<placement::PodRequest> ParsePodRequestOrThrow(const json& pod) {
+  if (!pod.is_object()) return absl::InvalidArgumentError("Pod: not an object");
+  const json* spec = Path(pod, {"spec"});
+  if (spec == nullptr || !spec->is_object()) return absl::InvalidArgumentError("Pod.spec: missing");
+  const json* containers = Path(*spec, {"containers"});
+  if (containers == nullptr || !containers->is_array()) {
+    return absl::InvalidArgumentError("Pod.spec.containers: missing or not a list");
+  }
+  Res sum;
+  for (size_t i = 0; i < containers->size(); ++i) {
+    absl::StatusOr<Res> r = ContainerRequest((*containers)[i], absl::StrCat("spec.containers[", i, "]"));
+    if (!r.ok()) return r.status();
+    sum.Add(*r);
+  }
+  // Init containers run one at a time before the app containers; sidecars
+  // (restartPolicy Always) keep running beside everything started after them.
+  Res init_peak, sidecars;
+  const json* inits = Path(*spec, {"initContainers"});
+  if (inits != nullptr && !inits->is_null()) {
+    if (!inits->is_array()) return absl::InvalidArgumentError("Pod.spec.initContainers: not a list");
+    for (size_t i = 0; i < inits->size(); ++i) {
+      const json& c = (*inits)[i];
+      absl::StatusOr<Res> r = ContainerRequest(c, absl::StrCat("spec.initContainers[", i, "]"));
+      if (!r.ok()) return r.status();
+      const json* policy = Path(c, {"restartPolicy"});
+      if (policy != nullptr && policy->is_string() && policy->get<std::string>() == "Always") {
+        sidecars.Add(*r);
+        init_peak.Max(sidecars);
+      } else {
+        Res during = sidecars;
+        during.Add(*r);
+        init_peak.Max(during);
+      }
+    }
+  }
+  sum.Add(sidecars);
+  sum.Max(init_peak);
+  Res overhead, have;
+  absl::Status s = ReadList(Path(*spec, {"overhead"}), "spec.overhead", &overhead, &have);
+  if (!s.ok()) return s;
+  sum.Add(overhead);
+
+  placement::PodRequest req;
+  if (sum.gpu > 0 && sum.tpu > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pod asks for both ", kGpuResource, " and ", kTpuResource, "; duet places one device kind per pod"));
+  }
+  const char* selector = kGpuModelSelector;
+  if (sum.tpu > 0) {
+    req.kind = DeviceKind::kTpu;
+    absl::StatusOr<uint32_t> n = WholeDevices(sum.tpu, kTpuResource);
+    if (!n.ok()) return n.status();
+    req.count = *n;
+    selector = kTpuModelSelector;
+  } else {
+    absl::StatusOr<uint32_t> n = WholeDevices(sum.gpu, kGpuResource);
+    if (!n.ok()) return n.status();
+    req.count = *n;
+  }
+  req.cpu_milli = static_cast<uint64_t>(sum.cpu);
+  // milli-bytes -> MiB, rounded up.
+  constexpr int64_t kMilliMiB = int64_t{1000} << 20;
+  req.memory_mib = static_cast<uint64_t>((sum.mem + kMilliMiB - 1) / kMilliMiB);
+
+  const json* annotations = Path(pod, {"metadata", "annotations"});
+  const json* models = annotations != nullptr ? Path(*annotations, {kModelsAnnotation}) : nullptr;
+  if (models != nullptr && models->is_string()) {
+    for (absl::string_view m : absl::StrSplit(models->get<std::string>(), ',', absl::SkipWhitespace())) {
+      req.models.emplace_back(absl::StripAsciiWhitespace(m));
+    }
+  } else {
+    const json* sel = Path(*spec, {"nodeSelector", selector});
+    if (sel != nullptr && sel->is_string() && !sel->get<std::string>().empty()) {
+      req.models.push_back(sel->get<std::string>());
+    }
+  }
+  const json* milli = annotations != nullptr ? Path(*annotations, {kDeviceMilliAnnotation}) : nullptr;
+  if (milli != nullptr && req.count > 0) {
+    uint32_t m = 0;
+    if (!milli->is_string() || !absl::SimpleAtoi(milli->get<std::string>(), &m) || m == 0 ||
+        m > kWholeDevice) {
+      return absl::InvalidArgumentError(absl::StrCat("metadata.annotations[", kDeviceMilliAnnotation,
+                                                     "]: must be an integer in 1..1000"));
+    }
+    req.milli = m;
+  }
+  if (req.count > 0) {
+    absl::Status v = placement::ValidatePodRequest(req);
+    if (!v.ok()) return v;
+  }
+  return req;
+}
+
+json* MutableMember(json& obj, const char* key) {
+  return const_cast<json*>(Member(obj, key));
+}
+
+}  // namespace
+
+absl::StatusOr<ExtenderArgs> ParseExtenderArgs(json body) {
+  if (!body.is_object()) return absl::InvalidArgumentError("ExtenderArgs: the body must be a JSON object");
+  ExtenderArgs args;
+  json* pod = MutableMember(body, "Pod");
+  if (pod == nullptr || pod->is_null()) return absl::InvalidArgumentError("ExtenderArgs.Pod: missing");
+  if (!pod->is_object()) return absl::InvalidArgumentError("ExtenderArgs.Pod: not an object");
+  args.pod = std::move(*pod);
+  json* names = MutableMember(body, "NodeNames");
+  const json* nodes = Member(body, "Nodes");
+  if (names != nullptr && !names->is_null()) {
+    if (!names->is_array()) return absl::InvalidArgumentError("ExtenderArgs.NodeNames: not a list");
+    if (names->size() > kMaxNodesPerRequest) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ExtenderArgs.NodeNames: more than ", kMaxNodesPerRequest, " names"));
+    }
+    args.node_names.reserve(names->size());
+    for (size_t i = 0; i < names->size(); ++i) {
+      json& n = (*names)[i];
+      if (!n.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat("ExtenderArgs.NodeNames[", i, "]: not a string"));
+      }
+      args.node_names.push_back(std::move(n.get_ref<std::string&>()));
+    }
+  } else if (nodes != nullptr && !nodes->is_null()) {
+    const json* items = Path(*nodes, {"items"});
+    if (items == nullptr || !items->is_array()) {
+      return absl::InvalidArgumentError("ExtenderArgs.Nodes.items: missing or not a list");
+    }
+    if (items->size() > kMaxNodesPerRequest) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ExtenderArgs.Nodes.items: more than ", kMaxNodesPerRequest, " nodes"));
+    }
+    for (size_t i = 0; i < items->size(); ++i) {
+      const json* name = Path((*items)[i], {"metadata", "name"});
+      if (name == nullptr || !name->is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ExtenderArgs.Nodes.items[", i, "].metadata.name: missing or not a string"));
+      }
+      args.node_names.push_back(name->get<std::string>());
+    }
+    args.from_node_list = true;
+    args.node_list = *nodes;
+  } else {
+    return absl::InvalidArgumentError("ExtenderArgs: neither NodeNames nor Nodes is set");
+  }
+  return args;
+}
+
+absl::StatusOr<BindingArgs> ParseBindingArgs(const json& body) {
+  if (!body.is_object()) {
+    return absl::InvalidArgumentError("ExtenderBindingArgs: the body must be a JSON object");
+  }
+  const std::string where = "ExtenderBindingArgs";
+  BindingArgs a;
+  std::pair<const char*, std::string*> fields[] = {{"PodName", &a.pod_name},
+                                                   {"PodNamespace", &a.pod_namespace},
+                                                   {"PodUID", &a.pod_uid},
+                                                   {"Node", &a.node}};
+  for (auto& [key, out] : fields) {
+    absl::StatusOr<std::string> v = StringMember(body, key, where);
+    if (!v.ok()) return v.status();
+    *out = std::move(*v);
+  }
+  if (a.pod_name.empty()) return absl::InvalidArgumentError("ExtenderBindingArgs.PodName: must be set");
+  if (a.node.empty()) return absl::InvalidArgumentError("ExtenderBindingArgs.Node: must be set");
+  if (a.pod_namespace.empty()) a.pod_namespace = "default";
+  for (auto& [key, out] : fields) {
+    if (out->size() > 253) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": longer than 253 characters"));
+    }
+    // Names go into API paths: DNS subdomain characters only (UIDs too).
+    for (char ch : *out) {
+      if (!(absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.')) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".", key, ": \"", *out, "\" has a character other than [a-z0-9.-]"));
+      }
+    }
+  }
+  return a;
+}
+
+json FilterResultJson(const FilterResult& r, const ExtenderArgs* args) {
+  json out = json::object();
+  if (args != nullptr && args->from_node_list) {
+    // Keep the passing nodes' objects, in the request's order.
+    json list = args->node_list;
+    json kept = json::array();
+    size_t next = 0;
+    const json& items = list["items"];
+    for (const json& item : items) {
+      if (next < r.node_names.size() && item["metadata"]["name"] == r.node_names[next]) {
+        kept.push_back(item);
+        ++next;
+      }
+    }
+    list["items"] = std::move(kept);
+    out["Nodes"] = std::move(list);
+    out["NodeNames"] = nullptr;
+  } else {
+    out["Nodes"] = nullptr;
+    out["NodeNames"] = r.node_names;
+  }
+  out["FailedNodes"] = r.failed;
+  out["FailedAndUnresolvableNodes"] = r.failed_unresolvable;
+  out["Error"] = r.error;
+  return out;
+}
+
+json PriorityListJson(const std::vector<HostPriority>& list) {
+  json out = json::array();
+  for (const HostPriority& h : list) out.push_back({{"Host", h.host}, {"Score", h.score}});
+  return out;
+}
+
+json BindingResultJson(const std::string& error) { return {{"Error", error}}; }
+
+PodRef PodRefOf(const json& pod) {
+  PodRef r;
+  auto str = [&](std::initializer_list<const char*> keys) {
+    const json* v = Path(pod, keys);
+    return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+  };
+  r.ns = str({"metadata", "namespace"});
+  if (r.ns.empty()) r.ns = "default";
+  r.name = str({"metadata", "name"});
+  r.uid = str({"metadata", "uid"});
+  r.node_name = str({"spec", "nodeName"});
+  return r;
+}
+
+absl::StatusOr<placement::PodRequest> ParsePodRequest(const json& pod) {
+  // nlohmann's accessors throw on a type mismatch; everything above checks
+  // types first, but this is the one place that would catch a slip.
+  try {
+    return ParsePodRequestOrThrow(pod);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("Pod: ", e.what()));
+  }
+}
+
+}  // namespace extender
+}  // namespace duet

@@ -1,0 +1,112 @@
+#pragma once
+
+// The kube-scheduler extender protocol (k8s.io/kube-scheduler/extender/v1),
+// as kube-scheduler sends and reads it: Go structs without json tags, so every
+// key is the Go field name in PascalCase ("Pod", "NodeNames", "FailedNodes",
+// "PodUID", ...). Go's decoder matches keys case-insensitively, so the
+// parsers here do too; what they write is always PascalCase.
+//
+// Also here: the pod's request as duet's placement sees it (ParsePodRequest),
+// computed with Kubernetes' effective-request rules.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bridge/placement/request.h"
+#include "nlohmann/json.hpp"
+
+namespace duet {
+namespace extender {
+
+// extenderv1.MaxExtenderPriority: prioritize scores lie in 0..10.
+inline constexpr int64_t kMaxExtenderPriority = 10;
+
+inline constexpr char kGpuResource[] = "nvidia.com/gpu";
+inline constexpr char kTpuResource[] = "google.com/tpu";
+// Optional pod annotations (duet's own hints):
+//  - per-device share in milli-units, for a pod that asks for one device and
+//    is content with part of it ("500" = half a GPU);
+inline constexpr char kDeviceMilliAnnotation[] = "duet.dev/device-milli";
+//  - acceptable device models, comma-separated ("nvidia-h100-80gb,nvidia-h200-141gb").
+inline constexpr char kModelsAnnotation[] = "duet.dev/models";
+// Node selector keys that name the device model (GKE's labels).
+inline constexpr char kGpuModelSelector[] = "cloud.google.com/gke-accelerator";
+inline constexpr char kTpuModelSelector[] = "cloud.google.com/gke-tpu-accelerator";
+
+// ExtenderArgs {Pod, Nodes, NodeNames}. With nodeCacheCapable: true,
+// kube-scheduler sends NodeNames; Nodes (a v1.NodeList) is accepted too and
+// only its items' metadata.name are read.
+struct ExtenderArgs {
+  nlohmann::json pod;  // the v1.Pod, as sent
+  std::vector<std::string> node_names;
+  // True when the names came from Nodes.items (the reply then fills Nodes).
+  bool from_node_list = false;
+  nlohmann::json node_list;  // kept only when from_node_list
+};
+
+// ExtenderFilterResult.
+struct FilterResult {
+  std::vector<std::string> node_names;  // the nodes that pass
+  std::map<std::string, std::string> failed;                 // FailedNodes
+  std::map<std::string, std::string> failed_unresolvable;    // FailedAndUnresolvableNodes
+  std::string error;
+};
+
+// One HostPriority.
+struct HostPriority {
+  std::string host;
+  int64_t score = 0;
+};
+
+// ExtenderBindingArgs.
+struct BindingArgs {
+  std::string pod_name;
+  std::string pod_namespace;
+  std::string pod_uid;
+  std::string node;
+};
+
+// Parsers: INVALID_ARGUMENT naming the problem ("ExtenderArgs.Pod: missing",
+// "ExtenderArgs.NodeNames[3]: not a string", ...). Bounded: at most
+// kMaxNodesPerRequest names.
+// `body` is taken by value: the pod and the names are moved out of it
+// (pass std::move(parsed) to avoid copying a 100 KB document).
+absl::StatusOr<ExtenderArgs> ParseExtenderArgs(nlohmann::json body);
+absl::StatusOr<BindingArgs> ParseBindingArgs(const nlohmann::json& body);
+
+inline constexpr size_t kMaxNodesPerRequest = 100000;
+
+// Serialisers (PascalCase). `args` is needed to echo Nodes when the request
+// carried a NodeList instead of names.
+nlohmann::json FilterResultJson(const FilterResult& result, const ExtenderArgs* args = nullptr);
+nlohmann::json PriorityListJson(const std::vector<HostPriority>& list);
+nlohmann::json BindingResultJson(const std::string& error);
+
+// The pod's identity, for ledger owners and events.
+struct PodRef {
+  std::string ns;
+  std::string name;
+  std::string uid;
+  std::string node_name;  // spec.nodeName ("" while unbound)
+};
+PodRef PodRefOf(const nlohmann::json& pod);
+
+// The pod's request: devices (nvidia.com/gpu or google.com/tpu; asking for
+// both is INVALID_ARGUMENT), CPU (milli) and memory (MiB, rounded up), with
+// Kubernetes' rules: a container's request is its requests[r], else its
+// limits[r]; the pod's is max(sum over containers and sidecar init
+// containers (restartPolicy Always), max over the other init containers of
+// that container plus the sidecars started before it), plus
+// spec.overhead. Models come from the annotation kModelsAnnotation, else the
+// node selector of the device kind; the share from kDeviceMilliAnnotation.
+// INVALID_ARGUMENT names the field (e.g.
+// "spec.containers[0].resources.limits[nvidia.com/gpu]: bad quantity \"x\"").
+absl::StatusOr<placement::PodRequest> ParsePodRequest(const nlohmann::json& pod);
+
+}  // namespace extender
+}  // namespace duet

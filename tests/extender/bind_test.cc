@@ -1,0 +1,350 @@
+// Bind against the fake kube-apiserver (tests/fakes/fake_apiserver.py, the
+// real binding protocol) through the production PodApi and libcurl client:
+// success, rollback when the Binding POST fails, idempotent retries, the
+// last free GPUs raced by two pods, and the Slurm placeholder path (with a
+// fake SlurmClient that allocates like select/cons_tres on one node).
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "k8s_adapter/extender/extender.h"
+#include "tests/extender/cluster.h"
+#include "tests/k8s/fake_server.h"
+
+namespace duet {
+namespace extender {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+using k8s::testing::FakeApiServer;
+
+const std::string kNode0 = bench::H100NodeName(0);  // 8 free
+const std::string kNode1 = bench::H100NodeName(1);  // 2 free
+
+json GpuPod(const std::string& name, int gpus) {
+  return {{"kind", "Pod"},
+          {"apiVersion", "v1"},
+          {"metadata", {{"name", name}, {"namespace", "ml-team"}}},
+          {"spec",
+           {{"schedulerName", "duet"},
+            {"containers",
+             {{{"name", "c"},
+               {"image", "i"},
+               {"resources",
+                {{"limits", {{"nvidia.com/gpu", std::to_string(gpus)}, {"cpu", "4"}, {"memory", "32Gi"}}}}}}}}}}};
+}
+
+// The production PodApi, with failures injected at the fake server right
+// before the Binding POST, or a stale GET (as if the first try's answer was
+// lost after its POST landed).
+class TestPodApi final : public PodApi {
+ public:
+  TestPodApi(FakeApiServer* fake, k8s::KubeClient* client) : fake_(fake), real_(NewKubePodApi(client)) {}
+  absl::StatusOr<json> GetPod(const std::string& ns, const std::string& name) override {
+    absl::StatusOr<json> pod = real_->GetPod(ns, name);
+    if (pod.ok() && stale_gets_ > 0) {
+      --stale_gets_;
+      (*pod)["spec"].erase("nodeName");
+    }
+    return pod;
+  }
+  absl::Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
+                    const std::string& node) override {
+    if (fail_binds_ > 0) {
+      --fail_binds_;
+      fake_->Control("fail", {{"count", 1}, {"code", 500}});
+    }
+    binds_.fetch_add(1);
+    return real_->Bind(ns, name, uid, node);
+  }
+  std::atomic<int> fail_binds_{0};
+  std::atomic<int> stale_gets_{0};
+  std::atomic<int> binds_{0};
+
+ private:
+  FakeApiServer* fake_;
+  std::unique_ptr<PodApi> real_;
+};
+
+// Allocates the lowest free GPUs of the node (its own table, like Slurm's),
+// kills jobs, counts calls.
+class FakeSlurm final : public SlurmClient {
+ public:
+  absl::Status Ping() override { return absl::OkStatus(); }
+  absl::StatusOr<std::vector<SlurmNodeInfo>> ListNodes() override { return std::vector<SlurmNodeInfo>{}; }
+  absl::StatusOr<std::optional<SlurmNodeInfo>> GetNode(const std::string&) override {
+    return std::optional<SlurmNodeInfo>();
+  }
+  absl::Status CreateNode(const SlurmNodeConfig&) override { return absl::OkStatus(); }
+  absl::Status UpdateNode(const SlurmNodeUpdate&) override { return absl::OkStatus(); }
+  absl::Status DeleteNode(const std::string&) override { return absl::OkStatus(); }
+  absl::StatusOr<SlurmAllocation> AllocatePlaceholder(const SlurmAllocRequest& r) override {
+    absl::MutexLock l(&mu_);
+    ++allocations;
+    last = r;
+    std::set<uint32_t>& used = used_[r.node];
+    SlurmAllocation a;
+    a.job_id = next_job_++;
+    a.devices.node = r.node;
+    for (uint32_t i = 0; i < 8 && a.devices.gpus.size() < r.gpus; ++i) {
+      if (!used.count(i)) a.devices.gpus.push_back(i);
+    }
+    if (a.devices.gpus.size() < r.gpus) return absl::ResourceExhaustedError("Requested node configuration is not available");
+    for (uint32_t g : a.devices.gpus) used.insert(g);
+    jobs_[a.job_id] = a.devices;
+    return a;
+  }
+  absl::Status KillJob(uint32_t job_id) override {
+    absl::MutexLock l(&mu_);
+    ++kills;
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) {
+      for (uint32_t g : it->second.gpus) used_[it->second.node].erase(g);
+      jobs_.erase(it);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() override { return std::vector<SlurmJobInfo>{}; }
+  absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t) override { return std::optional<SlurmJobInfo>(); }
+  // Marks GPUs used by "other Slurm jobs" (kept in step with the ledger).
+  void Use(const std::string& node, uint32_t first, uint32_t n) {
+    absl::MutexLock l(&mu_);
+    for (uint32_t i = first; i < first + n; ++i) used_[node].insert(i);
+  }
+  size_t live_jobs() {
+    absl::MutexLock l(&mu_);
+    return jobs_.size();
+  }
+
+  int allocations = 0;
+  int kills = 0;
+  SlurmAllocRequest last;
+
+ private:
+  absl::Mutex mu_;
+  uint32_t next_job_ = 5000;
+  std::map<std::string, std::set<uint32_t>> used_;
+  std::map<uint32_t, SlurmJobNodeDevices> jobs_;
+};
+
+class BindTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fake_.ok());
+    testing::BuildCluster(ledger_);
+    k8s::KubeConfig c;
+    c.server = fake_.url();
+    client_ = *k8s::NewCurlKubeClient(c);
+    api_ = std::make_unique<TestPodApi>(&fake_, client_.get());
+  }
+
+  std::unique_ptr<Extender> Make(Placeholders* placeholders = nullptr) {
+    ExtenderOptions o;
+    o.wait_durable = [this](uint64_t seq) {
+      durable_waits_.fetch_add(1);
+      EXPECT_LE(seq, ledger_.seq());
+      return absl::OkStatus();
+    };
+    o.on_refusal = [this](const k8s::EventSpec& e) {
+      absl::MutexLock l(&mu_);
+      events_.push_back(e);
+    };
+    return std::make_unique<Extender>(&ledger_, placeholders, api_.get(), o);
+  }
+
+  // Creates the pod in the fake; returns binding args for `node`.
+  BindingArgs Pod(const std::string& name, int gpus, const std::string& node) {
+    json pod = fake_.Put(GpuPod(name, gpus));
+    return {name, "ml-team", pod["metadata"]["uid"].get<std::string>(), node};
+  }
+  std::string BoundNode(const std::string& name) {
+    json pod = json::parse(*client_->Get("/api/v1/namespaces/ml-team/pods/" + name));
+    return pod["spec"].value("nodeName", "");
+  }
+  std::vector<Holding> PodHoldings(const std::string& node) {
+    std::vector<Holding> out;
+    for (const Holding& h : ledger_.ListHoldings(node)) {
+      if (h.owner.holder_class() == HolderClass::kPod && h.owner.pod_name != "other") out.push_back(h);
+    }
+    return out;
+  }
+
+  FakeApiServer fake_;
+  Ledger ledger_;
+  std::unique_ptr<k8s::KubeClient> client_;
+  std::unique_ptr<TestPodApi> api_;
+  std::atomic<int> durable_waits_{0};
+  absl::Mutex mu_;
+  std::vector<k8s::EventSpec> events_;
+};
+
+TEST_F(BindTest, HoldsTheDevicesDurablyThenBinds) {
+  auto ext = Make();
+  BindingArgs a = Pod("trainer-0", 2, kNode0);
+  ASSERT_TRUE(ext->Bind(a).ok());
+  EXPECT_EQ(BoundNode("trainer-0"), kNode0);
+  std::vector<Holding> h = PodHoldings(kNode0);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].owner.kind, OwnerKind::kPod);
+  EXPECT_EQ(h[0].owner.pod_uid, a.pod_uid);
+  EXPECT_EQ(h[0].devices.size(), 2u);
+  EXPECT_GE(durable_waits_.load(), 1);
+  EXPECT_EQ(ext->stats().bound, 1u);
+  EXPECT_TRUE(ledger_.CheckInvariants().ok());
+}
+
+TEST_F(BindTest, FailedBindingPostRollsBackAndReportsTheError) {
+  auto ext = Make();
+  BindingArgs a = Pod("trainer-1", 2, kNode0);
+  api_->fail_binds_ = 1;
+  absl::Status s = ext->Bind(a);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("injected failure"));
+  EXPECT_TRUE(PodHoldings(kNode0).empty());  // rolled back
+  EXPECT_EQ(BoundNode("trainer-1"), "");
+  EXPECT_EQ(ext->stats().rolled_back, 1u);
+  {
+    absl::MutexLock l(&mu_);
+    ASSERT_EQ(events_.size(), 1u);
+    EXPECT_EQ(events_[0].object_name, "trainer-1");
+    EXPECT_EQ(events_[0].object_uid, a.pod_uid);
+    EXPECT_EQ(events_[0].type, "Warning");
+    EXPECT_THAT(events_[0].message, HasSubstr(kNode0));
+  }
+  // kube-scheduler retries; this time it works.
+  ASSERT_TRUE(ext->Bind(a).ok());
+  EXPECT_EQ(PodHoldings(kNode0).size(), 1u);
+  EXPECT_EQ(BoundNode("trainer-1"), kNode0);
+}
+
+TEST_F(BindTest, RetriedBindIsIdempotent) {
+  auto ext = Make();
+  BindingArgs a = Pod("trainer-2", 1, kNode0);
+  ASSERT_TRUE(ext->Bind(a).ok());
+  const uint64_t seq = ledger_.seq();
+  // The answer was lost; the scheduler asks again: the pod is bound there.
+  ASSERT_TRUE(ext->Bind(a).ok());
+  // And once more with a GET that has not seen the binding yet: the holding
+  // is found (no second one) and the Binding's 409 means "already there".
+  api_->stale_gets_ = 1;
+  ASSERT_TRUE(ext->Bind(a).ok());
+  EXPECT_EQ(ledger_.seq(), seq);  // nothing changed in the ledger
+  EXPECT_EQ(PodHoldings(kNode0).size(), 1u);
+  EXPECT_EQ(ext->stats().retries_idempotent, 2u);
+  // Bound elsewhere already: refused, nothing held there.
+  BindingArgs other = a;
+  other.node = bench::H100NodeName(3);
+  absl::Status s = ext->Bind(other);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(PodHoldings(other.node).empty());
+}
+
+TEST_F(BindTest, ReplacedOrMissingPodIsRefused) {
+  auto ext = Make();
+  BindingArgs a = Pod("trainer-3", 1, kNode0);
+  a.pod_uid = "not-the-uid";
+  EXPECT_EQ(ext->Bind(a).code(), absl::StatusCode::kAborted);
+  BindingArgs gone{"gone", "ml-team", "u", kNode0};
+  EXPECT_EQ(ext->Bind(gone).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(PodHoldings(kNode0).empty());
+}
+
+TEST_F(BindTest, NoRoomIsRefusedWithTheReason) {
+  auto ext = Make();
+  BindingArgs a = Pod("big", 4, kNode1);  // 2 free
+  absl::Status s = ext->Bind(a);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("2 of 8 gpu devices"));
+  EXPECT_EQ(api_->binds_.load(), 0);  // never POSTed
+  EXPECT_EQ(BoundNode("big"), "");
+}
+
+TEST_F(BindTest, PodWithoutDevicesIsJustBound) {
+  auto ext = Make();
+  json pod = GpuPod("web", 0);
+  pod["spec"]["containers"][0]["resources"]["limits"].erase("nvidia.com/gpu");
+  json made = fake_.Put(pod);
+  ASSERT_TRUE(ext->Bind({"web", "ml-team", made["metadata"]["uid"], "gke-cpu-pool-n2-0"}).ok());
+  EXPECT_EQ(BoundNode("web"), "gke-cpu-pool-n2-0");
+  EXPECT_EQ(durable_waits_.load(), 0);
+}
+
+// Two pods race for the last two GPUs of a node: exactly one wins, the other
+// is refused, and the ledger shows one holder. Repeated to give the race
+// every chance.
+TEST_F(BindTest, ConcurrentBindsForTheLastFreeGpusExactlyOneWins) {
+  auto ext = Make();
+  for (int round = 0; round < 15; ++round) {
+    BindingArgs a = Pod(absl::StrCat("race-a-", round), 2, kNode1);
+    BindingArgs b = Pod(absl::StrCat("race-b-", round), 2, kNode1);
+    absl::Status sa, sb;
+    std::atomic<int> ready{0};
+    auto run = [&](const BindingArgs& args, absl::Status* out) {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      *out = ext->Bind(args);
+    };
+    std::thread ta(run, std::cref(a), &sa);
+    std::thread tb(run, std::cref(b), &sb);
+    ta.join();
+    tb.join();
+    ASSERT_NE(sa.ok(), sb.ok()) << "round " << round << ": " << sa << " / " << sb;
+    const absl::Status& lost = sa.ok() ? sb : sa;
+    EXPECT_EQ(lost.code(), absl::StatusCode::kResourceExhausted) << lost;
+    std::vector<Holding> h = PodHoldings(kNode1);
+    ASSERT_EQ(h.size(), 1u);
+    EXPECT_EQ(h[0].owner.pod_uid, sa.ok() ? a.pod_uid : b.pod_uid);
+    EXPECT_EQ(BoundNode(sa.ok() ? a.pod_name : b.pod_name), kNode1);
+    EXPECT_EQ(BoundNode(sa.ok() ? b.pod_name : a.pod_name), "");
+    ASSERT_TRUE(ledger_.CheckInvariants().ok());
+    // The winner's pod ends: free the GPUs for the next round.
+    ASSERT_TRUE(ledger_.Release(kNode1, h[0].owner).ok());
+  }
+}
+
+TEST_F(BindTest, SlurmPlaceholderIsMadeAndCancelledOnFailure) {
+  FakeSlurm slurm;
+  slurm.Use(kNode1, 0, 6);  // Slurm job 101 of the cluster
+  Placeholders placeholders(&ledger_, &slurm);
+  auto ext = Make(&placeholders);
+
+  BindingArgs a = Pod("slurm-pod", 2, kNode1);
+  api_->fail_binds_ = 1;
+  EXPECT_FALSE(ext->Bind(a).ok());
+  EXPECT_EQ(slurm.allocations, 1);
+  EXPECT_EQ(slurm.kills, 1);  // Placeholders::Cancel
+  EXPECT_EQ(slurm.live_jobs(), 0u);
+  EXPECT_TRUE(PodHoldings(kNode1).empty());
+
+  ASSERT_TRUE(ext->Bind(a).ok());
+  EXPECT_EQ(slurm.allocations, 2);
+  EXPECT_EQ(slurm.last.gpus, 2u);
+  EXPECT_EQ(slurm.last.cpus, 4u);
+  EXPECT_EQ(slurm.last.memory_mib, 32u * 1024);
+  EXPECT_THAT(slurm.last.comment, HasSubstr(a.pod_uid));
+  std::vector<Holding> h = PodHoldings(kNode1);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].owner.kind, OwnerKind::kPlaceholder);
+  EXPECT_EQ(h[0].devices.size(), 2u);
+  EXPECT_EQ(h[0].devices[0].index, 6u);  // Slurm's choice, recorded as is
+
+  // A retry: no second placeholder.
+  ASSERT_TRUE(ext->Bind(a).ok());
+  EXPECT_EQ(slurm.allocations, 2);
+  // Another pod: the node is full in the ledger; Slurm is not even asked.
+  BindingArgs b = Pod("slurm-pod-2", 1, kNode1);
+  EXPECT_EQ(ext->Bind(b).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(slurm.allocations, 2);
+  EXPECT_TRUE(ledger_.CheckInvariants().ok());
+}
+
+}  // namespace
+}  // namespace extender
+}  // namespace duet

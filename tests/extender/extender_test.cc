@@ -1,0 +1,279 @@
+// Extender logic and the HTTP/JSON layer without sockets: the exact JSON
+// kube-scheduler sends (testdata/filter_args.json: a full v1.Pod asking for
+// 4 H100s, NodeNames) against golden results, Kubernetes' effective-request
+// rules, and the 400/404/405 answers.
+
+#include "k8s_adapter/extender/extender.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "k8s_adapter/extender/server.h"
+#include "k8s_adapter/extender/types.h"
+#include "tests/extender/cluster.h"
+
+namespace duet {
+namespace extender {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::BuildCluster;
+using testing::ExpectGolden;
+using testing::TestdataJson;
+using json = nlohmann::json;
+
+// A PodApi for tests that never reach bind.
+class NoApi final : public PodApi {
+ public:
+  absl::StatusOr<json> GetPod(const std::string&, const std::string&) override {
+    return absl::UnavailableError("no API server in this test");
+  }
+  absl::Status Bind(const std::string&, const std::string&, const std::string&, const std::string&) override {
+    return absl::UnavailableError("no API server in this test");
+  }
+};
+
+json PodWith(const std::vector<json>& containers, const json& extra_spec = json::object()) {
+  json pod = {{"metadata", {{"name", "p"}, {"namespace", "default"}, {"uid", "u1"}}},
+              {"spec", {{"containers", json(containers)}}}};
+  pod["spec"].update(extra_spec);
+  return pod;
+}
+
+json Container(const json& requests, const json& limits = json::object()) {
+  json c = {{"name", "c"}, {"image", "i"}, {"resources", json::object()}};
+  if (!requests.empty()) c["resources"]["requests"] = requests;
+  if (!limits.empty()) c["resources"]["limits"] = limits;
+  return c;
+}
+
+TEST(PodRequestTest, GoldenPodAsksFourH100sWithTheLargerOfInitAndAppContainers) {
+  json args = TestdataJson("filter_args.json");
+  absl::StatusOr<placement::PodRequest> r = ParsePodRequest(args["Pod"]);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kind, DeviceKind::kGpu);
+  EXPECT_EQ(r->count, 4u);
+  EXPECT_EQ(r->milli, kWholeDevice);
+  EXPECT_EQ(r->cpu_milli, 48250u);                  // 48 + 250m (init's 8 is less)
+  EXPECT_EQ(r->memory_mib, 400u * 1024 + 256);      // 400Gi + 256Mi
+  EXPECT_THAT(r->models, ::testing::ElementsAre("nvidia-h100-80gb"));
+}
+
+TEST(PodRequestTest, LimitsStandInForMissingRequests) {
+  absl::StatusOr<placement::PodRequest> r =
+      ParsePodRequest(PodWith({Container({{"cpu", "1"}}, {{"cpu", "2"}, {"nvidia.com/gpu", "2"}, {"memory", "1G"}})}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->count, 2u);
+  EXPECT_EQ(r->cpu_milli, 1000u);   // the request wins over the limit
+  EXPECT_EQ(r->memory_mib, 954u);   // 1e9 bytes, rounded up to MiB
+}
+
+TEST(PodRequestTest, InitContainersSidecarsAndOverhead) {
+  json inits = json::array({
+      Container({{"cpu", "500m"}}) /* sidecar, below */,
+      Container({{"cpu", "4"}, {"nvidia.com/gpu", "1"}}),
+  });
+  inits[0]["restartPolicy"] = "Always";
+  json pod = PodWith({Container({{"cpu", "1"}, {"nvidia.com/gpu", "1"}})},
+                     {{"initContainers", inits}, {"overhead", {{"cpu", "100m"}}}});
+  absl::StatusOr<placement::PodRequest> r = ParsePodRequest(pod);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // max(app 1 + sidecar 0.5, init 4 + sidecar 0.5) + overhead 0.1
+  EXPECT_EQ(r->cpu_milli, 4600u);
+  EXPECT_EQ(r->count, 1u);  // max(1, 1)
+}
+
+TEST(PodRequestTest, TpusModelsAndShares) {
+  json pod = PodWith({Container({}, {{"google.com/tpu", "4"}})},
+                     {{"nodeSelector", {{"cloud.google.com/gke-tpu-accelerator", "tpu-v5-lite-podslice"}}}});
+  absl::StatusOr<placement::PodRequest> r = ParsePodRequest(pod);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kind, DeviceKind::kTpu);
+  EXPECT_EQ(r->count, 4u);
+  EXPECT_THAT(r->models, ::testing::ElementsAre("tpu-v5-lite-podslice"));
+
+  json shared = PodWith({Container({}, {{"nvidia.com/gpu", "1"}})});
+  shared["metadata"]["annotations"] = {{"duet.dev/device-milli", "500"}, {"duet.dev/models", "a, b"}};
+  r = ParsePodRequest(shared);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->milli, 500u);
+  EXPECT_TRUE(r->shared());
+  EXPECT_THAT(r->models, ::testing::ElementsAre("a", "b"));
+}
+
+TEST(PodRequestTest, BadInputNamesTheField) {
+  absl::StatusOr<placement::PodRequest> r = ParsePodRequest(PodWith({Container({{"nvidia.com/gpu", "x"}})}));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("spec.containers[0].resources.requests[nvidia.com/gpu]"));
+  r = ParsePodRequest(PodWith({Container({{"nvidia.com/gpu", "1"}, {"google.com/tpu", "1"}})}));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("both"));
+  r = ParsePodRequest(PodWith({Container({{"nvidia.com/gpu", "500m"}})}));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("whole number"));
+  r = ParsePodRequest(json{{"spec", json::object()}});
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("spec.containers"));
+  json two_shared = PodWith({Container({}, {{"nvidia.com/gpu", "2"}})});
+  two_shared["metadata"]["annotations"] = {{"duet.dev/device-milli", "2000"}};
+  EXPECT_FALSE(ParsePodRequest(two_shared).ok());
+}
+
+TEST(ExtenderArgsTest, NodeListAndCaseInsensitiveKeys) {
+  json body = {{"pod", PodWith({Container({})})},
+               {"nodes", {{"items", {{{"metadata", {{"name", "a"}}}}, {{"metadata", {{"name", "b"}}}}}}}}};
+  absl::StatusOr<ExtenderArgs> a = ParseExtenderArgs(body);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_THAT(a->node_names, ::testing::ElementsAre("a", "b"));
+  EXPECT_TRUE(a->from_node_list);
+
+  EXPECT_THAT(std::string(ParseExtenderArgs(json{{"NodeNames", {"a"}}}).status().message()),
+              HasSubstr("ExtenderArgs.Pod: missing"));
+  EXPECT_THAT(std::string(ParseExtenderArgs(json{{"Pod", json::object()}, {"NodeNames", {"a", 3}}})
+                              .status()
+                              .message()),
+              HasSubstr("ExtenderArgs.NodeNames[1]: not a string"));
+  EXPECT_THAT(std::string(ParseExtenderArgs(json{{"Pod", json::object()}}).status().message()),
+              HasSubstr("neither NodeNames nor Nodes"));
+  EXPECT_THAT(std::string(ParseBindingArgs(json{{"PodName", "a/b"}, {"Node", "n"}}).status().message()),
+              HasSubstr("PodName"));
+}
+
+class ExtenderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { BuildCluster(ledger_); }
+  Ledger ledger_;
+  NoApi api_;
+  Extender extender_{&ledger_, nullptr, &api_, ExtenderOptions{}};
+};
+
+TEST_F(ExtenderTest, FilterGolden) {
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(TestdataJson("filter_args.json"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  FilterResult r = extender_.Filter(*args);
+  // 8 free, 4 free and 5 free pass; 2 free fails; L4 fails (model); cordoned
+  // and unknown are unresolvable.
+  EXPECT_THAT(r.node_names, ::testing::ElementsAre("gke-a3-highgpu-pool-0", "gke-a3-highgpu-pool-3",
+                                                   "gke-a3-highgpu-pool-4"));
+  ExpectGolden(FilterResultJson(r, &*args), "filter_result.json");
+}
+
+TEST_F(ExtenderTest, PrioritizeGoldenPrefersTheNodeThePodFillsAndAvoidsStrandingAGpu) {
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(TestdataJson("filter_args.json"));
+  ASSERT_TRUE(args.ok());
+  std::vector<HostPriority> p = extender_.Prioritize(*args);
+  ASSERT_EQ(p.size(), 7u);
+  for (const HostPriority& h : p) {
+    EXPECT_GE(h.score, 0);
+    EXPECT_LE(h.score, kMaxExtenderPriority);
+  }
+  // duet's policy: pool-3 (4 free, the pod takes them all) is best; the
+  // empty pool-0 (4 left, still usable by such a pod) next; pool-4 (5 free)
+  // worst, as it would strand one GPU that no 4-GPU pod can use. Nodes where
+  // the pod does not fit score 0.
+  EXPECT_EQ(p[3].score, kMaxExtenderPriority);
+  EXPECT_GT(p[3].score, p[0].score);
+  EXPECT_GT(p[0].score, p[4].score);
+  EXPECT_EQ(p[1].score, 0);
+  EXPECT_EQ(p[2].score, 0);
+  EXPECT_EQ(p[5].score, 0);
+  EXPECT_EQ(p[6].score, 0);
+  ExpectGolden(PriorityListJson(p), "prioritize_result.json");
+}
+
+TEST_F(ExtenderTest, OtherPoliciesOrderAsTheyShould) {
+  ExtenderOptions packing;
+  packing.policy = placement::Policy::kMostAllocated;
+  Extender most(&ledger_, nullptr, &api_, packing);
+  std::vector<HostPriority> m = most.Prioritize(*ParseExtenderArgs(TestdataJson("filter_args.json")));
+  EXPECT_GT(m[3].score, m[4].score);
+  EXPECT_GT(m[4].score, m[0].score);
+
+  ExtenderOptions o;
+  o.policy = placement::Policy::kLeastAllocated;
+  Extender spread(&ledger_, nullptr, &api_, o);
+  std::vector<HostPriority> p = spread.Prioritize(*ParseExtenderArgs(TestdataJson("filter_args.json")));
+  EXPECT_GT(p[0].score, p[4].score);
+  EXPECT_GT(p[4].score, p[3].score);
+}
+
+TEST_F(ExtenderTest, PodWithoutDevicesPassesUnknownAndReadyNodes) {
+  ExtenderArgs args;
+  args.pod = PodWith({Container({{"cpu", "2"}})});
+  args.node_names = {"gke-cpu-pool-n2-0", bench::H100NodeName(1), bench::H100NodeName(2)};
+  FilterResult r = extender_.Filter(args);
+  EXPECT_THAT(r.node_names, ::testing::ElementsAre("gke-cpu-pool-n2-0", bench::H100NodeName(1)));
+  EXPECT_EQ(r.failed_unresolvable.count(bench::H100NodeName(2)), 1u);
+  for (const HostPriority& h : extender_.Prioritize(args)) EXPECT_EQ(h.score, 0);
+}
+
+TEST_F(ExtenderTest, CpuAndMemoryLoadIsHonoured) {
+  ExtenderOptions o;
+  o.load = [](const NodeView& v) {
+    placement::NodeLoad l;
+    if (v.spec.name == bench::H100NodeName(0)) l.cpu_milli = 180000;  // 28 of 208 CPUs left
+    return l;
+  };
+  Extender loaded(&ledger_, nullptr, &api_, o);
+  FilterResult r = loaded.Filter(*ParseExtenderArgs(TestdataJson("filter_args.json")));
+  ASSERT_EQ(r.failed.count(bench::H100NodeName(0)), 1u);
+  EXPECT_THAT(r.failed[bench::H100NodeName(0)], HasSubstr("cpu"));
+}
+
+TEST_F(ExtenderTest, UnreadablePodFailsEveryNodeWithTheReason) {
+  ExtenderArgs args;
+  args.pod = PodWith({Container({{"nvidia.com/gpu", "1"}, {"google.com/tpu", "1"}})});
+  args.node_names = {bench::H100NodeName(0)};
+  FilterResult r = extender_.Filter(args);
+  EXPECT_TRUE(r.node_names.empty());
+  EXPECT_THAT(r.failed_unresolvable[bench::H100NodeName(0)], HasSubstr("both"));
+}
+
+class HandlerTest : public ExtenderTest {
+ protected:
+  Handler handler_{&extender_, "/duet", false};
+};
+
+TEST_F(HandlerTest, FilterOverJsonMatchesTheGolden) {
+  HttpReply r = handler_.Handle("POST", "/duet/filter", testing::Testdata("filter_args.json"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.content_type, "application/json");
+  EXPECT_EQ(json::parse(r.body), TestdataJson("filter_result.json"));
+  r = handler_.Handle("POST", "/duet/prioritize?x=1", testing::Testdata("filter_args.json"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body), TestdataJson("prioritize_result.json"));
+}
+
+TEST_F(HandlerTest, BadRequestsAreRefusedAndChangeNothing) {
+  const uint64_t seq = ledger_.seq();
+  HttpReply r = handler_.Handle("POST", "/duet/filter", "{\"Pod\": ");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("not valid JSON"));
+  r = handler_.Handle("POST", "/duet/filter", "[1,2]");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("must be a JSON object"));
+  r = handler_.Handle("POST", "/duet/bind", R"({"PodName":"p","PodNamespace":"ns"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("ExtenderBindingArgs.Node: must be set"));
+  r = handler_.Handle("POST", "/duet/preempt", "{}");
+  EXPECT_EQ(r.status, 404);
+  r = handler_.Handle("POST", "/other/filter", "{}");
+  EXPECT_EQ(r.status, 404);
+  r = handler_.Handle("GET", "/duet/filter", "");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.allow, "POST");
+  r = handler_.Handle("POST", "/duet/_echo", "x");
+  EXPECT_EQ(r.status, 404);  // only with enable_echo
+  EXPECT_EQ(handler_.Handle("GET", "/healthz", "").status, 200);
+  EXPECT_EQ(ledger_.seq(), seq);
+  EXPECT_TRUE(ledger_.CheckInvariants().ok());
+}
+
+TEST_F(HandlerTest, BindRefusalIsAnErrorInTheResult) {
+  HttpReply r = handler_.Handle(
+      "POST", "/duet/bind",
+      R"({"PodName":"p","PodNamespace":"ns","PodUID":"u1","Node":"gke-a3-highgpu-pool-0"})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("no API server"));
+}
+
+}  // namespace
+}  // namespace extender
+}  // namespace duet
