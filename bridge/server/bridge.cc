@@ -198,6 +198,9 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config) {
   // 5. gRPC.
   LedgerService::Options sopts;
   sopts.max_watch_streams = config.grpc.max_watch_streams;
+  // --- PlacePod (device plugin): Slurm placeholders when Slurm is on ---
+  sopts.placeholders = b->placeholders_.get();
+  // --- end PlacePod ---
   b->service_ = std::make_unique<LedgerService>(&b->ledger_, b->durability_.get(), &b->hub_, m,
                                                 sopts);
   auto creds = Credentials(config.grpc.tls);
