@@ -38,10 +38,17 @@ bool Exists(const std::string& path) {
 
 // A quantity split into a decimal number and a suffix multiplier.
 absl::StatusOr<double> ParseQuantity(const std::string& q, bool cpu) {
-  static const std::pair<const char*, double> kSuffixes[] = {
-      {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-      {"Pi", 1125899906842624.0}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
-      {"P", 1e15}, {"m", 1e-3}};
+  static const std::pair<const char*, double> kSuffixes[] = {{"Ki", 1024.0},
+                                                             {"Mi", 1048576.0},
+                                                             {"Gi", 1073741824.0},
+                                                             {"Ti", 1099511627776.0},
+                                                             {"Pi", 1125899906842624.0},
+                                                             {"k", 1e3},
+                                                             {"M", 1e6},
+                                                             {"G", 1e9},
+                                                             {"T", 1e12},
+                                                             {"P", 1e15},
+                                                             {"m", 1e-3}};
   if (q.empty()) return absl::InvalidArgumentError("empty quantity");
   std::string number = q;
   double mult = 1;
@@ -242,7 +249,8 @@ absl::StatusOr<std::vector<PendingPod>> PendingPodsFromList(const nlohmann::json
       const int64_t vc = cc.ok() ? *cc : 0;
       const int64_t vm = cm.ok() ? *cm : 0;
       if (max) {
-        *g = std::max(*g, cg), *t = std::max(*t, ct), *cpu = std::max(*cpu, vc), *m = std::max(*m, vm);
+        *g = std::max(*g, cg), *t = std::max(*t, ct), *cpu = std::max(*cpu, vc),
+        *m = std::max(*m, vm);
       } else {
         *g += cg, *t += ct, *cpu += vc, *m += vm;
       }

@@ -15,8 +15,8 @@
 
 #include "absl/status/statusor.h"
 #include "bridge/ledger/types.h"
-#include "k8s/deviceplugin/v1beta1/deviceplugin.pb.h"
 #include "duet/v1/duet.pb.h"
+#include "k8s/deviceplugin/v1beta1/deviceplugin.pb.h"
 #include "nlohmann/json.hpp"
 
 namespace duet {
@@ -61,7 +61,7 @@ std::vector<std::string> PreferredSlots(DeviceKind kind, const std::vector<std::
 // holdings together (they nest in one owner group).
 struct PodClaim {
   std::string uid;
-  std::string ns;    // empty when only a placeholder is known
+  std::string ns;  // empty when only a placeholder is known
   std::string name;
   std::vector<uint32_t> devices;  // sorted indices of `kind`
   std::string granted_at;         // RFC 3339 of the earliest holding, for ordering

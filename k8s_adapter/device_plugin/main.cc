@@ -63,9 +63,10 @@ int main(int argc, char** argv) {
       }
       kube = std::move(*client);
     } else {
-      spdlog::warn("no Kubernetes API ({}): Allocate matches placeholders without the pod "
-                   "cross-check and cannot place pods that bypassed the duet scheduler",
-                   kc.status().ToString());
+      spdlog::warn(
+          "no Kubernetes API ({}): Allocate matches placeholders without the pod "
+          "cross-check and cannot place pods that bypassed the duet scheduler",
+          kc.status().ToString());
     }
   }
 

@@ -32,6 +32,14 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+// Tells one incarnation of a file from the next (an inode number alone may
+// be reused); "" when the file is missing.
+std::string SocketIdentity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_ctim.tv_sec, ".", st.st_ctim.tv_nsec);
+}
+
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
@@ -131,8 +139,9 @@ NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube)
                    .Register(*registry_);
   placed_ = &prometheus::BuildCounter()
                  .Name("duet_node_placed_pods_total")
-                 .Help("Placeholders asked on the spot for pods that bypassed the duet "
-                       "scheduler, by resource and result")
+                 .Help(
+                     "Placeholders asked on the spot for pods that bypassed the duet "
+                     "scheduler, by resource and result")
                  .Register(*registry_);
   registrations_total_ = &prometheus::BuildCounter()
                               .Name("duet_node_registrations_total")
@@ -287,14 +296,19 @@ void NodePlugin::RecomputeLocked() {
     if (node_) {
       // Pods that held devices and no longer do have ended: forget what
       // they got.
-      auto ended = [&](const std::string& uid) { return !live.count(uid) && seen_live_.count(uid); };
+      std::set<std::string> ended;
+      for (const auto& uid : seen_live_) {
+        if (!live.count(uid)) ended.insert(uid);
+      }
       auto& sp = slot_pod_[kind];
-      for (auto s = sp.begin(); s != sp.end();) s = ended(s->second) ? sp.erase(s) : std::next(s);
+      for (auto s = sp.begin(); s != sp.end();)
+        s = ended.count(s->second.uid) ? sp.erase(s) : std::next(s);
       auto& ho = handed_out_[kind];
-      for (auto h = ho.begin(); h != ho.end();) h = ended(h->first) ? ho.erase(h) : std::next(h);
+      for (auto h = ho.begin(); h != ho.end();)
+        h = ended.count(h->first) ? ho.erase(h) : std::next(h);
     }
     std::set<int> allocated = kubelet_allocated_[kind];
-    for (const auto& [slot, uid] : slot_pod_[kind]) allocated.insert(slot);
+    for (const auto& [slot, use] : slot_pod_[kind]) allocated.insert(slot);
     const int wanted = node_ ? SlurmHeldCount(*node_, kind) : slots;
     std::set<int> unhealthy = ChooseUnhealthy(slots, wanted, allocated, ks.unhealthy);
     if (slots != ks.slots || unhealthy != ks.unhealthy) {
@@ -364,6 +378,7 @@ grpc::Status NodePlugin::ListAndWatch(DeviceKind kind, grpc::ServerContext* ctx,
 // Kubelet: registration, re-registration, PodResources.
 
 void NodePlugin::KubeletLoop() {
+  // inotify only wakes the loop early; what to do is decided from the files.
   const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (fd < 0 || ::inotify_add_watch(fd, options_.plugin_dir.c_str(),
                                     IN_CREATE | IN_MOVED_TO | IN_DELETE) < 0) {
@@ -375,29 +390,35 @@ void NodePlugin::KubeletLoop() {
   absl::Time next_pod_resources = absl::InfinitePast();
   while (true) {
     std::vector<DeviceKind> active;
-    bool kubelet_changed = false;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) break;
       for (const auto& [kind, ks] : kinds_) {
         if (ks.slots > 0 || servers_.count(kind)) active.push_back(kind);
       }
-      kubelet_changed = kubelet_changed_;
-      kubelet_changed_ = false;
     }
+    // Which kubelet is there now: a restarted kubelet has a new kubelet.sock.
+    const std::string kubelet_id = SocketIdentity(kubelet_sock);
     for (DeviceKind kind : active) {
       const std::string sock = absl::StrCat(options_.plugin_dir, "/", ResourceFor(kind).endpoint);
-      // kubelet removes every plugin socket when it starts: serve afresh.
-      if (servers_[kind] == nullptr || !Exists(sock) || kubelet_changed) {
-        RestartServer(kind);
-        next_register[kind] = absl::InfinitePast();
-      }
-      bool registered = false;
+      std::string registered_with;
       {
         absl::MutexLock lock(&mu_);
-        registered = kinds_[kind].registered;
+        registered_with = kinds_[kind].kubelet_id;
       }
-      if (registered || servers_[kind] == nullptr || !Exists(kubelet_sock) ||
+      const bool new_kubelet =
+          !registered_with.empty() && !kubelet_id.empty() && kubelet_id != registered_with;
+      if (new_kubelet) {
+        spdlog::info("{} was recreated: kubelet restarted; registering {} again", kubelet_sock,
+                     ResourceFor(kind).resource_name);
+      }
+      // kubelet removes every plugin socket when it starts: serve afresh.
+      if (servers_[kind] == nullptr || !Exists(sock) || new_kubelet) {
+        RestartServer(kind);
+        next_register[kind] = absl::InfinitePast();
+        registered_with.clear();
+      }
+      if (!registered_with.empty() || servers_[kind] == nullptr || kubelet_id.empty() ||
           absl::Now() < next_register[kind]) {
         continue;
       }
@@ -407,12 +428,11 @@ void NodePlugin::KubeletLoop() {
           .Increment();
       if (s.ok()) {
         absl::MutexLock lock(&mu_);
-        kinds_[kind].registered = true;
+        kinds_[kind].kubelet_id = kubelet_id;
         ++registrations_;
         spdlog::info("registered {} with kubelet ({})", ResourceFor(kind).resource_name, sock);
       } else {
-        spdlog::warn("register {} with kubelet: {}", ResourceFor(kind).resource_name,
-                     s.ToString());
+        spdlog::warn("register {} with kubelet: {}", ResourceFor(kind).resource_name, s.ToString());
         next_register[kind] = absl::Now() + absl::Seconds(1);
       }
     }
@@ -425,20 +445,7 @@ void NodePlugin::KubeletLoop() {
       struct pollfd pfd = {fd, POLLIN, 0};
       if (::poll(&pfd, 1, 200) > 0) {
         alignas(struct inotify_event) char buf[4096];
-        ssize_t n;
-        while ((n = ::read(fd, buf, sizeof(buf))) > 0) {
-          for (char* p = buf; p < buf + n;) {
-            auto* ev = reinterpret_cast<struct inotify_event*>(p);
-            if (ev->len > 0 && std::strcmp(ev->name, kKubeletSocket) == 0 &&
-                (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
-              spdlog::info("{} was (re)created: kubelet restarted; registering again",
-                           kubelet_sock);
-              absl::MutexLock lock(&mu_);
-              kubelet_changed_ = true;
-              for (auto& [k, ks] : kinds_) ks.registered = false;
-            }
-            p += sizeof(struct inotify_event) + ev->len;
-          }
+        while (::read(fd, buf, sizeof(buf)) > 0) {
         }
       }
     } else {
@@ -462,7 +469,7 @@ void NodePlugin::RestartServer(DeviceKind kind) {
   }
   {
     absl::MutexLock lock(&mu_);
-    kinds_[kind].registered = false;
+    kinds_[kind].kubelet_id.clear();
   }
   ::unlink(sock.c_str());
   services_[kind] = std::make_unique<Service>(this, kind);
@@ -476,8 +483,9 @@ void NodePlugin::RestartServer(DeviceKind kind) {
 }
 
 absl::Status NodePlugin::Register(DeviceKind kind) {
-  auto channel = grpc::CreateChannel(absl::StrCat("unix:", options_.plugin_dir, "/", kKubeletSocket),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("unix:", options_.plugin_dir, "/", kKubeletSocket),
+                          grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
@@ -529,6 +537,39 @@ void NodePlugin::RefreshPodResources() {
 
 // ---------------------------------------------------------------------------
 // Allocate
+
+std::optional<Match> NodePlugin::SameSlotsAgain(
+    const std::vector<int>& slots, const std::map<int, SlotUse>& known,
+    const std::vector<PodClaim>& claims, const std::optional<std::vector<PendingPod>>& pending) {
+  std::string uid;
+  std::vector<uint32_t> devices;
+  for (int s : slots) {
+    auto it = known.find(s);
+    if (it == known.end() || (!uid.empty() && it->second.uid != uid)) return std::nullopt;
+    uid = it->second.uid;
+    devices.push_back(it->second.device);
+  }
+  if (uid.empty()) return std::nullopt;
+  // Only while that pod still holds those devices and (when the API
+  // answers) is still waiting to start here: a slot of a pod that ended may
+  // be reused by kubelet for another pod before the ledger has caught up.
+  if (pending.has_value() && std::none_of(pending->begin(), pending->end(),
+                                          [&](const PendingPod& p) { return p.uid == uid; })) {
+    return std::nullopt;
+  }
+  for (const PodClaim& c : claims) {
+    if (c.uid != uid) continue;
+    for (uint32_t d : devices) {
+      if (std::find(c.devices.begin(), c.devices.end(), d) == c.devices.end()) return std::nullopt;
+    }
+    Match m;
+    m.claim = c;
+    m.devices = devices;
+    std::sort(m.devices.begin(), m.devices.end());
+    return m;
+  }
+  return std::nullopt;
+}
 
 void NodePlugin::CountRefusal(DeviceKind kind, const absl::Status& s) {
   std::string reason = absl::StatusCodeToString(s.code());
@@ -593,11 +634,13 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
   for (const auto& c : state.claims) {
     if (!c.ns.empty()) uid_by_name.emplace(absl::StrCat(c.ns, "/", c.name), c.uid);
   }
-  std::vector<std::pair<int, std::string>> new_slots;
+  std::vector<std::pair<int, SlotUse>> new_slots;
+  std::map<int, SlotUse> known_slots;
   int slots = 0;
   {
     absl::MutexLock lock(&mu_);
     state.handed_out = handed_out_[kind];
+    known_slots = slot_pod_[kind];
     slots = kinds_[kind].slots;
     for (const auto& [name, resources] : served_) {
       auto uid = uid_by_name.find(name);
@@ -619,21 +662,37 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
     for (const auto& id : creq.devicesids()) {
       auto s = ParseSlotId(kind, id);
       if (!s || *s >= slots) {
-        return refuse(absl::InvalidArgumentError(absl::StrCat(
-            "unknown ", ResourceFor(kind).resource_name, " device ID \"", id, "\"")));
+        return refuse(absl::InvalidArgumentError(
+            absl::StrCat("unknown ", ResourceFor(kind).resource_name, " device ID \"", id, "\"")));
       }
       slot_numbers.push_back(*s);
     }
     if (n == 0) return refuse(absl::InvalidArgumentError("a container request lists no devices"));
     state.count = n;
+    // kubelet passes an init container's devices on to the pod's later
+    // containers under the same slot IDs: the same slots, the same devices.
+    if (std::optional<Match> again =
+            SameSlotsAgain(slot_numbers, known_slots, state.claims, pending)) {
+      absl::StatusOr<v1beta1::ContainerAllocateResponse> cresp =
+          ContainerResponse(kind, again->devices, options_.device_dir);
+      if (!cresp.ok()) return refuse(cresp.status());
+      (*cresp->mutable_annotations())["duet.dev/devices"] =
+          absl::StrCat(DeviceKindName(kind), ":", FormatIndexList(again->devices));
+      (*cresp->mutable_annotations())["duet.dev/pod-uid"] = again->claim.uid;
+      *resp->add_container_responses() = std::move(*cresp);
+      spdlog::info("Allocate {} slots [{}] again -> pod {} devices {}",
+                   ResourceFor(kind).resource_name, absl::StrJoin(creq.devicesids(), ","),
+                   again->claim.uid, FormatIndexList(again->devices));
+      continue;
+    }
     absl::StatusOr<Match> m = MatchClaim(state);
     if (!m.ok() && pending.has_value()) {
       std::optional<PendingPod> bypass = PickBypassPod(kind, n, *pending, holdings);
       if (!bypass) {
-        return refuse(absl::FailedPreconditionError(absl::StrCat(
-            "node ", options_.node_name, ": ", m.status().message(),
-            ", and no pending pod here asks ", n, " ", ResourceFor(kind).resource_name,
-            " without one")));
+        return refuse(absl::FailedPreconditionError(
+            absl::StrCat("node ", options_.node_name, ": ", m.status().message(),
+                         ", and no pending pod here asks ", n, " ", ResourceFor(kind).resource_name,
+                         " without one")));
       }
       v1::PlacePodRequest preq;
       preq.mutable_pod()->set_uid(bypass->uid);
@@ -655,13 +714,15 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
         if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
           return refuse(absl::ResourceExhaustedError(absl::StrCat(
               "pod ", pod, " did not go through the duet scheduler and there is no room for it ",
-              "on node ", options_.node_name, " (Slurm or the ledger holds the devices): ",
-              st.error_message())));
+              "on node ", options_.node_name,
+              " (Slurm or the ledger holds the devices): ", st.error_message())));
         }
-        return refuse(absl::Status(
-            static_cast<absl::StatusCode>(st.error_code()),
-            absl::StrCat("pod ", pod, " did not go through the duet scheduler and duet-bridge "
-                         "could not place it: ", st.error_message())));
+        return refuse(
+            absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                         absl::StrCat("pod ", pod,
+                                      " did not go through the duet scheduler and duet-bridge "
+                                      "could not place it: ",
+                                      st.error_message())));
       }
       spdlog::info("placed pod {}/{} (bypassed the duet scheduler) on {}: {}", bypass->ns,
                    bypass->name, options_.node_name, placed.ShortDebugString());
@@ -685,7 +746,11 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
     *resp->add_container_responses() = std::move(*cresp);
     auto& given = state.handed_out[m->claim.uid];
     given.insert(given.end(), m->devices.begin(), m->devices.end());
-    for (int s : slot_numbers) new_slots.emplace_back(s, m->claim.uid);
+    std::sort(slot_numbers.begin(), slot_numbers.end());
+    for (size_t i = 0; i < slot_numbers.size(); ++i) {
+      new_slots.emplace_back(slot_numbers[i], SlotUse{m->claim.uid, m->devices[i]});
+      known_slots[slot_numbers[i]] = SlotUse{m->claim.uid, m->devices[i]};
+    }
     spdlog::info("Allocate {} slots [{}] -> pod {} ({}{}) devices {}",
                  ResourceFor(kind).resource_name, absl::StrJoin(creq.devicesids(), ","),
                  m->claim.uid, m->claim.ns.empty() ? "" : m->claim.ns + "/", m->claim.name,
@@ -696,7 +761,7 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
   {
     absl::MutexLock lock(&mu_);
     handed_out_[kind] = state.handed_out;
-    for (const auto& [slot, uid] : new_slots) slot_pod_[kind][slot] = uid;
+    for (const auto& [slot, use] : new_slots) slot_pod_[kind][slot] = use;
     RecomputeLocked();
   }
   allocations_->Add({{"resource", KindLabel(kind)}}).Increment(req.container_requests_size());

@@ -32,9 +32,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "k8s/deviceplugin/v1beta1/deviceplugin.grpc.pb.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/server.h"
+#include "k8s/deviceplugin/v1beta1/deviceplugin.grpc.pb.h"
 #include "k8s_adapter/device_plugin/allocation.h"
 #include "k8s_adapter/kube_client.h"
 #include "prometheus/counter.h"
@@ -94,7 +94,13 @@ class NodePlugin {
     std::set<int> unhealthy;
     uint64_t version = 0;  // bumped on every change to the advertised list
     uint64_t epoch = 0;    // bumped when the server restarts: old streams end
-    bool registered = false;
+    // kubelet.sock's identity when we registered; empty: not registered.
+    std::string kubelet_id;
+  };
+  // A slot Allocate mapped: to which pod's which device.
+  struct SlotUse {
+    std::string uid;
+    uint32_t device = 0;
   };
 
   explicit NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube);
@@ -118,11 +124,14 @@ class NodePlugin {
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer);
   grpc::Status Allocate(DeviceKind kind, const v1beta1::AllocateRequest& req,
                         v1beta1::AllocateResponse* resp) ABSL_LOCKS_EXCLUDED(allocate_mu_, mu_);
-  absl::StatusOr<v1beta1::ContainerAllocateResponse> AllocateContainer(
-      DeviceKind kind, const v1beta1::ContainerAllocateRequest& req, MatchInput* state,
-      std::vector<v1::Holding>* holdings, const std::optional<std::vector<PendingPod>>& pending)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(allocate_mu_);
 
+  // The pod and devices `slots` were given before, when they all belong to
+  // one pod that still holds those devices (and is still pending, when
+  // `pending` is known); nullopt otherwise.
+  static std::optional<Match> SameSlotsAgain(const std::vector<int>& slots,
+                                             const std::map<int, SlotUse>& known,
+                                             const std::vector<PodClaim>& claims,
+                                             const std::optional<std::vector<PendingPod>>& pending);
   void CountRefusal(DeviceKind kind, const absl::Status& s);
 
   const NodePluginOptions options_;
@@ -140,8 +149,9 @@ class NodePlugin {
   std::map<DeviceKind, std::set<int>> kubelet_allocated_ ABSL_GUARDED_BY(mu_);
   // "ns/name" -> resource name -> devices, from PodResources.
   std::map<std::string, std::map<std::string, int>> served_ ABSL_GUARDED_BY(mu_);
-  // What Allocate gave out: slot -> pod uid, and pod uid -> devices, per kind.
-  std::map<DeviceKind, std::map<int, std::string>> slot_pod_ ABSL_GUARDED_BY(mu_);
+  // What Allocate gave out, per kind: slot -> (pod uid, device), and pod
+  // uid -> devices.
+  std::map<DeviceKind, std::map<int, SlotUse>> slot_pod_ ABSL_GUARDED_BY(mu_);
   std::map<DeviceKind, std::map<std::string, std::vector<uint32_t>>> handed_out_
       ABSL_GUARDED_BY(mu_);
   // Pod uids seen holding in a node view: bookkeeping for a pod is dropped
@@ -149,7 +159,6 @@ class NodePlugin {
   std::set<std::string> seen_live_ ABSL_GUARDED_BY(mu_);
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool kubelet_changed_ ABSL_GUARDED_BY(mu_) = false;
 
   absl::Mutex allocate_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 

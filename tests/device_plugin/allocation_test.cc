@@ -101,10 +101,10 @@ TEST(ClaimsOfTest, GroupsPodAndPlaceholderAndSkipsSlurm) {
 TEST(MatchClaimTest, ExactCountThenOldest) {
   MatchInput in;
   in.kind = DeviceKind::kGpu;
-  in.claims = ClaimsOf({PlaceholderHolding(1, "old2", {0, 1}, 100),
-                        PlaceholderHolding(2, "new1", {5}, 300),
-                        PlaceholderHolding(3, "old1", {6}, 200)},
-                       DeviceKind::kGpu);
+  in.claims =
+      ClaimsOf({PlaceholderHolding(1, "old2", {0, 1}, 100), PlaceholderHolding(2, "new1", {5}, 300),
+                PlaceholderHolding(3, "old1", {6}, 200)},
+               DeviceKind::kGpu);
   in.count = 1;
   auto m = MatchClaim(in);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -122,9 +122,9 @@ TEST(MatchClaimTest, ExactCountThenOldest) {
 TEST(MatchClaimTest, SkipsServedAndHandedOutAndNonPending) {
   MatchInput in;
   in.kind = DeviceKind::kGpu;
-  in.claims = ClaimsOf({PlaceholderHolding(1, "a", {0, 1}, 100),
-                        PlaceholderHolding(2, "b", {2}, 200)},
-                       DeviceKind::kGpu);
+  in.claims =
+      ClaimsOf({PlaceholderHolding(1, "a", {0, 1}, 100), PlaceholderHolding(2, "b", {2}, 200)},
+               DeviceKind::kGpu);
   in.count = 1;
   in.served = {"b"};
   // "a" has two left; a first container took device 0.

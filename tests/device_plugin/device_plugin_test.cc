@@ -199,6 +199,8 @@ class DevicePluginTest : public ::testing::Test {
     ASSERT_TRUE(p.ok()) << p.status();
     plugin_ = std::move(*p);
     ASSERT_TRUE(kubelet_->WaitRegistrations(1));
+    // ... and duet-node has had kubelet's answer.
+    ASSERT_TRUE(k8s::testing::WaitFor([&] { return plugin_->registrations() >= 1; }));
   }
 
   // kubelet's connection to the plugin's endpoint.
@@ -338,15 +340,16 @@ TEST_F(DevicePluginTest, SlurmTakingDevicesTurnsFreeSlotsUnhealthy) {
 
   // A Slurm job takes two GPUs: two slots go Unhealthy, not the pod's.
   HoldOrDie(SlurmJob("gke-a", 77, {0, 1}));
-  ASSERT_TRUE(ReadUntil(reader.get(), [](const auto& r) { return Unhealthy(r).size() == 2; },
-                        &list));
+  ASSERT_TRUE(ReadUntil(
+      reader.get(), [](const auto& r) { return Unhealthy(r).size() == 2; }, &list));
   EXPECT_THAT(Unhealthy(list), ElementsAre("gpu-slot-0", "gpu-slot-1"));
   EXPECT_THAT(plugin_->RenderMetrics(),
               HasSubstr("duet_node_slots{health=\"Unhealthy\",resource=\"nvidia.com/gpu\"} 2"));
 
   // The job ends: every slot is Healthy again.
   ASSERT_TRUE(bridge_->ledger()->Release("gke-a", Owner::SlurmJob(77)).ok());
-  ASSERT_TRUE(ReadUntil(reader.get(), [](const auto& r) { return Unhealthy(r).empty(); }, &list));
+  ASSERT_TRUE(ReadUntil(
+      reader.get(), [](const auto& r) { return Unhealthy(r).empty(); }, &list));
   EXPECT_EQ(list.devices_size(), 4);
   ctx.TryCancel();
 }
@@ -398,6 +401,27 @@ TEST_F(DevicePluginTest, ExactCountFirstAndMultiContainerPods) {
   EXPECT_EQ(r3.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "2");
 }
 
+TEST_F(DevicePluginTest, InitContainerSlotsPassedOnGetTheSameDevices) {
+  StartPlugin("gke-a");
+  HoldOrDie(Placeholder(3, "with-init", DeviceKind::kGpu, {2}));
+  auto stub = Plugin("duet-gpu.sock");
+  v1beta1::AllocateResponse init, app, other;
+  ASSERT_TRUE(Allocate(stub.get(), {"gpu-slot-1"}, &init).ok());
+  // kubelet reuses the init container's slot for the app container.
+  grpc::Status st = Allocate(stub.get(), {"gpu-slot-1"}, &app);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(app.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "2");
+  EXPECT_EQ(app.container_responses(0).annotations().at("duet.dev/pod-uid"), "with-init");
+  // Another slot is another container: the pod has nothing left for it.
+  EXPECT_EQ(Allocate(stub.get(), {"gpu-slot-0"}, &other).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // Once the pod's placeholder is gone, its slot means nothing any more.
+  ASSERT_TRUE(bridge_->ledger()->Release("gke-a", Owner::Placeholder(3, "with-init")).ok());
+  absl::SleepFor(absl::Milliseconds(200));  // the watch delivers the release
+  EXPECT_EQ(Allocate(stub.get(), {"gpu-slot-1"}, &other).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
 TEST_F(DevicePluginTest, TpuNodeGetsChipsAndTpuVariables) {
   StartPlugin("gke-t");
   auto regs = kubelet_->registrations();
@@ -429,13 +453,14 @@ TEST_F(DevicePluginTest, BypassPodGetsAPlaceholderOnTheSpot) {
   std::optional<Holding> h = bridge_->ledger()->FindHolding("gke-a", Owner::Pod("uid-rogue"));
   ASSERT_TRUE(h.has_value());
   ASSERT_EQ(h->devices.size(), 2u);
-  const std::string want = std::to_string(h->devices[0].index) + "," +
-                           std::to_string(h->devices[1].index);
+  const std::string want =
+      std::to_string(h->devices[0].index) + "," + std::to_string(h->devices[1].index);
   EXPECT_EQ(resp.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), want);
   EXPECT_NE(h->devices[0].index, 0u);  // Slurm's GPU is never given
   EXPECT_NE(h->devices[1].index, 0u);
-  EXPECT_THAT(plugin_->RenderMetrics(),
-              HasSubstr("duet_node_placed_pods_total{resource=\"nvidia.com/gpu\",result=\"placed\"} 1"));
+  EXPECT_THAT(
+      plugin_->RenderMetrics(),
+      HasSubstr("duet_node_placed_pods_total{resource=\"nvidia.com/gpu\",result=\"placed\"} 1"));
 }
 
 TEST_F(DevicePluginTest, BypassPodIsRefusedClearlyWhenThereIsNoRoom) {
@@ -475,6 +500,7 @@ TEST_F(DevicePluginTest, RegistersAgainWhenKubeletRestarts) {
   kubelet_->Restart();  // removes duet-gpu.sock and recreates kubelet.sock
   ASSERT_TRUE(kubelet_->WaitRegistrations(2));
   EXPECT_EQ(kubelet_->registrations()[1].resource_name(), "nvidia.com/gpu");
+  ASSERT_TRUE(k8s::testing::WaitFor([&] { return plugin_->registrations() >= 2; }));
   // The plugin serves again on a fresh socket.
   auto stub = Plugin("duet-gpu.sock");
   grpc::ClientContext ctx;
@@ -485,8 +511,9 @@ TEST_F(DevicePluginTest, RegistersAgainWhenKubeletRestarts) {
   ASSERT_TRUE(reader->Read(&list));
   EXPECT_EQ(list.devices_size(), 4);
   ctx.TryCancel();
-  EXPECT_THAT(plugin_->RenderMetrics(),
-              HasSubstr("duet_node_registrations_total{resource=\"nvidia.com/gpu\",result=\"ok\"} 2"));
+  EXPECT_THAT(
+      plugin_->RenderMetrics(),
+      HasSubstr("duet_node_registrations_total{resource=\"nvidia.com/gpu\",result=\"ok\"} 2"));
 }
 
 }  // namespace

@@ -77,7 +77,8 @@ class PlacePodTest : public ::testing::Test {
     if (server_) server_->Shutdown();
   }
 
-  grpc::Status Place(uint32_t gpus, uint32_t tpus, v1::Holding* out, const std::string& uid = "u1") {
+  grpc::Status Place(uint32_t gpus, uint32_t tpus, v1::Holding* out,
+                     const std::string& uid = "u1") {
     v1::PlacePodRequest r;
     r.mutable_pod()->set_uid(uid);
     r.mutable_pod()->set_namespace_("ml");
