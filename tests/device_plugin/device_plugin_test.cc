@@ -304,6 +304,16 @@ TEST_F(DevicePluginTest, RegistersAndAdvertisesOneHealthySlotPerDevice) {
   v1beta1::DevicePluginOptions opts;
   ASSERT_TRUE(stub->GetDevicePluginOptions(&octx, v1beta1::Empty(), &opts).ok());
   EXPECT_TRUE(opts.get_preferred_allocation_available());
+  grpc::ClientContext pctx;
+  v1beta1::PreferredAllocationRequest preq;
+  auto* c = preq.add_container_requests();
+  for (const char* id : {"gpu-slot-3", "gpu-slot-2", "gpu-slot-1"}) c->add_available_deviceids(id);
+  c->add_must_include_deviceids("gpu-slot-3");
+  c->set_allocation_size(2);
+  v1beta1::PreferredAllocationResponse presp;
+  ASSERT_TRUE(stub->GetPreferredAllocation(&pctx, preq, &presp).ok());
+  ASSERT_EQ(presp.container_responses_size(), 1);
+  EXPECT_THAT(presp.container_responses(0).deviceids(), ElementsAre("gpu-slot-3", "gpu-slot-1"));
 
   grpc::ClientContext ctx;
   auto reader = stub->ListAndWatch(&ctx, v1beta1::Empty());
