@@ -381,7 +381,8 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
     return refuse(absl::InvalidArgumentError("gpus, tpus: at least one must be non-zero"));
   }
   auto view = ledger_->GetNode(req->node());
-  if (view == nullptr) return refuse(absl::NotFoundError(absl::StrCat("unknown node ", req->node())));
+  if (view == nullptr)
+    return refuse(absl::NotFoundError(absl::StrCat("unknown node ", req->node())));
   // Idempotent: the pod's own holding (pod or placeholder) comes back.
   for (const Holding& h : ledger_->ListHoldings(req->node())) {
     if ((h.owner.kind == OwnerKind::kPod || h.owner.kind == OwnerKind::kPlaceholder) &&
@@ -391,8 +392,8 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
       return reactor;
     }
   }
-  const std::string who = absl::StrCat("pod ", pod.pod_namespace, "/", pod.pod_name, " on ",
-                                       req->node(), ": ");
+  const std::string who =
+      absl::StrCat("pod ", pod.pod_namespace, "/", pod.pod_name, " on ", req->node(), ": ");
   Holding holding;
   uint64_t seq = 0;
   if (options_.placeholders != nullptr) {
