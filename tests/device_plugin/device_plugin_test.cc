@@ -7,6 +7,8 @@
 // on a free port); NodePlugin runs in process against it. Pods for the
 // bypass cases come from the fake Kubernetes API server (tests/fakes).
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -524,6 +526,60 @@ TEST_F(DevicePluginTest, RegistersAgainWhenKubeletRestarts) {
   EXPECT_THAT(
       plugin_->RenderMetrics(),
       HasSubstr("duet_node_registrations_total{resource=\"nvidia.com/gpu\",result=\"ok\"} 2"));
+}
+
+// The real binary: flags wired through main, registration, clean SIGTERM.
+TEST_F(DevicePluginTest, TheBinaryRegistersAndStopsCleanlyOnSigterm) {
+  const std::string bridge = "127.0.0.1:" + std::to_string(bridge_->grpc_port());
+  const std::string plugin_dir = (dir_ / "plugins").string();
+  const std::string device_dir = (dir_ / "dev").string();
+  std::vector<std::string> args = {DUET_NODE_BINARY,
+                                   "--bridge",
+                                   bridge,
+                                   "--plugin-dir",
+                                   plugin_dir,
+                                   "--pod-resources-socket",
+                                   "",
+                                   "--device-dir",
+                                   device_dir,
+                                   "--no-kubernetes",
+                                   "--log-level",
+                                   "warn"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::string node_env = "NODE_NAME=gke-t";  // the default for --node-name
+  char* envp[] = {node_env.data(), nullptr};
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execve(argv[0], argv.data(), envp);
+    ::_exit(127);
+  }
+  const bool registered = kubelet_->WaitRegistrations(1);
+  const bool socket_up = std::filesystem::exists(dir_ / "plugins" / "duet-tpu.sock");
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(registered);
+  EXPECT_TRUE(socket_up);
+  EXPECT_EQ(kubelet_->registrations()[0].resource_name(), "google.com/tpu");
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "plugins" / "duet-tpu.sock"));
+}
+
+TEST(DuetNodeBinaryTest, BadFlagsExitTwoAndNameTheFlag) {
+  std::string cmd =
+      std::string("env -u NODE_NAME ") + DUET_NODE_BINARY + " --bridge x --no-kubernetes 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[512] = {0};
+  std::string out;
+  while (std::fgets(buf, sizeof(buf), f) != nullptr) out += buf;
+  const int status = ::pclose(f);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_THAT(out, HasSubstr("--node-name: must be set"));
 }
 
 }  // namespace
