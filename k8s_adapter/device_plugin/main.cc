@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   std::string kubeconfig, log_level = "info";
   bool no_kube = false;
   app.add_option("--bridge", o.bridge, "duet-bridge address: host:port or unix:/path")->required();
+  app.add_option("--bridge-ca", o.bridge_ca_file,
+                 "PEM CA of the bridge's TLS certificate (turns TLS on; default: system roots)");
+  app.add_option("--bridge-cert", o.bridge_cert_file, "PEM client certificate for the bridge");
+  app.add_option("--bridge-key", o.bridge_key_file, "PEM key of --bridge-cert");
   app.add_option("--node-name", o.node_name, "This node's name (default: $NODE_NAME)");
   app.add_option("--plugin-dir", o.plugin_dir, "kubelet's device-plugin directory")
       ->capture_default_str();

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -52,6 +54,36 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
 }
 
 std::string KindLabel(DeviceKind kind) { return ResourceFor(kind).resource_name; }
+
+absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> BridgeCredentials(
+    const NodePluginOptions& o) {
+  if (o.bridge_ca_file.empty() && o.bridge_cert_file.empty() && o.bridge_key_file.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!o.bridge_ca_file.empty()) {
+    auto ca = ReadPem("--bridge-ca", o.bridge_ca_file);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+  }
+  if (!o.bridge_cert_file.empty()) {
+    auto cert = ReadPem("--bridge-cert", o.bridge_cert_file);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPem("--bridge-key", o.bridge_key_file);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(ssl);
+}
 
 }  // namespace
 
@@ -115,6 +147,13 @@ absl::Status ValidateOptions(const NodePluginOptions& o) {
     return absl::InvalidArgumentError("--node-name: must be set (or $NODE_NAME)");
   }
   if (o.plugin_dir.empty()) return absl::InvalidArgumentError("--plugin-dir: must be set");
+  if (o.bridge_cert_file.empty() != o.bridge_key_file.empty()) {
+    return absl::InvalidArgumentError("--bridge-cert, --bridge-key: give both or neither");
+  }
+  if ((!o.bridge_ca_file.empty() || !o.bridge_cert_file.empty()) &&
+      o.bridge.rfind("unix:", 0) == 0) {
+    return absl::InvalidArgumentError("--bridge-ca: the bridge's unix socket has no TLS");
+  }
   if (o.device_dir.empty()) return absl::InvalidArgumentError("--device-dir: must be set");
   if (o.bridge_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("bridge_timeout: must be positive");
@@ -125,9 +164,10 @@ absl::Status ValidateOptions(const NodePluginOptions& o) {
   return absl::OkStatus();
 }
 
-NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube)
+NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
+                       std::shared_ptr<grpc::ChannelCredentials> bridge_credentials)
     : options_(options), kube_(kube), registry_(std::make_shared<prometheus::Registry>()) {
-  bridge_channel_ = grpc::CreateChannel(options_.bridge, grpc::InsecureChannelCredentials());
+  bridge_channel_ = grpc::CreateChannel(options_.bridge, bridge_credentials);
   bridge_ = v1::Ledger::NewStub(bridge_channel_);
   allocations_ = &prometheus::BuildCounter()
                       .Name("duet_node_allocations_total")
@@ -170,7 +210,9 @@ NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube)
 absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOptions& options,
                                                               k8s::KubeClient* kube) {
   if (absl::Status v = ValidateOptions(options); !v.ok()) return v;
-  std::unique_ptr<NodePlugin> p(new NodePlugin(options, kube));
+  auto creds = BridgeCredentials(options);
+  if (!creds.ok()) return creds.status();
+  std::unique_ptr<NodePlugin> p(new NodePlugin(options, kube, *creds));
   if (!options.metrics_listen.empty()) {
     try {
       p->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_listen);

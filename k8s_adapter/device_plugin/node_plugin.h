@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "duet/v1/duet.grpc.pb.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/server.h"
 #include "k8s/deviceplugin/v1beta1/deviceplugin.grpc.pb.h"
 #include "k8s_adapter/device_plugin/allocation.h"
@@ -50,6 +51,12 @@ namespace node {
 struct NodePluginOptions {
   // duet-bridge: "host:port" or "unix:/path".
   std::string bridge;
+  // TLS to the bridge (PEM files). Any set: TLS. `bridge_ca_file` empty:
+  // the system roots. Client certificate and key: both or neither (the
+  // bridge's grpc.tls.client_ca_file asks for them).
+  std::string bridge_ca_file;
+  std::string bridge_cert_file;
+  std::string bridge_key_file;
   // This node's name in the ledger (and Kubernetes).
   std::string node_name;
   // kubelet's device-plugin directory: kubelet.sock is there, ours go there.
@@ -103,7 +110,8 @@ class NodePlugin {
     uint32_t device = 0;
   };
 
-  explicit NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube);
+  NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
+             std::shared_ptr<grpc::ChannelCredentials> bridge_credentials);
 
   // Threads.
   void WatchLoop();

@@ -528,6 +528,54 @@ TEST_F(DevicePluginTest, RegistersAgainWhenKubeletRestarts) {
       HasSubstr("duet_node_registrations_total{resource=\"nvidia.com/gpu\",result=\"ok\"} 2"));
 }
 
+TEST_F(DevicePluginTest, TalksToABridgeThatRequiresClientCertificates) {
+  const std::string certs = (dir_ / "certs").string();
+  std::filesystem::create_directories(certs);
+  k8s::testing::TlsFiles tls = k8s::testing::MakeTestCerts(certs);
+  ASSERT_FALSE(tls.ca.empty()) << "openssl failed";
+  Config c;
+  c.grpc.listen = "127.0.0.1:0";
+  c.metrics.listen = "";
+  c.grpc.tls.cert_file = tls.cert;
+  c.grpc.tls.key_file = tls.key;
+  c.grpc.tls.client_ca_file = tls.ca;
+  c.journal.dir = (dir_ / "journal-tls").string();
+  c.journal.fsync = false;
+  c.inventory.source = "file";
+  c.inventory.file = (dir_ / "nodes.yaml").string();
+  auto b = Bridge::Start(c);
+  ASSERT_TRUE(b.ok()) << b.status();
+  NodePluginOptions o;
+  o.bridge = "127.0.0.1:" + std::to_string((*b)->grpc_port());
+  o.node_name = "gke-a";
+  o.plugin_dir = (dir_ / "plugins").string();
+  o.pod_resources_socket = "";
+  o.device_dir = (dir_ / "dev").string();
+  o.bridge_ca_file = tls.ca;
+  // Without a client certificate the bridge refuses: no node, no plugin.
+  auto refused = NodePlugin::Start(o, nullptr);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_FALSE((*refused)->have_node());
+  EXPECT_TRUE(kubelet_->registrations().empty());
+  refused->reset();
+  // With one it works.
+  o.bridge_cert_file = tls.client_cert;
+  o.bridge_key_file = tls.client_key;
+  auto p = NodePlugin::Start(o, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(kubelet_->WaitRegistrations(1));
+  EXPECT_TRUE((*p)->have_node());
+  p->reset();
+  // A key without a certificate, or a missing file, is refused up front.
+  o.bridge_cert_file = "";
+  EXPECT_EQ(NodePlugin::Start(o, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  o.bridge_cert_file = certs + "/missing.crt";
+  auto missing = NodePlugin::Start(o, nullptr);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("--bridge-cert: cannot read"));
+}
+
 // The real binary: flags wired through main, registration, clean SIGTERM.
 TEST_F(DevicePluginTest, TheBinaryRegistersAndStopsCleanlyOnSigterm) {
   const std::string bridge = "127.0.0.1:" + std::to_string(bridge_->grpc_port());
