@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics on host:port");
   app.add_option("--device-dir", o.device_dir, "Where nvidiaN/accelN device nodes live")
       ->capture_default_str();
+  app.add_option("--gpu-mount", o.gpu_mounts,
+                 "HOST:CONTAINER read-only mount for GPU containers (repeatable), e.g. "
+                 "/home/kubernetes/bin/nvidia:/usr/local/nvidia on GKE");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   try {

@@ -147,6 +147,14 @@ absl::Status ValidateOptions(const NodePluginOptions& o) {
     return absl::InvalidArgumentError("--node-name: must be set (or $NODE_NAME)");
   }
   if (o.plugin_dir.empty()) return absl::InvalidArgumentError("--plugin-dir: must be set");
+  for (const std::string& m : o.gpu_mounts) {
+    const size_t colon = m.find(':');
+    if (colon == std::string::npos || m.size() < 2 || m[0] != '/' || colon + 1 >= m.size() ||
+        m[colon + 1] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpu-mount \"", m, "\": want HOST_PATH:CONTAINER_PATH, both absolute"));
+    }
+  }
   if (o.bridge_cert_file.empty() != o.bridge_key_file.empty()) {
     return absl::InvalidArgumentError("--bridge-cert, --bridge-key: give both or neither");
   }
@@ -613,6 +621,26 @@ std::optional<Match> NodePlugin::SameSlotsAgain(
   return std::nullopt;
 }
 
+absl::StatusOr<v1beta1::ContainerAllocateResponse> NodePlugin::Answer(
+    DeviceKind kind, const std::vector<uint32_t>& devices, const std::string& uid) const {
+  absl::StatusOr<v1beta1::ContainerAllocateResponse> r =
+      ContainerResponse(kind, devices, options_.device_dir);
+  if (!r.ok()) return r;
+  if (kind == DeviceKind::kGpu) {
+    for (const std::string& m : options_.gpu_mounts) {
+      const size_t colon = m.find(':');
+      auto* mount = r->add_mounts();
+      mount->set_host_path(m.substr(0, colon));
+      mount->set_container_path(m.substr(colon + 1));
+      mount->set_read_only(true);
+    }
+  }
+  (*r->mutable_annotations())["duet.dev/devices"] =
+      absl::StrCat(DeviceKindName(kind), ":", FormatIndexList(devices));
+  (*r->mutable_annotations())["duet.dev/pod-uid"] = uid;
+  return r;
+}
+
 void NodePlugin::CountRefusal(DeviceKind kind, const absl::Status& s) {
   std::string reason = absl::StatusCodeToString(s.code());
   for (char& c : reason) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -715,12 +743,8 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
     // containers under the same slot IDs: the same slots, the same devices.
     if (std::optional<Match> again =
             SameSlotsAgain(slot_numbers, known_slots, state.claims, pending)) {
-      absl::StatusOr<v1beta1::ContainerAllocateResponse> cresp =
-          ContainerResponse(kind, again->devices, options_.device_dir);
+      auto cresp = Answer(kind, again->devices, again->claim.uid);
       if (!cresp.ok()) return refuse(cresp.status());
-      (*cresp->mutable_annotations())["duet.dev/devices"] =
-          absl::StrCat(DeviceKindName(kind), ":", FormatIndexList(again->devices));
-      (*cresp->mutable_annotations())["duet.dev/pod-uid"] = again->claim.uid;
       *resp->add_container_responses() = std::move(*cresp);
       spdlog::info("Allocate {} slots [{}] again -> pod {} devices {}",
                    ResourceFor(kind).resource_name, absl::StrJoin(creq.devicesids(), ","),
@@ -779,12 +803,8 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
                               : "; without the Kubernetes API duet-node cannot place a pod "
                                 "that bypassed the duet scheduler")));
     }
-    absl::StatusOr<v1beta1::ContainerAllocateResponse> cresp =
-        ContainerResponse(kind, m->devices, options_.device_dir);
+    auto cresp = Answer(kind, m->devices, m->claim.uid);
     if (!cresp.ok()) return refuse(cresp.status());
-    (*cresp->mutable_annotations())["duet.dev/devices"] =
-        absl::StrCat(DeviceKindName(kind), ":", FormatIndexList(m->devices));
-    (*cresp->mutable_annotations())["duet.dev/pod-uid"] = m->claim.uid;
     *resp->add_container_responses() = std::move(*cresp);
     auto& given = state.handed_out[m->claim.uid];
     given.insert(given.end(), m->devices.begin(), m->devices.end());

@@ -27,6 +27,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -65,6 +66,9 @@ struct NodePluginOptions {
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   // Where device nodes (nvidiaN, accelN) live on the host.
   std::string device_dir = "/dev";
+  // Read-only mounts for GPU containers, "HOST_PATH:CONTAINER_PATH" (e.g.
+  // GKE's driver: /home/kubernetes/bin/nvidia:/usr/local/nvidia).
+  std::vector<std::string> gpu_mounts;
   // Prometheus /metrics on "host:port"; empty: none.
   std::string metrics_listen;
   // Timeouts of calls to the bridge (Allocate's PlacePod waits for Slurm).
@@ -141,6 +145,11 @@ class NodePlugin {
                                              const std::vector<PodClaim>& claims,
                                              const std::optional<std::vector<PendingPod>>& pending);
   void CountRefusal(DeviceKind kind, const absl::Status& s);
+  // The container's answer for `devices` of `uid`: device nodes, variables,
+  // GPU mounts, annotations. FAILED_PRECONDITION for a missing device node.
+  absl::StatusOr<v1beta1::ContainerAllocateResponse> Answer(DeviceKind kind,
+                                                            const std::vector<uint32_t>& devices,
+                                                            const std::string& uid) const;
 
   const NodePluginOptions options_;
   k8s::KubeClient* const kube_;

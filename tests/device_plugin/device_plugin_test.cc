@@ -196,6 +196,7 @@ class DevicePluginTest : public ::testing::Test {
     o.pod_resources_socket = (dir_ / "pr" / "kubelet.sock").string();
     o.device_dir = (dir_ / "dev").string();
     o.pod_resources_period = absl::Milliseconds(100);
+    o.gpu_mounts = {"/opt/nvidia-driver:/usr/local/nvidia"};
     o.bridge_timeout = absl::Seconds(5);
     auto p = NodePlugin::Start(o, kube_.get());
     ASSERT_TRUE(p.ok()) << p.status();
@@ -383,6 +384,10 @@ TEST_F(DevicePluginTest, AllocateGivesExactlyThePlaceholdersDevices) {
   EXPECT_THAT(c.envs(), UnorderedElementsAre(Pair("NVIDIA_VISIBLE_DEVICES", "1,3"),
                                              Pair("CUDA_VISIBLE_DEVICES", "0,1")));
   EXPECT_EQ(c.annotations().at("duet.dev/pod-uid"), "pod-2gpu");
+  ASSERT_EQ(c.mounts_size(), 1);
+  EXPECT_EQ(c.mounts(0).host_path(), "/opt/nvidia-driver");
+  EXPECT_EQ(c.mounts(0).container_path(), "/usr/local/nvidia");
+  EXPECT_TRUE(c.mounts(0).read_only());
 
   // The same placeholder is not handed out twice.
   v1beta1::AllocateResponse again;
@@ -448,6 +453,7 @@ TEST_F(DevicePluginTest, TpuNodeGetsChipsAndTpuVariables) {
   ASSERT_TRUE(st.ok()) << st.error_message();
   const auto& c = resp.container_responses(0);
   EXPECT_THAT(HostPaths(c), ElementsAre("accel0", "accel1", "accel2", "accel3"));
+  EXPECT_EQ(c.mounts_size(), 0);  // GPU mounts are for GPU containers only
   EXPECT_THAT(c.envs(), UnorderedElementsAre(Pair("TPU_VISIBLE_CHIPS", "0,1,2,3"),
                                              Pair("TPU_CHIPS_PER_PROCESS_BOUNDS", "2,2,1"),
                                              Pair("TPU_PROCESS_BOUNDS", "1,1,1")));
@@ -615,6 +621,29 @@ TEST_F(DevicePluginTest, TheBinaryRegistersAndStopsCleanlyOnSigterm) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_FALSE(std::filesystem::exists(dir_ / "plugins" / "duet-tpu.sock"));
+}
+
+TEST(ValidateOptionsTest, NamesTheFlag) {
+  NodePluginOptions o;
+  o.bridge = "127.0.0.1:1";
+  o.node_name = "n";
+  EXPECT_TRUE(ValidateOptions(o).ok());
+  for (const char* bad : {"relative:/x", "/x", "/x:", "/x:rel"}) {
+    o.gpu_mounts = {bad};
+    absl::Status s = ValidateOptions(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("--gpu-mount")) << bad;
+  }
+  o.gpu_mounts.clear();
+  o.bridge_key_file = "k.pem";
+  EXPECT_THAT(std::string(ValidateOptions(o).message()), HasSubstr("--bridge-cert, --bridge-key"));
+  o.bridge_key_file.clear();
+  o.bridge = "unix:/run/duet.sock";
+  o.bridge_ca_file = "ca.pem";
+  EXPECT_THAT(std::string(ValidateOptions(o).message()), HasSubstr("unix socket has no TLS"));
+  o.bridge_ca_file.clear();
+  o.node_name.clear();
+  EXPECT_THAT(std::string(ValidateOptions(o).message()), HasSubstr("--node-name"));
 }
 
 TEST(DuetNodeBinaryTest, BadFlagsExitTwoAndNameTheFlag) {
