@@ -270,6 +270,9 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     };
   }
   // --- end Slurm owner authentication ---
+  // --- PlacePod (device plugin): Slurm placeholders when Slurm is on ---
+  sopts.placeholders = b->placeholders_.get();
+  // --- end PlacePod ---
   b->service_ = std::make_unique<LedgerService>(&b->ledger_, b->durability_.get(), &b->hub_, m,
                                                 sopts);
   auto creds = Credentials(config.grpc.tls);

@@ -382,4 +382,77 @@ grpc::ServerWriteReactor<v1::NodeEvent>* LedgerService::WatchNodes(
   return reactor;
 }
 
+// ---------------------------------------------------------------------------
+// PlacePod: a placeholder made on the spot for a pod that bypassed the duet
+// scheduler (asked by duet-node from Allocate).
+
+grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* ctx,
+                                                  const v1::PlacePodRequest* req,
+                                                  v1::Holding* resp) {
+  const absl::Time start = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  auto refuse = [&](const absl::Status& s) {
+    if (metrics_ != nullptr) metrics_->CountRefusal(s.code());
+    Answer(reactor, "PlacePod", start, s);
+    return reactor;
+  };
+  if (!serving()) return refuse(absl::UnavailableError("duet-bridge is not granting holdings"));
+  const Owner pod = Owner::Pod(req->pod().uid(), req->pod().namespace_(), req->pod().name());
+  if (absl::Status v = ValidateOwner(pod); !v.ok() || pod.pod_uid.empty()) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("pod: ", v.ok() ? "uid must be set" : v.message())));
+  }
+  if (req->node().empty()) return refuse(absl::InvalidArgumentError("node: must be set"));
+  if (req->gpus() == 0 && req->tpus() == 0) {
+    return refuse(absl::InvalidArgumentError("gpus, tpus: at least one must be non-zero"));
+  }
+  auto view = ledger_->GetNode(req->node());
+  if (view == nullptr)
+    return refuse(absl::NotFoundError(absl::StrCat("unknown node ", req->node())));
+  // Idempotent: the pod's own holding (pod or placeholder) comes back.
+  for (const Holding& h : ledger_->ListHoldings(req->node())) {
+    if ((h.owner.kind == OwnerKind::kPod || h.owner.kind == OwnerKind::kPlaceholder) &&
+        h.owner.pod_uid == pod.pod_uid) {
+      ToProto(h, view.get(), resp);
+      Answer(reactor, "PlacePod", start, absl::OkStatus());
+      return reactor;
+    }
+  }
+  const std::string who =
+      absl::StrCat("pod ", pod.pod_namespace, "/", pod.pod_name, " on ", req->node(), ": ");
+  Holding holding;
+  uint64_t seq = 0;
+  if (options_.placeholders != nullptr) {
+    absl::StatusOr<Holding> h = options_.placeholders->Create(
+        pod, req->node(), req->gpus(), req->tpus(), req->cpus(), req->memory_mib());
+    if (!h.ok()) {
+      return refuse(absl::Status(h.status().code(), absl::StrCat(who, h.status().message())));
+    }
+    holding = *h;
+    seq = ledger_->seq();  // at or after the placeholder's own change
+  } else {
+    if (req->gpus() != 0 && req->tpus() != 0) {
+      return refuse(absl::InvalidArgumentError(
+          "gpus, tpus: without Slurm a pod is placed on one device kind at a time"));
+    }
+    HoldRequest hold;
+    hold.node = req->node();
+    hold.owner = pod;
+    hold.count = CountSelector{req->gpus() != 0 ? DeviceKind::kGpu : DeviceKind::kTpu,
+                               req->gpus() != 0 ? req->gpus() : req->tpus(), 0, ""};
+    absl::StatusOr<HoldResult> r = ledger_->Hold(hold);
+    if (!r.ok()) {
+      return refuse(absl::Status(r.status().code(), absl::StrCat(who, r.status().message())));
+    }
+    holding = r->holding;
+    seq = r->seq;
+  }
+  ToProto(holding, ledger_->GetNode(holding.node).get(), resp);
+  const Owner owner = holding.owner;
+  AnswerWhenDurable(reactor, "PlacePod", start, seq, [this, owner] {
+    if (metrics_ != nullptr) metrics_->CountGrant(owner);
+  });
+  return reactor;
+}
+
 }  // namespace duet

@@ -15,6 +15,7 @@
 #include "bridge/ledger/ledger.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
+#include "bridge/slurm/placeholders.h"
 #include "duet/v1/duet.grpc.pb.h"
 
 namespace duet {
@@ -58,6 +59,10 @@ class LedgerService final : public v1::Ledger::CallbackService {
                                const std::string& node, const Owner& owner)>
         authorize_slurm_owner;
     // --- end Slurm owner authentication ---
+    // --- PlacePod (device plugin) ---
+    // Slurm placeholders for PlacePod; null when Slurm is off (PlacePod then
+    // holds devices in the ledger as owner Pod). Not owned.
+    Placeholders* placeholders = nullptr;
   };
   // All pointers must outlive the service. `metrics` may be null.
   LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub, Metrics* metrics,
@@ -83,6 +88,11 @@ class LedgerService final : public v1::Ledger::CallbackService {
                                          v1::ListHoldingsResponse* resp) override;
   grpc::ServerWriteReactor<v1::NodeEvent>* WatchNodes(grpc::CallbackServerContext* ctx,
                                                       const v1::WatchNodesRequest* req) override;
+  // Runs on the gRPC thread: with Slurm it waits for slurmctld (bounded by
+  // slurm.call_timeout); it is called only for pods that bypassed the duet
+  // scheduler, so it is rare.
+  grpc::ServerUnaryReactor* PlacePod(grpc::CallbackServerContext* ctx,
+                                     const v1::PlacePodRequest* req, v1::Holding* resp) override;
 
  private:
   class WatchReactor;

@@ -1,0 +1,395 @@
+#include "k8s_adapter/device_plugin/allocation.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <tuple>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bridge/slurm/slurm_client.h"
+#include "google/protobuf/util/time_util.h"
+#include "slurm_plugin/step_devices.h"
+
+namespace duet {
+namespace node {
+namespace {
+
+v1::DeviceKind ProtoKind(DeviceKind kind) {
+  return kind == DeviceKind::kGpu ? v1::DEVICE_KIND_GPU : v1::DEVICE_KIND_TPU;
+}
+
+bool IsSlurm(const v1::Owner& o) { return o.has_slurm_job() || o.has_slurm_step(); }
+
+// The pod uid a holder belongs to, or "" for Slurm holders.
+std::string PodUidOf(const v1::Owner& o) {
+  if (o.has_pod()) return o.pod().uid();
+  if (o.has_placeholder()) return o.placeholder().pod_uid();
+  return "";
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// A quantity split into a decimal number and a suffix multiplier.
+absl::StatusOr<double> ParseQuantity(const std::string& q, bool cpu) {
+  static const std::pair<const char*, double> kSuffixes[] = {{"Ki", 1024.0},
+                                                             {"Mi", 1048576.0},
+                                                             {"Gi", 1073741824.0},
+                                                             {"Ti", 1099511627776.0},
+                                                             {"Pi", 1125899906842624.0},
+                                                             {"k", 1e3},
+                                                             {"M", 1e6},
+                                                             {"G", 1e9},
+                                                             {"T", 1e12},
+                                                             {"P", 1e15},
+                                                             {"m", 1e-3}};
+  if (q.empty()) return absl::InvalidArgumentError("empty quantity");
+  std::string number = q;
+  double mult = 1;
+  for (const auto& [suffix, m] : kSuffixes) {
+    const size_t n = std::char_traits<char>::length(suffix);
+    if (q.size() > n && q.compare(q.size() - n, n, suffix) == 0) {
+      number = q.substr(0, q.size() - n);
+      mult = m;
+      break;
+    }
+  }
+  double v = 0;
+  // SimpleAtod accepts exponents ("1e3"), which Kubernetes allows too.
+  if (!absl::SimpleAtod(number, &v) || v < 0 || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a ", cpu ? "CPU" : "memory", " quantity: \"", q, "\""));
+  }
+  return v * mult;
+}
+
+// The count of `resource` a container asks: its limit, else its request.
+uint64_t ContainerCount(const nlohmann::json& c, const char* resource) {
+  const nlohmann::json* r = c.contains("resources") ? &c["resources"] : nullptr;
+  if (r == nullptr || !r->is_object()) return 0;
+  for (const char* section : {"limits", "requests"}) {
+    if (!r->contains(section) || !(*r)[section].is_object()) continue;
+    const nlohmann::json& s = (*r)[section];
+    if (!s.contains(resource)) continue;
+    const nlohmann::json& v = s[resource];
+    uint64_t n = 0;
+    if (v.is_string() && absl::SimpleAtoi(v.get<std::string>(), &n)) return n;
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    return 0;
+  }
+  return 0;
+}
+
+std::string ContainerQuantity(const nlohmann::json& c, const char* resource) {
+  if (!c.contains("resources") || !c["resources"].is_object()) return "";
+  const nlohmann::json& r = c["resources"];
+  for (const char* section : {"requests", "limits"}) {
+    if (r.contains(section) && r[section].is_object() && r[section].contains(resource) &&
+        r[section][resource].is_string()) {
+      return r[section][resource].get<std::string>();
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+const ResourceSpec& ResourceFor(DeviceKind kind) {
+  static const ResourceSpec kGpu{DeviceKind::kGpu, "nvidia.com/gpu", "duet-gpu.sock", "gpu-slot-"};
+  static const ResourceSpec kTpu{DeviceKind::kTpu, "google.com/tpu", "duet-tpu.sock", "tpu-slot-"};
+  return kind == DeviceKind::kGpu ? kGpu : kTpu;
+}
+
+std::string SlotId(DeviceKind kind, int slot) {
+  return absl::StrCat(ResourceFor(kind).slot_prefix, slot);
+}
+
+std::optional<int> ParseSlotId(DeviceKind kind, const std::string& id) {
+  const std::string prefix = ResourceFor(kind).slot_prefix;
+  if (id.size() <= prefix.size() || id.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  int n = 0;
+  if (!absl::SimpleAtoi(id.substr(prefix.size()), &n) || n < 0) return std::nullopt;
+  if (SlotId(kind, n) != id) return std::nullopt;  // "gpu-slot-01" is not a slot ID
+  return n;
+}
+
+int DeviceCount(const v1::Node& node, DeviceKind kind) {
+  int n = 0;
+  for (const auto& d : node.devices()) n += d.kind() == ProtoKind(kind);
+  return n;
+}
+
+int SlurmHeldCount(const v1::Node& node, DeviceKind kind) {
+  int n = 0;
+  for (const auto& d : node.devices()) {
+    if (d.kind() != ProtoKind(kind)) continue;
+    for (const auto& h : d.holders()) {
+      if (IsSlurm(h.owner())) {
+        ++n;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
+std::set<std::string> PodUidsHolding(const v1::Node& node) {
+  std::set<std::string> out;
+  for (const auto& d : node.devices()) {
+    for (const auto& h : d.holders()) {
+      std::string uid = PodUidOf(h.owner());
+      if (!uid.empty()) out.insert(std::move(uid));
+    }
+  }
+  return out;
+}
+
+std::set<int> ChooseUnhealthy(int slots, int wanted, const std::set<int>& allocated,
+                              const std::set<int>& previous) {
+  wanted = std::max(0, std::min(wanted, slots));
+  std::set<int> out;
+  for (int s : previous) {
+    if (static_cast<int>(out.size()) >= wanted) break;
+    if (s < slots && !allocated.count(s)) out.insert(s);
+  }
+  for (int s = slots - 1; s >= 0 && static_cast<int>(out.size()) < wanted; --s) {
+    if (!allocated.count(s)) out.insert(s);
+  }
+  for (int s = slots - 1; s >= 0 && static_cast<int>(out.size()) < wanted; --s) out.insert(s);
+  return out;
+}
+
+std::vector<std::string> PreferredSlots(DeviceKind kind, const std::vector<std::string>& available,
+                                        const std::vector<std::string>& must_include, int size) {
+  std::vector<std::string> out;
+  std::set<std::string> taken;
+  for (const auto& id : must_include) {
+    if (static_cast<int>(out.size()) >= size) break;
+    if (taken.insert(id).second) out.push_back(id);
+  }
+  std::vector<std::pair<int, std::string>> rest;
+  for (const auto& id : available) {
+    if (taken.count(id)) continue;
+    auto n = ParseSlotId(kind, id);
+    rest.emplace_back(n ? *n : 1 << 30, id);
+  }
+  std::sort(rest.begin(), rest.end());
+  for (const auto& [n, id] : rest) {
+    if (static_cast<int>(out.size()) >= size) break;
+    if (taken.insert(id).second) out.push_back(id);
+  }
+  return out;
+}
+
+std::vector<PodClaim> ClaimsOf(const std::vector<v1::Holding>& holdings, DeviceKind kind) {
+  std::map<std::string, PodClaim> by_uid;
+  for (const auto& h : holdings) {
+    const std::string uid = PodUidOf(h.owner());
+    if (uid.empty()) continue;
+    PodClaim& c = by_uid[uid];
+    c.uid = uid;
+    if (h.owner().has_pod()) {
+      c.ns = h.owner().pod().namespace_();
+      c.name = h.owner().pod().name();
+    } else {
+      c.placeholder_job = h.owner().placeholder().job_id();
+    }
+    const std::string at = google::protobuf::util::TimeUtil::ToString(h.granted_at());
+    if (c.granted_at.empty() || at < c.granted_at) c.granted_at = at;
+    for (const auto& d : h.devices()) {
+      if (d.kind() == ProtoKind(kind)) c.devices.push_back(d.index());
+    }
+  }
+  std::vector<PodClaim> out;
+  for (auto& [uid, c] : by_uid) {
+    std::sort(c.devices.begin(), c.devices.end());
+    c.devices.erase(std::unique(c.devices.begin(), c.devices.end()), c.devices.end());
+    if (!c.devices.empty()) out.push_back(std::move(c));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<PendingPod>> PendingPodsFromList(const nlohmann::json& list,
+                                                            const std::string& node) {
+  if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
+    return absl::InvalidArgumentError("pod list: no items array");
+  }
+  std::vector<PendingPod> out;
+  for (const auto& pod : list["items"]) {
+    if (!pod.is_object() || !pod.contains("metadata") || !pod.contains("spec")) continue;
+    const auto& md = pod["metadata"];
+    const auto& spec = pod["spec"];
+    if (spec.value("nodeName", "") != node) continue;
+    if (md.contains("deletionTimestamp") && !md["deletionTimestamp"].is_null()) continue;
+    std::string phase;
+    if (pod.contains("status") && pod["status"].is_object()) {
+      phase = pod["status"].value("phase", "");
+    }
+    if (!phase.empty() && phase != "Pending") continue;
+    PendingPod p;
+    p.uid = md.value("uid", "");
+    p.ns = md.value("namespace", "");
+    p.name = md.value("name", "");
+    p.created = md.value("creationTimestamp", "");
+    if (p.uid.empty()) continue;
+    uint64_t gpus = 0, tpus = 0, init_gpus = 0, init_tpus = 0;
+    int64_t cpu_milli = 0, mem = 0, init_cpu = 0, init_mem = 0;
+    auto add = [](const nlohmann::json& c, uint64_t* g, uint64_t* t, int64_t* cpu, int64_t* m,
+                  bool max) {
+      const uint64_t cg = ContainerCount(c, "nvidia.com/gpu");
+      const uint64_t ct = ContainerCount(c, "google.com/tpu");
+      auto cc = ParseCpuMilli(ContainerQuantity(c, "cpu"));
+      auto cm = ParseBytes(ContainerQuantity(c, "memory"));
+      const int64_t vc = cc.ok() ? *cc : 0;
+      const int64_t vm = cm.ok() ? *cm : 0;
+      if (max) {
+        *g = std::max(*g, cg), *t = std::max(*t, ct), *cpu = std::max(*cpu, vc),
+        *m = std::max(*m, vm);
+      } else {
+        *g += cg, *t += ct, *cpu += vc, *m += vm;
+      }
+    };
+    if (spec.contains("containers") && spec["containers"].is_array()) {
+      for (const auto& c : spec["containers"]) add(c, &gpus, &tpus, &cpu_milli, &mem, false);
+    }
+    if (spec.contains("initContainers") && spec["initContainers"].is_array()) {
+      for (const auto& c : spec["initContainers"]) {
+        add(c, &init_gpus, &init_tpus, &init_cpu, &init_mem, true);
+      }
+    }
+    p.gpus = static_cast<uint32_t>(std::max(gpus, init_gpus));
+    p.tpus = static_cast<uint32_t>(std::max(tpus, init_tpus));
+    if (p.gpus == 0 && p.tpus == 0) continue;
+    p.cpus = static_cast<uint32_t>((std::max(cpu_milli, init_cpu) + 999) / 1000);
+    p.memory_mib = static_cast<uint64_t>((std::max(mem, init_mem) + (1 << 20) - 1) >> 20);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::map<std::string, std::string> PodUidsByName(const nlohmann::json& list) {
+  std::map<std::string, std::string> out;
+  if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) return out;
+  for (const auto& pod : list["items"]) {
+    if (!pod.is_object() || !pod.contains("metadata")) continue;
+    const auto& md = pod["metadata"];
+    out[absl::StrCat(md.value("namespace", ""), "/", md.value("name", ""))] = md.value("uid", "");
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> ParseCpuMilli(const std::string& quantity) {
+  auto v = ParseQuantity(quantity, true);
+  if (!v.ok()) return v.status();
+  return static_cast<int64_t>(std::ceil(*v * 1000 - 1e-9));
+}
+
+absl::StatusOr<int64_t> ParseBytes(const std::string& quantity) {
+  auto v = ParseQuantity(quantity, false);
+  if (!v.ok()) return v.status();
+  return static_cast<int64_t>(std::ceil(*v - 1e-9));
+}
+
+absl::StatusOr<Match> MatchClaim(const MatchInput& in) {
+  std::set<std::string> pending_uids;
+  if (in.pending) {
+    for (const auto& p : *in.pending) {
+      if (p.count(in.kind) > 0) pending_uids.insert(p.uid);
+    }
+  }
+  const PodClaim* best = nullptr;
+  std::vector<uint32_t> best_left;
+  auto key = [&](const PodClaim& c, size_t left) {
+    return std::make_tuple(left != static_cast<size_t>(in.count), c.granted_at, c.uid);
+  };
+  for (const PodClaim& c : in.claims) {
+    if (in.served.count(c.uid)) continue;
+    if (in.pending && !pending_uids.count(c.uid)) continue;
+    std::vector<uint32_t> left;
+    auto it = in.handed_out.find(c.uid);
+    for (uint32_t d : c.devices) {
+      if (it == in.handed_out.end() ||
+          std::find(it->second.begin(), it->second.end(), d) == it->second.end()) {
+        left.push_back(d);
+      }
+    }
+    if (left.size() < static_cast<size_t>(in.count)) continue;
+    if (best == nullptr || key(c, left.size()) < key(*best, best_left.size())) {
+      best = &c;
+      best_left = std::move(left);
+    }
+  }
+  if (best == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "no pod being admitted holds ", in.count, " unassigned ", DeviceKindName(in.kind),
+        in.count == 1 ? "" : "s", " in the ledger on this node"));
+  }
+  Match m;
+  m.claim = *best;
+  m.devices.assign(best_left.begin(), best_left.begin() + in.count);
+  return m;
+}
+
+std::optional<PendingPod> PickBypassPod(DeviceKind kind, int count,
+                                        const std::vector<PendingPod>& pending,
+                                        const std::vector<v1::Holding>& holdings) {
+  std::set<std::string> holding_uids;
+  for (const auto& h : holdings) holding_uids.insert(PodUidOf(h.owner()));
+  const PendingPod* best = nullptr;
+  auto key = [&](const PendingPod& p) {
+    return std::make_tuple(p.count(kind) != static_cast<uint32_t>(count), p.created, p.uid);
+  };
+  for (const auto& p : pending) {
+    if (p.count(kind) < static_cast<uint32_t>(count) || holding_uids.count(p.uid)) continue;
+    if (best == nullptr || key(p) < key(*best)) best = &p;
+  }
+  if (best == nullptr) return std::nullopt;
+  return *best;
+}
+
+absl::StatusOr<v1beta1::ContainerAllocateResponse> ContainerResponse(
+    DeviceKind kind, const std::vector<uint32_t>& devices, const std::string& device_dir) {
+  v1beta1::ContainerAllocateResponse r;
+  auto add = [&](const std::string& name, bool required) -> absl::Status {
+    const std::string host = absl::StrCat(device_dir, "/", name);
+    if (!Exists(host)) {
+      if (!required) return absl::OkStatus();
+      return absl::FailedPreconditionError(
+          absl::StrCat("device node ", host, " does not exist on this host"));
+    }
+    auto* d = r.add_devices();
+    d->set_host_path(host);
+    d->set_container_path(absl::StrCat("/dev/", name));
+    d->set_permissions("rw");
+    return absl::OkStatus();
+  };
+  if (kind == DeviceKind::kGpu) {
+    for (uint32_t i : devices) {
+      if (auto s = add(absl::StrCat("nvidia", i), true); !s.ok()) return s;
+    }
+    for (const char* ctl : {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}) {
+      if (auto s = add(ctl, false); !s.ok()) return s;
+    }
+    std::vector<std::string> ordinals;
+    for (size_t i = 0; i < devices.size(); ++i) ordinals.push_back(std::to_string(i));
+    (*r.mutable_envs())["NVIDIA_VISIBLE_DEVICES"] = FormatIndexList(devices);
+    (*r.mutable_envs())["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(ordinals, ",");
+  } else {
+    for (uint32_t i : devices) {
+      if (auto s = add(absl::StrCat("accel", i), true); !s.ok()) return s;
+    }
+    spank::StepDevices step;
+    step.tpus = devices;
+    for (const auto& [k, v] : spank::DeviceEnv(step)) (*r.mutable_envs())[k] = v;
+  }
+  return r;
+}
+
+}  // namespace node
+}  // namespace duet
