@@ -18,13 +18,14 @@ machine allows:
     (suite BridgeConfigTest, its own ctest).
 Not checked: see charts/duet/README.md, "What CI checks".
 
-Usage: chart_test.py --source-dir REPO --build-dir DIR [--bridge BIN] [unittest args]
+Usage: chart_test.py --source-dir REPO --build-dir DIR [--bridge BIN] [--duet-node BIN] [unittest args]
 """
 
 import argparse
 import base64
 import copy
 import os
+import re
 import shlex
 import shutil
 import ssl
@@ -737,6 +738,29 @@ class BridgeConfigTest(unittest.TestCase):
                 self.assertIn("configuration OK", proc.stdout)
 
 
+class DuetNodeFlagsTest(unittest.TestCase):
+    """Every flag the DaemonSet passes is one duet-node knows (its --help)."""
+
+    def setUp(self):
+        if not ARGS.duet_node:
+            self.skipTest("needs --duet-node BIN (ctest chart_bridge_config passes it)")
+
+    def test_flags_exist(self):
+        proc = subprocess.run([ARGS.duet_node, "--help"], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        known = set(re.findall(r"(--[a-z][a-z0-9-]*)", proc.stdout))
+        self.assertIn("--plugin-dir", known)
+        checked = 0
+        for name in RENDERED:
+            for ds in objects(name, "DaemonSet"):
+                checked += 1
+                args = pod_spec(ds)["containers"][0]["args"]
+                for arg in args:
+                    flag = arg.split("=", 1)[0]
+                    self.assertIn(flag, known, f"{name}: duet-node has no flag {flag} ({arg})")
+        self.assertGreater(checked, 0, "no scenario renders the duet-node DaemonSet")
+
+
 class BridgeValuesTest(unittest.TestCase):
     """The keys the chart sets in the bridge config from its own values."""
 
@@ -773,6 +797,7 @@ def main():
     parser.add_argument("--source-dir", required=True)
     parser.add_argument("--build-dir", required=True)
     parser.add_argument("--bridge", default="")
+    parser.add_argument("--duet-node", default="")
     ARGS, rest = parser.parse_known_args()
     os.makedirs(ARGS.build_dir, exist_ok=True)
     unittest.main(argv=[sys.argv[0]] + rest)
