@@ -12,8 +12,14 @@ cd "$(dirname "$0")/.."
 # munged, slurmctld, one slurmd per node on 127.0.0.N) with spank_duet.so in
 # its plugstack, duet-bridge with slurm.enabled creating the Slurm nodes from
 # its inventory, a real `sbatch --gres=gpu:2` job, and `duetctl nodes` showing
-# the GPUs Slurm holds once the sync imported the job. Stops everything it
-# started. Needs root (slurmd, munged, device nodes, UTS namespaces).
+# the GPUs Slurm holds once the sync imported the job. Then the Kubernetes
+# side: a pod asking 2 GPUs is created with kubectl in a fake kube-apiserver
+# (tests/fakes/fake_apiserver.py: no real one runs on these machines) and
+# scheduled through duet-bridge's scheduler extender with the requests
+# kube-scheduler sends (filter, prioritize, bind), so the bind makes its Slurm
+# placeholder and `duetctl nodes` shows the Slurm job and the pod sharing one
+# node's GPUs. Stops everything it started. Needs root (slurmd, munged, device
+# nodes, UTS namespaces).
 slurm_demo() {
   if [[ $(id -u) -ne 0 ]]; then echo "scripts/demo.sh --slurm must run as root" >&2; exit 1; fi
   local build
@@ -30,9 +36,11 @@ slurm_demo() {
   export DUET_SERVER=unix://$STATE/bridge.sock
   ROOT=$("$HARNESS" init --lifetime 600 --spank "$so:bridge=$DUET_SERVER timeout_ms=2000 munge_socket=@ROOT@/munge/munge.socket.2")
   BRIDGE=
+  FAKE=
   # shellcheck disable=SC2317  # called by the EXIT trap
   cleanup() {
     if [[ -n $BRIDGE ]]; then kill "$BRIDGE" 2>/dev/null || true; wait "$BRIDGE" 2>/dev/null || true; fi
+    if [[ -n $FAKE ]]; then kill "$FAKE" 2>/dev/null || true; wait "$FAKE" 2>/dev/null || true; fi
     "$HARNESS" stop "$ROOT" || true
     echo "logs: $STATE/bridge.log, $ROOT/log/"
   }
@@ -54,12 +62,31 @@ nodes:
      labels: {duet.dev/slurm-node-addr: 127.0.0.53, cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice},
      tpus: {count: 4, model: tpu-v5-lite-podslice, host_bounds: 2x2, topology: 2x2}}
 YAML
+  # The fake kube-apiserver (real wire protocol) that the extender binds pods
+  # in and the pod watch follows, and a kubeconfig for it.
+  tests/fakes/fake_apiserver.py --port-file "$STATE/apiserver.port" >"$STATE/apiserver.log" 2>&1 &
+  FAKE=$!
+  for _ in $(seq 100); do [[ -s $STATE/apiserver.port ]] && break; sleep 0.1; done
+  local api_port
+  api_port=$(cat "$STATE/apiserver.port")
+  cat >"$STATE/kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters: [{name: fake, cluster: {server: "http://127.0.0.1:$api_port"}}]
+users: [{name: demo, user: {token: demo}}]
+contexts: [{name: fake, context: {cluster: fake, user: demo, namespace: default}}]
+current-context: fake
+YAML
+  kube() { kubectl --kubeconfig "$STATE/kubeconfig" --cache-dir "$STATE/kubectl-cache" "$@"; }
+
   cat >"$STATE/bridge.yaml" <<YAML
 grpc: {listen: "", unix_socket: $STATE/bridge.sock}
 metrics: {listen: ""}
 journal: {dir: $STATE/journal}
 inventory: {source: file, file: $STATE/nodes.yaml}
 slurm: {enabled: true, conf_path: $SLURM_CONF, sync_period: 1s, munge_socket: $ROOT/munge/munge.socket.2}
+kubernetes: {kubeconfig: $STATE/kubeconfig}
+extender: {listen: "127.0.0.1:0", url_prefix: /duet}
 YAML
   "$build/bridge/server/duet-bridge" --config "$STATE/bridge.yaml" >"$STATE/bridge.log" 2>&1 &
   BRIDGE=$!
@@ -79,14 +106,67 @@ YAML
   echo; echo "== sinfo (nodes created by duet-bridge)"; sinfo -N -o '%N %t %G %f'
 
   local job
-  job=$(sbatch --parsable -o /dev/null --gres=gpu:2 --wrap 'sleep 120')
-  echo; echo "== sbatch --gres=gpu:2 --wrap 'sleep 120': job $job"
+  job=$(sbatch --parsable -o /dev/null -w gke-h100-a --gres=gpu:2 --wrap 'sleep 300')
+  echo; echo "== sbatch -w gke-h100-a --gres=gpu:2 --wrap 'sleep 300': job $job"
   for _ in $(seq 200); do
     [[ $(squeue -h -j "$job" -o %T) == RUNNING ]] && "$ctl" holds | grep -q "job $job " && break
     sleep 0.1
   done
   squeue -o '%i %T %N %b'
   echo; echo "== duetctl nodes"; "$ctl" nodes
+  echo; echo "== duetctl holds"; "$ctl" holds
+
+  pod_demo
+}
+
+# The pod half of --slurm: kubectl creates a pod asking 2 GPUs in the fake
+# apiserver; curl plays kube-scheduler (a `duet` profile with duet-bridge as
+# its extender, nodeCacheCapable) and sends the extender what kube-scheduler
+# would: filter and prioritize with ExtenderArgs {Pod, NodeNames}, then bind
+# to the best node. The bind makes the pod's Slurm placeholder and POSTs the
+# Binding.
+pod_demo() {
+  local ext_port url
+  ext_port=$(sed -n 's/.*extender http port \([0-9]*\).*/\1/p' "$STATE/bridge.log" | head -1)
+  [[ -n $ext_port ]] || { echo "no extender port in $STATE/bridge.log" >&2; exit 1; }
+  url=http://127.0.0.1:$ext_port/duet
+  cat >"$STATE/pod.yaml" <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: infer-0, namespace: default, labels: {app: infer}}
+spec:
+  schedulerName: duet
+  containers:
+  - name: server
+    image: vllm/vllm-openai:v0.6.3
+    resources:
+      limits: {nvidia.com/gpu: 2, cpu: "2", memory: 4Gi}
+YAML
+  echo; echo "== kubectl create -f pod.yaml (fake kube-apiserver)"
+  kube create --validate=false -f "$STATE/pod.yaml"
+  kube get pod infer-0 -o json >"$STATE/pod.json"
+  jq '{Pod: ., NodeNames: ["gke-h100-a", "gke-h100-b", "gke-tpu-a"]}' "$STATE/pod.json" >"$STATE/args.json"
+
+  echo; echo "== POST $url/filter"
+  curl -sS --fail-with-body -H 'Content-Type: application/json' --data @"$STATE/args.json" "$url/filter" |
+    tee "$STATE/filter.json" | jq -c '{NodeNames, FailedNodes, FailedAndUnresolvableNodes, Error}'
+  jq '{Pod: .Pod, NodeNames: $f[0].NodeNames}' --slurpfile f "$STATE/filter.json" "$STATE/args.json" \
+    >"$STATE/args2.json"
+  echo; echo "== POST $url/prioritize"
+  curl -sS --fail-with-body -H 'Content-Type: application/json' --data @"$STATE/args2.json" \
+    "$url/prioritize" | tee "$STATE/prioritize.json" | jq -c .
+  local node uid
+  node=$(jq -r 'max_by(.Score).Host' "$STATE/prioritize.json")
+  uid=$(jq -r .metadata.uid "$STATE/pod.json")
+  echo; echo "== POST $url/bind (to $node, the best score)"
+  jq -n --arg node "$node" --arg uid "$uid" \
+    '{PodName: "infer-0", PodNamespace: "default", PodUID: $uid, Node: $node}' |
+    curl -sS --fail-with-body -H 'Content-Type: application/json' --data @- "$url/bind" | jq -c .
+
+  echo; echo "== kubectl get pod infer-0 (bound by the extender)"
+  kube get pod infer-0 -o jsonpath='{.metadata.name} -> {.spec.nodeName}{"\n"}'
+  echo; echo "== squeue (the pod's placeholder is a Slurm job)"; squeue -o '%i %j %T %N %b'
+  echo; echo "== duetctl nodes (a Slurm job and a pod on $node's GPUs)"; "$ctl" nodes
   echo; echo "== duetctl holds"; "$ctl" holds
 }
 
