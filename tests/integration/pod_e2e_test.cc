@@ -12,6 +12,7 @@
 // - Slurm cannot start a job on the pod's devices (it pends);
 // - the pod ends (phase Succeeded): the pod watch cancels the placeholder and
 //   the pending job starts, on devices disjoint from the first job's;
+// - a deleted pod: the same, at once;
 // - a node whose GPUs Slurm jobs hold is refused by filter, with the reason.
 //
 // One cluster, one bridge, one fake apiserver per process; ctest runs each
@@ -505,6 +506,53 @@ TEST_F(PodE2eTest, FilterRefusesANodeWhoseGpusSlurmJobsHold) {
   EXPECT_FALSE(ApiPod("trainer-1")["spec"].contains("nodeName")) << ApiPod("trainer-1").dump();
   for (const LedgerHolding& h : Holdings()) {
     EXPECT_TRUE(h.kind == "slurm_job" || h.kind == "slurm_step") << h.kind << " on " << h.node;
+  }
+}
+
+// The pod is deleted while it runs (not finished): the DELETED frame makes
+// the pod watch cancel the placeholder at once, and a job waiting for the
+// pod's GPUs starts.
+TEST_F(PodE2eTest, DeletedPodsPlaceholderIsCancelledAndAWaitingJobStarts) {
+  const uint32_t job1 = RunningJob(absl::StrCat("-w ", kNodeA, " --gres=gpu:6"));
+  ASSERT_NE(job1, 0u);
+  const std::set<uint32_t> job1_gpus = ImportedGpus(job1, kNodeA);
+  ASSERT_EQ(job1_gpus.size(), 6u);
+
+  const std::string name = "trainer-2";
+  const std::string uid = "9c8b7a69-5847-4362-9150-0f1e2d3c4b5a";
+  w_->fake()->Put(TrainingPod(name, uid, 2));
+  json pod = ApiPod(name);
+  ASSERT_TRUE(pod.is_object());
+  auto [code, filter] = Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodeA}}});
+  ASSERT_EQ(code, 200) << filter.dump();
+  ASSERT_EQ(filter["NodeNames"], json::array({kNodeA})) << filter.dump();
+  auto [bcode, bind] = Extender(
+      "bind", {{"PodName", name}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", kNodeA}});
+  ASSERT_EQ(bcode, 200) << bind.dump();
+  ASSERT_TRUE(bind["Error"].is_null() || bind["Error"] == "") << bind.dump();
+  const uint32_t placeholder = PlaceholderJob(name).first;
+  ASSERT_NE(placeholder, 0u) << c_->Cli("squeue").out;
+  const std::set<uint32_t> pod_gpus = SlurmDevices(placeholder)[kNodeA]["gpu"];
+  EXPECT_EQ(pod_gpus.size(), 2u);
+  EXPECT_TRUE(Intersect(pod_gpus, job1_gpus).empty());
+
+  // Node a is full: a 1-GPU job waits.
+  const uint32_t job2 = c_->Sbatch(absl::StrCat("-w ", kNodeA, " --gres=gpu:1 --wrap 'sleep 300'"));
+  ASSERT_NE(job2, 0u);
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(c_->JobState(job2), "PENDING");
+
+  w_->fake()->Delete("Pod", name);
+  EXPECT_TRUE(WaitFor([&] { return PlaceholderJob(name).first == 0; }, absl::Seconds(15)))
+      << c_->Cli("squeue").out << w_->Log();
+  ASSERT_TRUE(c_->WaitJobState(job2, "RUNNING", absl::Seconds(30)))
+      << c_->Cli(absl::StrCat("scontrol -d show job ", job2)).out;
+  const std::set<uint32_t> job2_gpus = ImportedGpus(job2, kNodeA);
+  ASSERT_EQ(job2_gpus.size(), 1u);
+  EXPECT_TRUE(pod_gpus.count(*job2_gpus.begin()) == 1)
+      << "the only free GPUs were the pod's; job2 got gpu " << *job2_gpus.begin();
+  for (const LedgerHolding& h : Holdings()) {
+    EXPECT_NE(h.kind, "placeholder") << w_->Ctl("holds").out;
   }
 }
 
