@@ -16,11 +16,7 @@
 // One cluster and one bridge state directory per process (libslurm and the
 // plugstack are per process); ctest runs each test in its own process.
 
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +41,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "slurm_plugin/bridge_client.h"
+#include "tests/integration/e2e_helpers.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
 
 #ifndef DUET_BRIDGE_BIN
@@ -61,7 +58,11 @@ namespace duet {
 namespace {
 
 namespace fs = std::filesystem;
+using ::duet::testing::BridgeProcess;
 using ::duet::testing::CmdResult;
+using ::duet::testing::FreePort;
+using ::duet::testing::LedgerHolding;
+using ::duet::testing::NodeDevices;
 using ::duet::testing::RunCmd;
 using ::duet::testing::TestSlurmCluster;
 using ::duet::testing::WaitFor;
@@ -81,45 +82,6 @@ constexpr NodeDef kNodes[] = {
     {"e2e-tpu-a", 63, 0, 4},
 };
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-// "0-2,5" -> {0,1,2,5}
-std::set<uint32_t> ExpandIdx(const std::string& s) {
-  std::set<uint32_t> out;
-  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
-    std::vector<std::string> r = absl::StrSplit(part, '-');
-    const uint32_t lo = static_cast<uint32_t>(std::stoul(r[0]));
-    const uint32_t hi = r.size() > 1 ? static_cast<uint32_t>(std::stoul(r[1])) : lo;
-    for (uint32_t i = lo; i <= hi; ++i) out.insert(i);
-  }
-  return out;
-}
-
-// A job's devices per node, "gpu"/"tpu" -> indices, from `scontrol -d show job`.
-using NodeDevices = std::map<std::string, std::set<uint32_t>>;
-
-struct LedgerHolding {
-  std::string node;
-  std::string kind;  // slurm_job | slurm_step | pod | placeholder
-  uint32_t job_id = 0;
-  std::string pod;   // ns/name
-  NodeDevices devices;
-};
-
 // Everything one process shares: the bridge's directory, the cluster, the
 // bridge process. Made on first use; stopped by a gtest Environment at exit
 // (the bridge also dies with the test process: PR_SET_PDEATHSIG).
@@ -135,7 +97,6 @@ class World {
   const fs::path& dir() const { return dir_; }
   std::string socket() const { return (dir_ / "bridge.sock").string(); }
   int metrics_port() const { return metrics_port_; }
-  pid_t bridge_pid() const { return pid_; }
 
   std::string PlugstackArgs(const std::string& extra = "") const {
     return absl::StrCat("bridge=unix://", socket(), " timeout_ms=2000 tpu=yes",
@@ -150,54 +111,22 @@ class World {
 
   // Starts duet-bridge on the state in dir(); waits until it serves.
   ::testing::AssertionResult StartBridge() {
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ < 0) return ::testing::AssertionFailure() << "fork failed";
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      const int log = open((dir_ / "bridge.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (log >= 0) {
-        dup2(log, 1);
-        dup2(log, 2);
-      }
-      // The bridge must find the cluster through slurm.conf_path alone.
-      unsetenv("SLURM_CONF");
-      const std::string cfg = (dir_ / "bridge.yaml").string();
-      execl(DUET_BRIDGE_BIN, DUET_BRIDGE_BIN, "--config", cfg.c_str(), (char*)nullptr);
-      _exit(127);
-    }
-    auto channel =
-        grpc::CreateChannel("unix:" + socket(), grpc::InsecureChannelCredentials());
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!channel->WaitForConnected(std::chrono::system_clock::now() +
-                                      std::chrono::milliseconds(200))) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return ::testing::AssertionFailure()
-               << "duet-bridge exited (status " << status << "):\n" << Log();
-      }
-      if (std::chrono::steady_clock::now() > end) {
-        return ::testing::AssertionFailure() << "duet-bridge did not come up:\n" << Log();
-      }
-    }
-    stub_ = v1::Ledger::NewStub(channel);
-    health_ = grpc::health::v1::Health::NewStub(channel);
+    bridge_ = std::make_unique<BridgeProcess>((dir_ / "bridge.yaml").string(),
+                                              (dir_ / "bridge.log").string(), socket());
+    ::testing::AssertionResult r = bridge_->Start();
+    if (!r) return r;
+    stub_ = v1::Ledger::NewStub(bridge_->channel());
+    health_ = grpc::health::v1::Health::NewStub(bridge_->channel());
     return ::testing::AssertionSuccess();
   }
 
   void KillBridge(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
+    if (bridge_ != nullptr) bridge_->Kill(sig);
     stub_.reset();
     health_.reset();
   }
 
-  bool BridgeRunning() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+  bool BridgeRunning() const { return bridge_ != nullptr && bridge_->Running(); }
 
   v1::Ledger::Stub* stub() const { return stub_.get(); }
   grpc::health::v1::Health::Stub* health() const { return health_.get(); }
@@ -288,7 +217,7 @@ class World {
   fs::path dir_;
   TestSlurmCluster* cluster_ = nullptr;
   int metrics_port_ = 0;
-  pid_t pid_ = -1;
+  std::unique_ptr<BridgeProcess> bridge_;
   std::unique_ptr<v1::Ledger::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
@@ -346,62 +275,10 @@ class SlurmE2eTest : public ::testing::Test {
 
   // The job's devices on each node per Slurm (`scontrol -d show job`).
   std::map<std::string, NodeDevices> SlurmDevices(uint32_t job) {
-    std::map<std::string, NodeDevices> out;
-    const std::string text = c_->Cli(absl::StrCat("scontrol -d show job ", job)).out;
-    static const std::regex line_re(R"(Nodes=(\S+) .*GRES=(\S+))");
-    static const std::regex gres_re(R"((gpu|tpu)[^(,]*\(IDX:([0-9,-]+)\))");
-    for (absl::string_view l : absl::StrSplit(text, '\n')) {
-      const std::string line(l);
-      std::smatch m;
-      if (!std::regex_search(line, m, line_re)) continue;
-      const std::string node = m[1];
-      const std::string gres = m[2];
-      for (auto it = std::sregex_iterator(gres.begin(), gres.end(), gres_re);
-           it != std::sregex_iterator(); ++it) {
-        for (uint32_t i : ExpandIdx((*it)[2])) out[node][(*it)[1]].insert(i);
-      }
-    }
-    return out;
+    return ::duet::testing::SlurmJobDevices(*c_, job);
   }
 
-  std::vector<LedgerHolding> Holdings() {
-    std::vector<LedgerHolding> out;
-    if (w_->stub() == nullptr) return out;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::ListHoldingsResponse resp;
-    grpc::Status s = w_->stub()->ListHoldings(&ctx, v1::ListHoldingsRequest(), &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    for (const v1::Holding& h : resp.holdings()) {
-      LedgerHolding l;
-      l.node = h.node();
-      switch (h.owner().kind_case()) {
-        case v1::Owner::kSlurmJob:
-          l.kind = "slurm_job";
-          l.job_id = h.owner().slurm_job().job_id();
-          break;
-        case v1::Owner::kSlurmStep:
-          l.kind = "slurm_step";
-          l.job_id = h.owner().slurm_step().job_id();
-          break;
-        case v1::Owner::kPlaceholder:
-          l.kind = "placeholder";
-          l.job_id = h.owner().placeholder().job_id();
-          break;
-        case v1::Owner::kPod:
-          l.kind = "pod";
-          l.pod = h.owner().pod().namespace_() + "/" + h.owner().pod().name();
-          break;
-        case v1::Owner::KIND_NOT_SET:
-          break;
-      }
-      for (const v1::HeldDevice& d : h.devices()) {
-        l.devices[d.kind() == v1::DEVICE_KIND_TPU ? "tpu" : "gpu"].insert(d.index());
-      }
-      out.push_back(std::move(l));
-    }
-    return out;
-  }
+  std::vector<LedgerHolding> Holdings() { return ::duet::testing::ListLedgerHoldings(w_->stub()); }
 
   // The ledger's job holding of `job` on `node` ({} when none).
   NodeDevices LedgerJob(uint32_t job, const std::string& node) {
