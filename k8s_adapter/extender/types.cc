@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "k8s_adapter/node_inventory.h"
+#include "simdjson.h"
 
 namespace duet {
 namespace extender {
@@ -274,6 +275,57 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(json body) {
   } else {
     return absl::InvalidArgumentError("ExtenderArgs: neither NodeNames nor Nodes is set");
   }
+  return args;
+}
+
+std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body) {
+  namespace od = simdjson::ondemand;
+  // simdjson reads a few bytes past the end: give it a padded copy (a
+  // memcpy, small beside parsing).
+  const simdjson::padded_string padded(body);
+  thread_local od::parser parser;  // reused buffers; one per server thread
+  ExtenderArgs args;
+  bool have_pod = false, have_names = false, have_nodes = false;
+  try {
+    od::document doc = parser.iterate(padded);
+    // On-Demand does not look past the top-level value (simdjson 3.0 has no
+    // document::at_end): only JSON whitespace may follow its closing brace.
+    od::object whole_object = doc.get_object();
+    const std::string_view whole = whole_object.raw_json();
+    const size_t end = static_cast<size_t>(whole.data() - padded.data()) + whole.size();
+    if (body.find_first_not_of(" \t\r\n", end) != std::string::npos) return std::nullopt;
+    doc.rewind();
+    od::object top = doc.get_object();
+    for (od::field field : top) {
+      const std::string_view key = field.unescaped_key();
+      if (key == "Pod" && !have_pod) {
+        have_pod = true;
+        od::object pod = field.value().get_object();
+        // The pod is small (a few KB): nlohmann's DOM, as the general path.
+        const std::string_view raw = pod.raw_json();
+        args.pod = json::parse(raw.begin(), raw.end(), nullptr, /*allow_exceptions=*/false);
+        if (!args.pod.is_object()) return std::nullopt;  // also: discarded (invalid)
+      } else if (key == "NodeNames" && !have_names) {
+        have_names = true;
+        od::array names = field.value().get_array();
+        for (auto name : names) {
+          const std::string_view n = name.get_string();
+          args.node_names.emplace_back(n);
+          if (args.node_names.size() > kMaxNodesPerRequest) return std::nullopt;
+        }
+      } else if (key == "Nodes" && !have_nodes) {
+        have_nodes = true;
+        if (!field.value().is_null()) return std::nullopt;
+      } else {
+        // Another key, a key again, or one Go would match ignoring case:
+        // the general path decides.
+        return std::nullopt;
+      }
+    }
+  } catch (const simdjson::simdjson_error&) {
+    return std::nullopt;
+  }
+  if (!have_pod || !have_names) return std::nullopt;
   return args;
 }
 

@@ -79,6 +79,16 @@ struct BindingArgs {
 absl::StatusOr<ExtenderArgs> ParseExtenderArgs(nlohmann::json body);
 absl::StatusOr<BindingArgs> ParseBindingArgs(const nlohmann::json& body);
 
+// The fast path for the request kube-scheduler actually sends: an object with
+// exactly the keys "Pod" (an object), "NodeNames" (a list of strings) and
+// optionally "Nodes": null, in any order. It reads the names with simdjson
+// On-Demand (no DOM for the list) and parses only the pod with nlohmann.
+// nullopt for anything else -- other or differently cased keys, duplicates,
+// other types, invalid JSON, trailing content --, and the caller then takes
+// the general path (nlohmann::json::parse + ParseExtenderArgs), which gives
+// the same result on every body this accepts and the usual errors on the rest.
+std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body);
+
 inline constexpr size_t kMaxNodesPerRequest = 100000;
 
 // Serialisers (PascalCase). `args` is needed to echo Nodes when the request

@@ -136,6 +136,45 @@ TEST(ExtenderArgsTest, NodeListAndCaseInsensitiveKeys) {
               HasSubstr("PodName"));
 }
 
+// The fast path (simdjson) must give what the general path gives on the
+// bodies it takes, and leave every other body to the general path.
+TEST(ExtenderArgsTest, FastPathMatchesTheGeneralPathOrDeclines) {
+  const json golden = TestdataJson("filter_args.json");
+  for (const std::string& body :
+       {golden.dump(), golden.dump(2), std::string(" \n") + golden.dump() + " \n",
+        json{{"NodeNames", {"a", "b\u00e9\"q"}}, {"Pod", PodWith({Container({})})}}.dump(),
+        json{{"Pod", PodWith({Container({})})}, {"NodeNames", json::array()}, {"Nodes", nullptr}}.dump()}) {
+    SCOPED_TRACE(body.substr(0, 80));
+    std::optional<ExtenderArgs> fast = ParseExtenderArgsFast(body);
+    absl::StatusOr<ExtenderArgs> general = ParseExtenderArgs(json::parse(body));
+    ASSERT_TRUE(general.ok()) << general.status();
+    ASSERT_TRUE(fast.has_value());
+    EXPECT_EQ(fast->pod, general->pod);
+    EXPECT_EQ(fast->node_names, general->node_names);
+    EXPECT_FALSE(fast->from_node_list);
+  }
+  const json pod = PodWith({Container({})});
+  for (const std::string& body : {
+           std::string("not json"),
+           json{{"pod", pod}, {"NodeNames", {"a"}}}.dump(),            // other case
+           json{{"Pod", pod}, {"NodeNames", {"a"}}, {"X", 1}}.dump(),  // another key
+           json{{"Pod", pod}, {"NodeNames", {"a", 3}}}.dump(),         // not a string
+           json{{"Pod", pod}, {"NodeNames", nullptr}}.dump(),
+           json{{"Pod", "x"}, {"NodeNames", {"a"}}}.dump(),
+           json{{"Pod", pod}}.dump(),
+           json{{"NodeNames", {"a"}}}.dump(),
+           json{{"Pod", pod}, {"Nodes", {{"items", json::array()}}}, {"NodeNames", {"a"}}}.dump(),
+           json{{"Pod", pod}, {"NodeNames", {"a"}}}.dump() + " x",  // trailing content
+           json{{"Pod", pod}, {"NodeNames", {"a"}}}.dump() + "{}",
+           std::string(R"({"Pod":{},"NodeNames":["a"],"Pod":{}})"),  // a key twice
+           std::string(R"({"Pod":{"a":tru},"NodeNames":["a"]})"),
+           std::string(R"({"Pod":{},"NodeNames":["a"])"),
+       }) {
+    SCOPED_TRACE(body.substr(0, 80));
+    EXPECT_FALSE(ParseExtenderArgsFast(body).has_value());
+  }
+}
+
 class ExtenderTest : public ::testing::Test {
  protected:
   void SetUp() override { BuildCluster(ledger_); }
