@@ -122,14 +122,18 @@ HttpReply Handler::Filter(const std::string& body) const {
   HttpReply error;
   absl::StatusOr<ExtenderArgs> args = Args(body, &error);
   if (!args.ok()) return error;
-  return Json(FilterResultJson(extender_->Filter(*args), &*args));
+  HttpReply r;
+  r.body = FilterResultBody(extender_->Filter(*args), &*args);
+  return r;
 }
 
 HttpReply Handler::Prioritize(const std::string& body) const {
   HttpReply error;
   absl::StatusOr<ExtenderArgs> args = Args(body, &error);
   if (!args.ok()) return error;
-  return Json(PriorityListJson(extender_->Prioritize(*args)));
+  HttpReply r;
+  r.body = PriorityListBody(extender_->Prioritize(*args));
+  return r;
 }
 
 HttpReply Handler::Bind(const std::string& body) const {

@@ -397,6 +397,64 @@ json PriorityListJson(const std::vector<HostPriority>& list) {
 
 json BindingResultJson(const std::string& error) { return {{"Error", error}}; }
 
+namespace {
+
+// The dump options the server uses (server.cc, Json()).
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// One JSON string, escaped by nlohmann (no escaping of our own).
+void AppendString(const std::string& s, std::string* out) { out->append(Dump(json(s))); }
+
+// {"k":"v",...} from a sorted map: the order nlohmann's object keeps too.
+void AppendStringMap(const std::map<std::string, std::string>& m, std::string* out) {
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [k, v] : m) {
+    if (!first) out->push_back(',');
+    first = false;
+    AppendString(k, out);
+    out->push_back(':');
+    AppendString(v, out);
+  }
+  out->push_back('}');
+}
+
+}  // namespace
+
+std::string FilterResultBody(const FilterResult& r, const ExtenderArgs* args) {
+  if (args != nullptr && args->from_node_list) return Dump(FilterResultJson(r, args));
+  std::string out;
+  out.reserve(64 + 32 * (r.node_names.size() + 3 * (r.failed.size() + r.failed_unresolvable.size())));
+  // Keys in nlohmann's (sorted) order.
+  out.append("{\"Error\":");
+  AppendString(r.error, &out);
+  out.append(",\"FailedAndUnresolvableNodes\":");
+  AppendStringMap(r.failed_unresolvable, &out);
+  out.append(",\"FailedNodes\":");
+  AppendStringMap(r.failed, &out);
+  out.append(",\"NodeNames\":[");
+  for (size_t i = 0; i < r.node_names.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendString(r.node_names[i], &out);
+  }
+  out.append("],\"Nodes\":null}");
+  return out;
+}
+
+std::string PriorityListBody(const std::vector<HostPriority>& list) {
+  std::string out;
+  out.reserve(2 + 40 * list.size());
+  out.push_back('[');
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out.append("{\"Host\":");
+    AppendString(list[i].host, &out);
+    absl::StrAppend(&out, ",\"Score\":", list[i].score, "}");
+  }
+  out.push_back(']');
+  return out;
+}
+
 PodRef PodRefOf(const json& pod) {
   PodRef r;
   auto str = [&](std::initializer_list<const char*> keys) {

@@ -97,6 +97,14 @@ nlohmann::json FilterResultJson(const FilterResult& result, const ExtenderArgs* 
 nlohmann::json PriorityListJson(const std::vector<HostPriority>& list);
 nlohmann::json BindingResultJson(const std::string& error);
 
+// The same documents, already dumped: byte for byte what
+// FilterResultJson(...).dump() / PriorityListJson(...).dump() give (compact,
+// keys in order, invalid UTF-8 replaced), written without building the DOM
+// (thousands of names per request). A request that carried a NodeList takes
+// the DOM path.
+std::string FilterResultBody(const FilterResult& result, const ExtenderArgs* args = nullptr);
+std::string PriorityListBody(const std::vector<HostPriority>& list);
+
 // The pod's identity, for ledger owners and events.
 struct PodRef {
   std::string ns;

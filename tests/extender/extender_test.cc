@@ -175,6 +175,28 @@ TEST(ExtenderArgsTest, FastPathMatchesTheGeneralPathOrDeclines) {
   }
 }
 
+// The DOM-free writers give nlohmann's bytes, escapes and bad UTF-8 included.
+TEST(ExtenderArgsTest, DirectWritersMatchNlohmannsDump) {
+  auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  FilterResult r;
+  EXPECT_EQ(FilterResultBody(r), dump(FilterResultJson(r)));
+  r.node_names = {"a", "b\"c", "d\\e\n", "\xc3\xa9t\xe9"};  // the last: invalid UTF-8
+  r.failed = {{"n2", "duet: 1 of 8 \"gpu\""}, {"n1", "x\ty"}};
+  r.failed_unresolvable = {{"z", "duet: node is cordoned"}};
+  r.error = "oops\x01";
+  EXPECT_EQ(FilterResultBody(r), dump(FilterResultJson(r)));
+  std::vector<HostPriority> list = {{"a", 10}, {"b\"", 0}, {"c", -3}};
+  EXPECT_EQ(PriorityListBody(list), dump(PriorityListJson(list)));
+  EXPECT_EQ(PriorityListBody({}), dump(PriorityListJson({})));
+  // A NodeList request is answered with the NodeList (DOM path).
+  ExtenderArgs args;
+  args.from_node_list = true;
+  args.node_list = {{"items", {{{"metadata", {{"name", "a"}}}}, {{"metadata", {{"name", "b"}}}}}}};
+  FilterResult one;
+  one.node_names = {"b"};
+  EXPECT_EQ(FilterResultBody(one, &args), dump(FilterResultJson(one, &args)));
+}
+
 class ExtenderTest : public ::testing::Test {
  protected:
   void SetUp() override { BuildCluster(ledger_); }
