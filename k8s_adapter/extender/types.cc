@@ -402,8 +402,21 @@ namespace {
 // The dump options the server uses (server.cc, Json()).
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// One JSON string, escaped by nlohmann (no escaping of our own).
-void AppendString(const std::string& s, std::string* out) { out->append(Dump(json(s))); }
+// One JSON string. Printable ASCII other than '"' and '\\' (every node name,
+// every reason duet writes) needs no escape, and nlohmann writes it as is;
+// anything else is escaped by nlohmann itself (no escaping of our own).
+void AppendString(const std::string& s, std::string* out) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+  });
+  if (!plain) {
+    out->append(Dump(json(s)));
+    return;
+  }
+  out->push_back('"');
+  out->append(s);
+  out->push_back('"');
+}
 
 // {"k":"v",...} from a sorted map: the order nlohmann's object keeps too.
 void AppendStringMap(const std::map<std::string, std::string>& m, std::string* out) {
