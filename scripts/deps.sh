@@ -8,7 +8,7 @@ PACKAGES=(
   cmake ninja-build g++ clang pkg-config
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
-  nlohmann-json3-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libsimdjson-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   # the scheduler extender's HTTP(S) server: Boost.Beast/Asio (header-only) + OpenSSL
   libboost1.74-dev libssl-dev
   # Slurm side: libslurm to build against, real daemons for the integration tests

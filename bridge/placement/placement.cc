@@ -72,6 +72,36 @@ bool CheckFits(const NodeView& view, const NodeFree& node, const PodRequest& req
   return false;
 }
 
+// The same verdict as CheckFits(view, Summarize(view, load), request) without
+// building the summary: it reads only the fields it needs, straight from the
+// view, and stops at the first `request.count` usable devices. This is the
+// hot path of the extender's filter (thousands of nodes per request, most of
+// the cost being cache misses on the views' device tables); callers that need
+// the failure's reason, or the summary itself, fall back to the full path.
+bool QuickFits(const NodeView& view, const NodeLoad& load, const PodRequest& request) {
+  if (view.spec.state != NodeState::kReady) return false;
+  // As in Summarize: a spec value of 0 means untracked (unlimited).
+  if (view.spec.cpus != 0 &&
+      int64_t{view.spec.cpus} * 1000 - static_cast<int64_t>(load.cpu_milli) <
+          static_cast<int64_t>(request.cpu_milli)) {
+    return false;
+  }
+  if (view.spec.memory_mib != 0 &&
+      static_cast<int64_t>(view.spec.memory_mib) - static_cast<int64_t>(load.memory_mib) <
+          static_cast<int64_t>(request.memory_mib)) {
+    return false;
+  }
+  if (request.count == 0) return true;
+  uint32_t usable = 0;
+  for (const DeviceState& d : view.devices) {
+    // Kind and free capacity first (no string touched), then the model.
+    if (d.spec.kind != request.kind || d.free_milli() < request.milli) continue;
+    if (!request.models.empty() && !request.AcceptsModel(d.spec.model)) continue;
+    if (++usable >= request.count) return true;
+  }
+  return false;
+}
+
 // Best fit within the node: the fullest devices that still take the share,
 // then the lowest index (the order the ledger itself would choose).
 Picks PickBestFit(const NodeFree& node, const PodRequest& request) {
@@ -259,6 +289,9 @@ absl::StatusOr<Policy> ParsePolicy(absl::string_view name) {
 
 bool Fits(const NodeView& view, const NodeLoad& load, const PodRequest& request,
           std::string* reason) {
+  if (QuickFits(view, load, request)) return true;
+  // Does not fit: the full check only to word the reason (same verdict).
+  if (reason == nullptr) return false;
   return CheckFits(view, internal::Summarize(view, load), request, reason);
 }
 
@@ -266,6 +299,9 @@ Scorer::Scorer(Policy policy, const Workload* workload) : policy_(policy), workl
 
 std::optional<Placement> Scorer::Evaluate(const NodeView& view, const NodeLoad& load,
                                           const PodRequest& request, std::string* reason) const {
+  // Nodes where the request does not fit cost no summary unless the
+  // caller wants the reason.
+  if (reason == nullptr && !QuickFits(view, load, request)) return std::nullopt;
   const NodeFree node = internal::Summarize(view, load);
   if (!CheckFits(view, node, request, reason)) return std::nullopt;
   Eval e = EvaluateFree(node, request, policy_, workload_);

@@ -105,22 +105,35 @@ HttpReply Handler::Handle(const std::string& method, const std::string& target,
   return Bind(body);
 }
 
+// ExtenderArgs from a filter/prioritize body: the fast path for the usual
+// shape (see ParseExtenderArgsFast), else the general one, which also words
+// every error (400).
+absl::StatusOr<ExtenderArgs> Handler::Args(const std::string& body, HttpReply* error) const {
+  std::optional<ExtenderArgs> fast = ParseExtenderArgsFast(body);
+  if (fast.has_value()) return std::move(*fast);
+  std::optional<nlohmann::json> j = ParseBody(body, error);
+  if (!j.has_value()) return absl::InvalidArgumentError("not JSON");  // `error` is set
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(std::move(*j));
+  if (!args.ok()) *error = Text(400, std::string(args.status().message()));
+  return args;
+}
+
 HttpReply Handler::Filter(const std::string& body) const {
   HttpReply error;
-  std::optional<nlohmann::json> j = ParseBody(body, &error);
-  if (!j.has_value()) return error;
-  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(std::move(*j));
-  if (!args.ok()) return Text(400, std::string(args.status().message()));
-  return Json(FilterResultJson(extender_->Filter(*args), &*args));
+  absl::StatusOr<ExtenderArgs> args = Args(body, &error);
+  if (!args.ok()) return error;
+  HttpReply r;
+  r.body = FilterResultBody(extender_->Filter(*args), &*args);
+  return r;
 }
 
 HttpReply Handler::Prioritize(const std::string& body) const {
   HttpReply error;
-  std::optional<nlohmann::json> j = ParseBody(body, &error);
-  if (!j.has_value()) return error;
-  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(std::move(*j));
-  if (!args.ok()) return Text(400, std::string(args.status().message()));
-  return Json(PriorityListJson(extender_->Prioritize(*args)));
+  absl::StatusOr<ExtenderArgs> args = Args(body, &error);
+  if (!args.ok()) return error;
+  HttpReply r;
+  r.body = PriorityListBody(extender_->Prioritize(*args));
+  return r;
 }
 
 HttpReply Handler::Bind(const std::string& body) const {

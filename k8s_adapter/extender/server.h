@@ -73,6 +73,8 @@ class Handler {
   std::string Verb(const std::string& target) const;
 
  private:
+  // The parsed args, or an error with `*error` set to the 400 reply.
+  absl::StatusOr<ExtenderArgs> Args(const std::string& body, HttpReply* error) const;
   HttpReply Filter(const std::string& body) const;
   HttpReply Prioritize(const std::string& body) const;
   HttpReply Bind(const std::string& body) const;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "k8s_adapter/node_inventory.h"
+#include "simdjson.h"
 
 namespace duet {
 namespace extender {
@@ -277,6 +278,57 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(json body) {
   return args;
 }
 
+std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body) {
+  namespace od = simdjson::ondemand;
+  // simdjson reads a few bytes past the end: give it a padded copy (a
+  // memcpy, small beside parsing).
+  const simdjson::padded_string padded(body);
+  thread_local od::parser parser;  // reused buffers; one per server thread
+  ExtenderArgs args;
+  bool have_pod = false, have_names = false, have_nodes = false;
+  try {
+    od::document doc = parser.iterate(padded);
+    // On-Demand does not look past the top-level value (simdjson 3.0 has no
+    // document::at_end): only JSON whitespace may follow its closing brace.
+    od::object whole_object = doc.get_object();
+    const std::string_view whole = whole_object.raw_json();
+    const size_t end = static_cast<size_t>(whole.data() - padded.data()) + whole.size();
+    if (body.find_first_not_of(" \t\r\n", end) != std::string::npos) return std::nullopt;
+    doc.rewind();
+    od::object top = doc.get_object();
+    for (od::field field : top) {
+      const std::string_view key = field.unescaped_key();
+      if (key == "Pod" && !have_pod) {
+        have_pod = true;
+        od::object pod = field.value().get_object();
+        // The pod is small (a few KB): nlohmann's DOM, as the general path.
+        const std::string_view raw = pod.raw_json();
+        args.pod = json::parse(raw.begin(), raw.end(), nullptr, /*allow_exceptions=*/false);
+        if (!args.pod.is_object()) return std::nullopt;  // also: discarded (invalid)
+      } else if (key == "NodeNames" && !have_names) {
+        have_names = true;
+        od::array names = field.value().get_array();
+        for (auto name : names) {
+          const std::string_view n = name.get_string();
+          args.node_names.emplace_back(n);
+          if (args.node_names.size() > kMaxNodesPerRequest) return std::nullopt;
+        }
+      } else if (key == "Nodes" && !have_nodes) {
+        have_nodes = true;
+        if (!field.value().is_null()) return std::nullopt;
+      } else {
+        // Another key, a key again, or one Go would match ignoring case:
+        // the general path decides.
+        return std::nullopt;
+      }
+    }
+  } catch (const simdjson::simdjson_error&) {
+    return std::nullopt;
+  }
+  if (!have_pod || !have_names) return std::nullopt;
+  return args;
+}
+
 absl::StatusOr<BindingArgs> ParseBindingArgs(const json& body) {
   if (!body.is_object()) {
     return absl::InvalidArgumentError("ExtenderBindingArgs: the body must be a JSON object");
@@ -344,6 +396,77 @@ json PriorityListJson(const std::vector<HostPriority>& list) {
 }
 
 json BindingResultJson(const std::string& error) { return {{"Error", error}}; }
+
+namespace {
+
+// The dump options the server uses (server.cc, Json()).
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// One JSON string. Printable ASCII other than '"' and '\\' (every node name,
+// every reason duet writes) needs no escape, and nlohmann writes it as is;
+// anything else is escaped by nlohmann itself (no escaping of our own).
+void AppendString(const std::string& s, std::string* out) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+  });
+  if (!plain) {
+    out->append(Dump(json(s)));
+    return;
+  }
+  out->push_back('"');
+  out->append(s);
+  out->push_back('"');
+}
+
+// {"k":"v",...} from a sorted map: the order nlohmann's object keeps too.
+void AppendStringMap(const std::map<std::string, std::string>& m, std::string* out) {
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [k, v] : m) {
+    if (!first) out->push_back(',');
+    first = false;
+    AppendString(k, out);
+    out->push_back(':');
+    AppendString(v, out);
+  }
+  out->push_back('}');
+}
+
+}  // namespace
+
+std::string FilterResultBody(const FilterResult& r, const ExtenderArgs* args) {
+  if (args != nullptr && args->from_node_list) return Dump(FilterResultJson(r, args));
+  std::string out;
+  out.reserve(64 + 32 * (r.node_names.size() + 3 * (r.failed.size() + r.failed_unresolvable.size())));
+  // Keys in nlohmann's (sorted) order.
+  out.append("{\"Error\":");
+  AppendString(r.error, &out);
+  out.append(",\"FailedAndUnresolvableNodes\":");
+  AppendStringMap(r.failed_unresolvable, &out);
+  out.append(",\"FailedNodes\":");
+  AppendStringMap(r.failed, &out);
+  out.append(",\"NodeNames\":[");
+  for (size_t i = 0; i < r.node_names.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendString(r.node_names[i], &out);
+  }
+  out.append("],\"Nodes\":null}");
+  return out;
+}
+
+std::string PriorityListBody(const std::vector<HostPriority>& list) {
+  std::string out;
+  out.reserve(2 + 40 * list.size());
+  out.push_back('[');
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out.append("{\"Host\":");
+    AppendString(list[i].host, &out);
+    absl::StrAppend(&out, ",\"Score\":", list[i].score, "}");
+  }
+  out.push_back(']');
+  return out;
+}
 
 PodRef PodRefOf(const json& pod) {
   PodRef r;

@@ -79,6 +79,16 @@ struct BindingArgs {
 absl::StatusOr<ExtenderArgs> ParseExtenderArgs(nlohmann::json body);
 absl::StatusOr<BindingArgs> ParseBindingArgs(const nlohmann::json& body);
 
+// The fast path for the request kube-scheduler actually sends: an object with
+// exactly the keys "Pod" (an object), "NodeNames" (a list of strings) and
+// optionally "Nodes": null, in any order. It reads the names with simdjson
+// On-Demand (no DOM for the list) and parses only the pod with nlohmann.
+// nullopt for anything else -- other or differently cased keys, duplicates,
+// other types, invalid JSON, trailing content --, and the caller then takes
+// the general path (nlohmann::json::parse + ParseExtenderArgs), which gives
+// the same result on every body this accepts and the usual errors on the rest.
+std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body);
+
 inline constexpr size_t kMaxNodesPerRequest = 100000;
 
 // Serialisers (PascalCase). `args` is needed to echo Nodes when the request
@@ -86,6 +96,14 @@ inline constexpr size_t kMaxNodesPerRequest = 100000;
 nlohmann::json FilterResultJson(const FilterResult& result, const ExtenderArgs* args = nullptr);
 nlohmann::json PriorityListJson(const std::vector<HostPriority>& list);
 nlohmann::json BindingResultJson(const std::string& error);
+
+// The same documents, already dumped: byte for byte what
+// FilterResultJson(...).dump() / PriorityListJson(...).dump() give (compact,
+// keys in order, invalid UTF-8 replaced), written without building the DOM
+// (thousands of names per request). A request that carried a NodeList takes
+// the DOM path.
+std::string FilterResultBody(const FilterResult& result, const ExtenderArgs* args = nullptr);
+std::string PriorityListBody(const std::vector<HostPriority>& list);
 
 // The pod's identity, for ledger owners and events.
 struct PodRef {

@@ -136,6 +136,67 @@ TEST(ExtenderArgsTest, NodeListAndCaseInsensitiveKeys) {
               HasSubstr("PodName"));
 }
 
+// The fast path (simdjson) must give what the general path gives on the
+// bodies it takes, and leave every other body to the general path.
+TEST(ExtenderArgsTest, FastPathMatchesTheGeneralPathOrDeclines) {
+  const json golden = TestdataJson("filter_args.json");
+  for (const std::string& body :
+       {golden.dump(), golden.dump(2), std::string(" \n") + golden.dump() + " \n",
+        json{{"NodeNames", {"a", "b\u00e9\"q"}}, {"Pod", PodWith({Container({})})}}.dump(),
+        json{{"Pod", PodWith({Container({})})}, {"NodeNames", json::array()}, {"Nodes", nullptr}}.dump()}) {
+    SCOPED_TRACE(body.substr(0, 80));
+    std::optional<ExtenderArgs> fast = ParseExtenderArgsFast(body);
+    absl::StatusOr<ExtenderArgs> general = ParseExtenderArgs(json::parse(body));
+    ASSERT_TRUE(general.ok()) << general.status();
+    ASSERT_TRUE(fast.has_value());
+    EXPECT_EQ(fast->pod, general->pod);
+    EXPECT_EQ(fast->node_names, general->node_names);
+    EXPECT_FALSE(fast->from_node_list);
+  }
+  const json pod = PodWith({Container({})});
+  for (const std::string& body : {
+           std::string("not json"),
+           json{{"pod", pod}, {"NodeNames", {"a"}}}.dump(),            // other case
+           json{{"Pod", pod}, {"NodeNames", {"a"}}, {"X", 1}}.dump(),  // another key
+           json{{"Pod", pod}, {"NodeNames", {"a", 3}}}.dump(),         // not a string
+           json{{"Pod", pod}, {"NodeNames", nullptr}}.dump(),
+           json{{"Pod", "x"}, {"NodeNames", {"a"}}}.dump(),
+           json{{"Pod", pod}}.dump(),
+           json{{"NodeNames", {"a"}}}.dump(),
+           json{{"Pod", pod}, {"Nodes", {{"items", json::array()}}}, {"NodeNames", {"a"}}}.dump(),
+           json{{"Pod", pod}, {"NodeNames", {"a"}}}.dump() + " x",  // trailing content
+           json{{"Pod", pod}, {"NodeNames", {"a"}}}.dump() + "{}",
+           std::string(R"({"Pod":{},"NodeNames":["a"],"Pod":{}})"),  // a key twice
+           std::string(R"({"Pod":{"a":tru},"NodeNames":["a"]})"),
+           std::string(R"({"Pod":{},"NodeNames":["a"])"),
+       }) {
+    SCOPED_TRACE(body.substr(0, 80));
+    EXPECT_FALSE(ParseExtenderArgsFast(body).has_value());
+  }
+}
+
+// The DOM-free writers give nlohmann's bytes, escapes and bad UTF-8 included.
+TEST(ExtenderArgsTest, DirectWritersMatchNlohmannsDump) {
+  auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  FilterResult r;
+  EXPECT_EQ(FilterResultBody(r), dump(FilterResultJson(r)));
+  r.node_names = {"a", "b\"c", "d\\e\n", "\xc3\xa9t\xe9"};  // the last: invalid UTF-8
+  r.failed = {{"n2", "duet: 1 of 8 \"gpu\""}, {"n1", "x\ty"}};
+  r.failed_unresolvable = {{"z", "duet: node is cordoned"}};
+  r.error = "oops\x01";
+  EXPECT_EQ(FilterResultBody(r), dump(FilterResultJson(r)));
+  std::vector<HostPriority> list = {{"a", 10}, {"b\"", 0}, {"c", -3}};
+  EXPECT_EQ(PriorityListBody(list), dump(PriorityListJson(list)));
+  EXPECT_EQ(PriorityListBody({}), dump(PriorityListJson({})));
+  // A NodeList request is answered with the NodeList (DOM path).
+  ExtenderArgs args;
+  args.from_node_list = true;
+  args.node_list = {{"items", {{{"metadata", {{"name", "a"}}}}, {{"metadata", {{"name", "b"}}}}}}};
+  FilterResult one;
+  one.node_names = {"b"};
+  EXPECT_EQ(FilterResultBody(one, &args), dump(FilterResultJson(one, &args)));
+}
+
 class ExtenderTest : public ::testing::Test {
  protected:
   void SetUp() override { BuildCluster(ledger_); }
