@@ -208,6 +208,8 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     so.release_grace = config.slurm.release_grace;
     if (b->events_ != nullptr) so.on_drain = NodeDrainEvents(b->events_.get());  // pod lifecycle
     so.policy = *policy;
+    b->slurm_loads_ = std::make_unique<SlurmNodeLoads>();
+    so.loads = b->slurm_loads_.get();
     b->slurm_sync_ = std::make_unique<SlurmSync>(so, &b->ledger_, b->slurm_.get(), Clock::Real());
     b->placeholders_ = std::make_unique<Placeholders>(&b->ledger_, b->slurm_.get());
     SlurmSync* sync = b->slurm_sync_.get();
@@ -331,6 +333,14 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     extender::ExtenderOptions eo;
     eo.policy = *policy;
     eo.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
+    // CPU/memory that Slurm's jobs and placeholders hold (each sync pass).
+    if (b->slurm_loads_ != nullptr) {
+      SlurmNodeLoads* loads = b->slurm_loads_.get();
+      eo.load = [loads](const NodeView& v) { return loads->Get(v.spec.name); };
+      eo.on_placeholder = [loads](const std::string& node, const placement::NodeLoad& l) {
+        loads->Add(node, l);
+      };
+    }
     // Bind refusals become Warning Events on the pod (rate-limited, async).
     if (b->events_ != nullptr) {
       k8s::EventRecorder* ev = b->events_.get();

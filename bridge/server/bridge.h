@@ -87,6 +87,7 @@ class Bridge {
   std::unique_ptr<InventorySource> inventory_;
   std::unique_ptr<LedgerInventorySink> sink_;
   std::unique_ptr<SlurmClient> slurm_;
+  std::unique_ptr<SlurmNodeLoads> slurm_loads_;  // before its users (destroyed after them)
   std::unique_ptr<SlurmSync> slurm_sync_;
   std::unique_ptr<Placeholders> placeholders_;
   // ---- pod lifecycle (pod-lifecycle helper) ----

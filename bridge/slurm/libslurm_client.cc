@@ -112,6 +112,21 @@ SlurmNodeInfo ToNodeInfo(const node_info_t& n) {
   info.not_responding = (n.node_state & NODE_STATE_NO_RESPOND) != 0;
   info.busy = base == NODE_STATE_ALLOCATED || base == NODE_STATE_MIXED ||
               (n.node_state & NODE_STATE_COMPLETING) != 0;
+  // Allocated CPUs and memory live in the select plugin's node data (22.05
+  // has no alloc fields in node_info_t); what `scontrol show node` prints as
+  // CPUAlloc and AllocMem.
+  if (n.select_nodeinfo != nullptr) {
+    uint16_t cpus = 0;
+    if (slurm_get_select_nodeinfo(n.select_nodeinfo, SELECT_NODEDATA_SUBCNT, NODE_STATE_ALLOCATED,
+                                  &cpus) == SLURM_SUCCESS) {
+      info.alloc_cpus = cpus;
+    }
+    uint64_t mem = 0;  // the plugin writes a uint64_t whatever the header says
+    if (slurm_get_select_nodeinfo(n.select_nodeinfo, SELECT_NODEDATA_MEM_ALLOC,
+                                  NODE_STATE_ALLOCATED, &mem) == SLURM_SUCCESS) {
+      info.alloc_memory_mib = mem;
+    }
+  }
   return info;
 }
 

@@ -74,6 +74,9 @@ struct SlurmNodeInfo {
   bool down = false;
   bool not_responding = false;
   bool busy = false;                  // ALLOCATED/MIXED or COMPLETING
+  // What jobs (placeholders included) hold on the node now.
+  uint32_t alloc_cpus = 0;
+  uint64_t alloc_memory_mib = 0;
 };
 
 // A change to an existing node. Unset fields are left alone.

@@ -127,6 +127,30 @@ void SlurmSync::Stop() {
   thread_.join();
 }
 
+void SlurmNodeLoads::Replace(const std::vector<SlurmNodeInfo>& nodes) {
+  absl::flat_hash_map<std::string, placement::NodeLoad> fresh;
+  fresh.reserve(nodes.size());
+  for (const SlurmNodeInfo& n : nodes) {
+    if (n.alloc_cpus == 0 && n.alloc_memory_mib == 0) continue;
+    fresh[n.name] = placement::NodeLoad{uint64_t{n.alloc_cpus} * 1000, n.alloc_memory_mib};
+  }
+  absl::MutexLock lock(&mu_);
+  loads_.swap(fresh);
+}
+
+void SlurmNodeLoads::Add(const std::string& node, const placement::NodeLoad& load) {
+  absl::MutexLock lock(&mu_);
+  placement::NodeLoad& l = loads_[node];
+  l.cpu_milli += load.cpu_milli;
+  l.memory_mib += load.memory_mib;
+}
+
+placement::NodeLoad SlurmNodeLoads::Get(const std::string& node) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = loads_.find(node);
+  return it == loads_.end() ? placement::NodeLoad{} : it->second;
+}
+
 SlurmSyncStats SlurmSync::stats() const {
   absl::MutexLock lock(&stats_mu_);
   return stats_;
@@ -150,6 +174,7 @@ absl::Status SlurmSync::RunOnce() {
     Count(&SlurmSyncStats::failed_passes);
     return nodes.status();
   }
+  if (options_.loads != nullptr) options_.loads->Replace(*nodes);
   LedgerSnapshot snap = ledger_->Snapshot();
   absl::Status first;
   auto note = [&first](absl::Status s) {

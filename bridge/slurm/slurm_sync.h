@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -46,6 +47,25 @@
 #include "bridge/slurm/slurm_client.h"
 
 namespace duet {
+
+// CPU and memory that Slurm jobs (placeholders included) hold per node, as of
+// the last sync pass that reached slurmctld, plus what placeholders made
+// since then add (Add). The scheduler extender's filter subtracts it from a
+// node's capacity. Kept as it is while Slurm is unreachable (the last known
+// load). Thread-safe.
+class SlurmNodeLoads {
+ public:
+  // Takes the nodes' alloc_cpus / alloc_memory_mib and forgets every Add.
+  void Replace(const std::vector<SlurmNodeInfo>& nodes) ABSL_LOCKS_EXCLUDED(mu_);
+  // A placeholder made on `node` after the last Replace.
+  void Add(const std::string& node, const placement::NodeLoad& load) ABSL_LOCKS_EXCLUDED(mu_);
+  // Zero for a node Slurm did not report.
+  placement::NodeLoad Get(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, placement::NodeLoad> loads_ ABSL_GUARDED_BY(mu_);
+};
 
 struct SlurmSyncOptions {
   // Time between passes (slurm.sync_period).
@@ -75,6 +95,8 @@ struct SlurmSyncOptions {
   // drains (drained=false, `reason` is the old reason). Called from the sync
   // thread; must not block (duet-bridge posts a Kubernetes Event). Null: none.
   std::function<void(const std::string& node, bool drained, const std::string& reason)> on_drain;
+  // Refreshed from every pass that reads Slurm's nodes. Null: none. Not owned.
+  SlurmNodeLoads* loads = nullptr;
 };
 
 struct SlurmSyncStats {

@@ -163,6 +163,9 @@ absl::Status Extender::Hold(const PodRef& pod, const placement::PodRequest& req,
     absl::StatusOr<Holding> h = placeholders_->Create(owner, node, gpus, tpus, cpus, req.memory_mib);
     if (!h.ok()) return h.status();
     *created = true;
+    if (options_.on_placeholder) {
+      options_.on_placeholder(node, placement::NodeLoad{uint64_t{cpus} * 1000, req.memory_mib});
+    }
     seq = ledger_->seq();
   } else {
     // Hold the devices placement chooses, on the generation it saw. Losing a

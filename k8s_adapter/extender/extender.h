@@ -31,9 +31,9 @@
 //             that node is success.
 //
 // CPU and memory: the ledger tracks devices only. `load` (Options) gives the
-// CPU/memory already committed on a node; without one the load is taken as
-// zero, so the CPU/memory check is against the node's capacity only (see
-// README.md, "Limits").
+// CPU/memory already committed on a node (duet-bridge: what Slurm reports
+// its jobs and placeholders hold, as of the last sync pass); without one the
+// load is taken as zero, so the check is against the node's capacity only.
 //
 // Thread-safety: every method may be called concurrently (the ledger
 // serialises holds; the extender keeps no other mutable state).
@@ -79,7 +79,12 @@ struct ExtenderOptions {
   // Not owned.
   const placement::Workload* workload = nullptr;
   // CPU/memory committed on a node; null: zero (see the class comment).
+  // duet-bridge passes what Slurm's jobs and placeholders hold
+  // (SlurmNodeLoads, refreshed by every Slurm sync pass).
   std::function<placement::NodeLoad(const NodeView&)> load;
+  // Told of the CPU/memory a placeholder this extender made asked of Slurm,
+  // so `load` counts it before the next sync pass reads it back. May be null.
+  std::function<void(const std::string& node, const placement::NodeLoad&)> on_placeholder;
   // Blocks until ledger sequence `seq` is durable (Journal::WaitDurable);
   // null: nothing to wait for.
   std::function<absl::Status(uint64_t seq)> wait_durable;

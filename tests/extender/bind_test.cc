@@ -155,6 +155,10 @@ class BindTest : public ::testing::Test {
       absl::MutexLock l(&mu_);
       events_.push_back(e);
     };
+    o.on_placeholder = [this](const std::string& node, const placement::NodeLoad& load) {
+      absl::MutexLock l(&mu_);
+      placeholder_loads_.emplace_back(node, load);
+    };
     return std::make_unique<Extender>(&ledger_, placeholders, api_.get(), o);
   }
 
@@ -182,6 +186,7 @@ class BindTest : public ::testing::Test {
   std::atomic<int> durable_waits_{0};
   absl::Mutex mu_;
   std::vector<k8s::EventSpec> events_;
+  std::vector<std::pair<std::string, placement::NodeLoad>> placeholder_loads_;
 };
 
 TEST_F(BindTest, HoldsTheDevicesDurablyThenBinds) {
@@ -334,6 +339,14 @@ TEST_F(BindTest, SlurmPlaceholderIsMadeAndCancelledOnFailure) {
   EXPECT_EQ(h[0].owner.kind, OwnerKind::kPlaceholder);
   EXPECT_EQ(h[0].devices.size(), 2u);
   EXPECT_EQ(h[0].devices[0].index, 6u);  // Slurm's choice, recorded as is
+  {
+    // Each placeholder made reports the CPU/memory it asked of Slurm.
+    absl::MutexLock l(&mu_);
+    ASSERT_EQ(placeholder_loads_.size(), 2u);
+    EXPECT_EQ(placeholder_loads_[1].first, kNode1);
+    EXPECT_EQ(placeholder_loads_[1].second.cpu_milli, 4000u);
+    EXPECT_EQ(placeholder_loads_[1].second.memory_mib, 32u * 1024);
+  }
 
   // A retry: no second placeholder.
   ASSERT_TRUE(ext->Bind(a).ok());

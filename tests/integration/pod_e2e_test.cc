@@ -509,6 +509,45 @@ TEST_F(PodE2eTest, FilterRefusesANodeWhoseGpusSlurmJobsHold) {
   }
 }
 
+// A Slurm job that holds most of a node's CPUs (but one GPU): the pod's
+// GPUs would fit, its 2 CPUs do not. The filter says so by the next sync
+// pass; the other node passes, and a bind to the full node is refused.
+TEST_F(PodE2eTest, FilterRefusesANodeWhoseCpusSlurmJobsHold) {
+  const uint32_t job = RunningJob(absl::StrCat("-w ", kNodeA, " -c 7 --gres=gpu:1"));
+  ASSERT_NE(job, 0u);
+  ASSERT_EQ(ImportedGpus(job, kNodeA).size(), 1u);
+
+  w_->fake()->Put(TrainingPod("trainer-3", "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b9a", 2));
+  const json pod = ApiPod("trainer-3");
+  ASSERT_TRUE(pod.is_object());
+  json filter;
+  const bool refused = WaitFor([&] {
+    auto [code, f] = Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodes[0].name, kNodes[1].name}}});
+    filter = f;
+    return code == 200 && f["FailedNodes"].is_object() && f["FailedNodes"].contains(kNodeA);
+  }, absl::Seconds(15));
+  ASSERT_TRUE(refused) << filter.dump() << "\n" << c_->Cli(absl::StrCat("scontrol show node ", kNodeA)).out;
+  EXPECT_EQ(filter["NodeNames"], json::array({kNodes[1].name})) << filter.dump();
+  const std::string reason = filter["FailedNodes"][kNodeA].get<std::string>();
+  EXPECT_NE(reason.find("1000m cpu free, 2000m requested"), std::string::npos) << reason;
+
+  auto [bcode, bind] = Extender("bind", {{"PodName", "trainer-3"},
+                                         {"PodNamespace", "default"},
+                                         {"PodUID", pod["metadata"]["uid"]},
+                                         {"Node", kNodeA}});
+  ASSERT_EQ(bcode, 200) << bind.dump();
+  EXPECT_TRUE(bind["Error"].is_string() && !bind["Error"].get<std::string>().empty()) << bind.dump();
+  EXPECT_EQ(PlaceholderJob("trainer-3").first, 0u) << c_->Cli("squeue").out;
+
+  // The job ends: the CPUs are free again by the next pass.
+  c_->Cli(absl::StrCat("scancel ", job));
+  EXPECT_TRUE(WaitFor([&] {
+    auto [code, f] = Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodeA}}});
+    filter = f;
+    return code == 200 && f["NodeNames"] == json::array({kNodeA});
+  }, absl::Seconds(15))) << filter.dump();
+}
+
 // The pod is deleted while it runs (not finished): the DELETED frame makes
 // the pod watch cancel the placeholder at once, and a job waiting for the
 // pod's GPUs starts.

@@ -366,5 +366,38 @@ TEST_F(SlurmSyncTest, GresChangeDrainsThenRecreatesOnceEmpty) {
   cluster_->StopSlurmd("sy-r");
 }
 
+// What Slurm's jobs hold in CPU and memory reaches SlurmNodeLoads on each
+// pass (the extender's filter subtracts it); a job's end clears it.
+TEST_F(SlurmSyncTest, PassesRefreshTheCpuAndMemoryThatSlurmJobsHold) {
+  SlurmNodeLoads loads;
+  SlurmSyncOptions o;
+  o.loads = &loads;
+  SlurmSync sync(o, &ledger_, client_.get(), Clock::Real());
+  AddNode("sy-l", 40, 8);
+  ASSERT_TRUE(sync.RunOnce().ok());
+  EXPECT_EQ(loads.Get("sy-l").cpu_milli, 0u);
+
+  const uint32_t job = cluster_->Sbatch("-w sy-l -c 6 --mem=3000 --gres=gpu:1 --wrap 'sleep 60'");
+  ASSERT_TRUE(cluster_->WaitJobState(job, "RUNNING"));
+  ASSERT_TRUE(sync.RunOnce().ok());
+  placement::NodeLoad l = loads.Get("sy-l");
+  EXPECT_EQ(l.cpu_milli, 6000u) << cluster_->Cli("scontrol show node sy-l").out;
+  EXPECT_EQ(l.memory_mib, 3000u) << cluster_->Cli("scontrol show node sy-l").out;
+
+  // A placeholder made after the pass counts until the next pass reads
+  // Slurm again (which then reports only what is really allocated).
+  loads.Add("sy-l", placement::NodeLoad{1000, 500});
+  EXPECT_EQ(loads.Get("sy-l").cpu_milli, 7000u);
+  EXPECT_EQ(loads.Get("sy-l").memory_mib, 3500u);
+  ASSERT_TRUE(sync.RunOnce().ok());
+  EXPECT_EQ(loads.Get("sy-l").cpu_milli, 6000u);
+
+  cluster_->Cli(absl::StrCat("scancel ", job));
+  ASSERT_TRUE(WaitFor([&] {
+    if (!sync.RunOnce().ok()) return false;
+    return loads.Get("sy-l").cpu_milli == 0 && loads.Get("sy-l").memory_mib == 0;
+  })) << cluster_->Cli("scontrol show node sy-l").out;
+}
+
 }  // namespace
 }  // namespace duet
