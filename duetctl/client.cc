@@ -81,6 +81,11 @@ absl::Status ExplainRpcError(const grpc::Status& status, const ClientOptions& op
   const std::string& server = options.server;
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: {
+      if (absl::StartsWith(detail, "duet-bridge standby")) {
+        return absl::Status(code, absl::StrCat("duet-bridge at ", server, " is a standby replica (",
+                                               detail, "). Point --server or ", kServerEnv,
+                                               " at the leader, e.g. the bridge's Service."));
+      }
       std::string msg = absl::StrCat("cannot reach duet-bridge at ", server, ": ", detail,
                                      ". Is it running? Set --server or ", kServerEnv, ".");
       if (!options.ca_file.empty()) {

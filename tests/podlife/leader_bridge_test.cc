@@ -1,7 +1,7 @@
 // duet-bridge under kubernetes.leader_election: two real duet-bridge
 // processes against the fake API server (tests/fakes/fake_apiserver.py).
 // One leads and serves; the other is a standby (health NOT_SERVING, no
-// ledger service, duet_leader 0). kill -9 of the leader → the standby takes
+// ledger: UNAVAILABLE, duet_leader 0). kill -9 of the leader → the standby takes
 // over once the lease expires and serves; a leader that cannot renew exits
 // with status 3; SIGTERM gives the lease up.
 
@@ -182,7 +182,7 @@ TEST_F(LeaderBridgeTest, StandbyTakesOverWhenTheLeaderDies) {
   absl::SleepFor(kLease + absl::Seconds(1));
   EXPECT_EQ(Health(b_, ""), "NOT_SERVING");
   EXPECT_EQ(Health(b_, "duet"), "NOT_SERVING");
-  EXPECT_EQ(ListNodes(b_), grpc::StatusCode::UNIMPLEMENTED);  // grants nothing
+  EXPECT_EQ(ListNodes(b_), grpc::StatusCode::UNAVAILABLE);  // reads and grants nothing
   EXPECT_EQ(LeaderMetric(b_), 0);
   EXPECT_EQ(Health(a_, ""), "SERVING");
   EXPECT_EQ(Holder(), "bridge-a");
