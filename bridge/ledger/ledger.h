@@ -144,6 +144,10 @@ class Ledger {
   // Reads. Null / empty when unknown.
   std::shared_ptr<const NodeView> GetNode(const std::string& name) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // GetNode for every name, in order (null where unknown). Takes the lock
+  // once per batch of names rather than once per name, and never for long.
+  std::vector<std::shared_ptr<const NodeView>> GetNodes(const std::vector<std::string>& names) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   LedgerSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
   // Holdings on `node` (every node when empty), sorted by node then owner.
   std::vector<Holding> ListHoldings(const std::string& node = "") const ABSL_LOCKS_EXCLUDED(mu_);

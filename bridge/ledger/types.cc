@@ -1,6 +1,8 @@
 #include "bridge/ledger/types.h"
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace duet {
 
@@ -32,6 +34,39 @@ bool Topology::operator==(const Topology& o) const {
   return nvlink_domain == o.nvlink_domain && tpu_host_bounds == o.tpu_host_bounds &&
          tpu_topology == o.tpu_topology && tpu_subslice_shapes == o.tpu_subslice_shapes &&
          block == o.block && subblock == o.subblock;
+}
+
+namespace {
+
+struct ModelTable {
+  absl::Mutex mu;
+  absl::flat_hash_map<std::string, uint32_t> ids ABSL_GUARDED_BY(mu);
+};
+
+ModelTable& Models() {
+  static ModelTable* table = new ModelTable();  // never destroyed
+  return *table;
+}
+
+}  // namespace
+
+uint32_t InternModel(const std::string& model) {
+  ModelTable& t = Models();
+  {
+    absl::ReaderMutexLock lock(&t.mu);
+    auto it = t.ids.find(model);
+    if (it != t.ids.end()) return it->second;
+  }
+  absl::MutexLock lock(&t.mu);
+  auto [it, inserted] = t.ids.try_emplace(model, static_cast<uint32_t>(t.ids.size() + 1));
+  return it->second;
+}
+
+uint32_t FindModelId(const std::string& model) {
+  ModelTable& t = Models();
+  absl::ReaderMutexLock lock(&t.mu);
+  auto it = t.ids.find(model);
+  return it == t.ids.end() ? 0 : it->second;
 }
 
 bool DeviceSpec::operator==(const DeviceSpec& o) const {

@@ -39,6 +39,11 @@ struct DeviceSpec {
   // Index among the node's devices of the same kind (/dev/nvidiaN).
   uint32_t index = 0;
   uint32_t capacity_milli = kWholeDevice;
+  // `model` interned (InternModel): set by the ledger on every device it
+  // stores, so hot paths compare an integer instead of a string (and read no
+  // further than this cache line). 0 outside the ledger (compare `model`
+  // then). Not part of the spec's identity.
+  uint32_t model_id = 0;
   std::string model;
   // Stable identity (GPU UUID, TPU chip coordinates). May be empty.
   std::string id;
@@ -46,6 +51,14 @@ struct DeviceSpec {
 
   bool operator==(const DeviceSpec& o) const;
 };
+
+// A process-wide id for a device model name: equal names, equal ids; ids
+// start at 1 and are never reused. The table only grows by the models the
+// inventory names (the ledger interns them on UpsertNode). Thread-safe.
+uint32_t InternModel(const std::string& model);
+// The id InternModel gave `model`, or 0 if it never did (then no ledger
+// device has that model). Never grows the table. Thread-safe.
+uint32_t FindModelId(const std::string& model);
 
 enum class NodeState : uint8_t { kReady = 1, kCordoned = 2, kNotReady = 3, kGone = 4 };
 const char* NodeStateName(NodeState state);

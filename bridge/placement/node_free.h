@@ -20,6 +20,7 @@ struct DeviceFree {
   uint32_t free;      // milli
   uint32_t capacity;  // milli
   const std::string* model;  // points into the NodeView
+  uint32_t model_id = 0;     // DeviceSpec::model_id
 };
 
 struct NodeFree {
@@ -40,7 +41,7 @@ NodeFree Summarize(const NodeView& view, const NodeLoad& load);
 // True when a device can take a per-device share of `milli` for `request`.
 inline bool DeviceUsable(const DeviceFree& d, const PodRequest& request) {
   return d.kind == request.kind && d.free >= request.milli &&
-         (request.models.empty() || request.AcceptsModel(*d.model));
+         (request.models.empty() || request.AcceptsModel(*d.model, d.model_id));
 }
 
 // Devices that can take one of the request's per-device shares.

@@ -14,6 +14,11 @@ namespace {
 using internal::DeviceFree;
 using internal::NodeFree;
 
+bool SameModel(const DeviceFree& a, const DeviceFree& b) {
+  if (a.model_id != 0 && b.model_id != 0) return a.model_id == b.model_id;
+  return *a.model == *b.model;
+}
+
 // How much a unit of packing (fraction of the node's devices in use after the
 // placement) is worth in duet's score, in fragmented whole devices. Small: it
 // breaks ties between nodes whose fragmentation grows alike.
@@ -62,7 +67,7 @@ bool CheckFits(const NodeView& view, const NodeFree& node, const PodRequest& req
   if (reason != nullptr) {
     uint32_t of_kind = 0;
     for (const DeviceFree& d : node.devices) {
-      if (d.kind == request.kind && request.AcceptsModel(*d.model)) ++of_kind;
+      if (d.kind == request.kind && request.AcceptsModel(*d.model, d.model_id)) ++of_kind;
     }
     *reason = absl::StrCat("node ", view.spec.name, ": ", usable, " of ", of_kind, " ",
                            DeviceKindName(request.kind), " devices",
@@ -96,7 +101,7 @@ bool QuickFits(const NodeView& view, const NodeLoad& load, const PodRequest& req
   for (const DeviceState& d : view.devices) {
     // Kind and free capacity first (no string touched), then the model.
     if (d.spec.kind != request.kind || d.free_milli() < request.milli) continue;
-    if (!request.models.empty() && !request.AcceptsModel(d.spec.model)) continue;
+    if (!request.models.empty() && !request.AcceptsModel(d.spec.model, d.spec.model_id)) continue;
     if (++usable >= request.count) return true;
   }
   return false;
@@ -183,7 +188,7 @@ double PickLeastFragmenting(const NodeFree& node, const PodRequest& request,
     // Devices with equal free capacity (and model) are interchangeable.
     bool seen = false;
     for (uint32_t j : tried) {
-      if (node.devices[j].free == d.free && *node.devices[j].model == *d.model) seen = true;
+      if (node.devices[j].free == d.free && SameModel(node.devices[j], d)) seen = true;
     }
     if (seen) continue;
     tried.push_back(i);

@@ -24,6 +24,10 @@ struct PodRequest {
   uint32_t milli = kWholeDevice;
   // Acceptable device models; empty accepts any.
   std::vector<std::string> models;
+  // `models` as ledger model ids (ResolveModelIds), compared with a ledger
+  // device's DeviceSpec::model_id instead of its name; an id of 0 is a model
+  // no ledger device has. Empty until resolved (names are compared then).
+  std::vector<uint32_t> model_ids;
   uint64_t cpu_milli = 0;
   uint64_t memory_mib = 0;
 
@@ -31,6 +35,21 @@ struct PodRequest {
   // Device milli-units the pod takes in all.
   uint64_t device_milli() const { return uint64_t{count} * milli; }
   bool AcceptsModel(const std::string& model) const;
+  // The same answer for a device whose interned id is `model_id` (0: not
+  // interned, the name is compared).
+  bool AcceptsModel(const std::string& model, uint32_t model_id) const {
+    if (models.empty()) return true;
+    if (model_id != 0 && model_ids.size() == models.size()) {
+      for (uint32_t id : model_ids) {
+        if (id == model_id) return true;
+      }
+      return false;
+    }
+    return AcceptsModel(model);
+  }
+  // Fills model_ids from the ledger's model table (FindModelId). Call again
+  // after changing `models`.
+  void ResolveModelIds();
 };
 
 // INVALID_ARGUMENT naming the field when `request` is malformed: milli 0 or

@@ -9,6 +9,12 @@
 
 namespace duet::placement {
 
+void PodRequest::ResolveModelIds() {
+  model_ids.clear();
+  model_ids.reserve(models.size());
+  for (const std::string& m : models) model_ids.push_back(FindModelId(m));
+}
+
 bool PodRequest::AcceptsModel(const std::string& model) const {
   if (models.empty()) return true;
   return std::find(models.begin(), models.end(), model) != models.end();
@@ -31,7 +37,8 @@ NodeFree Summarize(const NodeView& view, const NodeLoad& load) {
   NodeFree n;
   for (const DeviceState& d : view.devices) {
     n.devices.push_back(
-        {d.spec.kind, d.spec.index, d.free_milli(), d.spec.capacity_milli, &d.spec.model});
+        {d.spec.kind, d.spec.index, d.free_milli(), d.spec.capacity_milli, &d.spec.model,
+         d.spec.model_id});
   }
   if (view.spec.cpus == 0) {
     n.cpu_free = kUntracked;

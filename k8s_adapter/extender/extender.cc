@@ -78,8 +78,10 @@ FilterResult Extender::Filter(const ExtenderArgs& args) const {
   }
   out.node_names.reserve(args.node_names.size());
   std::string reason;
-  for (const std::string& name : args.node_names) {
-    std::shared_ptr<const NodeView> view = ledger_->GetNode(name);
+  const std::vector<std::shared_ptr<const NodeView>> views = ledger_->GetNodes(args.node_names);
+  for (size_t i = 0; i < views.size(); ++i) {
+    const std::string& name = args.node_names[i];
+    const NodeView* view = views[i].get();
     if (view == nullptr) {
       if (req->count == 0) {
         out.node_names.push_back(name);  // not a shared node: not duet's concern
@@ -112,8 +114,9 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
   // rest in proportion (rounded down, so only the best reach 10).
   std::vector<std::pair<size_t, double>> raw;
   raw.reserve(out.size());
+  const std::vector<std::shared_ptr<const NodeView>> views = ledger_->GetNodes(args.node_names);
   for (size_t i = 0; i < out.size(); ++i) {
-    std::shared_ptr<const NodeView> view = ledger_->GetNode(out[i].host);
+    const NodeView* view = views[i].get();
     if (view == nullptr) continue;
     std::optional<placement::Placement> p = scorer_.Evaluate(*view, LoadOf(*view), *req);
     if (p.has_value()) raw.emplace_back(i, p->raw);

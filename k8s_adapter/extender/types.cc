@@ -486,7 +486,9 @@ absl::StatusOr<placement::PodRequest> ParsePodRequest(const json& pod) {
   // nlohmann's accessors throw on a type mismatch; everything above checks
   // types first, but this is the one place that would catch a slip.
   try {
-    return ParsePodRequestOrThrow(pod);
+    absl::StatusOr<placement::PodRequest> r = ParsePodRequestOrThrow(pod);
+    if (r.ok()) r->ResolveModelIds();  // the filter compares ids, not names, per device
+    return r;
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("Pod: ", e.what()));
   }

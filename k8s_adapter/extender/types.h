@@ -124,6 +124,7 @@ PodRef PodRefOf(const nlohmann::json& pod);
 // node selector of the device kind; the share from kDeviceMilliAnnotation.
 // INVALID_ARGUMENT names the field (e.g.
 // "spec.containers[0].resources.limits[nvidia.com/gpu]: bad quantity \"x\"").
+// The result's model_ids are resolved against the ledger's model table.
 absl::StatusOr<placement::PodRequest> ParsePodRequest(const nlohmann::json& pod);
 
 }  // namespace extender

@@ -327,5 +327,43 @@ TEST(LedgerConcurrencyTest, RacingHoldersNeverShareADevice) {
   EXPECT_EQ(static_cast<int>(used), granted.load());
 }
 
+TEST_F(LedgerTest, GetNodesAnswersInOrderWithNullForUnknownNames) {
+  // More names than one batch of the lock (256), unknown ones among them.
+  std::vector<std::string> names;
+  for (int i = 0; i < 600; ++i) names.push_back(i % 3 == 0 ? "a" : i % 3 == 1 ? "b" : "x" + std::to_string(i));
+  std::vector<std::shared_ptr<const NodeView>> views = ledger_.GetNodes(names);
+  ASSERT_EQ(views.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i % 3 == 2) {
+      EXPECT_EQ(views[i], nullptr) << names[i];
+    } else {
+      ASSERT_NE(views[i], nullptr) << names[i];
+      EXPECT_EQ(views[i]->spec.name, names[i]);
+      EXPECT_EQ(views[i], ledger_.GetNode(names[i]));
+    }
+  }
+  EXPECT_TRUE(ledger_.GetNodes({}).empty());
+}
+
+TEST_F(LedgerTest, StoredDevicesCarryTheirInternedModelId) {
+  ASSERT_TRUE(ledger_.UpsertNode(GpuNode("c", 2, "a100-interned")).ok());
+  const uint32_t h100 = FindModelId("h100");
+  const uint32_t a100 = FindModelId("a100-interned");
+  EXPECT_NE(h100, 0u);
+  EXPECT_NE(a100, 0u);
+  EXPECT_NE(h100, a100);
+  EXPECT_EQ(InternModel("a100-interned"), a100);  // stable
+  for (const DeviceState& d : ledger_.GetNode("a")->devices) EXPECT_EQ(d.spec.model_id, h100);
+  for (const DeviceState& d : ledger_.GetNode("c")->devices) EXPECT_EQ(d.spec.model_id, a100);
+  // A name no device ever had has no id, and asking does not make one.
+  EXPECT_EQ(FindModelId("never-in-any-inventory"), 0u);
+  EXPECT_EQ(FindModelId("never-in-any-inventory"), 0u);
+  // The id is not part of the spec's identity: re-sending the inventory's
+  // spec (ids unset) changes nothing.
+  const uint64_t gen = ledger_.GetNode("c")->generation;
+  ASSERT_TRUE(ledger_.UpsertNode(GpuNode("c", 2, "a100-interned")).ok());
+  EXPECT_EQ(ledger_.GetNode("c")->generation, gen);
+}
+
 }  // namespace
 }  // namespace duet

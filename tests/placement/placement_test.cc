@@ -298,5 +298,53 @@ TEST(RequestTest, ValidateRejectsSharesOverSeveralDevices) {
   EXPECT_FALSE(ValidatePodRequest(Gpus(1, 1001)).ok());
 }
 
+// Requests whose models are resolved to ledger ids give the same verdicts as
+// ones compared by name, on ledger views (ids set) and on hand-built views
+// (ids 0), including a model no device has.
+TEST(ModelIdTest, ResolvedAndUnresolvedRequestsAgree) {
+  Cluster c;
+  NodeSpec mixed = Node("mixed", 4, 64, "G2");
+  for (uint32_t i = 4; i < 8; ++i) {
+    DeviceSpec d;
+    d.index = i;
+    d.model = "G3-model-with-a-long-name";
+    mixed.devices.push_back(d);
+  }
+  c.Add(mixed);
+  NodeView hand = c.view(0);  // a copy without ids
+  for (DeviceState& d : hand.devices) d.spec.model_id = 0;
+  for (const std::vector<std::string>& models :
+       std::vector<std::vector<std::string>>{{}, {"G2"}, {"G3-model-with-a-long-name"},
+                                             {"G2", "G3-model-with-a-long-name"}, {"no-such"}}) {
+    for (uint32_t count : {1u, 4u, 5u, 8u}) {
+      PodRequest by_name = Gpus(count);
+      by_name.models = models;
+      PodRequest by_id = by_name;
+      by_id.ResolveModelIds();
+      ASSERT_EQ(by_id.model_ids.size(), models.size());
+      for (const NodeView* v : std::vector<const NodeView*>{&c.view(0), &hand}) {
+        std::string r1, r2;
+        EXPECT_EQ(Fits(*v, {}, by_name, &r1), Fits(*v, {}, by_id, &r2))
+            << models.size() << " models, " << count << " GPUs";
+        EXPECT_EQ(r1, r2);
+        const Scorer scorer(Policy::kDuet);
+        EXPECT_EQ(scorer.Evaluate(*v, {}, by_name).has_value(),
+                  scorer.Evaluate(*v, {}, by_id).has_value());
+      }
+    }
+  }
+  PodRequest none = Gpus(1);
+  none.models = {"no-such"};
+  none.ResolveModelIds();
+  EXPECT_EQ(none.model_ids, std::vector<uint32_t>{0});
+  EXPECT_FALSE(Fits(c.view(0), {}, none));
+  PodRequest g3 = Gpus(4);
+  g3.models = {"G3-model-with-a-long-name"};
+  g3.ResolveModelIds();
+  EXPECT_TRUE(Fits(c.view(0), {}, g3));
+  g3.count = 5;
+  EXPECT_FALSE(Fits(c.view(0), {}, g3));
+}
+
 }  // namespace
 }  // namespace duet::placement
