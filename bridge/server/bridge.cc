@@ -103,6 +103,10 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
                                            s.drains + s.resumes)));
   out.push_back(Family("duet_slurm_weight_updates_total", "Slurm node weight updates",
                        MetricType::Counter, static_cast<double>(s.weight_updates)));
+  out.push_back(Family("duet_slurm_reconfigures_total",
+                       "scontrol reconfigure sent after a slurmctld start with GRES nodes "
+                       "(Slurm 22.05 workaround)",
+                       MetricType::Counter, static_cast<double>(s.reconfigures)));
   const double age = s.last_success == absl::InfinitePast()
                          ? -1
                          : absl::ToDoubleSeconds(absl::Now() - s.last_success);

@@ -423,6 +423,7 @@ TEST_F(SlurmE2eTest, BridgeCreatesTheNodesAndImportsABatchJob) {
   EXPECT_NE(r.out.find("\nduet_slurm_sync_passes_total "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("\nduet_slurm_sync_passes_total 0\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nduet_slurm_conflicts_total 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nduet_slurm_reconfigures_total "), std::string::npos) << r.out;
 
   // The job ends: its holdings go (release_grace 1s, period 500ms).
   ASSERT_EQ(c_->Cli(absl::StrCat("scancel ", job)).rc, 0);
