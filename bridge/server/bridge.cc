@@ -279,6 +279,22 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   // --- PlacePod (device plugin): Slurm placeholders when Slurm is on ---
   sopts.placeholders = b->placeholders_.get();
   // --- end PlacePod ---
+  // A Slurm step refused because a placeholder holds its devices: if Slurm
+  // says that placeholder job has ended (a pod's cancel killed it and has
+  // not released the ledger yet), release it and try once more.
+  if (b->placeholders_ != nullptr) {
+    Placeholders* ph = b->placeholders_.get();
+    sopts.resolve_slurm_conflict = [ph](const HoldRequest& r) {
+      if (r.devices.empty()) return false;
+      absl::StatusOr<int> n = ph->ReleaseEnded(r.node, r.devices);
+      if (!n.ok()) {
+        spdlog::warn("hold for {} on {}: cannot check the placeholders that hold its devices: {}",
+                     r.owner.ToString(), r.node, n.status().ToString());
+        return false;
+      }
+      return *n > 0;
+    };
+  }
   b->service_ = std::make_unique<LedgerService>(&b->ledger_, b->durability_.get(), &b->hub_, m,
                                                 sopts);
   auto creds = Credentials(config.grpc.tls);

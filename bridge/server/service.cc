@@ -290,6 +290,11 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
   }
   // --- end Slurm owner authentication ---
   absl::StatusOr<HoldResult> result = ledger_->Hold(*request);
+  if (!result.ok() && absl::IsResourceExhausted(result.status()) &&
+      request->owner.holder_class() == HolderClass::kSlurm && options_.resolve_slurm_conflict &&
+      options_.resolve_slurm_conflict(*request)) {
+    result = ledger_->Hold(*request);
+  }
   if (!result.ok()) return refuse(result.status());
   ToProto(result->holding, ledger_->GetNode(result->holding.node).get(), resp->mutable_holding());
   resp->set_created(result->created);

@@ -63,6 +63,11 @@ class LedgerService final : public v1::Ledger::CallbackService {
     // Slurm placeholders for PlacePod; null when Slurm is off (PlacePod then
     // holds devices in the ledger as owner Pod). Not owned.
     Placeholders* placeholders = nullptr;
+    // A Hold for a Slurm owner refused with RESOURCE_EXHAUSTED (a device is
+    // held) is tried once more when this returns true: it has released
+    // holdings that Slurm says are stale (Placeholders::ReleaseEnded). Null:
+    // no second try.
+    std::function<bool(const HoldRequest& request)> resolve_slurm_conflict;
   };
   // All pointers must outlive the service. `metrics` may be null.
   LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub, Metrics* metrics,

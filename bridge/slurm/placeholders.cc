@@ -1,5 +1,6 @@
 #include "bridge/slurm/placeholders.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -83,6 +84,35 @@ absl::Status Placeholders::Cancel(const std::string& node, const std::string& po
     if (!r.ok()) return r.status();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> Placeholders::ReleaseEnded(const std::string& node,
+                                               const std::vector<HeldDevice>& devices) {
+  int released = 0;
+  for (const Holding& h : ledger_->ListHoldings(node)) {
+    if (h.owner.kind != OwnerKind::kPlaceholder) continue;
+    const bool overlaps = std::any_of(h.devices.begin(), h.devices.end(), [&](const HeldDevice& d) {
+      return std::any_of(devices.begin(), devices.end(), [&](const HeldDevice& w) {
+        return w.kind == d.kind && w.index == d.index;
+      });
+    });
+    if (!overlaps) continue;
+    absl::StatusOr<std::optional<SlurmJobInfo>> job = slurm_->GetJob(h.owner.job_id);
+    if (!job.ok()) return job.status();
+    if (job->has_value() && ((*job)->state == SlurmJobState::kRunning ||
+                             (*job)->state == SlurmJobState::kSuspended)) {
+      continue;  // a live placeholder: the refusal stands
+    }
+    absl::StatusOr<ReleaseResult> r = ledger_->Release(node, h.owner);
+    if (!r.ok()) return r.status();
+    if (r->released) {
+      ++released;
+      spdlog::info("placeholder job {} (pod {}) on {}: ended in Slurm ({}), released in the ledger",
+                   h.owner.job_id, h.owner.pod_uid, node,
+                   job->has_value() ? "no longer running" : "gone");
+    }
+  }
+  return released;
 }
 
 }  // namespace duet

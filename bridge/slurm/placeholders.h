@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "bridge/ledger/ledger.h"
@@ -51,6 +52,15 @@ class Placeholders {
   // the ledger. OK when there is none. UNAVAILABLE when Slurm cannot be
   // reached: the ledger then keeps the holding (nothing released on a guess).
   absl::Status Cancel(const std::string& node, const std::string& pod_uid);
+
+  // For a Slurm job or step refused because placeholders hold some of
+  // `devices` on `node` in the ledger: releases those placeholder holdings
+  // whose Slurm job is no longer running or suspended (ended, completing, or
+  // gone from Slurm). Cancel kills the job before it releases the ledger, so
+  // a job Slurm starts on those devices in between would otherwise be
+  // refused. Slurm's job table decides; nothing is released on a guess.
+  // Returns how many it released; UNAVAILABLE when Slurm cannot be reached.
+  absl::StatusOr<int> ReleaseEnded(const std::string& node, const std::vector<HeldDevice>& devices);
 
  private:
   Ledger* const ledger_;

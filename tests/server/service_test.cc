@@ -63,5 +63,87 @@ TEST(LedgerServiceTest, AJournalFailureStopsGrantingAndSaysWhy) {
   server->Shutdown();
 }
 
+class ImmediateDurability final : public Durability {
+ public:
+  void WhenDurable(uint64_t, std::function<void(absl::Status)> done) override {
+    done(absl::OkStatus());
+  }
+};
+
+// A Slurm step refused because a placeholder holds its GPU is tried once
+// more when resolve_slurm_conflict released something (Slurm said the
+// placeholder's job had ended), and refused as before when it did not. Pod
+// owners never reach the hook.
+TEST(LedgerServiceTest, SlurmConflictIsRetriedOnlyWhenTheHookReleasedSomething) {
+  Ledger ledger;
+  NodeSpec n;
+  n.name = "a";
+  for (uint32_t i = 0; i < 2; ++i) {
+    DeviceSpec d;
+    d.index = i;
+    n.devices.push_back(d);
+  }
+  ASSERT_TRUE(ledger.UpsertNode(n).ok());
+  const Owner placeholder = Owner::Placeholder(7, "uid-p");
+  HoldRequest ph;
+  ph.node = "a";
+  ph.owner = placeholder;
+  ph.devices = {{DeviceKind::kGpu, 0, kWholeDevice}, {DeviceKind::kGpu, 1, kWholeDevice}};
+  ASSERT_TRUE(ledger.Hold(ph).ok());
+
+  ImmediateDurability durability;
+  WatchHub hub;
+  bool placeholder_ended = false;
+  std::vector<std::string> calls;
+  LedgerService::Options o;
+  o.resolve_slurm_conflict = [&](const HoldRequest& r) {
+    calls.push_back(r.owner.ToString());
+    if (!placeholder_ended) return false;
+    return ledger.Release("a", placeholder).value().released;
+  };
+  LedgerService service(&ledger, &durability, &hub, nullptr, o);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::Ledger::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  auto hold = [&](bool step) {
+    v1::HoldRequest req;
+    req.set_node("a");
+    if (step) {
+      req.mutable_owner()->mutable_slurm_step()->set_job_id(8);
+      req.mutable_owner()->mutable_slurm_step()->set_step_id(0);
+    } else {
+      req.mutable_owner()->mutable_pod()->set_uid("uid-q");
+    }
+    v1::HeldDevice* d = req.mutable_devices()->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(1);
+    grpc::ClientContext ctx;
+    v1::HoldResponse resp;
+    return stub->Hold(&ctx, req, &resp);
+  };
+
+  // The placeholder is live: refused, naming it; the hook was asked once.
+  grpc::Status s = hold(true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), ::testing::HasSubstr("placeholder"));
+  EXPECT_EQ(calls.size(), 1u);
+  // A pod owner is never resolved against Slurm.
+  EXPECT_EQ(hold(false).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(calls.size(), 1u);
+  // The placeholder's job ended in Slurm: released by the hook, step granted.
+  placeholder_ended = true;
+  s = hold(true);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(calls.size(), 2u);
+  EXPECT_FALSE(ledger.FindHolding("a", placeholder).has_value());
+  EXPECT_TRUE(ledger.CheckInvariants().ok());
+  server->Shutdown();
+}
+
 }  // namespace
 }  // namespace duet

@@ -399,5 +399,38 @@ TEST_F(SlurmSyncTest, PassesRefreshTheCpuAndMemoryThatSlurmJobsHold) {
   })) << cluster_->Cli("scontrol show node sy-l").out;
 }
 
+// Placeholders::ReleaseEnded: a placeholder whose Slurm job was cancelled
+// behind the ledger's back (the gap inside Cancel) is released for a step
+// that asks its devices; a live one is kept.
+TEST_F(SlurmSyncTest, ReleaseEndedReleasesOnlyPlaceholdersWhoseJobEnded) {
+  AddNode("sy-m", 43, 8);
+  auto live = placeholders_->Create(Owner::Pod("uid-m1", "default", "m1"), "sy-m", 2, 0, 1, 100);
+  auto dead = placeholders_->Create(Owner::Pod("uid-m2", "default", "m2"), "sy-m", 2, 0, 1, 100);
+  ASSERT_TRUE(live.ok()) << live.status();
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  ASSERT_EQ(cluster_->Cli(absl::StrCat("scancel ", dead->owner.job_id)).rc, 0);
+  ASSERT_TRUE(WaitFor([&] {
+    auto j = client_->GetJob(dead->owner.job_id);
+    return j.ok() && (!j->has_value() || !(*j)->live() || (*j)->state == SlurmJobState::kCompleting);
+  }));
+
+  std::vector<HeldDevice> all;
+  for (const HeldDevice& d : live->devices) all.push_back(d);
+  for (const HeldDevice& d : dead->devices) all.push_back(d);
+  // Only the live placeholder's devices: nothing to release.
+  absl::StatusOr<int> n = placeholders_->ReleaseEnded("sy-m", live->devices);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0);
+  n = placeholders_->ReleaseEnded("sy-m", all);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 1);
+  EXPECT_FALSE(ledger_.FindHolding("sy-m", dead->owner).has_value());
+  EXPECT_TRUE(ledger_.FindHolding("sy-m", live->owner).has_value());
+  n = placeholders_->ReleaseEnded("sy-m", all);  // nothing left to release
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0);
+  EXPECT_TRUE(placeholders_->Cancel("sy-m", "uid-m1").ok());
+}
+
 }  // namespace
 }  // namespace duet
