@@ -17,6 +17,19 @@ class FailingDurability final : public Durability {
   }
 };
 
+// Serves `service` on a loopback port; sets `*stub` to a client of it.
+std::unique_ptr<grpc::Server> Serve(LedgerService* service, std::unique_ptr<v1::Ledger::Stub>* stub) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) return nullptr;
+  *stub = v1::Ledger::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  return server;
+}
+
 TEST(LedgerServiceTest, AJournalFailureStopsGrantingAndSaysWhy) {
   Ledger ledger;
   NodeSpec n;
@@ -27,14 +40,9 @@ TEST(LedgerServiceTest, AJournalFailureStopsGrantingAndSaysWhy) {
   WatchHub hub;
   Metrics metrics(&ledger);
   LedgerService service(&ledger, &durability, &hub, &metrics, {});
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
+  std::unique_ptr<v1::Ledger::Stub> stub;
+  auto server = Serve(&service, &stub);
   ASSERT_NE(server, nullptr);
-  auto stub = v1::Ledger::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
 
   v1::HoldRequest req;
   req.set_node("a");
@@ -102,14 +110,9 @@ TEST(LedgerServiceTest, SlurmConflictIsRetriedOnlyWhenTheHookReleasedSomething) 
     return ledger.Release("a", placeholder).value().released;
   };
   LedgerService service(&ledger, &durability, &hub, nullptr, o);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
+  std::unique_ptr<v1::Ledger::Stub> stub;
+  auto server = Serve(&service, &stub);
   ASSERT_NE(server, nullptr);
-  auto stub = v1::Ledger::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   auto hold = [&](bool step) {
     v1::HoldRequest req;
     req.set_node("a");
