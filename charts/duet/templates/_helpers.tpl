@@ -45,6 +45,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* kube-scheduler image: the tag defaults to the cluster's own version
+(vMAJOR.MINOR.PATCH of .Capabilities.KubeVersion, a vendor suffix such as
+"-gke.1842000" dropped), so the second scheduler stays within the
+version-skew policy as the cluster is upgraded (helm upgrade re-renders). */}}
+{{- define "duet.scheduler.image" -}}
+{{- $img := .Values.scheduler.image -}}
+{{- $tag := $img.tag -}}
+{{- if not $tag -}}
+{{- $tag = regexFind "^v?[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version -}}
+{{- if not (hasPrefix "v" $tag) -}}{{- $tag = printf "v%s" $tag -}}{{- end -}}
+{{- end -}}
+{{- printf "%s:%s" $img.repository $tag -}}
+{{- end -}}
+
 {{- define "duet.bridge.name" -}}{{ include "duet.fullname" . }}-bridge{{- end -}}
 {{- define "duet.scheduler.name" -}}{{ include "duet.fullname" . }}-scheduler{{- end -}}
 {{- define "duet.node.name" -}}{{ include "duet.fullname" . }}-node{{- end -}}
