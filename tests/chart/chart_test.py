@@ -450,6 +450,29 @@ class ReferenceTest(unittest.TestCase):
         pinned = write_values("scheduler: {image: {tag: v1.34.1}}\n")
         self.assertEqual(image("v1.35.2", [pinned]), "registry.k8s.io/kube-scheduler:v1.34.1")
 
+    def test_node_daemonset_only_where_sole_advertiser(self):
+        terms = pod_spec(one("defaults", "DaemonSet", "duet-node"))["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+        def schedulable(labels):
+            def holds(e):
+                if e["operator"] == "In":
+                    return labels.get(e["key"]) in e["values"]
+                if e["operator"] == "DoesNotExist":
+                    return e["key"] not in labels
+                raise AssertionError(e)
+            return any(all(holds(e) for e in t["matchExpressions"]) for t in terms)
+        gpu = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+        self.assertFalse(schedulable(gpu))  # GKE's own plugin runs there
+        self.assertTrue(schedulable({**gpu, "gke-no-default-nvidia-gpu-device-plugin": "true"}))
+        self.assertTrue(schedulable({"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"}))
+        self.assertTrue(schedulable({}))
+        off = write_values("node: {soleAdvertiser: false}\n")
+        proc = render([example("values-minimal.yaml"), off])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        ds = [o for o in yaml.safe_load_all(proc.stdout) if o and o["kind"] == "DaemonSet"][0]
+        self.assertNotIn("affinity", pod_spec(ds))
+
     def test_extender_tls_material(self):
         dep = one("defaults", "Deployment", "duet-bridge")
         vol = next(v for v in pod_spec(dep)["volumes"] if v["name"] == "extender-tls")
@@ -694,6 +717,8 @@ class NotesTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("schedulerName: duet", proc.stdout)
         self.assertIn("duet-bridge.duet.svc:50151", proc.stdout)
+        self.assertIn("--node-labels=gke-no-default-nvidia-gpu-device-plugin=true,duet.dev/shared=true",
+                      proc.stdout)
 
 
 class ChartMetaTest(unittest.TestCase):
