@@ -638,6 +638,18 @@ class ServiceMonitorTest(unittest.TestCase):
             self.assertEqual(m["spec"]["endpoints"][0]["interval"], "15s")
 
 
+class DashboardTest(unittest.TestCase):
+    def test_only_when_enabled(self):
+        self.assertEqual([o for o in objects("defaults", "ConfigMap")
+                          if o["metadata"]["name"] == "duet-dashboard"], [])
+
+    def test_configmap_carries_the_dashboard_with_the_sidecar_label(self):
+        cm = one("prometheus", "ConfigMap", "duet-dashboard")
+        self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
+        with open(os.path.join(chart_dir(), "dashboards", "duet.json")) as f:
+            self.assertEqual(json.loads(cm["data"]["duet.json"]), json.load(f))
+
+
 class PlugstackTest(unittest.TestCase):
     # spank_duet's arguments (slurm_plugin/plugin_config.h).
     KEYS = {"bridge": None, "timeout_ms": None, "on_unreachable": {"fail", "allow"},
