@@ -638,6 +638,49 @@ class ServiceMonitorTest(unittest.TestCase):
             self.assertEqual(m["spec"]["endpoints"][0]["interval"], "15s")
 
 
+class SlinkyTest(unittest.TestCase):
+    """examples/values-slinky.yaml: auth/slurm with Slinky's slurm.key, no munge."""
+
+    def test_bridge_mounts_the_slurm_key_beside_slurm_conf_and_runs_no_munged(self):
+        dep = one("slinky", "Deployment", "duet-bridge")
+        spec = pod_spec(dep)
+        self.assertEqual([c["name"] for c in spec["containers"]], ["duet-bridge"])
+        c = spec["containers"][0]
+        mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+        self.assertEqual(mounts["/etc/slurm/slurm.key"]["name"], "slurm-key")
+        self.assertEqual(mounts["/etc/slurm/slurm.conf"]["name"], "slurm-conf")
+        self.assertNotIn("/run/munge", mounts)
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        self.assertEqual(env["SLURM_CONF"], "/etc/slurm/slurm.conf")
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        self.assertEqual(volumes["slurm-key"]["secret"]["secretName"], "slurm-auth-slurm")
+        self.assertEqual(volumes["slurm-key"]["secret"]["items"],
+                         [{"key": "slurm.key", "path": "slurm.key"}])
+        self.assertEqual(volumes["slurm-key"]["secret"]["defaultMode"], 0o440)
+        self.assertEqual(volumes["slurm-conf"]["configMap"]["name"], "slurm-config")
+        self.assertNotIn("munge-key", volumes)
+        sc = spec["securityContext"]
+        self.assertEqual((sc["runAsUser"], sc["fsGroup"]), (401, 401))
+
+    def test_bridge_config_leaves_slurmd_nodes_alone(self):
+        cfg = yaml.safe_load(one("slinky", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
+        self.assertIs(cfg["slurm"]["enabled"], True)
+        self.assertIs(cfg["slurm"]["manage_nodes"], False)
+        self.assertIs(cfg["slurm"]["require_munge"], False)
+        self.assertEqual(len(objects("slinky", "DaemonSet")), 1)
+        self.assertEqual(len(objects("slinky", "Deployment")), 2)
+
+    def test_plugstack_line_is_the_one_in_slinkys_values(self):
+        with open(example("slinky-slurm-values.yaml")) as f:
+            slinky = yaml.safe_load(f)
+        ours = one("slinky", "ConfigMap", "duet-plugstack")["data"]["plugstack.conf"].strip()
+        lines = [l for l in slinky["configFiles"]["plugstack.conf"].splitlines()
+                 if l.strip() and not l.startswith("#")]
+        # Slinky's runs duet's plugin as optional, at the init container's path,
+        # with the bridge's Service in the release namespace (slurm).
+        self.assertEqual(lines, [ours.replace("duet-bridge.duet.svc", "duet-bridge.slurm.svc")])
+
+
 class DashboardTest(unittest.TestCase):
     def test_only_when_enabled(self):
         self.assertEqual([o for o in objects("defaults", "ConfigMap")
@@ -706,6 +749,16 @@ class RefusalTest(unittest.TestCase):
         ("zero weight", "extender: {weight: 0}\n", "extender.weight: must be at least 1"),
         ("no shared pools", "sharedPools: {nodeSelector: null}\n",
          "sharedPools.nodeSelector: at least one label"),
+        ("unknown Slurm auth", "bridge: {slurm: {enabled: true, confConfigMap: c, auth: krb5}}\n",
+         'bridge.slurm.auth: "krb5" must be munge or slurm'),
+        ("auth/slurm without the key",
+         "bridge: {slurm: {enabled: true, confConfigMap: c, auth: slurm},"
+         " config: {slurm: {require_munge: false}}}\n",
+         "bridge.slurm.slurmKey.secretName: a Secret with the cluster's slurm.key is required"),
+        ("auth/slurm while the bridge still wants munge",
+         "bridge: {slurm: {enabled: true, confConfigMap: c, auth: slurm,"
+         " slurmKey: {secretName: k}}}\n",
+         "set bridge.config.slurm.require_munge: false knowingly"),
     ]
 
     def test_refusals(self):

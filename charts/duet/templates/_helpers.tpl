@@ -97,6 +97,7 @@ name the extender certificate must carry. */}}
 {{- define "duet.paths.journal" -}}/var/lib/duet/journal{{- end -}}
 {{- define "duet.paths.slurmConf" -}}/etc/slurm/slurm.conf{{- end -}}
 {{- define "duet.paths.mungeSocketDir" -}}/run/munge{{- end -}}
+{{- define "duet.paths.slurmKey" -}}/etc/slurm/slurm.key{{- end -}}
 
 {{/*
 The bridge's YAML config (docs/config.md): bridge.config as written, plus the
