@@ -450,6 +450,19 @@ class ReferenceTest(unittest.TestCase):
         pinned = write_values("scheduler: {image: {tag: v1.34.1}}\n")
         self.assertEqual(image("v1.35.2", [pinned]), "registry.k8s.io/kube-scheduler:v1.34.1")
 
+    def test_default_image_names_the_slurm_line(self):
+        images = {c["image"] for o in workloads("defaults") for c in pod_spec(o)["containers"]
+                  if c["name"] != "kube-scheduler"}
+        self.assertEqual(images, {"duet:0.1.0-slurm24.11"})
+        proc = render([example("values-minimal.yaml"),
+                       write_values("image: {slurmLine: '26.05'}\n")])
+        self.assertIn("image: duet:0.1.0-slurm26.05", proc.stdout)
+        proc = render([example("values-minimal.yaml"),
+                       write_values("image: {slurmLine: '22.05'}\n")])
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn('image.slurmLine: "22.05": the duet images are built for Slurm 24.11 or 26.05',
+                      proc.stderr)
+
     def test_node_daemonset_only_where_sole_advertiser(self):
         terms = pod_spec(one("defaults", "DaemonSet", "duet-node"))["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

@@ -42,7 +42,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "duet.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $i := .Values.image -}}
+{{- if and (not $i.tag) (not (has (toString $i.slurmLine) (list "24.11" "26.05"))) -}}
+{{- fail (printf "image.slurmLine: %q: the duet images are built for Slurm 24.11 or 26.05 (docker/README.md)" (toString $i.slurmLine)) -}}
+{{- end -}}
+{{- printf "%s:%s" $i.repository (default (printf "%s-slurm%s" .Chart.AppVersion (toString $i.slurmLine)) $i.tag) -}}
 {{- end -}}
 
 {{/* kube-scheduler image: the tag defaults to the cluster's own version
