@@ -35,17 +35,19 @@ ARGS = None
 # parse. Keyed by the metric name the query reads.
 NO_SERIES_HERE = {
     # Being added on main (2026-12-03): refusals because a live owner holds a
-    # device, and pods' placeholders lost. While the bridge under test does
-    # not export them, their panels may only parse; once it does, the
-    # conflicts panel must have series too (MAYBE_ABSENT: the traffic makes
-    # one conflict). Placeholder losses need Slurm placeholders, which this
-    # setup (no slurmctld) cannot make.
+    # device (by holder), and what happened to pods' placeholders whose Slurm
+    # job vanished. While the bridge under test does not export a metric at
+    # all, its panel may only parse; once it exports it, the query must return
+    # series like every other one (the bridge exports these at start, labelled,
+    # or with the Slurm side on).
     "duet_holdings_conflicts_total": "not exported by this build",
-    "duet_placeholder_losses_total": "no Slurm placeholders without slurmctld",
+    "duet_placeholder_losses_total": "not exported by this build",
+    "duet_placeholder_repairs_total": "not exported by this build",
+    "duet_placeholders_fenced": "not exported by this build",
 }
 # Of NO_SERIES_HERE, the names that must have series as soon as the bridge
-# exports them at all (the traffic makes one conflict).
-MAYBE_ABSENT = {"duet_holdings_conflicts_total"}
+# exports them.
+MAYBE_ABSENT = set(NO_SERIES_HERE)
 
 
 def free_port():
