@@ -1,12 +1,11 @@
 #include "slurm_plugin/bridge_client.h"
 
-#include <optional>
-
 #include <munge.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

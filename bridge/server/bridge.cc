@@ -151,9 +151,12 @@ PodLivenessFn Bridge::PodLivenessFromWatch() {
     k8s::PodWatch* watch = pod_view_.load();
     if (watch == nullptr) return PodLiveness::kUnknown;
     switch (watch->Lookup(uid).state) {
-      case k8s::PodSeen::kRunning: return PodLiveness::kLive;
-      case k8s::PodSeen::kEnded: return PodLiveness::kGone;
-      case k8s::PodSeen::kNotSeen: return PodLiveness::kUnknown;
+      case k8s::PodSeen::kRunning:
+        return PodLiveness::kLive;
+      case k8s::PodSeen::kEnded:
+        return PodLiveness::kGone;
+      case k8s::PodSeen::kNotSeen:
+        return PodLiveness::kUnknown;
     }
     return PodLiveness::kUnknown;
   };

@@ -164,15 +164,17 @@ Metrics::Metrics(const Ledger* ledger)
   }
   conflicts_ = &BuildCounter()
                     .Name("duet_holdings_conflicts_total")
-                    .Help("Hold requests refused because a live owner holds a device they name, "
-                          "by the holder's side (pod or slurm)")
+                    .Help(
+                        "Hold requests refused because a live owner holds a device they name, "
+                        "by the holder's side (pod or slurm)")
                     .Register(*registry_);
   conflicts_->Add({{"holder", "pod"}});
   conflicts_->Add({{"holder", "slurm"}});
   stale_retries_ = &BuildCounter()
                         .Name("duet_holdings_stale_retries_total")
-                        .Help("Slurm Holds that met holdings of Slurm jobs or placeholders that "
-                              "had ended in Slurm, released them and tried again, by result")
+                        .Help(
+                            "Slurm Holds that met holdings of Slurm jobs or placeholders that "
+                            "had ended in Slurm, released them and tried again, by result")
                         .Register(*registry_);
   stale_retries_->Add({{"result", "granted"}});
   stale_retries_->Add({{"result", "refused"}});

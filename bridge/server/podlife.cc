@@ -95,9 +95,10 @@ std::function<void(const PlaceholderLoss&)> PlaceholderLossEvents(k8s::EventReco
       e.type = "Warning";
       e.reason = "DuetPlaceholderLost";
       e.message = absl::StrCat(
-          what, ": the devices stay held for the pod and Slurm steps on them are refused until "
-          "duet re-creates the placeholder (", loss.detail,
-          "); delete the pod to give the devices back to Slurm");
+          what,
+          ": the devices stay held for the pod and Slurm steps on them are refused until "
+          "duet re-creates the placeholder (",
+          loss.detail, "); delete the pod to give the devices back to Slurm");
     }
     if (!loss.pod.name.empty()) {
       k8s::EventSpec p = e;

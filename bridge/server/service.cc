@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <deque>
-#include <optional>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "bridge/api/convert.h"
@@ -220,10 +220,9 @@ std::optional<HolderClass> LedgerService::BlockingClass(const HoldRequest& reque
   for (const Holding& h : ledger_->ListHoldings(request.node)) {
     if (h.owner.SameGroup(request.owner)) continue;
     for (const HeldDevice& d : h.devices) {
-      const bool named = std::any_of(request.devices.begin(), request.devices.end(),
-                                     [&](const HeldDevice& w) {
-                                       return w.kind == d.kind && w.index == d.index;
-                                     });
+      const bool named =
+          std::any_of(request.devices.begin(), request.devices.end(),
+                      [&](const HeldDevice& w) { return w.kind == d.kind && w.index == d.index; });
       if (!named) continue;
       // A pod on the device outweighs a Slurm job in the label: that is the
       // conflict duet exists to prevent.

@@ -101,8 +101,8 @@ std::vector<uint32_t> IndicesOf(const std::vector<HeldDevice>& devices, DeviceKi
 }  // namespace
 
 absl::StatusOr<std::vector<Holding>> Placeholders::Repair(const Holding& lost,
-                                                          const PlaceholderPod& pod,
-                                                          uint32_t cpus, uint64_t memory_mib) {
+                                                          const PlaceholderPod& pod, uint32_t cpus,
+                                                          uint64_t memory_mib) {
   if (lost.owner.kind != OwnerKind::kPlaceholder) {
     return absl::InvalidArgumentError("repair: not a placeholder holding");
   }
@@ -135,9 +135,9 @@ absl::StatusOr<std::vector<Holding>> Placeholders::Repair(const Holding& lost,
       });
       const bool wanted = std::binary_search(want.begin(), want.end(), d.spec.index);
       if (others && wanted) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "repair: ", DeviceKindName(kind), " ", d.spec.index, " on ", lost.node,
-            " is also held by another owner in the ledger"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("repair: ", DeviceKindName(kind), " ", d.spec.index, " on ", lost.node,
+                         " is also held by another owner in the ledger"));
       }
       if (!others) order.emplace_back(d.spec.index, wanted);
     }
@@ -146,15 +146,16 @@ absl::StatusOr<std::vector<Holding>> Placeholders::Repair(const Holding& lost,
     for (size_t i = 0; i < order.size();) {
       size_t j = i;
       std::vector<uint32_t> run;
-      while (j < order.size() && order[j].second == order[i].second) run.push_back(order[j++].first);
+      while (j < order.size() && order[j].second == order[i].second)
+        run.push_back(order[j++].first);
       const bool piece = order[i].second;
       i = j;
       SlurmAllocRequest req;
       req.node = lost.node;
-      req.job_name = piece ? absl::StrCat(kPlaceholderJobPrefix, pod.ns, "/", pod.name)
-                           : "duet-repair-filler";
-      req.comment = piece ? PlaceholderComment(Owner::Pod(pod.uid, pod.ns, pod.name))
-                          : "duet-repair-filler";
+      req.job_name =
+          piece ? absl::StrCat(kPlaceholderJobPrefix, pod.ns, "/", pod.name) : "duet-repair-filler";
+      req.comment =
+          piece ? PlaceholderComment(Owner::Pod(pod.uid, pod.ns, pod.name)) : "duet-repair-filler";
       (kind == DeviceKind::kGpu ? req.gpus : req.tpus) = static_cast<uint32_t>(run.size());
       req.cpus = piece && first_piece ? std::max<uint32_t>(1, cpus) : 1;
       req.memory_mib = piece && first_piece ? memory_mib : 0;
@@ -172,9 +173,9 @@ absl::StatusOr<std::vector<Holding>> Placeholders::Repair(const Holding& lost,
       for (uint32_t x : run) m.devices.push_back({kind, x, kWholeDevice});
       made.push_back(m);
       if (got != run || !other.empty()) {
-        return cancel_all(absl::FailedPreconditionError(absl::StrCat(
-            "repair: Slurm gave job ", alloc->job_id, " ", DeviceKindName(kind), " ",
-            FormatIndexList(got), " on ", lost.node, ", not ", FormatIndexList(run))));
+        return cancel_all(absl::FailedPreconditionError(
+            absl::StrCat("repair: Slurm gave job ", alloc->job_id, " ", DeviceKindName(kind), " ",
+                         FormatIndexList(got), " on ", lost.node, ", not ", FormatIndexList(run))));
       }
       if (piece) first_piece = false;
     }

@@ -1,7 +1,5 @@
 #include "bridge/slurm/slurm_sync.h"
 
-#include "bridge/placement/placement.h"
-
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -404,8 +402,7 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
                             h.owner.kind == OwnerKind::kPlaceholder;
     if (!slurm_side || live.contains(h.owner.job_id)) continue;
     if (h.granted_at > listed_at - options_.release_grace) continue;
-    if (h.owner.kind == OwnerKind::kPlaceholder &&
-        PodOf(h.owner.pod_uid) != PodLiveness::kGone) {
+    if (h.owner.kind == OwnerKind::kPlaceholder && PodOf(h.owner.pod_uid) != PodLiveness::kGone) {
       HandleLost(h, *jobs, nodes);
       kept.insert(h.owner.job_id);
       continue;
@@ -521,10 +518,11 @@ void SlurmSync::HandleLost(const Holding& h, const std::vector<SlurmJobInfo>& jo
     Count(&SlurmSyncStats::placeholder_repairs);
     if (!reported) Count(&SlurmSyncStats::placeholders_lost_repaired);
     fenced_.erase(key);
-    spdlog::warn("slurm sync: placeholder job {} of pod {}/{} (uid {}) on {} was gone from Slurm; "
-                 "repaired as job(s) {}",
-                 h.owner.job_id, loss.pod.ns, loss.pod.name, loss.pod.uid, h.node,
-                 absl::StrJoin(loss.new_job_ids, ","));
+    spdlog::warn(
+        "slurm sync: placeholder job {} of pod {}/{} (uid {}) on {} was gone from Slurm; "
+        "repaired as job(s) {}",
+        h.owner.job_id, loss.pod.ns, loss.pod.name, loss.pod.uid, h.node,
+        absl::StrJoin(loss.new_job_ids, ","));
   } else {
     if (reported) return;  // reported once; the next pass tries again
     Count(&SlurmSyncStats::placeholders_lost_fenced);

@@ -78,8 +78,7 @@ class SlurmNodeLoads {
   std::string Unusable(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
   // Slurm's state of `node` ("IDLE", "MIXED+DRAIN", ...) and its reason;
   // empty when Slurm did not report the node.
-  std::pair<std::string, std::string> State(const std::string& node) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  std::pair<std::string, std::string> State(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   mutable absl::Mutex mu_;

@@ -11,9 +11,8 @@ namespace {
 
 bool Overlaps(const Holding& h, const std::vector<HeldDevice>& devices) {
   return std::any_of(h.devices.begin(), h.devices.end(), [&](const HeldDevice& d) {
-    return std::any_of(devices.begin(), devices.end(), [&](const HeldDevice& w) {
-      return w.kind == d.kind && w.index == d.index;
-    });
+    return std::any_of(devices.begin(), devices.end(),
+                       [&](const HeldDevice& w) { return w.kind == d.kind && w.index == d.index; });
   });
 }
 
@@ -41,7 +40,9 @@ absl::StatusOr<int> StaleHolders::ReleaseEnded(const std::string& node, const Ow
     if (runs) continue;  // a live holder: the refusal stands
     const char* why = job->has_value() ? SlurmJobStateName((*job)->state) : "gone from Slurm";
     for (const Holding& h : holdings) {
-      if (h.owner.kind == OwnerKind::kPod || h.owner.job_id != job_id || h.owner.SameGroup(requester)) continue;
+      if (h.owner.kind == OwnerKind::kPod || h.owner.job_id != job_id ||
+          h.owner.SameGroup(requester))
+        continue;
       if (h.owner.kind == OwnerKind::kPlaceholder) {
         const PodLiveness pod =
             pod_liveness_ ? pod_liveness_(h.owner.pod_uid) : PodLiveness::kUnknown;
@@ -58,8 +59,8 @@ absl::StatusOr<int> StaleHolders::ReleaseEnded(const std::string& node, const Ow
       if (!r.ok()) return r.status();
       if (r->released) {
         ++released;
-        spdlog::info("{} on {}: released {}, whose Slurm job has ended ({})",
-                     requester.ToString(), node, h.owner.ToString(), why);
+        spdlog::info("{} on {}: released {}, whose Slurm job has ended ({})", requester.ToString(),
+                     node, h.owner.ToString(), why);
       }
     }
   }

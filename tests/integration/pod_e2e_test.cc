@@ -619,7 +619,8 @@ class PodLifeE2eTest : public PodE2eTest {
     auto [code, filter] = Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodeA}}});
     EXPECT_EQ(filter["NodeNames"], json::array({kNodeA})) << filter.dump();
     auto [bcode, bind] = Extender(
-        "bind", {{"PodName", name}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", kNodeA}});
+        "bind",
+        {{"PodName", name}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", kNodeA}});
     EXPECT_EQ(bcode, 200) << bind.dump();
     EXPECT_TRUE(bind["Error"].is_null() || bind["Error"] == "") << bind.dump();
     const uint32_t job = PlaceholderJob(name).first;
@@ -682,14 +683,17 @@ TEST_F(PodLifeE2eTest, ScancelOfABoundPodsPlaceholderIsRepairedOnTheSameGpus) {
   // Slurm now sees the pod's GPUs free; a job asking for every free GPU
   // must not get them: the bridge's repair wins or the fence refuses it.
   uint32_t repaired = 0;
-  ASSERT_TRUE(WaitFor([&] {
-    EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod's GPUs stay held";
-    EXPECT_TRUE(Intersect(SlurmJobGpus(), pod_gpus).empty()) << c_->Cli("squeue").out;
-    auto [job, state] = PlaceholderJob(name);
-    if (job == 0 || job == placeholder || state.rfind("RUNNING", 0) != 0) return false;
-    repaired = job;
-    return true;
-  }, absl::Seconds(20))) << w_->Log();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod's GPUs stay held";
+        EXPECT_TRUE(Intersect(SlurmJobGpus(), pod_gpus).empty()) << c_->Cli("squeue").out;
+        auto [job, state] = PlaceholderJob(name);
+        if (job == 0 || job == placeholder || state.rfind("RUNNING", 0) != 0) return false;
+        repaired = job;
+        return true;
+      },
+      absl::Seconds(20)))
+      << w_->Log();
   EXPECT_EQ(SlurmDevices(repaired)[kNodeA]["gpu"], pod_gpus);
   EXPECT_TRUE(WaitFor([&] { return LedgerPodGpus(uid) == pod_gpus; }));
   EXPECT_TRUE(WaitFor([&] { return PodEvents(name, "DuetPlaceholderRepaired") == 1; }))
@@ -718,17 +722,20 @@ TEST_F(PodLifeE2eTest, NodeDownKeepsThePodsGpusAwayFromSlurm) {
   ASSERT_EQ(pod_gpus.size(), 2u);
   ASSERT_TRUE(WaitFor([&] { return LedgerPodGpus(uid) == pod_gpus; }));
 
-  ASSERT_EQ(c_->Cli(absl::StrCat("scontrol update nodename=", kNodeA,
-                                 " state=down reason=maint")).rc, 0);
+  ASSERT_EQ(
+      c_->Cli(absl::StrCat("scontrol update nodename=", kNodeA, " state=down reason=maint")).rc, 0);
   uint32_t repaired = 0;
-  ASSERT_TRUE(WaitFor([&] {
-    EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod's GPUs stay held";
-    EXPECT_TRUE(Intersect(SlurmJobGpus(), pod_gpus).empty()) << c_->Cli("squeue").out;
-    auto [job, state] = PlaceholderJob(name);
-    if (job == 0 || job == placeholder || state.rfind("RUNNING", 0) != 0) return false;
-    repaired = job;
-    return true;
-  }, absl::Seconds(30))) << w_->Log() << c_->Cli(absl::StrCat("scontrol show node ", kNodeA)).out;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod's GPUs stay held";
+        EXPECT_TRUE(Intersect(SlurmJobGpus(), pod_gpus).empty()) << c_->Cli("squeue").out;
+        auto [job, state] = PlaceholderJob(name);
+        if (job == 0 || job == placeholder || state.rfind("RUNNING", 0) != 0) return false;
+        repaired = job;
+        return true;
+      },
+      absl::Seconds(30)))
+      << w_->Log() << c_->Cli(absl::StrCat("scontrol show node ", kNodeA)).out;
   EXPECT_EQ(SlurmDevices(repaired)[kNodeA]["gpu"], pod_gpus);
   // A job asking for all 8 GPUs can never start while the pod runs.
   const uint32_t big = c_->Sbatch(absl::StrCat("-w ", kNodeA, " --gres=gpu:8 --wrap 'sleep 1'"));
@@ -746,12 +753,14 @@ TEST_F(PodLifeE2eTest, NodeDownKeepsThePodsGpusAwayFromSlurm) {
 TEST_F(PodLifeE2eTest, FilterDropsANodeAnAdminDrainedInSlurm) {
   w_->fake()->Put(TrainingPod("trainer-drain", "7c6d5e4f-3a21-4c1b-8e9f-0a1b2c3d4e5f", 1));
   const json pod = ApiPod("trainer-drain");
-  ASSERT_EQ(c_->Cli(absl::StrCat("scontrol update nodename=", kNodeA,
-                                 " state=drain reason=maint-window")).rc, 0);
+  ASSERT_EQ(
+      c_->Cli(absl::StrCat("scontrol update nodename=", kNodeA, " state=drain reason=maint-window"))
+          .rc,
+      0);
   json filter;
   ASSERT_TRUE(WaitFor([&] {
-    filter = Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodes[0].name, kNodes[1].name}}})
-                 .second;
+    filter =
+        Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodes[0].name, kNodes[1].name}}}).second;
     return filter["FailedAndUnresolvableNodes"].is_object() &&
            filter["FailedAndUnresolvableNodes"].contains(kNodeA);
   })) << filter.dump();
@@ -766,8 +775,8 @@ TEST_F(PodLifeE2eTest, FilterDropsANodeAnAdminDrainedInSlurm) {
 
   ASSERT_EQ(c_->Cli(absl::StrCat("scontrol update nodename=", kNodeA, " state=resume")).rc, 0);
   EXPECT_TRUE(WaitFor([&] {
-    filter = Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodes[0].name, kNodes[1].name}}})
-                 .second;
+    filter =
+        Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodes[0].name, kNodes[1].name}}}).second;
     return filter["NodeNames"].size() == 2;
   })) << filter.dump();
 }

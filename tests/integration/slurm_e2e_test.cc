@@ -40,9 +40,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bridge/slurm/munge_payload.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "bridge/slurm/munge_payload.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "slurm_plugin/bridge_client.h"
@@ -217,13 +217,14 @@ class World {
     cfg << "grpc: {listen: \"\", unix_socket: " << socket() << "}\n"
         << "metrics: {listen: \"127.0.0.1:" << metrics_port_ << "\"}\n"
         << "journal: {dir: " << (dir_ / "journal").string() << "}\n"
-        << "inventory: {source: file, file: " << (dir_ / "nodes.yaml").string() << ", reload_period: 1s}\n"
+        << "inventory: {source: file, file: " << (dir_ / "nodes.yaml").string()
+        << ", reload_period: 1s}\n"
         << "slurm:\n"
         << "  enabled: true\n"
         << "  conf_path: " << cluster_->conf() << "\n"
         << "  call_timeout: 3s\n"
-        << SyncTimings()
-        << "  munge_socket: " << MungeSocket() << "\n"  // require_munge: true (default)
+        << SyncTimings() << "  munge_socket: " << MungeSocket()
+        << "\n"  // require_munge: true (default)
         << "log_level: info\n";
     cfg.close();
     ok_ = true;
@@ -737,7 +738,8 @@ TEST_F(SlurmE2eTest, SlurmctldDownIsReportedAndRecovered) {
 // The metric sample `series` (name and labels as exposed) in `text`; -1 if absent.
 double Sample(const std::string& text, const std::string& series) {
   for (absl::string_view l : absl::StrSplit(text, '\n')) {
-    if (absl::StartsWith(l, series + " ")) return std::stod(std::string(l.substr(series.size() + 1)));
+    if (absl::StartsWith(l, series + " "))
+      return std::stod(std::string(l.substr(series.size() + 1)));
   }
   return -1;
 }
@@ -756,23 +758,26 @@ TEST_F(SlurmE2eTest, HundredBackToBackGpuJobsAndArrayTasksAreNeverRefused) {
   const std::string node = kNodes[0].name;
   int expected = 0;
   for (int i = 0; i < 85; ++i) {
-    const std::string work =
-        i % 10 == 0 ? "srun -n1 --gres=gpu:8 true && sleep 1" : "sleep 1";
+    const std::string work = i % 10 == 0 ? "srun -n1 --gres=gpu:8 true && sleep 1" : "sleep 1";
     ASSERT_NE(c_->Sbatch(absl::StrCat("-w ", node, " --gres=gpu:8 --wrap '", work, " && touch ",
                                       marks.string(), "/$SLURM_JOB_ID'")),
               0u);
     ++expected;
     if (i == 30 || i == 60) {
-      ASSERT_NE(c_->Sbatch(absl::StrCat("-w ", node, " --gres=gpu:8 --array=0-4 --wrap 'sleep 1 "
+      ASSERT_NE(c_->Sbatch(absl::StrCat("-w ", node,
+                                        " --gres=gpu:8 --array=0-4 --wrap 'sleep 1 "
                                         "&& touch ",
-                                        marks.string(), "/${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}'")),
+                                        marks.string(),
+                                        "/${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}'")),
                 0u);
       expected += 5;
     }
     if (i % 17 == 5) {
       // An interactive allocation with one step, queued like the rest.
-      ASSERT_EQ(c_->Cli(absl::StrCat("setsid salloc -w ", node, " --gres=gpu:8 srun -n1 "
-                                     "--gres=gpu:8 sh -c 'sleep 1; touch ", marks.string(),
+      ASSERT_EQ(c_->Cli(absl::StrCat("setsid salloc -w ", node,
+                                     " --gres=gpu:8 srun -n1 "
+                                     "--gres=gpu:8 sh -c 'sleep 1; touch ",
+                                     marks.string(),
                                      "/salloc.$SLURM_JOB_ID' >/dev/null 2>&1 </dev/null &"))
                     .rc,
                 0);
@@ -805,9 +810,9 @@ TEST_F(SlurmE2eTest, HundredBackToBackGpuJobsAndArrayTasksAreNeverRefused) {
 TEST_F(SlurmE2eTest, StepsInsideABatchJobRegisterAndSeeTheirGpus) {
   const fs::path out = w_->dir() / "inside.out";
   const std::string node = kNodes[1].name;
-  const uint32_t job = c_->Sbatch(absl::StrCat(
-      "-w ", node, " --gres=gpu:4 --wrap 'srun -o ", out.string(),
-      " --gres=gpu:2 sh -c \"echo step=\\$CUDA_VISIBLE_DEVICES; sleep 3\"'"));
+  const uint32_t job = c_->Sbatch(
+      absl::StrCat("-w ", node, " --gres=gpu:4 --wrap 'srun -o ", out.string(),
+                   " --gres=gpu:2 sh -c \"echo step=\\$CUDA_VISIBLE_DEVICES; sleep 3\"'"));
   ASSERT_NE(job, 0u);
   LedgerHolding step;
   ASSERT_TRUE(WaitFor([&] {
@@ -818,7 +823,8 @@ TEST_F(SlurmE2eTest, StepsInsideABatchJobRegisterAndSeeTheirGpus) {
       }
     }
     return false;
-  })) << w_->Ctl("holds").out << w_->Log();
+  })) << w_->Ctl("holds").out
+      << w_->Log();
   EXPECT_EQ(step.node, node);
   ASSERT_EQ(step.devices.count("gpu"), 1u);
   EXPECT_EQ(step.devices["gpu"].size(), 2u);
@@ -840,9 +846,9 @@ TEST_F(SlurmE2eTest, ABatchJobsEndReachesTheLedgerAtItsBatchStepsExit) {
   for (int i = 0; i < 10; ++i) {
     const fs::path end = w_->dir() / absl::StrCat("end.", i);
     const fs::path go = w_->dir() / absl::StrCat("go.", i);
-    const uint32_t job = c_->Sbatch(absl::StrCat(
-        "-w ", node, " --gres=gpu:2 --wrap 'while [ ! -e ", go.string(),
-        " ]; do sleep 0.05; done; date +%s.%N > ", end.string(), "'"));
+    const uint32_t job =
+        c_->Sbatch(absl::StrCat("-w ", node, " --gres=gpu:2 --wrap 'while [ ! -e ", go.string(),
+                                " ]; do sleep 0.05; done; date +%s.%N > ", end.string(), "'"));
     ASSERT_NE(job, 0u);
     // Imported by a sync pass first (what a refused next job would meet).
     ASSERT_TRUE(WaitFor([&] { return !LedgerJob(job, node).empty(); })) << w_->Log();

@@ -67,8 +67,8 @@ class SlurmSyncTest : public ::testing::Test {
     };
     sync_ = std::make_unique<SlurmSync>(o, &ledger_, client_.get(), Clock::Real());
     placeholders_ = std::make_unique<Placeholders>(&ledger_, client_.get());
-    stale_ = std::make_unique<StaleHolders>(&ledger_, client_.get(),
-                                            [this](const std::string& uid) { return Liveness(uid); });
+    stale_ = std::make_unique<StaleHolders>(
+        &ledger_, client_.get(), [this](const std::string& uid) { return Liveness(uid); });
   }
 
   PodLiveness Liveness(const std::string& uid) const {
@@ -176,7 +176,7 @@ class SlurmSyncTest : public ::testing::Test {
   std::unique_ptr<Placeholders> placeholders_;
   std::unique_ptr<StaleHolders> stale_;
   std::set<std::string> gone_pods_;
-  std::vector<PlaceholderLoss> losses_;  // from on_placeholder_lost
+  std::vector<PlaceholderLoss> losses_;   // from on_placeholder_lost
   std::vector<std::string> drain_calls_;  // from on_drain (RunOnce's thread)
 };
 
@@ -547,7 +547,8 @@ TEST_F(SlurmSyncTest, ScancelledPlaceholderOfARunningPodIsRepairedOnTheSameDevic
   EXPECT_EQ(sync_->stats().placeholders_fenced, 0u);
   // The fillers are gone; a job asking all 8 GPUs cannot start.
   ASSERT_TRUE(WaitFor([&] {
-    return cluster_->Cli("squeue -h -n duet-repair-filler -t running,configuring -o %i").out.empty();
+    return cluster_->Cli("squeue -h -n duet-repair-filler -t running,configuring -o %i")
+        .out.empty();
   }));
   const uint32_t job = cluster_->Sbatch("-w sy-n --gres=gpu:8 --wrap 'sleep 30'");
   ASSERT_NE(job, 0u);
@@ -580,12 +581,15 @@ TEST_F(SlurmSyncTest, NodeDownKeepsThePodsDevicesAndTheirPlaceholderComesBack) {
 
   ASSERT_EQ(cluster_->Cli("scontrol update nodename=sy-o state=down reason=maint").rc, 0);
   ASSERT_TRUE(WaitJobOver(p->owner.job_id));
-  ASSERT_TRUE(WaitFor([&] {
-    (void)sync_->RunOnce();
-    EXPECT_EQ(LedgerPodGpus("sy-o", "uid-o1"), gpus) << "the pod's devices stay held";
-    EXPECT_TRUE(NoSlurmJobHolds("sy-o", gpus));
-    return SlurmPlaceholderGpus("sy-o", "uid-o1") == gpus;
-  }, absl::Seconds(30))) << cluster_->Cli("scontrol show node sy-o").out;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)sync_->RunOnce();
+        EXPECT_EQ(LedgerPodGpus("sy-o", "uid-o1"), gpus) << "the pod's devices stay held";
+        EXPECT_TRUE(NoSlurmJobHolds("sy-o", gpus));
+        return SlurmPlaceholderGpus("sy-o", "uid-o1") == gpus;
+      },
+      absl::Seconds(30)))
+      << cluster_->Cli("scontrol show node sy-o").out;
   ASSERT_FALSE(losses_.empty());
   EXPECT_TRUE(losses_.back().repaired) << losses_.back().detail;
   EXPECT_EQ(sync_->stats().placeholder_repairs, 1u);
