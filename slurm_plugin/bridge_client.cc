@@ -124,8 +124,8 @@ std::string AttachMunge(bool munge, const std::string& socket, const std::string
 
 absl::Status WithMungeNote(absl::Status s, const std::string& munge_error) {
   if (s.ok() || munge_error.empty()) return s;
-  return absl::Status(s.code(), absl::StrCat(s.message(), " (no munge credential sent: ",
-                                             munge_error, ")"));
+  return WithMessage(s, absl::StrCat(s.message(), " (no munge credential sent: ", munge_error,
+                                     ")"));
 }
 
 }  // namespace

@@ -50,13 +50,19 @@ inline std::map<std::string, std::string> ReasonMetadata(const absl::Status& sta
   return out;
 }
 
-// `status` with `prefix` before its message, its reason and metadata kept.
-inline absl::Status WithPrefix(const absl::Status& status, absl::string_view prefix) {
+// `status` with `message` instead of its own, its reason and metadata kept.
+// Rewording a status any other way drops the reason.
+inline absl::Status WithMessage(const absl::Status& status, absl::string_view message) {
   if (status.ok()) return status;
-  absl::Status out(status.code(), absl::StrCat(prefix, status.message()));
+  absl::Status out(status.code(), message);
   status.ForEachPayload(
       [&](absl::string_view url, const absl::Cord& value) { out.SetPayload(url, value); });
   return out;
+}
+
+// `status` with `prefix` before its message, its reason and metadata kept.
+inline absl::Status WithPrefix(const absl::Status& status, absl::string_view prefix) {
+  return WithMessage(status, absl::StrCat(prefix, status.message()));
 }
 
 // NOT_FOUND "unknown node <name>" with reason NODE_NOT_SHARED: the one
