@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "proto/duet/v1/error_reason.h"
 
 namespace duet::ctl {
 namespace {
@@ -81,7 +82,7 @@ absl::Status ExplainRpcError(const grpc::Status& status, const ClientOptions& op
   const std::string& server = options.server;
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: {
-      if (absl::StartsWith(detail, "duet-bridge standby")) {
+      if (v1::ReasonOf(status) == v1::reason::kStandby) {
         return absl::Status(code, absl::StrCat("duet-bridge at ", server, " is a standby replica (",
                                                detail, "). Point --server or ", kServerEnv,
                                                " at the leader, e.g. the bridge's Service."));
@@ -99,7 +100,7 @@ absl::Status ExplainRpcError(const grpc::Status& status, const ClientOptions& op
                              absl::FormatDuration(options.timeout), ". Is ", server,
                              " the right address? Raise --timeout or set --server."));
     case grpc::StatusCode::NOT_FOUND:
-      if (!node.empty()) {
+      if (!node.empty() && v1::ReasonOf(status) == v1::reason::kNodeNotShared) {
         return absl::Status(code,
                             absl::StrCat("no node named ", node, " (duetctl nodes lists them)"));
       }

@@ -9,16 +9,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bridge/common/reason.h"
 #include "bridge/slurm/munge_payload.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/duet/v1/error_reason.h"
 
 namespace duet::spank {
 namespace {
 
+// The bridge's reason (google.rpc.ErrorInfo) comes along as a payload:
+// callers decide on ReasonOf, never on the message.
 absl::Status FromGrpc(const grpc::Status& s, const char* what) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
+  absl::Status out(static_cast<absl::StatusCode>(s.error_code()),
+                   absl::StrCat(what, ": ", s.error_message()));
+  google::rpc::ErrorInfo info;
+  if (!v1::ErrorInfoOf(s, &info)) return out;
+  return WithReason(std::move(out), info.reason(),
+                    std::map<std::string, std::string>(info.metadata().begin(),
+                                                       info.metadata().end()));
 }
 
 void SetOwner(uint32_t job_id, uint32_t step_id, v1::Owner* owner) {
@@ -114,8 +123,8 @@ std::string AttachMunge(bool munge, const std::string& socket, const std::string
 
 absl::Status WithMungeNote(absl::Status s, const std::string& munge_error) {
   if (s.ok() || munge_error.empty()) return s;
-  return absl::Status(s.code(), absl::StrCat(s.message(), " (no munge credential sent: ",
-                                             munge_error, ")"));
+  return WithMessage(s, absl::StrCat(s.message(), " (no munge credential sent: ", munge_error,
+                                     ")"));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bridge/common/reason.h"
 #include "bridge/slurm/slurm_client.h"
 #include "slurm_plugin/bridge_client.h"
 #include "slurm_plugin/step_devices.h"
@@ -135,9 +136,22 @@ absl::Status RemoteUserInit(spank_t sp, const PluginConfig& config, RemoteState*
       slurm_info("duet: step %s on %s runs unregistered: bridge %s unreachable (%s)",
                  step.c_str(), st->node.c_str(), config.bridge.c_str(),
                  std::string(s.message()).c_str());
-    } else if (absl::IsNotFound(s) && s.message().find("node") != absl::string_view::npos &&
-               s.message().find(st->node) != absl::string_view::npos) {
-      // The node is not shared with Kubernetes: nothing to fence.
+    } else if (ReasonOf(s) == v1::reason::kNodeNotShared) {
+      // The bridge says it does not know this node: not shared with
+      // Kubernetes, nothing to fence. Decided on the reason alone: any other
+      // NOT_FOUND (a device the ledger does not know on a shared node, or an
+      // older bridge that sends no reason) refuses the step.
+    } else if (ReasonOf(s) == v1::reason::kDeviceUnknown) {
+      const auto meta = ReasonMetadata(s);
+      const auto dev = meta.find("device");
+      return absl::Status(
+          s.code(),
+          absl::StrCat("step ", step, " refused on node ", st->node, ": Slurm gave it ",
+                       dev != meta.end() ? dev->second : "a device",
+                       ", which duet's inventory of this shared node does not list, so it "
+                       "cannot be fenced from Kubernetes pods (check the node's gres.conf "
+                       "against duet's inventory): ",
+                       s.message()));
     } else if (IsUnreachable(s)) {
       return absl::UnavailableError(
           absl::StrCat("step ", step, " on ", st->node, " refused: duet-bridge ", config.bridge,

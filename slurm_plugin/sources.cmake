@@ -56,8 +56,9 @@ set_property(TARGET spank_duet APPEND PROPERTY LINK_DEPENDS
 # libssl/libcrypto and gRPC's TLS code halves the module's dlopen time in
 # slurmstepd (68 -> 37 ms p50, bench/slurm/RESULTS.md).
 set(_duet_gen ${PROJECT_BINARY_DIR}/proto/gen)
-set_source_files_properties(${_duet_gen}/duet/v1/duet.pb.cc ${_duet_gen}/duet/v1/duet.grpc.pb.cc
-                            PROPERTIES GENERATED TRUE)
+set(_duet_client_gen ${_duet_gen}/duet/v1/duet.pb.cc ${_duet_gen}/duet/v1/duet.grpc.pb.cc
+    ${_duet_gen}/google/rpc/status.pb.cc ${_duet_gen}/google/rpc/error_details.pb.cc)
+set_source_files_properties(${_duet_client_gen} PROPERTIES GENERATED TRUE)
 add_library(duet_spank_client MODULE
   ${CMAKE_CURRENT_SOURCE_DIR}/client_module.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/remote.cc
@@ -66,8 +67,7 @@ add_library(duet_spank_client MODULE
   ${CMAKE_CURRENT_SOURCE_DIR}/step_devices.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/bridge_client.cc
   ${PROJECT_SOURCE_DIR}/bridge/slurm/slurm_format.cc
-  ${_duet_gen}/duet/v1/duet.pb.cc
-  ${_duet_gen}/duet/v1/duet.grpc.pb.cc)
+  ${_duet_client_gen})
 add_dependencies(duet_spank_client duet_proto)  # runs protoc first
 set_target_properties(duet_spank_client PROPERTIES PREFIX "" OUTPUT_NAME duet_spank_client
   CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
@@ -75,7 +75,7 @@ target_include_directories(duet_spank_client PRIVATE ${PROJECT_SOURCE_DIR} ${_du
 target_include_directories(duet_spank_client SYSTEM PRIVATE ${SLURM_SPANK_INCLUDE_DIR}
                            ${MUNGE_INCLUDE_DIR})
 target_compile_options(duet_spank_client PRIVATE
-  $<$<NOT:$<IN_LIST:$<TARGET_PROPERTY:SOURCE>,${_duet_gen}/duet/v1/duet.pb.cc;${_duet_gen}/duet/v1/duet.grpc.pb.cc>>:${DUET_WARNINGS}>)
+  $<$<NOT:$<IN_LIST:$<TARGET_PROPERTY:SOURCE>,${_duet_client_gen}>>:${DUET_WARNINGS}>)
 target_link_libraries(duet_spank_client PRIVATE gRPC::grpc++_unsecure protobuf::libprotobuf
                       absl::strings absl::status absl::statusor absl::time ${MUNGE_LIBRARY})
 target_link_options(duet_spank_client PRIVATE

@@ -7,6 +7,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bridge/common/reason.h"
 #include "bridge/common/status_macros.h"
 
 namespace duet {
@@ -27,6 +28,18 @@ uint32_t GroupedUse(const std::vector<DeviceUse>& uses) {
     total += group_max;
   }
   return total;
+}
+
+// "gpu 3": a device on its node, as ErrorInfo metadata.
+std::string DeviceRef(DeviceKind kind, uint32_t index) {
+  return absl::StrCat(DeviceKindName(kind), " ", index);
+}
+
+// Who blocks a named device decides the conflict's reason: a placeholder
+// stands for its pod.
+const char* HeldByReason(const Owner& holder) {
+  return holder.holder_class() == HolderClass::kPod ? v1::reason::kHeldByPod
+                                                     : v1::reason::kHeldBySlurm;
 }
 
 // What `owner` adding a share of `milli` would bring the device's use to.
@@ -281,7 +294,7 @@ uint64_t Ledger::EraseNode(uint32_t node_id) {
 absl::StatusOr<uint64_t> Ledger::RemoveNode(const std::string& name) {
   absl::MutexLock lock(&mu_);
   auto it = node_ids_.find(name);
-  if (it == node_ids_.end()) return absl::NotFoundError(absl::StrCat("unknown node ", name));
+  if (it == node_ids_.end()) return UnknownNodeError(name);
   const uint32_t id = it->second;
   Slot& slot = slots_[id];
   std::shared_ptr<const NodeView> last;
@@ -315,8 +328,12 @@ absl::Status Ledger::PickDevices(const NodeView& view, const HoldRequest& reques
     for (const HeldDevice& want : request.devices) {
       const DeviceState* d = FindDevice(view, want.kind, want.index);
       if (d == nullptr) {
-        return absl::NotFoundError(absl::StrCat(DeviceName(node, want.kind, want.index),
-                                                " does not exist"));
+        // Not NODE_NOT_SHARED: the node is shared, so a caller must not
+        // take this for "nothing to fence".
+        return WithReason(absl::NotFoundError(absl::StrCat(
+                              DeviceName(node, want.kind, want.index), " does not exist")),
+                          v1::reason::kDeviceUnknown,
+                          {{"node", node}, {"device", DeviceRef(want.kind, want.index)}});
       }
       HeldDevice h = want;
       if (h.milli == 0) h.milli = d->spec.capacity_milli;
@@ -326,8 +343,13 @@ absl::Status Ledger::PickDevices(const NodeView& view, const HoldRequest& reques
                          " milli requested, capacity is ", d->spec.capacity_milli));
       }
       if (const Owner* b = Blocker(*d, request.owner, h.milli, nullptr)) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            DeviceName(node, want.kind, want.index), " is held by ", b->ToString()));
+        return WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                              DeviceName(node, want.kind, want.index), " is held by ",
+                              b->ToString())),
+                          HeldByReason(*b),
+                          {{"node", node},
+                           {"device", DeviceRef(want.kind, want.index)},
+                           {"holder", b->ToString()}});
       }
       out->push_back(h);
     }
@@ -367,7 +389,7 @@ absl::Status Ledger::PickDevices(const NodeView& view, const HoldRequest& reques
     std::string msg = absl::StrCat("node ", node, ": ", fits.size(), " of ", of_kind, " ", what,
                                    " devices have room, ", sel.count, " requested");
     if (blocker != nullptr) absl::StrAppend(&msg, " (held by ", blocker->ToString(), ", ...)");
-    return absl::ResourceExhaustedError(msg);
+    return WithReason(absl::ResourceExhaustedError(msg), v1::reason::kNoRoom, {{"node", node}});
   }
   // Best fit: the fullest devices that still fit first, so shares pack onto
   // devices already in use and whole devices stay whole; then lowest index.
@@ -413,7 +435,7 @@ absl::StatusOr<HoldResult> Ledger::Hold(const HoldRequest& request) {
 
   absl::MutexLock lock(&mu_);
   auto it = node_ids_.find(request.node);
-  if (it == node_ids_.end()) return absl::NotFoundError(absl::StrCat("unknown node ", request.node));
+  if (it == node_ids_.end()) return UnknownNodeError(request.node);
   const uint32_t id = it->second;
   Slot& slot = slots_[id];
   const NodeView& cur = *slot.view;
@@ -445,27 +467,34 @@ absl::StatusOr<HoldResult> Ledger::Hold(const HoldRequest& request) {
       same = want == h.devices;
     }
     if (!same) {
-      return absl::AlreadyExistsError(absl::StrCat(request.owner.ToString(), " already holds ",
-                                                   DeviceListString(h.devices), " on node ",
-                                                   request.node, "; release it first"));
+      return WithReason(
+          absl::AlreadyExistsError(absl::StrCat(request.owner.ToString(), " already holds ",
+                                                DeviceListString(h.devices), " on node ",
+                                                request.node, "; release it first")),
+          v1::reason::kAlreadyHeld, {{"node", request.node}, {"holder", request.owner.ToString()}});
     }
     return HoldResult{h, false, seq_};
   }
 
   if (cur.spec.state == NodeState::kGone) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("node ", request.node, " is leaving the inventory"));
+    return WithReason(absl::FailedPreconditionError(
+                          absl::StrCat("node ", request.node, " is leaving the inventory")),
+                      v1::reason::kNodeGone, {{"node", request.node}});
   }
   // Slurm has already placed its jobs (its drain/down states govern them);
   // cordoned or unready nodes take no new pods.
   if (request.owner.holder_class() == HolderClass::kPod && cur.spec.state != NodeState::kReady) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node ", request.node, " is ", NodeStateName(cur.spec.state), ": no new pod holdings"));
+    return WithReason(absl::FailedPreconditionError(absl::StrCat("node ", request.node, " is ",
+                                                                 NodeStateName(cur.spec.state),
+                                                                 ": no new pod holdings")),
+                      v1::reason::kNodeNotReady,
+                      {{"node", request.node}, {"state", NodeStateName(cur.spec.state)}});
   }
   if (request.expected_generation != 0 && request.expected_generation != cur.generation) {
-    return absl::AbortedError(absl::StrCat("node ", request.node, " is at generation ",
-                                           cur.generation, ", not ",
-                                           request.expected_generation));
+    return WithReason(absl::AbortedError(absl::StrCat("node ", request.node, " is at generation ",
+                                                      cur.generation, ", not ",
+                                                      request.expected_generation)),
+                      v1::reason::kStaleGeneration, {{"node", request.node}});
   }
   absl::Status picked_ok = PickDevices(cur, request, &picked);
   if (!picked_ok.ok()) return picked_ok;
@@ -655,7 +684,7 @@ void Ledger::RestoreSeq(uint64_t seq) {
 absl::Status Ledger::RestoreGeneration(const std::string& node, uint64_t generation) {
   absl::MutexLock lock(&mu_);
   auto it = node_ids_.find(node);
-  if (it == node_ids_.end()) return absl::NotFoundError(absl::StrCat("unknown node ", node));
+  if (it == node_ids_.end()) return UnknownNodeError(node);
   Slot& slot = slots_[it->second];
   if (slot.view->generation < generation) MutableView(slot)->generation = generation;
   return absl::OkStatus();

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bridge/api/convert.h"
+#include "bridge/common/reason.h"
 #include "bridge/server/bridge.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -213,9 +215,10 @@ namespace {
 // clients retry, and what the SPANK plugin's failure policy treats as "bridge
 // unreachable"); nothing is granted or read.
 grpc::Status NotTheLeader() {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      "duet-bridge standby: not the leader (the leader replica serves the ledger; "
-                      "retry)");
+  return ToGrpc(WithReason(
+      absl::UnavailableError("duet-bridge standby: not the leader (the leader replica serves the "
+                             "ledger; retry)"),
+      v1::reason::kStandby));
 }
 
 class StandbyLedger final : public v1::Ledger::CallbackService {

@@ -7,15 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "bridge/api/convert.h"
+#include "bridge/common/reason.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace duet {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 // --- Slurm owner authentication (slurm helper) ---
 // The x-duet-munge metadata value of the call, "" when absent.
@@ -92,7 +88,7 @@ class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::No
 
   void Close(const std::string& why) override {
     absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+    FinishLocked(ToGrpc(WithReason(absl::UnavailableError(why), v1::reason::kNotServing)));
   }
 
   // Ends the stream before it started (limits, unknown names).
@@ -250,8 +246,9 @@ void LedgerService::AnswerWhenDurable(grpc::ServerUnaryReactor* reactor, const c
       SetServing(false);
       if (metrics_ != nullptr) metrics_->SetServing(false);
       Answer(reactor, method, start,
-             absl::UnavailableError(
-                 absl::StrCat("the journal could not persist the change: ", s.message())));
+             WithReason(absl::UnavailableError(absl::StrCat(
+                            "the journal could not persist the change: ", s.message())),
+                        v1::reason::kNotServing));
       return;
     }
     on_durable();
@@ -270,7 +267,7 @@ grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* 
     for (const std::string& name : req->names()) {
       auto view = ledger_->GetNode(name);
       if (view == nullptr) {
-        Answer(reactor, "ListNodes", start, absl::NotFoundError(absl::StrCat("unknown node ", name)));
+        Answer(reactor, "ListNodes", start, UnknownNodeError(name));
         return reactor;
       }
       NodeToProto(*view, resp->add_nodes());
@@ -290,7 +287,7 @@ grpc::ServerUnaryReactor* LedgerService::GetNode(grpc::CallbackServerContext* ct
   }
   auto view = ledger_->GetNode(req->name());
   if (view == nullptr) {
-    Answer(reactor, "GetNode", start, absl::NotFoundError(absl::StrCat("unknown node ", req->name())));
+    Answer(reactor, "GetNode", start, UnknownNodeError(req->name()));
     return reactor;
   }
   NodeToProto(*view, resp);
@@ -307,7 +304,10 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
     Answer(reactor, "Hold", start, s);
     return reactor;
   };
-  if (!serving()) return refuse(absl::UnavailableError("duet-bridge is not granting holdings"));
+  if (!serving()) {
+    return refuse(WithReason(absl::UnavailableError("duet-bridge is not granting holdings"),
+                             v1::reason::kNotServing));
+  }
   absl::StatusOr<HoldRequest> request = FromProto(*req);
   if (!request.ok()) return refuse(request.status());
   // --- Slurm owner authentication (slurm helper) ---
@@ -346,7 +346,9 @@ grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ct
   const absl::Time start = absl::Now();
   auto* reactor = ctx->DefaultReactor();
   if (!serving()) {
-    Answer(reactor, "Release", start, absl::UnavailableError("duet-bridge is not serving"));
+    Answer(reactor, "Release", start,
+           WithReason(absl::UnavailableError("duet-bridge is not serving"),
+                      v1::reason::kNotServing));
     return reactor;
   }
   absl::StatusOr<Owner> owner = FromProto(req->owner());
@@ -385,8 +387,7 @@ grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContex
   const absl::Time start = absl::Now();
   auto* reactor = ctx->DefaultReactor();
   if (!req->node().empty() && ledger_->GetNode(req->node()) == nullptr) {
-    Answer(reactor, "ListHoldings", start,
-           absl::NotFoundError(absl::StrCat("unknown node ", req->node())));
+    Answer(reactor, "ListHoldings", start, UnknownNodeError(req->node()));
     return reactor;
   }
   std::map<std::string, std::shared_ptr<const NodeView>> views;
@@ -413,7 +414,7 @@ grpc::ServerWriteReactor<v1::NodeEvent>* LedgerService::WatchNodes(
   }
   for (const std::string& n : names) {
     if (ledger_->GetNode(n) == nullptr) {
-      reactor->Refuse(grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown node ", n)));
+      reactor->Refuse(ToGrpc(UnknownNodeError(n)));
       return reactor;
     }
   }
@@ -435,7 +436,10 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
     Answer(reactor, "PlacePod", start, s);
     return reactor;
   };
-  if (!serving()) return refuse(absl::UnavailableError("duet-bridge is not granting holdings"));
+  if (!serving()) {
+    return refuse(WithReason(absl::UnavailableError("duet-bridge is not granting holdings"),
+                             v1::reason::kNotServing));
+  }
   const Owner pod = Owner::Pod(req->pod().uid(), req->pod().namespace_(), req->pod().name());
   if (absl::Status v = ValidateOwner(pod); !v.ok() || pod.pod_uid.empty()) {
     return refuse(absl::InvalidArgumentError(
@@ -446,8 +450,7 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
     return refuse(absl::InvalidArgumentError("gpus, tpus: at least one must be non-zero"));
   }
   auto view = ledger_->GetNode(req->node());
-  if (view == nullptr)
-    return refuse(absl::NotFoundError(absl::StrCat("unknown node ", req->node())));
+  if (view == nullptr) return refuse(UnknownNodeError(req->node()));
   // Idempotent: the pod's own holding (pod or placeholder) comes back.
   for (const Holding& h : ledger_->ListHoldings(req->node())) {
     if ((h.owner.kind == OwnerKind::kPod || h.owner.kind == OwnerKind::kPlaceholder) &&
@@ -465,7 +468,7 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
     absl::StatusOr<Holding> h = options_.placeholders->Create(
         pod, req->node(), req->gpus(), req->tpus(), req->cpus(), req->memory_mib());
     if (!h.ok()) {
-      return refuse(absl::Status(h.status().code(), absl::StrCat(who, h.status().message())));
+      return refuse(WithPrefix(h.status(), who));
     }
     holding = *h;
     seq = ledger_->seq();  // at or after the placeholder's own change
@@ -481,7 +484,7 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
                                req->gpus() != 0 ? req->gpus() : req->tpus(), 0, ""};
     absl::StatusOr<HoldResult> r = ledger_->Hold(hold);
     if (!r.ok()) {
-      return refuse(absl::Status(r.status().code(), absl::StrCat(who, r.status().message())));
+      return refuse(WithPrefix(r.status(), who));
     }
     holding = r->holding;
     seq = r->seq;

@@ -11,6 +11,7 @@ namespace duet::ctl {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 NodeSpec GpuNode(const std::string& name, int gpus) {
@@ -88,6 +89,25 @@ TEST_F(ClientTest, UnknownNodeSaysHowToListNodes) {
   auto node = client.GetNode("nope");
   EXPECT_EQ(node.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(node.status().message(), "no node named nope (duetctl nodes lists them)");
+}
+
+TEST_F(ClientTest, StandbyIsRecognisedByItsReasonNotItsMessage) {
+  bridge_.set_standby(true);
+  Client client = Connect(bridge_.address());
+  auto nodes = client.ListNodes({});
+  EXPECT_EQ(nodes.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(nodes.status().message()),
+              StartsWith(absl::StrCat("duet-bridge at ", bridge_.address(),
+                                      " is a standby replica (this replica follows; ask the "
+                                      "leader). Point --server or ")));
+}
+
+TEST_F(ClientTest, UnreachableServerIsNotTakenForAStandby) {
+  const std::string server = absl::StrCat("unix:///tmp/duetctl-test-", getpid(), "-none.sock");
+  Client client = Connect(server);
+  auto nodes = client.ListNodes({});
+  EXPECT_EQ(nodes.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(nodes.status().message()), Not(HasSubstr("standby")));
 }
 
 TEST_F(ClientTest, UnreachableServerSaysWhereAndWhatToDo) {

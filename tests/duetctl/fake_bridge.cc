@@ -8,15 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bridge/api/convert.h"
+#include "bridge/common/reason.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace duet::testing {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 // Queues the ledger's changes for one watch stream.
 class ChangeQueue final : public ChangeListener {
@@ -55,10 +52,12 @@ class FakeBridge::Service final : public v1::Ledger::Service {
     end_watches_ = true;
   }
   void set_refuse_unknown_names(bool refuse) { refuse_unknown_names_ = refuse; }
+  void set_standby(bool standby) { standby_ = standby; }
   int open_watches() const { return open_watches_; }
 
   grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest* request,
                          v1::ListNodesResponse* response) override {
+    if (standby_) return Standby();
     std::set<std::string> names(request->names().begin(), request->names().end());
     if (grpc::Status s = CheckNames(names); !s.ok()) return s;
     for (const auto& view : ledger_->Snapshot().nodes) {
@@ -71,11 +70,9 @@ class FakeBridge::Service final : public v1::Ledger::Service {
 
   grpc::Status GetNode(grpc::ServerContext*, const v1::GetNodeRequest* request,
                        v1::Node* response) override {
+    if (standby_) return Standby();
     auto view = ledger_->GetNode(request->name());
-    if (view == nullptr) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("node ", request->name(), " not found"));
-    }
+    if (view == nullptr) return ToGrpc(UnknownNodeError(request->name()));
     ToProto(*view, response);
     return grpc::Status::OK;
   }
@@ -167,13 +164,21 @@ class FakeBridge::Service final : public v1::Ledger::Service {
     if (!refuse_unknown_names_) return grpc::Status::OK;
     for (const auto& n : names) {
       if (ledger_->GetNode(n) == nullptr) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown node ", n));
+        return ToGrpc(UnknownNodeError(n));
       }
     }
     return grpc::Status::OK;
   }
 
+  // A standby's answer, worded unlike duet-bridge's own: the client must
+  // recognise it by its reason, not its text.
+  static grpc::Status Standby() {
+    return ToGrpc(WithReason(absl::UnavailableError("this replica follows; ask the leader"),
+                             v1::reason::kStandby));
+  }
+
   Ledger* const ledger_;
+  std::atomic<bool> standby_{false};
   std::atomic<bool> refuse_unknown_names_{true};
   std::atomic<bool> end_watches_{false};
   std::atomic<grpc::StatusCode> end_code_{grpc::StatusCode::OK};
@@ -197,6 +202,8 @@ FakeBridge::~FakeBridge() {
 }
 
 void FakeBridge::EndWatches(grpc::StatusCode code) { service_->EndWatches(code); }
+
+void FakeBridge::set_standby(bool standby) { service_->set_standby(standby); }
 
 void FakeBridge::set_refuse_unknown_names(bool refuse) {
   service_->set_refuse_unknown_names(refuse);

@@ -31,6 +31,10 @@ class FakeBridge {
   // leave unknown names out (the other reading of duet.proto).
   void set_refuse_unknown_names(bool refuse);
 
+  // As a standby replica: ListNodes and GetNode answer UNAVAILABLE with
+  // reason STANDBY (and a message worded unlike duet-bridge's).
+  void set_standby(bool standby);
+
   // Ends every open WatchNodes stream with `code` (OK: as a server that ends
   // the stream on purpose; UNAVAILABLE: as duet-bridge shutting down does).
   void EndWatches(grpc::StatusCode code = grpc::StatusCode::OK);

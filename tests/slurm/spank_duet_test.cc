@@ -64,10 +64,12 @@ class SpankDuetTest : public ::testing::Test {
     unlink(Socket().c_str());
   }
 
-  // A node in the ledger and in Slurm (created with scontrol: this test is
-  // about the plugin, not node sync).
-  void AddNode(const std::string& name, int idx, int gpus, int tpus) {
-    ASSERT_TRUE(ledger_.UpsertNode(Spec(name, gpus, tpus)).ok());
+  // A node in Slurm (created with scontrol: this test is about the plugin,
+  // not node sync) and, unless `in_ledger` is false, in the ledger.
+  void AddNode(const std::string& name, int idx, int gpus, int tpus, bool in_ledger = true) {
+    if (in_ledger) {
+      ASSERT_TRUE(ledger_.UpsertNode(Spec(name, gpus, tpus)).ok());
+    }
     std::string gres;
     if (gpus) gres = absl::StrCat("gpu:h100:", gpus);
     if (tpus) gres += absl::StrCat(gres.empty() ? "" : ",", "tpu:v5e:", tpus);
@@ -154,6 +156,39 @@ TEST_F(SpankDuetTest, StepOnAPodsDeviceIsRefusedOthersRun) {
   cluster_->Cli(absl::StrCat("scancel ", job));
   // Only the pod's holding is left.
   EXPECT_TRUE(WaitFor([&] { return ledger_.ListHoldings("sp-b").size() == 1; }));
+}
+
+// What broke: the client module let a step through on any NOT_FOUND whose
+// message named "node" and the node, and the ledger's answer for a device it
+// does not know ("node sp-d gpu 2 does not exist") has that shape. Now it
+// passes only on the reason NODE_NOT_SHARED; DEVICE_UNKNOWN refuses.
+TEST_F(SpankDuetTest, StepOnAGpuTheLedgerDoesNotKnowOnASharedNodeIsRefusedNeverRunsUnregistered) {
+  AddNode("sp-d", 25, 4, 0);
+  // Slurm has 4 GPUs on sp-d; duet's inventory of the node lists 2.
+  ASSERT_TRUE(ledger_.UpsertNode(Spec("sp-d", 2, 0)).ok());
+  CmdResult refused = cluster_->Cli("srun -w sp-d --gres=gpu:4 sh -c 'echo STEP-RAN'");
+  EXPECT_NE(refused.rc, 0) << refused.out;
+  EXPECT_EQ(refused.out.find("STEP-RAN"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("refused on node sp-d"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("Slurm gave it gpu 2, which duet's inventory of this shared node "
+                             "does not list"),
+            std::string::npos)
+      << refused.out;
+  EXPECT_TRUE(ledger_.ListHoldings("sp-d").empty());
+  // GPUs the ledger knows still run, registered while they do.
+  CmdResult ok = cluster_->Cli("srun -w sp-d --gres=gpu:2 sh -c 'echo STEP-RAN'");
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_NE(ok.out.find("STEP-RAN"), std::string::npos) << ok.out;
+}
+
+// A node the bridge does not know is not shared with Kubernetes: nothing to
+// fence, the step runs (the bridge answers NODE_NOT_SHARED).
+TEST_F(SpankDuetTest, StepOnANodeTheBridgeDoesNotKnowStillRuns) {
+  AddNode("sp-s", 26, 2, 0, /*in_ledger=*/false);
+  CmdResult r = cluster_->Cli("srun -w sp-s --gres=gpu:2 sh -c 'echo CVD=$CUDA_VISIBLE_DEVICES'");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("CVD=0,1"), std::string::npos) << r.out;
+  EXPECT_EQ(ledger_.GetNode("sp-s"), nullptr);
 }
 
 TEST_F(SpankDuetTest, TpuStepSeesItsTpuVariables) {

@@ -2,7 +2,8 @@
 
 // A thin duet.v1.Ledger gRPC service over a real in-process duet::Ledger, for
 // the SPANK plugin's tests until duet-bridge's own server can be started from
-// tests. Only the unary calls the plugin uses (Hold, Release, ListHoldings)
+// tests. Refusals go through the bridge's own ToGrpc, so they carry the same
+// google.rpc.ErrorInfo reasons. Only the unary calls the plugin uses (Hold, Release, ListHoldings)
 // and GetNode/ListNodes are served.
 //
 // Thread-safety: gRPC calls it from its own threads; duet::Ledger is
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "bridge/api/convert.h"
+#include "bridge/common/reason.h"
 #include "bridge/ledger/ledger.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -55,15 +57,12 @@ class TestLedgerService final : public v1::Ledger::Service {
   grpc::Status GetNode(grpc::ServerContext*, const v1::GetNodeRequest* req,
                        v1::Node* resp) override {
     auto view = ledger_->GetNode(req->name());
-    if (!view) return grpc::Status(grpc::StatusCode::NOT_FOUND, "node " + req->name());
+    if (!view) return ToGrpc(UnknownNodeError(req->name()));
     ToProto(*view, resp);
     return grpc::Status::OK;
   }
 
  private:
-  static grpc::Status ToGrpc(const absl::Status& s) {
-    return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-  }
   duet::Ledger* ledger_;
 };
 

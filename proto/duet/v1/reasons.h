@@ -1,0 +1,47 @@
+#pragma once
+
+// Why duet-bridge refused a call: the `reason` of the google.rpc.ErrorInfo
+// it attaches to the refusal (domain kErrorDomain). Callers decide on these,
+// never on the status message, which is for people and may change. The
+// contract (which call sends which reason, with which metadata) is in
+// proto/README.md. No dependencies: the ledger uses these names too.
+
+namespace duet::v1 {
+
+inline constexpr char kErrorDomain[] = "duet.dev";
+
+namespace reason {
+// NOT_FOUND: the ledger does not know the node; it is not shared with
+// Kubernetes (a Slurm-only node). Metadata: node.
+inline constexpr char kNodeNotShared[] = "NODE_NOT_SHARED";
+// NOT_FOUND: the node is shared but has no such device index. Metadata:
+// node, device.
+inline constexpr char kDeviceUnknown[] = "DEVICE_UNKNOWN";
+// RESOURCE_EXHAUSTED: a named device is held by a pod (or a pod's Slurm
+// placeholder). Metadata: node, device, holder.
+inline constexpr char kHeldByPod[] = "HELD_BY_POD";
+// RESOURCE_EXHAUSTED: a named device is held by a Slurm job or step.
+// Metadata: node, device, holder.
+inline constexpr char kHeldBySlurm[] = "HELD_BY_SLURM";
+// RESOURCE_EXHAUSTED: a count request (any N devices) found too few with
+// room. Metadata: node.
+inline constexpr char kNoRoom[] = "NO_ROOM";
+// FAILED_PRECONDITION: the node is cordoned or not ready; no new pod
+// holdings. Metadata: node, state.
+inline constexpr char kNodeNotReady[] = "NODE_NOT_READY";
+// FAILED_PRECONDITION: the node is leaving the inventory. Metadata: node.
+inline constexpr char kNodeGone[] = "NODE_GONE";
+// ALREADY_EXISTS: the owner already holds other devices on the node.
+// Metadata: node, holder.
+inline constexpr char kAlreadyHeld[] = "ALREADY_HELD";
+// ABORTED: expected_generation is not the node's generation. Metadata: node.
+inline constexpr char kStaleGeneration[] = "STALE_GENERATION";
+// UNAVAILABLE: this replica is a standby, not the leader; retry against the
+// leader (e.g. the bridge's Service).
+inline constexpr char kStandby[] = "STANDBY";
+// UNAVAILABLE: the bridge stopped granting (its journal failed, or it is
+// shutting down).
+inline constexpr char kNotServing[] = "NOT_SERVING";
+}  // namespace reason
+
+}  // namespace duet::v1
