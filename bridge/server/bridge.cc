@@ -107,6 +107,10 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
                        "scontrol reconfigure sent after a slurmctld start with GRES nodes "
                        "(Slurm 22.05 workaround)",
                        MetricType::Counter, static_cast<double>(s.reconfigures)));
+  out.push_back(Family("duet_slurm_version_refusals_total",
+                       "Slurm sync passes refused because slurmctld's release is one this "
+                       "duet-bridge's libslurm cannot talk to",
+                       MetricType::Counter, static_cast<double>(s.version_refusals)));
   const double age = s.last_success == absl::InfinitePast()
                          ? -1
                          : absl::ToDoubleSeconds(absl::Now() - s.last_success);
