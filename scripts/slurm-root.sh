@@ -77,7 +77,8 @@ mount_root() {
     mountpoint -q "$ROOT/$d" && continue
     case $d in
       proc) mount -t proc proc "$ROOT/proc" ;;
-      sys) mount -t sysfs sys "$ROOT/sys" ;;
+      # Recursive: slurmd needs the cgroup file system under /sys/fs/cgroup.
+      sys) mount --rbind /sys "$ROOT/sys" && mount --make-rslave "$ROOT/sys" ;;
       dev) mount --bind /dev "$ROOT/dev" ;;
       dev/pts) mount -t devpts devpts "$ROOT/dev/pts" -o newinstance,ptmxmode=0666 ;;
     esac
@@ -92,7 +93,7 @@ mount_root() {
 }
 umount_root() {
   local m
-  for m in "${MOUNTED[@]}"; do umount -l "$m" 2>/dev/null || true; done
+  for m in "${MOUNTED[@]}"; do umount -R -l "$m" 2>/dev/null || true; done
   MOUNTED=()
 }
 trap umount_root EXIT
@@ -121,7 +122,7 @@ make_root() {
   if [[ -e "$ROOT" ]]; then
     # Never rm through a live mount.
     for d in dev/pts dev proc sys src; do
-      if mountpoint -q "$ROOT/$d"; then umount -l "$ROOT/$d"; fi
+      if mountpoint -q "$ROOT/$d"; then umount -R -l "$ROOT/$d"; fi
     done
     rm -rf --one-file-system "$ROOT"
   fi
@@ -188,6 +189,8 @@ run_tests() {
   return "$rc"
 }
 
+# (In braces: bash reads it whole, so editing this file cannot upset a run.)
+{
 case "$STEP" in
   root) make_root ;;
   build) build ;;
@@ -195,3 +198,5 @@ case "$STEP" in
   all) make_root; build; run_tests ;;
   *) echo "slurm-root: unknown step '$STEP' (root|build|test|all)" >&2; exit 2 ;;
 esac
+exit
+}
