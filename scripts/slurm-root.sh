@@ -84,6 +84,11 @@ mount_root() {
     esac
     MOUNTED=("$ROOT/$d" "${MOUNTED[@]}")
   done
+  # srun resolves this machine's name (its step listening socket): the root
+  # gets the host's /etc/hosts, and the name on loopback if that lacks it.
+  cp /etc/hosts "$ROOT/etc/hosts"
+  chroot "$ROOT" getent hosts "$(hostname)" >/dev/null ||
+    echo "127.0.1.1 $(hostname)" >>"$ROOT/etc/hosts"
   mkdir -p "$ROOT/src"
   if ! mountpoint -q "$ROOT/src"; then
     mount --bind "$SRC" "$ROOT/src"
