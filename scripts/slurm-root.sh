@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # duet's Slurm-facing tests against a newer Slurm, in a Debian root.
 #
-#   scripts/slurm-root.sh SUITE [root|build|test|all]     (default: all)
+#   scripts/slurm-root.sh SUITE [root|build|test|all] [CTEST ARGS]   (default: all)
 #     SUITE  trixie (Slurm 24.11) | forky (Slurm 26.05)
 #     root   make sure the root exists, up to date (debootstrap --variant=minbase
 #            from the host's Debian mirror, plus the build and test packages)
@@ -22,8 +22,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
 
-SUITE=${1:?usage: scripts/slurm-root.sh trixie|forky [root|build|test|all]}
+SUITE=${1:?usage: scripts/slurm-root.sh trixie|forky [root|build|test|all] [ctest args]}
 STEP=${2:-all}
+shift $(($# < 2 ? $# : 2))
+CTEST_ARGS=("$@")  # for test/all, e.g. -R SpankDuet
 case "$SUITE" in
   trixie | forky | sid) ;;
   *) echo "slurm-root: unknown suite '$SUITE' (trixie|forky)" >&2; exit 2 ;;
@@ -183,7 +185,8 @@ run_tests() {
   local t0=$SECONDS rc=0 out
   out=$(mktemp)
   # The harness needs a UTS namespace per slurmd (unshare) and runs as root.
-  in_root ctest --test-dir /var/build/duet -L slurm --output-on-failure --timeout 900 2>&1 | tee "$out" || rc=$?
+  in_root ctest --test-dir /var/build/duet -L slurm --output-on-failure --timeout 900 \
+    "${CTEST_ARGS[@]}" 2>&1 | tee "$out" || rc=$?
   local ran passed
   ran=$(sed -n 's/.* tests passed, [0-9]* tests failed out of \([0-9]*\)/\1/p' "$out" | tail -1)
   passed=$(sed -n 's/^[0-9]*% tests passed, \([0-9]*\) tests failed.*/\1/p' "$out" | tail -1)
