@@ -335,6 +335,7 @@ std::vector<ModelTally> TallyNodes(const google::protobuf::RepeatedPtrField<v1::
     for (auto& [key, t] : by_model) {
       t.node = node.name();
       t.state = node.state();
+      t.slurm_state = node.slurm_state();
       rows.push_back(std::move(t));
     }
   }
@@ -345,13 +346,19 @@ std::vector<ModelTally> TallyNodes(const google::protobuf::RepeatedPtrField<v1::
 
 std::string RenderNodesTable(const v1::ListNodesResponse& response) {
   if (response.nodes().empty()) return "No nodes.\n";
+  // Slurm's own node state beside Kubernetes' when the bridge reports it
+  // (an admin's drain shows here while STATE stays Ready).
+  const bool with_slurm = std::any_of(response.nodes().begin(), response.nodes().end(),
+                                      [](const v1::Node& n) { return !n.slurm_state().empty(); });
   std::vector<std::vector<std::string>> rows = {
       {"NODE", "STATE", "KIND", "MODEL", "TOTAL", "SLURM", "PODS", "FREE"}};
+  if (with_slurm) rows[0].insert(rows[0].begin() + 2, "SLURM-STATE");
   std::map<int, ModelTally> by_kind;
   for (const ModelTally& t : TallyNodes(response.nodes())) {
     rows.push_back({t.node, StateText(t.state), KindText(t.kind), OrDash(t.model),
                     MilliDevices(t.total), MilliDevices(t.slurm), MilliDevices(t.pods),
                     MilliDevices(t.free)});
+    if (with_slurm) rows.back().insert(rows.back().begin() + 2, OrDash(t.slurm_state));
     if (t.kind == v1::DEVICE_KIND_UNSPECIFIED) continue;
     ModelTally& k = by_kind[t.kind];
     k.kind = t.kind;
@@ -404,6 +411,12 @@ std::string RenderNodeDetail(const v1::Node& node) {
       {"Memory:", absl::StrCat(node.memory_mib(), " MiB")},
       {"Generation:", absl::StrCat(node.generation())},
   };
+  if (!node.slurm_state().empty()) {
+    head.insert(head.begin() + 2,
+                {"Slurm:", node.slurm_reason().empty()
+                               ? node.slurm_state()
+                               : absl::StrCat(node.slurm_state(), " (", node.slurm_reason(), ")")});
+  }
   std::string out = FormatTable(head);
   if (node.devices().empty()) return out + "\nNo devices.\n";
 
@@ -459,6 +472,10 @@ Json NodesJson(const v1::ListNodesResponse& response) {
     Json jn = Json::object();
     jn["name"] = n->name();
     jn["state"] = StateJson(n->state());
+    if (!n->slurm_state().empty()) {
+      jn["slurm_state"] = n->slurm_state();
+      jn["slurm_reason"] = n->slurm_reason();
+    }
     jn["pool"] = n->pool();
     jn["zone"] = n->zone();
     jn["generation"] = n->generation();
@@ -538,6 +555,10 @@ Json NodeJson(const v1::Node& node) {
   Json j = Json::object();
   j["name"] = node.name();
   j["state"] = StateJson(node.state());
+  if (!node.slurm_state().empty()) {
+    j["slurm_state"] = node.slurm_state();
+    j["slurm_reason"] = node.slurm_reason();
+  }
   j["pool"] = node.pool();
   j["zone"] = node.zone();
   j["cpus"] = node.cpus();

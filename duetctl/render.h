@@ -14,7 +14,8 @@
 //
 // JSON (documented shape, not protobuf's JSON mapping; keys in this order):
 //
-//   nodes:  {"nodes": [{"name", "state", "pool", "zone", "generation",
+//   nodes:  {"nodes": [{"name", "state", ["slurm_state", "slurm_reason",]
+//                       "pool", "zone", "generation",
 //                       "models": [{"kind", "model", "total", "slurm",
 //                                   "pods", "free"}]}],
 //            "summary": {"nodes", "kinds": [{"kind", "total", "slurm",
@@ -22,14 +23,17 @@
 //   holds:  {"holdings": [{"node", "owner", "owner_text", "holder",
 //                          "devices": [{"kind", "index", "id", "milli"}],
 //                          "granted_at", "generation"}]}
-//   node:   {"name", "state", "pool", "zone", "cpus", "memory_mib",
+//   node:   {"name", "state", ["slurm_state", "slurm_reason",] "pool", "zone",
+//            "cpus", "memory_mib",
 //            "generation", "labels": {..},
 //            "devices": [{"kind", "index", "id", "model", "capacity_milli",
 //                         "used_milli", "topology": {..non-empty fields..},
 //                         "holders": [{"owner", "owner_text", "holder",
 //                                      "milli"}]}]}
 //
-// where "state" is ready|cordoned|not_ready|gone|unknown, "kind" of a device
+// where "state" is ready|cordoned|not_ready|gone|unknown (Kubernetes' side),
+// "slurm_state"/"slurm_reason" are Slurm's (present when the bridge runs the
+// Slurm side and Slurm knows the node), "kind" of a device
 // is gpu|tpu, "holder" is slurm|pods, counts (total/slurm/pods/free) are
 // numbers of devices (integers when whole, else decimals), "granted_at" is
 // RFC 3339 UTC or null, and "owner" is one of
@@ -56,6 +60,7 @@ using Json = nlohmann::ordered_json;
 struct ModelTally {
   std::string node;
   v1::NodeState state = v1::NODE_STATE_UNSPECIFIED;
+  std::string slurm_state;  // empty when the bridge reports none
   v1::DeviceKind kind = v1::DEVICE_KIND_UNSPECIFIED;
   std::string model;
   int64_t total = 0;

@@ -75,6 +75,25 @@ PodWatchStats PodWatch::stats() const {
   return s;
 }
 
+PodSeen PodWatch::Lookup(const std::string& uid) const {
+  PodSeen out;
+  absl::MutexLock l(&mu_);
+  out.synced = synced_;
+  if (auto it = pods_.find(uid); it != pods_.end()) {
+    out.state = it->second.terminal ? PodSeen::kEnded : PodSeen::kRunning;
+    out.ns = it->second.ns;
+    out.name = it->second.name;
+    return out;
+  }
+  for (const Pending& p : pending_) {
+    if (p.uid != uid) continue;
+    out.state = PodSeen::kEnded;
+    out.ns = p.pod.ns;
+    out.name = p.pod.name;
+  }
+  return out;
+}
+
 // ---- informer handler (informer's thread, or Start's caller) ----
 
 void PodWatch::OnUpsert(const nlohmann::json& object) {

@@ -101,6 +101,19 @@ struct PodWatchOptions {
   const Clock* clock = Clock::Real();
 };
 
+// What the pod watch's view says about one pod (PodWatch::Lookup).
+struct PodSeen {
+  enum State {
+    kNotSeen,  // not in the view (never bound, not seen yet, or long gone)
+    kRunning,  // bound, not Succeeded/Failed (it may be terminating)
+    kEnded,    // Succeeded/Failed, or deleted and its release still pending
+  };
+  State state = kNotSeen;
+  bool synced = false;  // the first complete list has been seen
+  std::string ns;
+  std::string name;
+};
+
 struct PodWatchStats {
   uint64_t released_deleted = 0;
   uint64_t released_terminal = 0;
@@ -130,6 +143,9 @@ class PodWatch final : private InformerHandler {
   void Stop();
 
   PodWatchStats stats() const;
+
+  // The view's word on the pod with `uid`. Thread-safe; never blocks on I/O.
+  PodSeen Lookup(const std::string& uid) const;
 
   // Runs one sweep now, on the caller's thread (tests; the worker otherwise).
   // Returns false (and does nothing) when the view is not synced.

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The main job on its embedded default: builds duet-bridge and duetctl, starts
-# the bridge with the built-in demo inventory (two 8-GPU H100 nodes, one
-# 4-chip TPU v5e host) and shows what it serves, then stops it.
-# Usage: scripts/demo.sh [--keep]   (--keep leaves the bridge running)
-#        scripts/demo.sh --slurm    (the Slurm side, see slurm_demo below;
+# The main job on its embedded default. As root (the default when it can):
+# a Slurm job and a pod sharing one node's GPUs, for real (slurm_demo below).
+# Otherwise, or with --ledger: builds duet-bridge and duetctl, starts the
+# bridge with the built-in demo inventory (two 8-GPU H100 nodes, one 4-chip
+# TPU v5e host) and shows what it serves (an empty ledger), then stops it.
+# Usage: scripts/demo.sh            (root: the sharing; else the ledger, saying why)
+#        scripts/demo.sh --slurm    (the sharing, or an error when not root;
 #                                    DUET_BUILD_DIR picks its build dir, default build)
+#        scripts/demo.sh --ledger [--keep]   (the ledger only; --keep leaves it running)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -171,6 +174,14 @@ YAML
 }
 
 if [[ "${1:-}" == "--slurm" ]]; then slurm_demo; exit 0; fi
+if [[ -z "${1:-}" ]]; then
+  if [[ $(id -u) -eq 0 ]]; then slurm_demo; exit 0; fi
+  echo "scripts/demo.sh: not root, so no local Slurm cluster: showing duet-bridge's ledger on its"
+  echo "embedded inventory only (no Slurm job, no pod). Run it as root to see a Slurm job and a"
+  echo "pod share one node's GPUs."
+  echo
+fi
+if [[ "${1:-}" == "--ledger" ]]; then shift; fi
 
 scripts/deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

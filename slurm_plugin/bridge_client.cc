@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -102,7 +103,8 @@ namespace {
 // Adds the credential for (node, job, step) to `ctx`; returns why it could
 // not (empty when it did, or when munge is off).
 std::string AttachMunge(bool munge, const std::string& socket, const std::string& node,
-                        uint32_t job_id, uint32_t step_id, grpc::ClientContext* ctx) {
+                        uint32_t job_id, std::optional<uint32_t> step_id,
+                        grpc::ClientContext* ctx) {
   if (!munge) return "";
   auto cred = MungeEncode(socket, slurm_munge::Payload(node, job_id, step_id));
   if (!cred.ok()) return std::string(cred.status().message());
@@ -149,6 +151,18 @@ absl::Status BridgeClient::ReleaseStep(const std::string& node, uint32_t job_id,
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
   const std::string munge_error = AttachMunge(munge_, munge_socket_, node, job_id, step_id, &ctx);
+  v1::ReleaseResponse resp;
+  return WithMungeNote(FromGrpc(stub_->Release(&ctx, req, &resp), "Release"), munge_error);
+}
+
+absl::Status BridgeClient::ReleaseJob(const std::string& node, uint32_t job_id) {
+  v1::ReleaseRequest req;
+  req.set_node(node);
+  req.mutable_owner()->mutable_slurm_job()->set_job_id(job_id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
+  const std::string munge_error =
+      AttachMunge(munge_, munge_socket_, node, job_id, std::nullopt, &ctx);
   v1::ReleaseResponse resp;
   return WithMungeNote(FromGrpc(stub_->Release(&ctx, req, &resp), "Release"), munge_error);
 }

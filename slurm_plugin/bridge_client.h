@@ -41,6 +41,9 @@ class BridgeClient {
   absl::Status HoldStep(const std::string& node, uint32_t job_id, uint32_t step_id,
                         const StepDevices& devices);
   absl::Status ReleaseStep(const std::string& node, uint32_t job_id, uint32_t step_id);
+  // Release(owner=slurm_job{job}): what job import recorded for the job on
+  // `node` (its steps keep their own holdings). OK when there was none.
+  absl::Status ReleaseJob(const std::string& node, uint32_t job_id);
   absl::StatusOr<std::vector<v1::Holding>> ListHoldings(const std::string& node);
 
  private:

@@ -181,6 +181,16 @@ absl::Status RemoteExit(spank_t sp, const PluginConfig& config, RemoteState* st)
     return absl::Status(s.code(), absl::StrCat("release of step ", st->job_id, ".", st->step_id,
                                                " on ", st->node, " failed: ", s.message()));
   }
+  if (st->step_id == SLURM_BATCH_SCRIPT) {
+    // The batch script has ended, so the job has: what job import recorded
+    // for it on this node goes now, not at the next sync pass, so the
+    // ledger is current when Slurm starts the next job on these devices.
+    s = bridge.ReleaseJob(st->node, st->job_id);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("release of job ", st->job_id, " on ", st->node,
+                                                 " failed: ", s.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -44,7 +44,7 @@ NodeSpec GpuNode(const std::string& name, int gpus) {
   return s;
 }
 
-int Placeholders(const std::string& node, int n) {
+int PlaceholderGrants(const std::string& node, int n) {
   LibSlurmClient client;
   for (int i = 0; i < n; ++i) {
     SlurmAllocRequest req;
@@ -124,7 +124,7 @@ int Serve(const std::string& socket, int argc, char** argv) {
 int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "placeholders" && argc == 4) return duet::Placeholders(argv[2], atoi(argv[3]));
+  if (mode == "placeholders" && argc == 4) return duet::PlaceholderGrants(argv[2], atoi(argv[3]));
   if (mode == "nodesync" && argc == 4) return duet::NodeSync(atoi(argv[2]), argv[3]);
   if (mode == "serve" && argc >= 3) return duet::Serve(argv[2], argc - 3, argv + 3);
   fprintf(stderr, "usage: see the header of bench/slurm/slurm_bench_tool.cc\n");

@@ -111,6 +111,27 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
                        "Slurm sync passes refused because slurmctld's release is one this "
                        "duet-bridge's libslurm cannot talk to",
                        MetricType::Counter, static_cast<double>(s.version_refusals)));
+  {
+    prometheus::MetricFamily f = Family(
+        "duet_placeholder_losses_total",
+        "Placeholders whose Slurm job vanished while their pod ran (scancel, node down), by the "
+        "outcome of the first sync pass that saw each: repaired, or fenced (devices kept held "
+        "in the ledger)",
+        MetricType::Counter, static_cast<double>(s.placeholders_lost_repaired));
+    f.metric[0].label.push_back({"outcome", "repaired"});
+    prometheus::ClientMetric fenced = f.metric[0];
+    fenced.label[0].value = "fenced";
+    fenced.counter.value = static_cast<double>(s.placeholders_lost_fenced);
+    f.metric.push_back(fenced);
+    out.push_back(std::move(f));
+  }
+  out.push_back(Family("duet_placeholder_repairs_total",
+                       "Lost placeholders re-created in Slurm for the pod's exact devices",
+                       MetricType::Counter, static_cast<double>(s.placeholder_repairs)));
+  out.push_back(Family("duet_placeholders_fenced",
+                       "Lost placeholders not repaired yet: their pod's devices are held in the "
+                       "ledger only (SPANK refuses Slurm steps on them)",
+                       MetricType::Gauge, static_cast<double>(s.placeholders_fenced)));
   const double age = s.last_success == absl::InfinitePast()
                          ? -1
                          : absl::ToDoubleSeconds(absl::Now() - s.last_success);
@@ -128,6 +149,22 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
 }
 
 Bridge::Bridge(const Config& config) : config_(config) {}
+
+PodLivenessFn Bridge::PodLivenessFromWatch() {
+  return [this](const std::string& uid) {
+    k8s::PodWatch* watch = pod_view_.load();
+    if (watch == nullptr) return PodLiveness::kUnknown;
+    switch (watch->Lookup(uid).state) {
+      case k8s::PodSeen::kRunning:
+        return PodLiveness::kLive;
+      case k8s::PodSeen::kEnded:
+        return PodLiveness::kGone;
+      case k8s::PodSeen::kNotSeen:
+        return PodLiveness::kUnknown;
+    }
+    return PodLiveness::kUnknown;
+  };
+}
 
 absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
                                                       const BridgeStartOptions& options) {
@@ -214,12 +251,18 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     so.node_addr_label = config.slurm.node_addr_label;
     so.managed_feature = config.slurm.managed_feature;
     so.release_grace = config.slurm.release_grace;
-    if (b->events_ != nullptr) so.on_drain = NodeDrainEvents(b->events_.get());  // pod lifecycle
+    if (b->events_ != nullptr) {
+      so.on_drain = NodeDrainEvents(b->events_.get());
+      so.on_placeholder_lost = PlaceholderLossEvents(b->events_.get());
+    }
+    so.pod_liveness = b->PodLivenessFromWatch();
     so.policy = *policy;
     b->slurm_loads_ = std::make_unique<SlurmNodeLoads>();
     so.loads = b->slurm_loads_.get();
     b->slurm_sync_ = std::make_unique<SlurmSync>(so, &b->ledger_, b->slurm_.get(), Clock::Real());
     b->placeholders_ = std::make_unique<Placeholders>(&b->ledger_, b->slurm_.get());
+    b->stale_holders_ =
+        std::make_unique<StaleHolders>(&b->ledger_, b->slurm_.get(), b->PodLivenessFromWatch());
     SlurmSync* sync = b->slurm_sync_.get();
     m->AddCollector([sync] { return SlurmMetricFamilies(sync->degraded(), sync->stats()); });
     // A first pass before serving, so Slurm and the ledger agree early. A
@@ -244,6 +287,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
                                                       b->pod_releaser_.get(), po);
       absl::Status pw = b->pod_watch_->Start();
       if (!pw.ok()) return pw;
+      b->pod_view_.store(b->pod_watch_.get());
       k8s::PodWatch* watch = b->pod_watch_.get();
       m->AddCollector([watch] { return PodWatchFamilies(watch->stats()); });
     }
@@ -283,14 +327,14 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   // --- PlacePod (device plugin): Slurm placeholders when Slurm is on ---
   sopts.placeholders = b->placeholders_.get();
   // --- end PlacePod ---
-  // A Slurm step refused because a placeholder holds its devices: if Slurm
-  // says that placeholder job has ended (a pod's cancel killed it and has
-  // not released the ledger yet), release it and try once more.
-  if (b->placeholders_ != nullptr) {
-    Placeholders* ph = b->placeholders_.get();
-    sopts.resolve_slurm_conflict = [ph](const HoldRequest& r) {
+  // A Slurm step refused because another Slurm job, or a placeholder whose
+  // pod has ended, holds its devices in the ledger: if Slurm says that job
+  // has ended (the ledger lags Slurm), release it and try once more.
+  if (b->stale_holders_ != nullptr) {
+    StaleHolders* stale = b->stale_holders_.get();
+    sopts.resolve_slurm_conflict = [stale](const HoldRequest& r) {
       if (r.devices.empty()) return false;
-      absl::StatusOr<int> n = ph->ReleaseEnded(r.node, r.devices);
+      absl::StatusOr<int> n = stale->ReleaseEnded(r.node, r.owner, r.devices);
       if (!n.ok()) {
         spdlog::warn("hold for {} on {}: cannot check the placeholders that hold its devices: {}",
                      r.owner.ToString(), r.node, n.status().ToString());
@@ -298,6 +342,10 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
       }
       return *n > 0;
     };
+  }
+  if (b->slurm_loads_ != nullptr) {
+    SlurmNodeLoads* loads = b->slurm_loads_.get();
+    sopts.slurm_state = [loads](const std::string& node) { return loads->State(node); };
   }
   b->service_ = std::make_unique<LedgerService>(&b->ledger_, b->durability_.get(), &b->hub_, m,
                                                 sopts);
@@ -361,6 +409,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     if (b->slurm_loads_ != nullptr) {
       SlurmNodeLoads* loads = b->slurm_loads_.get();
       eo.load = [loads](const NodeView& v) { return loads->Get(v.spec.name); };
+      eo.unusable = [loads](const std::string& node) { return loads->Unusable(node); };
       eo.on_placeholder = [loads](const std::string& node, const placement::NodeLoad& l) {
         loads->Add(node, l);
       };

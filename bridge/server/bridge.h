@@ -2,6 +2,7 @@
 
 // duet-bridge, assembled: ledger + journal + inventory + gRPC + metrics.
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
 #include "bridge/slurm/slurm_sync.h"
+#include "bridge/slurm/stale_holders.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "k8s_adapter/event_recorder.h"
@@ -90,6 +92,11 @@ class Bridge {
   std::unique_ptr<SlurmNodeLoads> slurm_loads_;  // before its users (destroyed after them)
   std::unique_ptr<SlurmSync> slurm_sync_;
   std::unique_ptr<Placeholders> placeholders_;
+  std::unique_ptr<StaleHolders> stale_holders_;
+  // The pod watch once started (null before, and without Kubernetes), for
+  // the Slurm side's PodLivenessFn (set after the Slurm sync starts).
+  std::atomic<k8s::PodWatch*> pod_view_{nullptr};
+  PodLivenessFn PodLivenessFromWatch();
   // ---- pod lifecycle (pod-lifecycle helper) ----
   std::unique_ptr<k8s::EventRecorder> events_;
   std::unique_ptr<k8s::PodReleaser> pod_releaser_;

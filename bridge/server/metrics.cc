@@ -162,6 +162,22 @@ Metrics::Metrics(const Ledger* ledger)
         absl::StatusCode::kUnavailable}) {
     refusals_->Add({{"reason", CodeLabel(c)}});
   }
+  conflicts_ = &BuildCounter()
+                    .Name("duet_holdings_conflicts_total")
+                    .Help(
+                        "Hold requests refused because a live owner holds a device they name, "
+                        "by the holder's side (pod or slurm)")
+                    .Register(*registry_);
+  conflicts_->Add({{"holder", "pod"}});
+  conflicts_->Add({{"holder", "slurm"}});
+  stale_retries_ = &BuildCounter()
+                        .Name("duet_holdings_stale_retries_total")
+                        .Help(
+                            "Slurm Holds that met holdings of Slurm jobs or placeholders that "
+                            "had ended in Slurm, released them and tried again, by result")
+                        .Register(*registry_);
+  stale_retries_->Add({{"result", "granted"}});
+  stale_retries_->Add({{"result", "refused"}});
   fsync_latency_ = &BuildHistogram()
                         .Name("duet_journal_fsync_duration_seconds")
                         .Help("Journal write+fdatasync time per group commit")
@@ -215,6 +231,14 @@ void Metrics::CountRelease(const Owner& owner) {
 
 void Metrics::CountRefusal(absl::StatusCode code) {
   refusals_->Add({{"reason", CodeLabel(code)}}).Increment();
+}
+
+void Metrics::CountConflict(HolderClass blocking) {
+  conflicts_->Add({{"holder", blocking == HolderClass::kPod ? "pod" : "slurm"}}).Increment();
+}
+
+void Metrics::CountStaleRetry(bool granted) {
+  stale_retries_->Add({{"result", granted ? "granted" : "refused"}}).Increment();
 }
 
 void Metrics::ObserveFsync(double seconds, size_t records, size_t bytes) {

@@ -39,6 +39,14 @@ class Metrics {
   void CountRelease(const Owner& owner);
   // A refused Hold, by reason (the status code, lower-case).
   void CountRefusal(absl::StatusCode code);
+  // A Hold refused because a live owner holds one of the devices it names
+  // (a real conflict), by the blocking owner's side: "pod" (pods and their
+  // placeholders) or "slurm" (jobs and steps).
+  void CountConflict(HolderClass blocking);
+  // A Slurm owner's Hold that first hit holdings of Slurm jobs or
+  // placeholders that turned out to have ended in Slurm (StaleHolders), by
+  // result: "granted" on the second try, or "refused".
+  void CountStaleRetry(bool granted);
   void ObserveFsync(double seconds, size_t records, size_t bytes);
   void SetWatchStreams(int streams);
   void SetServing(bool serving);
@@ -72,6 +80,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* grants_;
   prometheus::Family<prometheus::Counter>* releases_;
   prometheus::Family<prometheus::Counter>* refusals_;
+  prometheus::Family<prometheus::Counter>* conflicts_;
+  prometheus::Family<prometheus::Counter>* stale_retries_;
   prometheus::Histogram* fsync_latency_;
   prometheus::Histogram* fsync_batch_;
   prometheus::Counter* journal_bytes_;

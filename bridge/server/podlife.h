@@ -16,6 +16,7 @@
 #include "bridge/config/config.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/slurm/placeholders.h"
+#include "bridge/slurm/slurm_sync.h"
 #include "k8s_adapter/event_recorder.h"
 #include "k8s_adapter/informer.h"
 #include "k8s_adapter/kube_config.h"
@@ -44,6 +45,12 @@ class BridgePodReleaser final : public k8s::PodReleaser {
 // For SlurmSyncOptions::on_drain: a Normal Event on the Node ("DuetDrained"
 // / "DuetResumed") each time duet drains a node in Slurm or undoes its own
 // drain. `events` must outlive the returned function.
+// For SlurmSyncOptions::on_placeholder_lost: Events on the pod and its node.
+// Repaired: Normal "DuetPlaceholderRepaired". Fenced: Warning
+// "DuetPlaceholderLost", which says the devices stay held for the pod (Slurm
+// steps on them are refused) and that deleting the pod gives them back.
+std::function<void(const PlaceholderLoss&)> PlaceholderLossEvents(k8s::EventRecorder* events);
+
 std::function<void(const std::string&, bool, const std::string&)> NodeDrainEvents(
     k8s::EventRecorder* events);
 

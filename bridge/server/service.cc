@@ -1,7 +1,9 @@
 #include "bridge/server/service.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "bridge/api/convert.h"
@@ -204,6 +206,32 @@ LedgerService::LedgerService(Ledger* ledger, Durability* durability, WatchHub* h
                              Metrics* metrics, Options options)
     : ledger_(ledger), durability_(durability), hub_(hub), metrics_(metrics), options_(options) {}
 
+void LedgerService::NodeToProto(const NodeView& view, v1::Node* out) const {
+  ToProto(view, out);
+  if (!options_.slurm_state) return;
+  auto [state, reason] = options_.slurm_state(view.spec.name);
+  out->set_slurm_state(std::move(state));
+  out->set_slurm_reason(std::move(reason));
+}
+
+std::optional<HolderClass> LedgerService::BlockingClass(const HoldRequest& request) const {
+  if (request.devices.empty()) return std::nullopt;  // "any N": no room, not a conflict
+  std::optional<HolderClass> out;
+  for (const Holding& h : ledger_->ListHoldings(request.node)) {
+    if (h.owner.SameGroup(request.owner)) continue;
+    for (const HeldDevice& d : h.devices) {
+      const bool named =
+          std::any_of(request.devices.begin(), request.devices.end(),
+                      [&](const HeldDevice& w) { return w.kind == d.kind && w.index == d.index; });
+      if (!named) continue;
+      // A pod on the device outweighs a Slurm job in the label: that is the
+      // conflict duet exists to prevent.
+      if (!out || h.owner.holder_class() == HolderClass::kPod) out = h.owner.holder_class();
+    }
+  }
+  return out;
+}
+
 void LedgerService::Answer(grpc::ServerUnaryReactor* reactor, const char* method,
                            absl::Time start, const absl::Status& status) {
   if (metrics_ != nullptr) {
@@ -237,7 +265,7 @@ grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* 
   const absl::Time start = absl::Now();
   auto* reactor = ctx->DefaultReactor();
   if (req->names().empty()) {
-    for (const auto& view : ledger_->Snapshot().nodes) ToProto(*view, resp->add_nodes());
+    for (const auto& view : ledger_->Snapshot().nodes) NodeToProto(*view, resp->add_nodes());
   } else {
     for (const std::string& name : req->names()) {
       auto view = ledger_->GetNode(name);
@@ -245,7 +273,7 @@ grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* 
         Answer(reactor, "ListNodes", start, absl::NotFoundError(absl::StrCat("unknown node ", name)));
         return reactor;
       }
-      ToProto(*view, resp->add_nodes());
+      NodeToProto(*view, resp->add_nodes());
     }
   }
   Answer(reactor, "ListNodes", start, absl::OkStatus());
@@ -265,7 +293,7 @@ grpc::ServerUnaryReactor* LedgerService::GetNode(grpc::CallbackServerContext* ct
     Answer(reactor, "GetNode", start, absl::NotFoundError(absl::StrCat("unknown node ", req->name())));
     return reactor;
   }
-  ToProto(*view, resp);
+  NodeToProto(*view, resp);
   Answer(reactor, "GetNode", start, absl::OkStatus());
   return reactor;
 }
@@ -294,8 +322,14 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
       request->owner.holder_class() == HolderClass::kSlurm && options_.resolve_slurm_conflict &&
       options_.resolve_slurm_conflict(*request)) {
     result = ledger_->Hold(*request);
+    if (metrics_ != nullptr) metrics_->CountStaleRetry(result.ok());
   }
-  if (!result.ok()) return refuse(result.status());
+  if (!result.ok()) {
+    if (metrics_ != nullptr && absl::IsResourceExhausted(result.status())) {
+      if (std::optional<HolderClass> c = BlockingClass(*request)) metrics_->CountConflict(*c);
+    }
+    return refuse(result.status());
+  }
   ToProto(result->holding, ledger_->GetNode(result->holding.node).get(), resp->mutable_holding());
   resp->set_created(result->created);
   const bool created = result->created;

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "bridge/ledger/ledger.h"
@@ -65,9 +67,12 @@ class LedgerService final : public v1::Ledger::CallbackService {
     Placeholders* placeholders = nullptr;
     // A Hold for a Slurm owner refused with RESOURCE_EXHAUSTED (a device is
     // held) is tried once more when this returns true: it has released
-    // holdings that Slurm says are stale (Placeholders::ReleaseEnded). Null:
+    // holdings that Slurm says are stale (StaleHolders::ReleaseEnded). Null:
     // no second try.
     std::function<bool(const HoldRequest& request)> resolve_slurm_conflict;
+    // Slurm's state and reason of a node for ListNodes/GetNode answers
+    // (Node.slurm_state/slurm_reason); null when Slurm is off.
+    std::function<std::pair<std::string, std::string>(const std::string& node)> slurm_state;
   };
   // All pointers must outlive the service. `metrics` may be null.
   LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub, Metrics* metrics,
@@ -101,6 +106,12 @@ class LedgerService final : public v1::Ledger::CallbackService {
 
  private:
   class WatchReactor;
+  // ToProto plus Slurm's view of the node (Options::slurm_state).
+  void NodeToProto(const NodeView& view, v1::Node* out) const;
+  // The side of the live owners that hold devices `request` names on its
+  // node (pod if any is a pod's), nullopt when none does (a Hold of "any N"
+  // that found no room, or the holder left since).
+  std::optional<HolderClass> BlockingClass(const HoldRequest& request) const;
   // Finishes `reactor` with `status`, recording latency and code.
   void Answer(grpc::ServerUnaryReactor* reactor, const char* method, absl::Time start,
               const absl::Status& status);

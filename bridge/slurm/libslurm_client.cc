@@ -121,6 +121,10 @@ SlurmJobInfo ToJobInfo(const slurm_job_info_t& j) {
     if (r) info.state_reason = r;
   }
   if (j.start_time > 0) info.start_time = absl::FromTimeT(j.start_time);
+  info.cpus = j.num_cpus;
+  if (j.pn_min_memory != NO_VAL64 && (j.pn_min_memory & MEM_PER_CPU) == 0) {
+    info.memory_mib = j.pn_min_memory;
+  }
   const std::vector<std::string> hosts = slurm_compat::ExpandHostlist(j.nodes);
   for (size_t i = 0; i < hosts.size(); ++i) {
     SlurmJobNodeDevices d;

@@ -86,33 +86,121 @@ absl::Status Placeholders::Cancel(const std::string& node, const std::string& po
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Placeholders::ReleaseEnded(const std::string& node,
-                                               const std::vector<HeldDevice>& devices) {
-  int released = 0;
-  for (const Holding& h : ledger_->ListHoldings(node)) {
-    if (h.owner.kind != OwnerKind::kPlaceholder) continue;
-    const bool overlaps = std::any_of(h.devices.begin(), h.devices.end(), [&](const HeldDevice& d) {
-      return std::any_of(devices.begin(), devices.end(), [&](const HeldDevice& w) {
-        return w.kind == d.kind && w.index == d.index;
+namespace {
+
+// The device indices of `kind` in `devices`, sorted.
+std::vector<uint32_t> IndicesOf(const std::vector<HeldDevice>& devices, DeviceKind kind) {
+  std::vector<uint32_t> out;
+  for (const HeldDevice& d : devices) {
+    if (d.kind == kind) out.push_back(d.index);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Holding>> Placeholders::Repair(const Holding& lost,
+                                                          const PlaceholderPod& pod, uint32_t cpus,
+                                                          uint64_t memory_mib) {
+  if (lost.owner.kind != OwnerKind::kPlaceholder) {
+    return absl::InvalidArgumentError("repair: not a placeholder holding");
+  }
+  auto view = ledger_->GetNode(lost.node);
+  if (!view) return absl::NotFoundError(absl::StrCat("node ", lost.node, " is not in the ledger"));
+  const Owner group = Owner::Pod(lost.owner.pod_uid);
+
+  struct Made {
+    uint32_t job_id;
+    bool piece;
+    std::vector<HeldDevice> devices;
+  };
+  std::vector<Made> made;
+  auto cancel_all = [&](const absl::Status& why) {
+    for (const Made& m : made) (void)slurm_->KillJob(m.job_id);
+    return why;
+  };
+
+  bool first_piece = true;
+  for (DeviceKind kind : {DeviceKind::kGpu, DeviceKind::kTpu}) {
+    const std::vector<uint32_t> want = IndicesOf(lost.devices, kind);
+    if (want.empty()) continue;
+    // Devices of this kind that Slurm should see free: nobody outside the
+    // pod's group holds them in the ledger. Only those up to the pod's last.
+    std::vector<std::pair<uint32_t, bool>> order;  // index, wanted
+    for (const DeviceState& d : view->devices) {
+      if (d.spec.kind != kind || d.spec.index > want.back()) continue;
+      const bool others = std::any_of(d.uses.begin(), d.uses.end(), [&](const DeviceUse& u) {
+        return !u.owner->SameGroup(group);
       });
-    });
-    if (!overlaps) continue;
-    absl::StatusOr<std::optional<SlurmJobInfo>> job = slurm_->GetJob(h.owner.job_id);
-    if (!job.ok()) return job.status();
-    if (job->has_value() && ((*job)->state == SlurmJobState::kRunning ||
-                             (*job)->state == SlurmJobState::kSuspended)) {
-      continue;  // a live placeholder: the refusal stands
+      const bool wanted = std::binary_search(want.begin(), want.end(), d.spec.index);
+      if (others && wanted) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("repair: ", DeviceKindName(kind), " ", d.spec.index, " on ", lost.node,
+                         " is also held by another owner in the ledger"));
+      }
+      if (!others) order.emplace_back(d.spec.index, wanted);
     }
-    absl::StatusOr<ReleaseResult> r = ledger_->Release(node, h.owner);
-    if (!r.ok()) return r.status();
-    if (r->released) {
-      ++released;
-      spdlog::info("placeholder job {} (pod {}) on {}: ended in Slurm ({}), released in the ledger",
-                   h.owner.job_id, h.owner.pod_uid, node,
-                   job->has_value() ? "no longer running" : "gone");
+    std::sort(order.begin(), order.end());
+    // Runs of wanted / unwanted devices, in index order: each becomes one job.
+    for (size_t i = 0; i < order.size();) {
+      size_t j = i;
+      std::vector<uint32_t> run;
+      while (j < order.size() && order[j].second == order[i].second)
+        run.push_back(order[j++].first);
+      const bool piece = order[i].second;
+      i = j;
+      SlurmAllocRequest req;
+      req.node = lost.node;
+      req.job_name =
+          piece ? absl::StrCat(kPlaceholderJobPrefix, pod.ns, "/", pod.name) : "duet-repair-filler";
+      req.comment =
+          piece ? PlaceholderComment(Owner::Pod(pod.uid, pod.ns, pod.name)) : "duet-repair-filler";
+      (kind == DeviceKind::kGpu ? req.gpus : req.tpus) = static_cast<uint32_t>(run.size());
+      req.cpus = piece && first_piece ? std::max<uint32_t>(1, cpus) : 1;
+      req.memory_mib = piece && first_piece ? memory_mib : 0;
+      if (piece) {
+        req.spank_env = {absl::StrCat("DUET_POD_UID=", pod.uid),
+                         absl::StrCat("DUET_POD=", pod.ns, "/", pod.name)};
+      }
+      absl::StatusOr<SlurmAllocation> alloc = slurm_->AllocatePlaceholder(req);
+      if (!alloc.ok()) return cancel_all(alloc.status());
+      const std::vector<uint32_t>& got =
+          kind == DeviceKind::kGpu ? alloc->devices.gpus : alloc->devices.tpus;
+      const std::vector<uint32_t>& other =
+          kind == DeviceKind::kGpu ? alloc->devices.tpus : alloc->devices.gpus;
+      Made m{alloc->job_id, piece, {}};
+      for (uint32_t x : run) m.devices.push_back({kind, x, kWholeDevice});
+      made.push_back(m);
+      if (got != run || !other.empty()) {
+        return cancel_all(absl::FailedPreconditionError(
+            absl::StrCat("repair: Slurm gave job ", alloc->job_id, " ", DeviceKindName(kind), " ",
+                         FormatIndexList(got), " on ", lost.node, ", not ", FormatIndexList(run))));
+      }
+      if (piece) first_piece = false;
     }
   }
-  return released;
+  // Record the new pieces, then drop the lost one: the pod's group holds the
+  // devices throughout.
+  std::vector<Holding> out;
+  for (const Made& m : made) {
+    if (!m.piece) continue;
+    HoldRequest hold;
+    hold.node = lost.node;
+    hold.owner = Owner::Placeholder(m.job_id, lost.owner.pod_uid);
+    hold.devices = m.devices;
+    absl::StatusOr<HoldResult> held = ledger_->Hold(hold);
+    if (!held.ok()) {
+      for (const Holding& h : out) (void)ledger_->Release(h.node, h.owner);
+      return cancel_all(held.status());
+    }
+    out.push_back(held->holding);
+  }
+  for (const Made& m : made) {
+    if (!m.piece) (void)slurm_->KillJob(m.job_id);
+  }
+  (void)ledger_->Release(lost.node, lost.owner);
+  return out;
 }
 
 }  // namespace duet

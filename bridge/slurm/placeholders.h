@@ -53,14 +53,23 @@ class Placeholders {
   // reached: the ledger then keeps the holding (nothing released on a guess).
   absl::Status Cancel(const std::string& node, const std::string& pod_uid);
 
-  // For a Slurm job or step refused because placeholders hold some of
-  // `devices` on `node` in the ledger: releases those placeholder holdings
-  // whose Slurm job is no longer running or suspended (ended, completing, or
-  // gone from Slurm). Cancel kills the job before it releases the ledger, so
-  // a job Slurm starts on those devices in between would otherwise be
-  // refused. Slurm's job table decides; nothing is released on a guess.
-  // Returns how many it released; UNAVAILABLE when Slurm cannot be reached.
-  absl::StatusOr<int> ReleaseEnded(const std::string& node, const std::vector<HeldDevice>& devices);
+  // Re-creates the Slurm side of a placeholder whose Slurm job is gone
+  // (scancel, node down, slurmctld lost it) while its pod still runs, for
+  // exactly the devices the pod holds in the ledger (`lost`). Slurm picks a
+  // job's GRES indices itself, lowest free first, so the free devices below
+  // the pod's are taken first by short-lived filler jobs, and each run of the
+  // pod's devices becomes one placeholder piece (a pod whose devices are not
+  // contiguous among the free ones gets several placeholder jobs; SameGroup
+  // keeps them one owner group). Every allocation is checked against the
+  // indices wanted; on any mismatch or refusal everything this call made is
+  // cancelled and the ledger is left as it was. On success the new pieces
+  // are recorded (Placeholder{new job, uid}) before the lost one is released,
+  // so the devices are never free in between; fillers are cancelled.
+  // `cpus`/`memory_mib` go to the first piece (the others ask 1 CPU).
+  // Errors: FAILED_PRECONDITION (node not usable, or Slurm chose other
+  // devices), RESOURCE_EXHAUSTED, UNAVAILABLE, NOT_FOUND (node unknown).
+  absl::StatusOr<std::vector<Holding>> Repair(const Holding& lost, const PlaceholderPod& pod,
+                                              uint32_t cpus, uint64_t memory_mib);
 
  private:
   Ledger* const ledger_;

@@ -119,6 +119,10 @@ struct SlurmJobInfo {
   std::string nodes;         // hostlist expression
   std::vector<SlurmJobNodeDevices> devices;
   absl::Time start_time = absl::InfinitePast();
+  // CPUs allocated (or asked, while pending); memory per node in MiB when
+  // the job asked it per node (0: per CPU, or not known).
+  uint32_t cpus = 0;
+  uint64_t memory_mib = 0;
 
   // Running, suspended or completing: its devices are (still) in use.
   bool live() const {

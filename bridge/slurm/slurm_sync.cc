@@ -1,7 +1,5 @@
 #include "bridge/slurm/slurm_sync.h"
 
-#include "bridge/placement/placement.h"
-
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -11,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bridge/common/status_macros.h"
 #include "bridge/placement/placement.h"
 #include "bridge/slurm/libslurm_client.h"
@@ -127,15 +126,46 @@ void SlurmSync::Stop() {
   thread_.join();
 }
 
+std::string UnusableReason(const SlurmNodeInfo& n) {
+  if (n.future) return "";
+  const std::string why = n.reason.empty() ? "" : absl::StrCat(" (", n.reason, ")");
+  if (n.down) return absl::StrCat("down in Slurm", why);
+  if (n.drain) return absl::StrCat("drained in Slurm", why);
+  if (n.not_responding) return "not responding in Slurm";
+  return "";
+}
+
 void SlurmNodeLoads::Replace(const std::vector<SlurmNodeInfo>& nodes) {
   absl::flat_hash_map<std::string, placement::NodeLoad> fresh;
+  absl::flat_hash_map<std::string, std::pair<std::string, std::string>> states;
+  absl::flat_hash_map<std::string, std::string> unusable;
   fresh.reserve(nodes.size());
+  states.reserve(nodes.size());
   for (const SlurmNodeInfo& n : nodes) {
+    states[n.name] = {n.state, n.reason};
+    std::string why = UnusableReason(n);
+    if (!why.empty()) unusable[n.name] = std::move(why);
     if (n.alloc_cpus == 0 && n.alloc_memory_mib == 0) continue;
     fresh[n.name] = placement::NodeLoad{uint64_t{n.alloc_cpus} * 1000, n.alloc_memory_mib};
   }
   absl::MutexLock lock(&mu_);
   loads_.swap(fresh);
+  states_.swap(states);
+  unusable_.swap(unusable);
+  unusable_count_.store(unusable_.size());
+}
+
+std::string SlurmNodeLoads::Unusable(const std::string& node) const {
+  if (unusable_count_.load(std::memory_order_relaxed) == 0) return "";
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = unusable_.find(node);
+  return it == unusable_.end() ? "" : it->second;
+}
+
+std::pair<std::string, std::string> SlurmNodeLoads::State(const std::string& node) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = states_.find(node);
+  return it == states_.end() ? std::pair<std::string, std::string>() : it->second;
 }
 
 void SlurmNodeLoads::Add(const std::string& node, const placement::NodeLoad& load) {
@@ -184,7 +214,7 @@ absl::Status SlurmSync::RunOnce() {
   };
   if (options_.manage_nodes) note(AfterCtldStart(*nodes));
   if (options_.manage_nodes) note(SyncNodes(snap, *nodes));
-  if (options_.import_jobs) note(ImportJobs(snap));
+  if (options_.import_jobs) note(ImportJobs(snap, *nodes));
   if (options_.manage_weights) {
     // Weights from the ledger after the import.
     note(SyncWeights(ledger_->Snapshot(), *nodes));
@@ -348,7 +378,8 @@ absl::Status SlurmSync::SyncNodes(const LedgerSnapshot& snap,
   return first;
 }
 
-absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap) {
+absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
+                                   const std::vector<SlurmNodeInfo>& nodes) {
   const absl::Time listed_at = clock_->Now();
   auto jobs = slurm_->ListJobs();
   if (!jobs.ok()) return jobs.status();
@@ -359,15 +390,25 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap) {
 
   for (const SlurmJobInfo& job : *jobs) {
     if (job.live()) live.insert(job.job_id);
+    if (!job.live()) continue;
+    if (std::optional<PlaceholderPod> pod = ParsePlaceholderComment(job.comment)) {
+      placeholders_seen_[job.job_id] = {*pod, job.cpus, job.memory_mib};
+    }
   }
   // First release holdings of jobs Slurm no longer runs. Only what was granted before the
   // list was read: a step may have registered since.
+  absl::flat_hash_set<uint32_t> kept;  // lost placeholders still held
   for (const Holding& h : ledger_->ListHoldings()) {
     const bool slurm_side = h.owner.kind == OwnerKind::kSlurmJob ||
                             h.owner.kind == OwnerKind::kSlurmStep ||
                             h.owner.kind == OwnerKind::kPlaceholder;
     if (!slurm_side || live.contains(h.owner.job_id)) continue;
     if (h.granted_at > listed_at - options_.release_grace) continue;
+    if (h.owner.kind == OwnerKind::kPlaceholder && PodOf(h.owner.pod_uid) != PodLiveness::kGone) {
+      HandleLost(h, *jobs, nodes);
+      kept.insert(h.owner.job_id);
+      continue;
+    }
     auto r = ledger_->Release(h.node, h.owner);
     if (r.ok() && r->released) {
       Count(&SlurmSyncStats::holdings_released);
@@ -379,7 +420,7 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap) {
   for (const SlurmJobInfo& job : *jobs) {
     if (!job.live()) continue;
     const std::optional<PlaceholderPod> pod = ParsePlaceholderComment(job.comment);
-    if (pod && options_.pod_exists && !options_.pod_exists(pod->uid)) {
+    if (pod && PodOf(pod->uid) == PodLiveness::kGone) {
       absl::Status s = slurm_->KillJob(job.job_id);
       if (s.ok()) {
         for (const SlurmJobNodeDevices& d : job.devices) {
@@ -415,7 +456,86 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap) {
       }
     }
   }
+  // Forget what no longer matters: placeholder jobs neither live nor kept,
+  // fenced entries whose holding is gone (repaired, or the pod ended).
+  for (auto it = placeholders_seen_.begin(); it != placeholders_seen_.end();) {
+    it = live.contains(it->first) || kept.contains(it->first) ? std::next(it)
+                                                              : placeholders_seen_.erase(it);
+  }
+  for (auto it = fenced_.begin(); it != fenced_.end();) {
+    it = kept.contains(it->second) ? std::next(it) : fenced_.erase(it);
+  }
+  {
+    absl::MutexLock lock(&stats_mu_);
+    stats_.placeholders_fenced = fenced_.size();
+  }
   return first;
+}
+
+PodLiveness SlurmSync::PodOf(const std::string& uid) const {
+  return options_.pod_liveness ? options_.pod_liveness(uid) : PodLiveness::kUnknown;
+}
+
+void SlurmSync::HandleLost(const Holding& h, const std::vector<SlurmJobInfo>& jobs,
+                           const std::vector<SlurmNodeInfo>& nodes) {
+  const auto key = std::make_pair(h.node, h.owner.job_id);
+  const bool reported = fenced_.count(key) > 0;
+  PlaceholderLoss loss;
+  loss.node = h.node;
+  loss.lost_job_id = h.owner.job_id;
+  loss.devices = h.devices;
+  loss.pod.uid = h.owner.pod_uid;
+  uint32_t cpus = 1;
+  uint64_t memory_mib = 0;
+  if (auto it = placeholders_seen_.find(h.owner.job_id); it != placeholders_seen_.end()) {
+    loss.pod = it->second.pod;
+    cpus = std::max<uint32_t>(1, it->second.cpus);
+    memory_mib = it->second.memory_mib;
+  } else {
+    for (const SlurmJobInfo& j : jobs) {  // a finished record Slurm still keeps
+      if (j.job_id != h.owner.job_id) continue;
+      if (auto pod = ParsePlaceholderComment(j.comment)) loss.pod = *pod;
+      cpus = std::max<uint32_t>(1, j.cpus);
+      memory_mib = j.memory_mib;
+    }
+  }
+  std::string unusable = "not known to Slurm";
+  for (const SlurmNodeInfo& n : nodes) {
+    if (n.name != h.node) continue;
+    unusable = n.future ? "no slurmd registered" : UnusableReason(n);
+  }
+  if (unusable.empty()) {
+    absl::StatusOr<std::vector<Holding>> fixed =
+        Placeholders(ledger_, slurm_).Repair(h, loss.pod, cpus, memory_mib);
+    if (fixed.ok()) {
+      loss.repaired = true;
+      for (const Holding& n : *fixed) loss.new_job_ids.push_back(n.owner.job_id);
+    } else {
+      loss.detail = std::string(fixed.status().message());
+    }
+  } else {
+    loss.detail = absl::StrCat("node ", h.node, " is ", unusable);
+  }
+  if (loss.repaired) {
+    Count(&SlurmSyncStats::placeholder_repairs);
+    if (!reported) Count(&SlurmSyncStats::placeholders_lost_repaired);
+    fenced_.erase(key);
+    spdlog::warn(
+        "slurm sync: placeholder job {} of pod {}/{} (uid {}) on {} was gone from Slurm; "
+        "repaired as job(s) {}",
+        h.owner.job_id, loss.pod.ns, loss.pod.name, loss.pod.uid, h.node,
+        absl::StrJoin(loss.new_job_ids, ","));
+  } else {
+    if (reported) return;  // reported once; the next pass tries again
+    Count(&SlurmSyncStats::placeholders_lost_fenced);
+    fenced_.insert(key);
+    spdlog::error(
+        "slurm sync: placeholder job {} of pod {}/{} (uid {}) on {} is gone from Slurm while the "
+        "pod runs; its devices stay held in the ledger (Slurm steps on them are refused) until a "
+        "repair succeeds or the pod is deleted: {}",
+        h.owner.job_id, loss.pod.ns, loss.pod.name, loss.pod.uid, h.node, loss.detail);
+  }
+  if (options_.on_placeholder_lost) options_.on_placeholder_lost(loss);
 }
 
 absl::Status SlurmSync::SyncWeights(const LedgerSnapshot& snap,

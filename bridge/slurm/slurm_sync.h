@@ -21,8 +21,15 @@
 //     other jobs as SlurmJob owners (which covers steps that never reported).
 //     Ledger holdings of Slurm jobs, steps and placeholders whose job is no
 //     longer live are released (only those granted before the job list was
-//     read, minus `release_grace`). Placeholders whose pod is gone
-//     (`pod_exists` says so) are cancelled and released.
+//     read, minus `release_grace`) -- except placeholders whose pod is not
+//     known to be gone (`pod_liveness`): such a placeholder was lost in Slurm
+//     (an admin's scancel, a node that went down, slurmctld losing it) while
+//     its pod still uses the devices. The ledger keeps the pod's devices held
+//     (the SPANK fence keeps refusing them to Slurm steps) and each pass tries
+//     Placeholders::Repair (a new placeholder for exactly those devices) once
+//     the node is usable in Slurm; the loss and its outcome are reported once
+//     per placeholder (`on_placeholder_lost`, stats). Live placeholders whose
+//     pod is gone are cancelled and released.
 //  4. Weights: each node's Weight comes from the placement policy (SlurmWeightFor)
 //     (fuller nodes get lower weights, so Slurm packs), sent only on change.
 //
@@ -34,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,7 +54,9 @@
 #include "bridge/common/clock.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/placement.h"
+#include "bridge/slurm/placeholders.h"
 #include "bridge/slurm/slurm_client.h"
+#include "bridge/slurm/stale_holders.h"
 
 namespace duet {
 
@@ -63,10 +73,36 @@ class SlurmNodeLoads {
   void Add(const std::string& node, const placement::NodeLoad& load) ABSL_LOCKS_EXCLUDED(mu_);
   // Zero for a node Slurm did not report.
   placement::NodeLoad Get(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Why Slurm will not run work on `node` now ("drained: maint", "down:
+  // reason", "not responding"), as of the last Replace; empty when it will
+  // or when Slurm did not report the node. A node with no slurmd yet
+  // (FUTURE) is not counted: duet creates nodes ahead of their slurmd.
+  std::string Unusable(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Slurm's state of `node` ("IDLE", "MIXED+DRAIN", ...) and its reason;
+  // empty when Slurm did not report the node.
+  std::pair<std::string, std::string> State(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, placement::NodeLoad> loads_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::pair<std::string, std::string>> states_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::string> unusable_ ABSL_GUARDED_BY(mu_);
+  // unusable_.size(), read without the lock on the filter's hot path.
+  std::atomic<size_t> unusable_count_{0};
+};
+
+// A placeholder whose Slurm job vanished while its pod still runs.
+struct PlaceholderLoss {
+  std::string node;
+  PlaceholderPod pod;
+  uint32_t lost_job_id = 0;
+  std::vector<HeldDevice> devices;
+  // Repaired: the new placeholder jobs; else why not (the devices stay
+  // fenced in the ledger until a later pass repairs it or the pod ends).
+  bool repaired = false;
+  std::vector<uint32_t> new_job_ids;
+  std::string detail;
 };
 
 struct SlurmSyncOptions {
@@ -89,9 +125,14 @@ struct SlurmSyncOptions {
   absl::Duration release_grace = absl::Seconds(5);
   // The placement policy the weights follow (placement.policy).
   placement::Policy policy = placement::Policy::kDuet;
-  // Whether a pod still exists (wired to the Kubernetes side). Null: assume
-  // it does (placeholders are then only cancelled when their pod releases).
-  std::function<bool(const std::string& pod_uid)> pod_exists;
+  // What Kubernetes says about a placeholder's pod (the pod watch). Null:
+  // nothing is known (kUnknown): placeholders are then cancelled only when
+  // their pod releases, and a lost one is always kept and repaired.
+  PodLivenessFn pod_liveness;
+  // Told once per lost placeholder, after the pass that first saw it lost
+  // (repaired or fenced), and again when a fenced one is repaired. Called
+  // from the sync thread; must not block (duet-bridge posts Events). Null: none.
+  std::function<void(const PlaceholderLoss& loss)> on_placeholder_lost;
   // Told after duet drained a node in Slurm because of its inventory state
   // (drained=true, `reason` is duet's drain reason) or resumed one of its own
   // drains (drained=false, `reason` is the old reason). Called from the sync
@@ -116,8 +157,20 @@ struct SlurmSyncStats {
   uint64_t conflicts = 0;  // Slurm says a job holds what the ledger gives another
   uint64_t reconfigures = 0;  // `scontrol reconfigure` after a slurmctld start
   uint64_t version_refusals = 0;  // passes refused: slurmctld's release unsupported
+  // Lost placeholders (their Slurm job vanished while the pod runs), by the
+  // outcome of the first pass that saw each; repairs done (also of fenced
+  // ones later); lost placeholders not repaired yet (now).
+  uint64_t placeholders_lost_repaired = 0;
+  uint64_t placeholders_lost_fenced = 0;
+  uint64_t placeholder_repairs = 0;
+  uint64_t placeholders_fenced = 0;
   absl::Time last_success = absl::InfinitePast();
 };
+
+// Why Slurm will not start work on `node` now ("down in Slurm (reason)",
+// "drained in Slurm (reason)", "not responding in Slurm"); empty when it
+// will, and for a FUTURE node (no slurmd yet).
+std::string UnusableReason(const SlurmNodeInfo& node);
 
 // The Slurm node a ledger node becomes.
 SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& options);
@@ -149,7 +202,12 @@ class SlurmSync {
  private:
   absl::Status SyncNodes(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
-  absl::Status ImportJobs(const LedgerSnapshot& snap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  absl::Status ImportJobs(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // A placeholder holding whose Slurm job is gone while its pod may run:
+  // keep it, try to repair it, report it once (see the class comment).
+  void HandleLost(const Holding& h, const std::vector<SlurmJobInfo>& jobs,
+                  const std::vector<SlurmNodeInfo>& nodes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::Status SyncWeights(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Slurm 22.05 workaround (README.md): after slurmctld starts with dynamic
@@ -162,6 +220,7 @@ class SlurmSync {
   absl::Status Retire(const SlurmNodeInfo& node, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   void Count(uint64_t SlurmSyncStats::*field, uint64_t n = 1) ABSL_LOCKS_EXCLUDED(stats_mu_);
+  PodLiveness PodOf(const std::string& uid) const;
 
   const SlurmSyncOptions options_;
   Ledger* const ledger_;
@@ -172,6 +231,16 @@ class SlurmSync {
   // Per node: the GRES it was last recreated for, so a slurmd that reports
   // other GRES than the inventory does not cause a recreate loop.
   std::map<std::string, std::string> recreated_for_ ABSL_GUARDED_BY(run_mu_);
+  // What was last seen of live placeholder jobs (pod, CPUs, memory), so a
+  // lost one can be repaired as it was. By job id; pruned each pass.
+  struct PlaceholderSeen {
+    PlaceholderPod pod;
+    uint32_t cpus = 0;
+    uint64_t memory_mib = 0;
+  };
+  std::map<uint32_t, PlaceholderSeen> placeholders_seen_ ABSL_GUARDED_BY(run_mu_);
+  // Lost placeholders reported and not repaired yet, by (node, job id).
+  std::set<std::pair<std::string, uint32_t>> fenced_ ABSL_GUARDED_BY(run_mu_);
   // BOOT_TIME of the slurmctld last seen (0: none yet); see AfterCtldStart.
   int64_t ctld_boot_ ABSL_GUARDED_BY(run_mu_) = 0;
 

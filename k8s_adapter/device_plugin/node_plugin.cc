@@ -215,9 +215,51 @@ NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
                           .Add({});
 }
 
+absl::Status CheckSoleAdvertiser(const std::string& pod_resources_socket) {
+  if (pod_resources_socket.empty() || !Exists(pod_resources_socket)) {
+    spdlog::warn("no PodResources socket ({}): cannot check that duet-node is the only device "
+                 "plugin for its resources",
+                 pod_resources_socket.empty() ? "not configured" : pod_resources_socket);
+    return absl::OkStatus();
+  }
+  auto channel = grpc::CreateChannel(absl::StrCat("unix:", pod_resources_socket),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = ::v1::PodResourcesLister::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  ::v1::AllocatableResourcesResponse resp;
+  grpc::Status st = stub->GetAllocatableResources(&ctx, ::v1::AllocatableResourcesRequest(), &resp);
+  if (!st.ok()) {
+    spdlog::warn("PodResources GetAllocatableResources: {}: cannot check that duet-node is the "
+                 "only device plugin for its resources",
+                 st.error_message());
+    return absl::OkStatus();
+  }
+  for (DeviceKind kind : kAllKinds) {
+    std::vector<std::string> foreign;
+    for (const auto& d : resp.devices()) {
+      if (d.resource_name() != ResourceFor(kind).resource_name) continue;
+      for (const auto& id : d.device_ids()) {
+        if (!ParseSlotId(kind, id)) foreign.push_back(id);
+      }
+    }
+    if (!foreign.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "another device plugin already advertises ", ResourceFor(kind).resource_name,
+          " on this node (kubelet lists devices ", absl::StrJoin(foreign, ", "),
+          ", which are not duet-node's); two plugins for one resource on a kubelet is unsafe. "
+          "Run duet-node only where it is the sole advertiser: on GKE, a GPU node pool created "
+          "with the node label gke-no-default-nvidia-gpu-device-plugin=true "
+          "(charts/duet/README.md, \"One advertiser per resource\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOptions& options,
                                                               k8s::KubeClient* kube) {
   if (absl::Status v = ValidateOptions(options); !v.ok()) return v;
+  if (absl::Status v = CheckSoleAdvertiser(options.pod_resources_socket); !v.ok()) return v;
   auto creds = BridgeCredentials(options);
   if (!creds.ok()) return creds.status();
   std::unique_ptr<NodePlugin> p(new NodePlugin(options, kube, *creds));
@@ -472,7 +514,9 @@ void NodePlugin::KubeletLoop() {
           absl::Now() < next_register[kind]) {
         continue;
       }
-      absl::Status s = Register(kind);
+      // Another plugin may have come up since Start (a node still booting).
+      absl::Status s = CheckSoleAdvertiser(options_.pod_resources_socket);
+      if (s.ok()) s = Register(kind);
       registrations_total_
           ->Add({{"resource", KindLabel(kind)}, {"result", s.ok() ? "ok" : "error"}})
           .Increment();

@@ -80,11 +80,22 @@ struct NodePluginOptions {
 // Checks the options; the error names the flag.
 absl::Status ValidateOptions(const NodePluginOptions& options);
 
+// One advertiser per resource: asks kubelet's PodResources
+// GetAllocatableResources which devices it has for nvidia.com/gpu and
+// google.com/tpu. A device whose ID is not one of duet-node's slot IDs comes
+// from another device plugin (GKE's managed NVIDIA or TPU plugin, NVIDIA's),
+// and two plugins for one resource on a kubelet is unsafe: then
+// FAILED_PRECONDITION naming the resource and the foreign IDs. OK when none
+// is seen, and OK (with a warning) when kubelet cannot be asked (no socket,
+// a kubelet without GetAllocatableResources): nothing is refused on a guess.
+absl::Status CheckSoleAdvertiser(const std::string& pod_resources_socket);
+
 class NodePlugin {
  public:
   // `kube` (may be null: no Kubernetes API) is not owned and must outlive
   // the plugin. Errors: INVALID_ARGUMENT (options), UNAVAILABLE (metrics
-  // address cannot be bound). Start returns at once; registration with
+  // address cannot be bound), FAILED_PRECONDITION (another device plugin
+  // serves nvidia.com/gpu or google.com/tpu here: CheckSoleAdvertiser). Start returns at once; registration with
   // kubelet follows once the bridge has sent the node.
   static absl::StatusOr<std::unique_ptr<NodePlugin>> Start(const NodePluginOptions& options,
                                                            k8s::KubeClient* kube);

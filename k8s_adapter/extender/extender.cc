@@ -94,6 +94,13 @@ FilterResult Extender::Filter(const ExtenderArgs& args) const {
       out.failed_unresolvable[name] = absl::StrCat("duet: node is ", NodeStateName(view->spec.state));
       continue;
     }
+    if (options_.unusable && req->count > 0) {
+      std::string why = options_.unusable(name);
+      if (!why.empty()) {
+        out.failed_unresolvable[name] = absl::StrCat("duet: node is ", why);
+        continue;
+      }
+    }
     if (placement::Fits(*view, LoadOf(*view), *req, &reason)) {
       out.node_names.push_back(name);
     } else {

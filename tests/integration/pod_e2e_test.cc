@@ -13,7 +13,12 @@
 // - the pod ends (phase Succeeded): the pod watch cancels the placeholder and
 //   the pending job starts, on devices disjoint from the first job's;
 // - a deleted pod: the same, at once;
-// - a node whose GPUs Slurm jobs hold is refused by filter, with the reason.
+// - a node whose GPUs Slurm jobs hold is refused by filter, with the reason;
+// - an admin's scancel of a bound pod's placeholder, and state=down of its
+//   node: the pod keeps its devices, no Slurm job gets them, the placeholder
+//   comes back on the same devices and an Event says so;
+// - a node an admin drained in Slurm is dropped by filter with Slurm's
+//   reason, and duetctl shows Slurm's state beside Kubernetes'.
 //
 // One cluster, one bridge, one fake apiserver per process; ctest runs each
 // test in its own process.
@@ -29,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -88,6 +94,12 @@ class World {
   std::string socket() const { return (dir_ / "bridge.sock").string(); }
   const fs::path& dir() const { return dir_; }
   std::string Log() const { return bridge_ ? bridge_->Log(80) : ""; }
+  // duet-bridge's /metrics text.
+  std::string Metrics() const {
+    return RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", metrics_port_, "/metrics"),
+                  /*merge_stderr=*/false)
+        .out;
+  }
   CmdResult Ctl(const std::string& args) const {
     return RunCmd(absl::StrCat(DUETCTL_BIN, " --server unix://", socket(), " ", args));
   }
@@ -170,9 +182,10 @@ class World {
     }
     inv.close();
     extender_port_ = FreePort();
+    metrics_port_ = FreePort();
     std::ofstream cfg(dir_ / "bridge.yaml");
     cfg << "grpc: {listen: \"\", unix_socket: " << socket() << "}\n"
-        << "metrics: {listen: \"\"}\n"
+        << "metrics: {listen: \"127.0.0.1:" << metrics_port_ << "\"}\n"
         << "journal: {dir: " << (dir_ / "journal").string() << "}\n"
         << "inventory: {source: file, file: " << (dir_ / "nodes.yaml").string()
         << ", reload_period: 1s}\n"
@@ -200,6 +213,7 @@ class World {
   TestSlurmCluster* cluster_ = nullptr;
   std::unique_ptr<FakeApiServer> fake_;
   int extender_port_ = 0;
+  int metrics_port_ = 0;
   std::unique_ptr<BridgeProcess> bridge_;
   std::unique_ptr<v1::Ledger::Stub> stub_;
 };
@@ -593,6 +607,178 @@ TEST_F(PodE2eTest, DeletedPodsPlaceholderIsCancelledAndAWaitingJobStarts) {
   for (const LedgerHolding& h : Holdings()) {
     EXPECT_NE(h.kind, "placeholder") << w_->Ctl("holds").out;
   }
+}
+
+class PodLifeE2eTest : public PodE2eTest {
+ protected:
+  std::pair<uint32_t, std::set<uint32_t>> Bind(const std::string& name, const std::string& uid,
+                                               int gpus) {
+    w_->fake()->Put(TrainingPod(name, uid, gpus));
+    json pod = ApiPod(name);
+    EXPECT_TRUE(pod.is_object());
+    auto [code, filter] = Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodeA}}});
+    EXPECT_EQ(filter["NodeNames"], json::array({kNodeA})) << filter.dump();
+    auto [bcode, bind] = Extender(
+        "bind",
+        {{"PodName", name}, {"PodNamespace", "default"}, {"PodUID", uid}, {"Node", kNodeA}});
+    EXPECT_EQ(bcode, 200) << bind.dump();
+    EXPECT_TRUE(bind["Error"].is_null() || bind["Error"] == "") << bind.dump();
+    const uint32_t job = PlaceholderJob(name).first;
+    EXPECT_NE(job, 0u) << c_->Cli("squeue").out;
+    return {job, SlurmDevices(job)[kNodeA]["gpu"]};
+  }
+
+  // The pod's GPUs in the ledger (all its placeholder holdings on node a).
+  std::set<uint32_t> LedgerPodGpus(const std::string& uid) {
+    std::set<uint32_t> out;
+    for (const LedgerHolding& h : Holdings()) {
+      if (h.kind == "placeholder" && h.pod_uid == uid && h.node == kNodeA) {
+        for (uint32_t g : h.devices.at("gpu")) out.insert(g);
+      }
+    }
+    return out;
+  }
+
+  // GPUs of node a that live Slurm jobs other than placeholders hold, per
+  // `scontrol -d show job` (Slurm's own ground truth).
+  std::set<uint32_t> SlurmJobGpus() {
+    std::set<uint32_t> out;
+    CmdResult r = c_->Cli("squeue -h -t running,completing -o '%i|%j'");
+    for (absl::string_view l : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+      std::vector<std::string> f = absl::StrSplit(l, '|');
+      if (f.size() != 2 || absl::StartsWith(f[1], "duet-pod:")) continue;
+      std::map<std::string, NodeDevices> devices = SlurmDevices(std::stoul(f[0]));
+      for (uint32_t g : devices[kNodeA]["gpu"]) out.insert(g);
+    }
+    return out;
+  }
+
+  // Events in namespace default with `reason` about pod `name`.
+  int PodEvents(const std::string& name, const std::string& reason) {
+    auto body = w_->fake()->control()->Get("/api/v1/namespaces/default/events");
+    if (!body.ok()) return -1;
+    int n = 0;
+    const json list = json::parse(*body, nullptr, /*allow_exceptions=*/false);
+    if (!list.is_object() || !list["items"].is_array()) return -1;
+    for (const json& e : list["items"]) {
+      if (e["reason"] == reason && e["involvedObject"]["name"] == name) ++n;
+    }
+    return n;
+  }
+};
+
+// An admin's scancel of a running pod's placeholder: the pod keeps its GPUs
+// in the ledger, a Slurm job asking for them is held off, and the bridge
+// re-creates the placeholder on exactly those GPUs and posts an Event.
+TEST_F(PodLifeE2eTest, ScancelOfABoundPodsPlaceholderIsRepairedOnTheSameGpus) {
+  const uint32_t job1 = RunningJob(absl::StrCat("-w ", kNodeA, " --gres=gpu:4"));
+  ASSERT_EQ(ImportedGpus(job1, kNodeA).size(), 4u);
+  const std::string name = "infer-scancel";
+  const std::string uid = "5a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d";
+  auto [placeholder, pod_gpus] = Bind(name, uid, 2);
+  ASSERT_EQ(pod_gpus.size(), 2u);
+  ASSERT_TRUE(WaitFor([&] { return LedgerPodGpus(uid) == pod_gpus; })) << w_->Ctl("holds").out;
+
+  ASSERT_EQ(c_->Cli(absl::StrCat("scancel ", placeholder)).rc, 0);
+  // Slurm now sees the pod's GPUs free; a job asking for every free GPU
+  // must not get them: the bridge's repair wins or the fence refuses it.
+  uint32_t repaired = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod's GPUs stay held";
+        EXPECT_TRUE(Intersect(SlurmJobGpus(), pod_gpus).empty()) << c_->Cli("squeue").out;
+        auto [job, state] = PlaceholderJob(name);
+        if (job == 0 || job == placeholder || state.rfind("RUNNING", 0) != 0) return false;
+        repaired = job;
+        return true;
+      },
+      absl::Seconds(20)))
+      << w_->Log();
+  EXPECT_EQ(SlurmDevices(repaired)[kNodeA]["gpu"], pod_gpus);
+  EXPECT_TRUE(WaitFor([&] { return LedgerPodGpus(uid) == pod_gpus; }));
+  EXPECT_TRUE(WaitFor([&] { return PodEvents(name, "DuetPlaceholderRepaired") == 1; }))
+      << w_->Log();
+  // The rest of the node is Slurm's: a 2-GPU job runs beside the pod, on
+  // other GPUs.
+  const uint32_t job2 = RunningJob(absl::StrCat("-w ", kNodeA, " --gres=gpu:2"));
+  EXPECT_TRUE(Intersect(ImportedGpus(job2, kNodeA), pod_gpus).empty());
+  const std::string metrics = w_->Metrics();
+  EXPECT_NE(metrics.find("duet_placeholder_losses_total{outcome=\"repaired\"} 1"),
+            std::string::npos)
+      << metrics;
+  w_->fake()->Delete("Pod", name);
+  EXPECT_TRUE(WaitFor([&] { return PlaceholderJob(name).first == 0; }, absl::Seconds(15)));
+}
+
+// state=down kills every job on node a, the pod's placeholder included. The
+// pod keeps its GPUs in the ledger; when Slurm runs the node again, no Slurm
+// job has the pod's GPUs and the placeholder is back on them.
+TEST_F(PodLifeE2eTest, NodeDownKeepsThePodsGpusAwayFromSlurm) {
+  const uint32_t job1 = RunningJob(absl::StrCat("-w ", kNodeA, " --gres=gpu:2"));
+  ASSERT_EQ(ImportedGpus(job1, kNodeA).size(), 2u);
+  const std::string name = "infer-down";
+  const std::string uid = "6b5c4d3e-2f10-4b0a-9d8e-7f6a5b4c3d2e";
+  auto [placeholder, pod_gpus] = Bind(name, uid, 2);
+  ASSERT_EQ(pod_gpus.size(), 2u);
+  ASSERT_TRUE(WaitFor([&] { return LedgerPodGpus(uid) == pod_gpus; }));
+
+  ASSERT_EQ(
+      c_->Cli(absl::StrCat("scontrol update nodename=", kNodeA, " state=down reason=maint")).rc, 0);
+  uint32_t repaired = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod's GPUs stay held";
+        EXPECT_TRUE(Intersect(SlurmJobGpus(), pod_gpus).empty()) << c_->Cli("squeue").out;
+        auto [job, state] = PlaceholderJob(name);
+        if (job == 0 || job == placeholder || state.rfind("RUNNING", 0) != 0) return false;
+        repaired = job;
+        return true;
+      },
+      absl::Seconds(30)))
+      << w_->Log() << c_->Cli(absl::StrCat("scontrol show node ", kNodeA)).out;
+  EXPECT_EQ(SlurmDevices(repaired)[kNodeA]["gpu"], pod_gpus);
+  // A job asking for all 8 GPUs can never start while the pod runs.
+  const uint32_t big = c_->Sbatch(absl::StrCat("-w ", kNodeA, " --gres=gpu:8 --wrap 'sleep 1'"));
+  ASSERT_TRUE(WaitFor([&] {
+    return c_->Cli(absl::StrCat("squeue -h -j ", big, " -o %r")).out.find("Resources") !=
+           std::string::npos;
+  })) << c_->Cli(absl::StrCat("squeue -j ", big, " -o '%i %T %r'")).out;
+  w_->fake()->Delete("Pod", name);
+  EXPECT_TRUE(WaitFor([&] { return PlaceholderJob(name).first == 0; }, absl::Seconds(15)));
+}
+
+// An admin's drain in Slurm (which duet leaves alone): filter drops the
+// node as unresolvable with Slurm's reason; duetctl shows Slurm's state
+// beside Kubernetes'; after the resume the node passes again.
+TEST_F(PodLifeE2eTest, FilterDropsANodeAnAdminDrainedInSlurm) {
+  w_->fake()->Put(TrainingPod("trainer-drain", "7c6d5e4f-3a21-4c1b-8e9f-0a1b2c3d4e5f", 1));
+  const json pod = ApiPod("trainer-drain");
+  ASSERT_EQ(
+      c_->Cli(absl::StrCat("scontrol update nodename=", kNodeA, " state=drain reason=maint-window"))
+          .rc,
+      0);
+  json filter;
+  ASSERT_TRUE(WaitFor([&] {
+    filter =
+        Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodes[0].name, kNodes[1].name}}}).second;
+    return filter["FailedAndUnresolvableNodes"].is_object() &&
+           filter["FailedAndUnresolvableNodes"].contains(kNodeA);
+  })) << filter.dump();
+  EXPECT_EQ(filter["NodeNames"], json::array({kNodes[1].name})) << filter.dump();
+  const std::string reason = filter["FailedAndUnresolvableNodes"][kNodeA].get<std::string>();
+  EXPECT_NE(reason.find("drained in Slurm (maint-window)"), std::string::npos) << reason;
+  CmdResult nodes = w_->Ctl("nodes");
+  EXPECT_NE(nodes.out.find("SLURM-STATE"), std::string::npos) << nodes.out;
+  EXPECT_NE(nodes.out.find("DRAIN"), std::string::npos) << nodes.out;
+  CmdResult node = w_->Ctl(absl::StrCat("node ", kNodeA));
+  EXPECT_NE(node.out.find("(maint-window)"), std::string::npos) << node.out;
+
+  ASSERT_EQ(c_->Cli(absl::StrCat("scontrol update nodename=", kNodeA, " state=resume")).rc, 0);
+  EXPECT_TRUE(WaitFor([&] {
+    filter =
+        Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodes[0].name, kNodes[1].name}}}).second;
+    return filter["NodeNames"].size() == 2;
+  })) << filter.dump();
 }
 
 }  // namespace

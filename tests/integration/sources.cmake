@@ -14,7 +14,7 @@ target_link_libraries(slurm_e2e_test PRIVATE duet::proto duet::spank_core absl::
                       GTest::gtest_main)
 add_dependencies(slurm_e2e_test duet-bridge duetctl spank_duet)
 gtest_discover_tests(slurm_e2e_test DISCOVERY_TIMEOUT 60
-  PROPERTIES LABELS slurm TIMEOUT 120)
+  PROPERTIES LABELS slurm TIMEOUT 420)
 
 # The issue's scenario: a pod bound through the scheduler extender beside a
 # running Slurm job (real duet-bridge with slurm.enabled, the extender and the

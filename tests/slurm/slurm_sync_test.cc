@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
+#include "bridge/slurm/stale_holders.h"
 #include "gtest/gtest.h"
 #include "spdlog/sinks/ringbuffer_sink.h"
 #include "spdlog/spdlog.h"
@@ -59,12 +60,72 @@ class SlurmSyncTest : public ::testing::Test {
     client_ = std::make_unique<LibSlurmClient>();
     SlurmSyncOptions o;
     o.release_grace = absl::ZeroDuration();
-    o.pod_exists = [this](const std::string& uid) { return gone_pods_.count(uid) == 0; };
+    o.pod_liveness = [this](const std::string& uid) { return Liveness(uid); };
+    o.on_placeholder_lost = [this](const PlaceholderLoss& loss) { losses_.push_back(loss); };
     o.on_drain = [this](const std::string& node, bool drained, const std::string& reason) {
       drain_calls_.push_back(node + (drained ? " drained: " : " resumed: ") + reason);
     };
     sync_ = std::make_unique<SlurmSync>(o, &ledger_, client_.get(), Clock::Real());
     placeholders_ = std::make_unique<Placeholders>(&ledger_, client_.get());
+    stale_ = std::make_unique<StaleHolders>(
+        &ledger_, client_.get(), [this](const std::string& uid) { return Liveness(uid); });
+  }
+
+  PodLiveness Liveness(const std::string& uid) const {
+    return gone_pods_.count(uid) ? PodLiveness::kGone : PodLiveness::kLive;
+  }
+
+  // Waits until Slurm no longer runs `job_id`.
+  bool WaitJobOver(uint32_t job_id) {
+    return WaitFor([&] {
+      auto j = client_->GetJob(job_id);
+      return j.ok() && (!j->has_value() || !(*j)->live());
+    });
+  }
+
+  // Slurm's GPU indices of the live placeholders of `uid` on `node`.
+  std::set<uint32_t> SlurmPlaceholderGpus(const std::string& node, const std::string& uid) {
+    std::set<uint32_t> out;
+    auto jobs = client_->ListJobs();
+    EXPECT_TRUE(jobs.ok()) << jobs.status();
+    if (!jobs.ok()) return out;
+    for (const SlurmJobInfo& j : *jobs) {
+      auto pod = ParsePlaceholderComment(j.comment);
+      if (!j.live() || !pod || pod->uid != uid) continue;
+      for (const SlurmJobNodeDevices& d : j.devices) {
+        if (d.node == node) out.insert(d.gpus.begin(), d.gpus.end());
+      }
+    }
+    return out;
+  }
+
+  // No live Slurm job other than a placeholder holds any of `gpus` on `node`
+  // (per Slurm's own GRES detail).
+  ::testing::AssertionResult NoSlurmJobHolds(const std::string& node,
+                                             const std::set<uint32_t>& gpus) {
+    auto jobs = client_->ListJobs();
+    if (!jobs.ok()) return ::testing::AssertionFailure() << jobs.status();
+    for (const SlurmJobInfo& j : *jobs) {
+      if (!j.live() || ParsePlaceholderComment(j.comment)) continue;
+      for (const SlurmJobNodeDevices& d : j.devices) {
+        for (uint32_t g : d.gpus) {
+          if (d.node == node && gpus.count(g)) {
+            return ::testing::AssertionFailure() << "job " << j.job_id << " holds gpu " << g;
+          }
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // The pod's GPUs in the ledger over all its placeholder holdings on `node`.
+  std::set<uint32_t> LedgerPodGpus(const std::string& node, const std::string& uid) {
+    std::set<uint32_t> out;
+    for (const Holding& h : ledger_.ListHoldings(node)) {
+      if (h.owner.kind != OwnerKind::kPlaceholder || h.owner.pod_uid != uid) continue;
+      for (const HeldDevice& d : h.devices) out.insert(d.index);
+    }
+    return out;
   }
 
   // Ledger node -> SlurmSync creates it -> its slurmd starts -> IDLE.
@@ -113,7 +174,9 @@ class SlurmSyncTest : public ::testing::Test {
   std::unique_ptr<LibSlurmClient> client_;
   std::unique_ptr<SlurmSync> sync_;
   std::unique_ptr<Placeholders> placeholders_;
+  std::unique_ptr<StaleHolders> stale_;
   std::set<std::string> gone_pods_;
+  std::vector<PlaceholderLoss> losses_;   // from on_placeholder_lost
   std::vector<std::string> drain_calls_;  // from on_drain (RunOnce's thread)
 };
 
@@ -399,37 +462,203 @@ TEST_F(SlurmSyncTest, PassesRefreshTheCpuAndMemoryThatSlurmJobsHold) {
   })) << cluster_->Cli("scontrol show node sy-l").out;
 }
 
-// Placeholders::ReleaseEnded: a placeholder whose Slurm job was cancelled
-// behind the ledger's back (the gap inside Cancel) is released for a step
-// that asks its devices; a live one is kept.
-TEST_F(SlurmSyncTest, ReleaseEndedReleasesOnlyPlaceholdersWhoseJobEnded) {
+// StaleHolders: a Slurm step refused because the ledger lags Slurm. Released:
+// a placeholder whose job was cancelled and whose pod is gone (the gap inside
+// Cancel), and the import of a Slurm job Slurm no longer runs. Kept: a live
+// placeholder, a live Slurm job, and a placeholder that was scancelled while
+// its pod still runs (an admin's action never hands a pod's GPUs to Slurm).
+TEST_F(SlurmSyncTest, StaleHoldersReleasesOnlyWhatEndedAndNeverALivePodsDevices) {
   AddNode("sy-m", 43, 8);
   auto live = placeholders_->Create(Owner::Pod("uid-m1", "default", "m1"), "sy-m", 2, 0, 1, 100);
   auto dead = placeholders_->Create(Owner::Pod("uid-m2", "default", "m2"), "sy-m", 2, 0, 1, 100);
+  auto scancelled =
+      placeholders_->Create(Owner::Pod("uid-m3", "default", "m3"), "sy-m", 2, 0, 1, 100);
   ASSERT_TRUE(live.ok()) << live.status();
   ASSERT_TRUE(dead.ok()) << dead.status();
+  ASSERT_TRUE(scancelled.ok()) << scancelled.status();
+  gone_pods_.insert("uid-m2");
   ASSERT_EQ(cluster_->Cli(absl::StrCat("scancel ", dead->owner.job_id)).rc, 0);
-  ASSERT_TRUE(WaitFor([&] {
-    auto j = client_->GetJob(dead->owner.job_id);
-    return j.ok() && (!j->has_value() || !(*j)->live() || (*j)->state == SlurmJobState::kCompleting);
-  }));
+  ASSERT_EQ(cluster_->Cli(absl::StrCat("scancel ", scancelled->owner.job_id)).rc, 0);
+  ASSERT_TRUE(WaitJobOver(dead->owner.job_id));
+  ASSERT_TRUE(WaitJobOver(scancelled->owner.job_id));
+  // A Slurm job's import that Slurm no longer runs (job ids from 900000 are
+  // never reached here), on the last two GPUs.
+  HoldRequest stale_job;
+  stale_job.node = "sy-m";
+  stale_job.owner = Owner::SlurmJob(900001);
+  stale_job.devices = {{DeviceKind::kGpu, 6, kWholeDevice}, {DeviceKind::kGpu, 7, kWholeDevice}};
+  ASSERT_TRUE(ledger_.Hold(stale_job).ok());
 
   std::vector<HeldDevice> all;
-  for (const HeldDevice& d : live->devices) all.push_back(d);
-  for (const HeldDevice& d : dead->devices) all.push_back(d);
+  for (uint32_t g = 0; g < 8; ++g) all.push_back({DeviceKind::kGpu, g, kWholeDevice});
+  const Owner step = Owner::SlurmStep(900100, 0);
   // Only the live placeholder's devices: nothing to release.
-  absl::StatusOr<int> n = placeholders_->ReleaseEnded("sy-m", live->devices);
+  absl::StatusOr<int> n = stale_->ReleaseEnded("sy-m", step, live->devices);
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 0);
-  n = placeholders_->ReleaseEnded("sy-m", all);
+  n = stale_->ReleaseEnded("sy-m", step, all);
   ASSERT_TRUE(n.ok()) << n.status();
-  EXPECT_EQ(*n, 1);
+  EXPECT_EQ(*n, 2);  // the gone pod's placeholder and the ended job
   EXPECT_FALSE(ledger_.FindHolding("sy-m", dead->owner).has_value());
+  EXPECT_FALSE(ledger_.FindHolding("sy-m", stale_job.owner).has_value());
   EXPECT_TRUE(ledger_.FindHolding("sy-m", live->owner).has_value());
-  n = placeholders_->ReleaseEnded("sy-m", all);  // nothing left to release
+  EXPECT_TRUE(ledger_.FindHolding("sy-m", scancelled->owner).has_value())
+      << "a scancelled placeholder of a running pod must keep its devices";
+  n = stale_->ReleaseEnded("sy-m", step, all);  // nothing left to release
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 0);
   EXPECT_TRUE(placeholders_->Cancel("sy-m", "uid-m1").ok());
+  gone_pods_.insert("uid-m3");
+  ASSERT_TRUE(sync_->RunOnce().ok());  // the sync releases m3 now that its pod is gone
+  EXPECT_FALSE(ledger_.FindHolding("sy-m", scancelled->owner).has_value());
+}
+
+// An admin's scancel of a running pod's placeholder: the pod keeps its
+// devices in the ledger, and the next pass re-creates the placeholder on
+// exactly those devices (fillers take the free GPUs below them first), so
+// Slurm cannot give them to a job.
+TEST_F(SlurmSyncTest, ScancelledPlaceholderOfARunningPodIsRepairedOnTheSameDevices) {
+  AddNode("sy-n", 44, 8);
+  auto p1 = placeholders_->Create(Owner::Pod("uid-n1", "default", "n1"), "sy-n", 2, 0, 1, 100);
+  auto p2 = placeholders_->Create(Owner::Pod("uid-n2", "default", "n2"), "sy-n", 2, 0, 2, 200);
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  ASSERT_TRUE(p2.ok()) << p2.status();
+  ASSERT_TRUE(sync_->RunOnce().ok());  // the sync sees both placeholders live
+  const std::set<uint32_t> p2_gpus = LedgerPodGpus("sy-n", "uid-n2");
+  ASSERT_EQ(p2_gpus, (std::set<uint32_t>{2, 3}));
+  // n1 ends for real (its GPUs 0-1 become free); n2's placeholder is scancelled.
+  gone_pods_.insert("uid-n1");
+  ASSERT_TRUE(placeholders_->Cancel("sy-n", "uid-n1").ok());
+  ASSERT_EQ(cluster_->Cli(absl::StrCat("scancel ", p2->owner.job_id)).rc, 0);
+  ASSERT_TRUE(WaitJobOver(p2->owner.job_id));
+  EXPECT_EQ(LedgerPodGpus("sy-n", "uid-n2"), p2_gpus);
+
+  ASSERT_TRUE(WaitFor([&] {
+    (void)sync_->RunOnce();
+    return SlurmPlaceholderGpus("sy-n", "uid-n2") == p2_gpus;
+  })) << cluster_->Cli("squeue -o '%i %j %T %b'").out;
+  EXPECT_EQ(LedgerPodGpus("sy-n", "uid-n2"), p2_gpus);
+  EXPECT_FALSE(ledger_.FindHolding("sy-n", p2->owner).has_value()) << "the lost job is replaced";
+  ASSERT_EQ(losses_.size(), 1u);
+  EXPECT_TRUE(losses_[0].repaired) << losses_[0].detail;
+  EXPECT_EQ(losses_[0].pod.name, "n2");
+  EXPECT_EQ(losses_[0].lost_job_id, p2->owner.job_id);
+  EXPECT_EQ(sync_->stats().placeholders_lost_repaired, 1u);
+  EXPECT_EQ(sync_->stats().placeholders_fenced, 0u);
+  // The fillers are gone; a job asking all 8 GPUs cannot start.
+  ASSERT_TRUE(WaitFor([&] {
+    return cluster_->Cli("squeue -h -n duet-repair-filler -t running,configuring -o %i")
+        .out.empty();
+  }));
+  const uint32_t job = cluster_->Sbatch("-w sy-n --gres=gpu:8 --wrap 'sleep 30'");
+  ASSERT_NE(job, 0u);
+  // The scheduler has looked at it and found no room (not merely not yet).
+  ASSERT_TRUE(WaitFor([&] {
+    return cluster_->Cli(absl::StrCat("squeue -h -j ", job, " -o %r")).out.find("Resources") !=
+           std::string::npos;
+  })) << cluster_->Cli(absl::StrCat("squeue -j ", job, " -o '%i %T %r'")).out;
+  EXPECT_EQ(cluster_->JobState(job), "PENDING");
+  cluster_->Cli(absl::StrCat("scancel ", job));
+  ExpectLedgerMatchesSlurm("sy-n");
+  EXPECT_TRUE(placeholders_->Cancel("sy-n", "uid-n2").ok());
+}
+
+// state=down kills every job on the node, the pod's placeholder included.
+// Slurm returns the node to service as soon as its slurmd answers
+// (ReturnToService=2), so the repair may come at once: at every pass the pod's
+// devices stay held in the ledger, no Slurm job ever holds them, and the
+// placeholder comes back on exactly them.
+TEST_F(SlurmSyncTest, NodeDownKeepsThePodsDevicesAndTheirPlaceholderComesBack) {
+  AddNode("sy-o", 45, 8);
+  auto job = cluster_->Sbatch("-w sy-o --gres=gpu:2 --wrap 'sleep 60'");
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(cluster_->WaitJobState(job, "RUNNING"));
+  auto p = placeholders_->Create(Owner::Pod("uid-o1", "default", "o1"), "sy-o", 2, 0, 1, 100);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  const std::set<uint32_t> gpus = LedgerPodGpus("sy-o", "uid-o1");
+  ASSERT_EQ(gpus, (std::set<uint32_t>{2, 3}));
+
+  ASSERT_EQ(cluster_->Cli("scontrol update nodename=sy-o state=down reason=maint").rc, 0);
+  ASSERT_TRUE(WaitJobOver(p->owner.job_id));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)sync_->RunOnce();
+        EXPECT_EQ(LedgerPodGpus("sy-o", "uid-o1"), gpus) << "the pod's devices stay held";
+        EXPECT_TRUE(NoSlurmJobHolds("sy-o", gpus));
+        return SlurmPlaceholderGpus("sy-o", "uid-o1") == gpus;
+      },
+      absl::Seconds(30)))
+      << cluster_->Cli("scontrol show node sy-o").out;
+  ASSERT_FALSE(losses_.empty());
+  EXPECT_TRUE(losses_.back().repaired) << losses_.back().detail;
+  EXPECT_EQ(sync_->stats().placeholder_repairs, 1u);
+  EXPECT_EQ(sync_->stats().placeholders_fenced, 0u);
+  ExpectLedgerMatchesSlurm("sy-o");
+  EXPECT_TRUE(placeholders_->Cancel("sy-o", "uid-o1").ok());
+  client_->KillJob(job).IgnoreError();
+}
+
+// A placeholder scancelled while an admin keeps the node drained cannot be
+// re-made: the pod's devices stay held in the ledger (fenced), the loss is
+// reported once with Slurm's reason, and the repair follows the resume.
+TEST_F(SlurmSyncTest, LostPlaceholderOnADrainedNodeIsFencedUntilTheNodeResumes) {
+  AddNode("sy-q", 47, 8);
+  SlurmNodeLoads loads;
+  auto p = placeholders_->Create(Owner::Pod("uid-q1", "default", "q1"), "sy-q", 2, 0, 1, 100);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  const std::set<uint32_t> gpus = LedgerPodGpus("sy-q", "uid-q1");
+  ASSERT_EQ(gpus.size(), 2u);
+  ASSERT_EQ(cluster_->Cli("scontrol update nodename=sy-q state=drain reason=maint").rc, 0);
+  ASSERT_EQ(cluster_->Cli(absl::StrCat("scancel ", p->owner.job_id)).rc, 0);
+  ASSERT_TRUE(WaitJobOver(p->owner.job_id));
+
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(LedgerPodGpus("sy-q", "uid-q1"), gpus) << "the pod's devices stay held";
+  ASSERT_EQ(losses_.size(), 1u);
+  EXPECT_FALSE(losses_[0].repaired);
+  EXPECT_EQ(losses_[0].pod.name, "q1");
+  EXPECT_NE(losses_[0].detail.find("drained in Slurm (maint)"), std::string::npos)
+      << losses_[0].detail;
+  EXPECT_EQ(sync_->stats().placeholders_fenced, 1u);
+  EXPECT_EQ(sync_->stats().placeholders_lost_fenced, 1u);
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(losses_.size(), 1u) << "reported once";
+
+  ASSERT_EQ(cluster_->Cli("scontrol update nodename=sy-q state=resume").rc, 0);
+  ASSERT_TRUE(WaitFor([&] {
+    (void)sync_->RunOnce();
+    return SlurmPlaceholderGpus("sy-q", "uid-q1") == gpus;
+  })) << cluster_->Cli("scontrol show node sy-q").out;
+  EXPECT_EQ(LedgerPodGpus("sy-q", "uid-q1"), gpus);
+  ASSERT_EQ(losses_.size(), 2u);
+  EXPECT_TRUE(losses_[1].repaired) << losses_[1].detail;
+  EXPECT_EQ(sync_->stats().placeholders_fenced, 0u);
+  EXPECT_EQ(sync_->stats().placeholder_repairs, 1u);
+  ExpectLedgerMatchesSlurm("sy-q");
+  EXPECT_TRUE(placeholders_->Cancel("sy-q", "uid-q1").ok());
+}
+
+// An admin's drain is reported as unusable (the extender's filter drops the
+// node) with Slurm's reason, and Slurm's state is kept for duetctl.
+TEST_F(SlurmSyncTest, AdminDrainMakesTheNodeUnusableWithItsReason) {
+  AddNode("sy-p", 46, 8);
+  SlurmNodeLoads loads;
+  loads.Replace(*client_->ListNodes());
+  EXPECT_EQ(loads.Unusable("sy-p"), "");
+  EXPECT_EQ(loads.State("sy-p").first.rfind("IDLE", 0), 0u) << loads.State("sy-p").first;
+  ASSERT_EQ(cluster_->Cli("scontrol update nodename=sy-p state=drain reason=x").rc, 0);
+  loads.Replace(*client_->ListNodes());
+  EXPECT_EQ(loads.Unusable("sy-p"), "drained in Slurm (x)");
+  EXPECT_NE(loads.State("sy-p").first.find("DRAIN"), std::string::npos);
+  EXPECT_EQ(loads.State("sy-p").second, "x");
+  // Slurm marks a resumed node not responding until its next ping.
+  ASSERT_EQ(cluster_->Cli("scontrol update nodename=sy-p state=resume").rc, 0);
+  EXPECT_TRUE(WaitFor([&] {
+    loads.Replace(*client_->ListNodes());
+    return loads.Unusable("sy-p").empty();
+  })) << loads.Unusable("sy-p");
 }
 
 }  // namespace

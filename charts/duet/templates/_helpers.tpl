@@ -42,7 +42,25 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "duet.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $i := .Values.image -}}
+{{- if and (not $i.tag) (not (has (toString $i.slurmLine) (list "24.11" "26.05"))) -}}
+{{- fail (printf "image.slurmLine: %q: the duet images are built for Slurm 24.11 or 26.05 (docker/README.md)" (toString $i.slurmLine)) -}}
+{{- end -}}
+{{- printf "%s:%s" $i.repository (default (printf "%s-slurm%s" .Chart.AppVersion (toString $i.slurmLine)) $i.tag) -}}
+{{- end -}}
+
+{{/* kube-scheduler image: the tag defaults to the cluster's own version
+(vMAJOR.MINOR.PATCH of .Capabilities.KubeVersion, a vendor suffix such as
+"-gke.1842000" dropped), so the second scheduler stays within the
+version-skew policy as the cluster is upgraded (helm upgrade re-renders). */}}
+{{- define "duet.scheduler.image" -}}
+{{- $img := .Values.scheduler.image -}}
+{{- $tag := $img.tag -}}
+{{- if not $tag -}}
+{{- $tag = regexFind "^v?[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version -}}
+{{- if not (hasPrefix "v" $tag) -}}{{- $tag = printf "v%s" $tag -}}{{- end -}}
+{{- end -}}
+{{- printf "%s:%s" $img.repository $tag -}}
 {{- end -}}
 
 {{- define "duet.bridge.name" -}}{{ include "duet.fullname" . }}-bridge{{- end -}}
@@ -83,6 +101,7 @@ name the extender certificate must carry. */}}
 {{- define "duet.paths.journal" -}}/var/lib/duet/journal{{- end -}}
 {{- define "duet.paths.slurmConf" -}}/etc/slurm/slurm.conf{{- end -}}
 {{- define "duet.paths.mungeSocketDir" -}}/run/munge{{- end -}}
+{{- define "duet.paths.slurmKey" -}}/etc/slurm/slurm.key{{- end -}}
 
 {{/*
 The bridge's YAML config (docs/config.md): bridge.config as written, plus the
