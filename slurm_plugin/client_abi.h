@@ -17,9 +17,15 @@ extern "C" {
 
 #include "slurm_plugin/plugin_args.h"
 
-#define DUET_SPANK_CLIENT_ABI 1u
+#define DUET_SPANK_CLIENT_ABI 2u
 
 typedef unsigned (*duet_spank_client_abi_fn)(void);
+/* init_post_opt in slurmstepd (root, before the privilege drop), only when
+ * TPUs are probed: load from slurmctld what user_init needs but must not ask
+ * for (from Slurm 24.11 a libslurm RPC in user_init kills the step). A
+ * failure is kept and refuses the step in user_init. */
+typedef void (*duet_spank_client_init_post_opt_fn)(spank_t sp,
+                                                   const struct duet_spank_args* args);
 /* user_init in slurmstepd: register the step's devices with the bridge,
  * export the device variables, print what --duet-show asks for. Returns 0,
  * or -1 with `err` holding the refusal the user sees. */

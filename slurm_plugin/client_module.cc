@@ -21,6 +21,11 @@ __attribute__((visibility("default"))) unsigned duet_spank_client_abi(void) {
   return DUET_SPANK_CLIENT_ABI;
 }
 
+__attribute__((visibility("default"))) void duet_spank_client_init_post_opt(
+    spank_t sp, const duet_spank_args* args) {
+  duet::spank::RemoteInitPostOpt(sp, duet::spank::FromArgs(*args), &g_state);
+}
+
 __attribute__((visibility("default"))) int duet_spank_client_user_init(
     spank_t sp, const duet_spank_args* args, int show, char* err, size_t err_len) {
   if (show) g_state.show = true;

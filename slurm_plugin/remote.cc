@@ -3,18 +3,16 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bridge/common/reason.h"
 #include "bridge/slurm/slurm_client.h"
+#include "bridge/slurm/slurm_compat.h"
 #include "slurm_plugin/bridge_client.h"
 #include "slurm_plugin/step_devices.h"
-
-extern "C" {
-#include <slurm/slurm.h>
-}
 
 namespace duet::spank {
 namespace {
@@ -24,19 +22,6 @@ std::string GetEnv(spank_t sp, const char* name) {
   char buf[4096];
   if (spank_getenv(sp, name, buf, sizeof(buf)) != ESPANK_SUCCESS) return "";
   return buf;
-}
-
-std::vector<std::string> ExpandHosts(const std::string& expr) {
-  std::vector<std::string> out;
-  if (expr.empty()) return out;
-  hostlist_t hl = slurm_hostlist_create(expr.c_str());
-  if (hl == nullptr) return out;
-  while (char* h = slurm_hostlist_shift(hl)) {
-    out.emplace_back(h);
-    free(h);
-  }
-  slurm_hostlist_destroy(hl);
-  return out;
 }
 
 // This node's name: SLURMD_NODENAME is only set from task_init on, so take
@@ -50,7 +35,7 @@ absl::StatusOr<std::string> NodeName(spank_t sp) {
   }
   std::string list = GetEnv(sp, "SLURM_STEP_NODELIST");
   if (list.empty()) list = GetEnv(sp, "SLURM_JOB_NODELIST");
-  std::vector<std::string> hosts = ExpandHosts(list);
+  std::vector<std::string> hosts = slurm_compat::ExpandHostlist(list.c_str());
   if (node_id >= hosts.size()) {
     return absl::InternalError(absl::StrCat("node ", node_id, " not in node list \"", list, "\""));
   }
@@ -67,28 +52,31 @@ bool WantTpuProbe(const PluginConfig& c) {
   return false;
 }
 
-// The job's TPU indices on `node` from its GRES detail (slurmctld RPC).
-absl::StatusOr<std::vector<uint32_t>> JobTpus(uint32_t job_id, const std::string& node) {
+// The job's TPU indices on each of its nodes, from its GRES detail
+// (slurmctld RPC).
+absl::StatusOr<JobTpus> LoadJobTpus(uint32_t job_id) {
   job_info_msg_t* msg = nullptr;
-  if (slurm_load_job(&msg, job_id, SHOW_DETAIL) != SLURM_SUCCESS) {
+  if (slurm_compat::LoadJob(&msg, job_id, SHOW_DETAIL) != SLURM_SUCCESS) {
     return absl::UnavailableError(absl::StrCat("cannot load job ", job_id, " from slurmctld: ",
-                                               slurm_strerror(slurm_get_errno())));
+                                               slurm_strerror(slurm_compat::LastError())));
   }
-  std::vector<uint32_t> tpus;
-  absl::Status status;
+  JobTpus tpus;
   for (uint32_t i = 0; msg && i < msg->record_count; ++i) {
     const slurm_job_info_t& j = msg->job_array[i];
     if (j.job_id != job_id) continue;
-    std::vector<std::string> hosts = ExpandHosts(j.nodes ? j.nodes : "");
+    std::vector<std::string> hosts = slurm_compat::ExpandHostlist(j.nodes);
     for (size_t n = 0; n < hosts.size(); ++n) {
-      if (hosts[n] != node || n >= j.gres_detail_cnt || !j.gres_detail_str[n]) continue;
+      if (n >= j.gres_detail_cnt || !j.gres_detail_str[n]) continue;
       SlurmJobNodeDevices d;
-      status = ParseGresDetail(j.gres_detail_str[n], &d);
-      tpus = d.tpus;
+      absl::Status s = ParseGresDetail(j.gres_detail_str[n], &d);
+      if (s.ok()) {
+        tpus.emplace(hosts[n], std::move(d.tpus));
+      } else {
+        tpus.emplace(hosts[n], std::move(s));
+      }
     }
   }
   slurm_free_job_info_msg(msg);
-  if (!status.ok()) return status;
   return tpus;
 }
 
@@ -97,6 +85,16 @@ bool IsUnreachable(const absl::Status& s) {
 }
 
 }  // namespace
+
+void RemoteInitPostOpt(spank_t sp, const PluginConfig& config, RemoteState* st) {
+  if (config.disabled || !WantTpuProbe(config)) return;
+  uint32_t job_id = 0;
+  if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) {
+    st->job_tpus = absl::InternalError("cannot read the job id");
+    return;
+  }
+  st->job_tpus = LoadJobTpus(job_id);
+}
 
 absl::Status RemoteUserInit(spank_t sp, const PluginConfig& config, RemoteState* st) {
   if (config.disabled) return absl::OkStatus();
@@ -120,9 +118,15 @@ absl::Status RemoteUserInit(spank_t sp, const PluginConfig& config, RemoteState*
   st->node = *node;
 
   if (WantTpuProbe(config)) {
-    auto tpus = JobTpus(st->job_id, st->node);
-    if (!tpus.ok()) return tpus.status();
-    devices.tpus = *tpus;
+    if (!st->job_tpus.has_value()) {
+      return absl::InternalError("the TPU probe did not run (slurm_spank_init_post_opt)");
+    }
+    if (!st->job_tpus->ok()) return st->job_tpus->status();
+    auto it = (*st->job_tpus)->find(st->node);
+    if (it != (*st->job_tpus)->end()) {
+      if (!it->second.ok()) return it->second.status();
+      devices.tpus = *it->second;
+    }
   }
   if (devices.empty() && !st->show) return absl::OkStatus();
 

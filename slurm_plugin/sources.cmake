@@ -8,9 +8,23 @@ find_path(SLURM_SPANK_INCLUDE_DIR slurm/spank.h)
 if(NOT SLURM_SPANK_INCLUDE_DIR)
   message(FATAL_ERROR "slurm/spank.h not found: install libslurm-dev")
 endif()
+# The release it is for, from SLURM_VERSION_NUMBER (0xMMmmuu): slurm_version.h
+# of 24.11 and later has no SLURM_VERSION_STRING.
 file(STRINGS ${SLURM_SPANK_INCLUDE_DIR}/slurm/slurm_version.h _duet_slurm_ver
-     REGEX "#define SLURM_VERSION_STRING")
-message(STATUS "spank_duet: building for ${_duet_slurm_ver}")
+     REGEX "^#define SLURM_VERSION_NUMBER")
+if(NOT _duet_slurm_ver MATCHES "0x([0-9a-fA-F][0-9a-fA-F])([0-9a-fA-F][0-9a-fA-F])([0-9a-fA-F][0-9a-fA-F])")
+  message(FATAL_ERROR "no SLURM_VERSION_NUMBER in ${SLURM_SPANK_INCLUDE_DIR}/slurm/slurm_version.h")
+endif()
+math(EXPR DUET_SLURM_MAJOR "0x${CMAKE_MATCH_1}")
+math(EXPR DUET_SLURM_MINOR "0x${CMAKE_MATCH_2}")
+math(EXPR DUET_SLURM_MICRO "0x${CMAKE_MATCH_3}")
+set(DUET_SLURM_RELEASE "${DUET_SLURM_MAJOR}.${DUET_SLURM_MINOR}")
+if(DUET_SLURM_MINOR LESS 10)
+  set(DUET_SLURM_RELEASE "${DUET_SLURM_MAJOR}.0${DUET_SLURM_MINOR}")
+endif()
+message(STATUS "spank_duet: building for Slurm ${DUET_SLURM_RELEASE} "
+               "(${DUET_SLURM_RELEASE}.${DUET_SLURM_MICRO} headers in ${SLURM_SPANK_INCLUDE_DIR}); "
+               "slurmd and slurmstepd load it only if they are ${DUET_SLURM_RELEASE}.x")
 find_path(MUNGE_INCLUDE_DIR munge.h)
 find_library(MUNGE_LIBRARY munge)
 if(NOT MUNGE_INCLUDE_DIR OR NOT MUNGE_LIBRARY)

@@ -5,8 +5,8 @@
  * libc only: no gRPC, protobuf, Abseil or libstdc++ to load and initialise in
  * processes that never talk to duet-bridge (measured: bench/slurm/RESULTS.md).
  * The bridge client lives in duet_spank_client.so, which this plugin dlopens
- * in slurmstepd's user_init only when the step may need the bridge: it has
- * GPUs, TPUs may be probed, or --duet-show was given.
+ * in slurmstepd only when the step may need the bridge: it has GPUs, TPUs may
+ * be probed (then already in init_post_opt), or --duet-show was given.
  *
  * Options, for srun/sbatch/salloc:
  *   --duet-show   print, when each step starts, the devices it got on each
@@ -35,6 +35,7 @@ static int g_show;
  * report. */
 static char g_refusal[4096];
 static duet_spank_client_exit_fn g_client_exit;
+static duet_spank_client_init_post_opt_fn g_client_init_post_opt;
 
 /* May run twice in slurmstepd (once per option pass): idempotent. */
 static int on_show_option(int val, const char* optarg, int remote) {
@@ -63,6 +64,15 @@ static int env_is(spank_t sp, const char* name, const char* want) {
   return spank_getenv(sp, name, buf, sizeof(buf)) == ESPANK_SUCCESS && strcmp(buf, want) == 0;
 }
 
+/* Whether the step's TPUs are probed (plugstack tpu=, or auto on a TPU host). */
+static int tpu_probe_on(void) {
+  switch (g_args.tpu) {
+    case DUET_TPU_YES: return 1;
+    case DUET_TPU_NO: return 0;
+    default: return access("/dev/accel0", F_OK) == 0 || access("/dev/vfio/0", F_OK) == 0;
+  }
+}
+
 /* Whether this step may need the bridge at all (cheap: env and two stats). */
 static int step_needs_bridge(spank_t sp) {
   if (g_show) return 1;
@@ -70,11 +80,7 @@ static int step_needs_bridge(spank_t sp) {
       env_set(sp, "CUDA_VISIBLE_DEVICES")) {
     return 1;
   }
-  switch (g_args.tpu) {
-    case DUET_TPU_YES: return 1;
-    case DUET_TPU_NO: return 0;
-    default: return access("/dev/accel0", F_OK) == 0 || access("/dev/vfio/0", F_OK) == 0;
-  }
+  return tpu_probe_on();
 }
 
 /* The client module's path: client= or next to this .so. */
@@ -109,13 +115,16 @@ static duet_spank_client_user_init_fn load_client(char* err, size_t err_len) {
   duet_spank_client_user_init_fn ui =
       (duet_spank_client_user_init_fn)dlsym(h, "duet_spank_client_user_init");
   duet_spank_client_exit_fn ex = (duet_spank_client_exit_fn)dlsym(h, "duet_spank_client_exit");
-  if (abi == NULL || ui == NULL || ex == NULL || abi() != DUET_SPANK_CLIENT_ABI) {
+  duet_spank_client_init_post_opt_fn po =
+      (duet_spank_client_init_post_opt_fn)dlsym(h, "duet_spank_client_init_post_opt");
+  if (abi == NULL || ui == NULL || ex == NULL || po == NULL || abi() != DUET_SPANK_CLIENT_ABI) {
     snprintf(err, err_len, "%s is not a duet bridge client of ABI %u", path,
              DUET_SPANK_CLIENT_ABI);
     return NULL; /* never dlclose: a half-initialised module may have threads */
   }
   user_init = ui;
   g_client_exit = ex;
+  g_client_init_post_opt = po;
   return user_init;
 }
 
@@ -133,6 +142,19 @@ int slurm_spank_init(spank_t sp, int ac, char** av) {
       return -1;
     }
   }
+  return 0;
+}
+
+/* slurmstepd, as root, before Slurm drops privileges: the TPU probe's
+ * slurmctld RPC runs here. From Slurm 24.11, user_init runs with the auth
+ * plugin's lock held, and any libslurm RPC there kills the step. A module that
+ * cannot load is reported by user_init. */
+int slurm_spank_init_post_opt(spank_t sp, int ac, char** av) {
+  (void)ac;
+  (void)av;
+  if (!spank_remote(sp) || g_args.disabled || !tpu_probe_on()) return 0;
+  char err[sizeof(g_refusal) - 64];
+  if (load_client(err, sizeof(err)) != NULL) g_client_init_post_opt(sp, &g_args);
   return 0;
 }
 

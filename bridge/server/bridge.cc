@@ -107,6 +107,10 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
                        "scontrol reconfigure sent after a slurmctld start with GRES nodes "
                        "(Slurm 22.05 workaround)",
                        MetricType::Counter, static_cast<double>(s.reconfigures)));
+  out.push_back(Family("duet_slurm_version_refusals_total",
+                       "Slurm sync passes refused because slurmctld's release is one this "
+                       "duet-bridge's libslurm cannot talk to",
+                       MetricType::Counter, static_cast<double>(s.version_refusals)));
   {
     prometheus::MetricFamily f = Family(
         "duet_placeholder_losses_total",

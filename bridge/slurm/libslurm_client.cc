@@ -6,22 +6,19 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 
-extern "C" {
-#include <slurm/slurm.h>
-#include <slurm/slurm_errno.h>
-// Exported by libslurm but not declared in its public headers (22.05).
-const char* slurm_job_reason_string(enum job_state_reason inx);
-char* slurm_node_state_string(uint32_t inx);
-}
+#include "bridge/slurm/slurm_compat.h"
 
 namespace duet {
 namespace {
@@ -31,22 +28,20 @@ void InitSlurmOnce(const std::string& conf) {
   std::call_once(once, [&conf] { slurm_init(conf.empty() ? nullptr : conf.c_str()); });
 }
 
-bool IsCommError(int e) {
-  return (e >= SLURM_COMMUNICATIONS_CONNECTION_ERROR &&
-          e <= SLURM_COMMUNICATIONS_MISSING_SOCKET_ERROR) ||
-         (e >= SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR &&
-          e <= SLURMCTLD_COMMUNICATIONS_SHUTDOWN_ERROR) ||
-         (e >= SLURM_PROTOCOL_SOCKET_IMPL_ZERO_RECV_LENGTH &&
-          e <= SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT) ||
-         e == ECONNREFUSED || e == ETIMEDOUT || e == ECONNRESET || e == EHOSTUNREACH ||
-         e == SLURM_PROTOCOL_AUTHENTICATION_ERROR;
-}
-
 // The current libslurm error as a Status. `what` names the call.
 absl::Status SlurmError(const std::string& what) {
-  const int e = slurm_get_errno();
+  const int e = slurm_compat::LastError();
   const std::string msg = absl::StrCat(what, ": ", slurm_strerror(e), " (slurm errno ", e, ")");
-  if (IsCommError(e)) return absl::UnavailableError(absl::StrCat("Slurm unreachable: ", msg));
+  if (slurm_compat::IsCommError(e)) {
+    return absl::UnavailableError(absl::StrCat("Slurm unreachable: ", msg));
+  }
+  if (e == SLURM_PROTOCOL_VERSION_ERROR) {
+    // slurmctld older than this libslurm, or more than two releases newer.
+    return absl::FailedPreconditionError(absl::StrCat(
+        msg, ": slurmctld and this duet-bridge's libslurm ",
+        FormatRelease(BuiltSlurmRelease()), " speak no common protocol version (support table: "
+        "bridge/slurm/README.md)"));
+  }
   switch (e) {
     case ESLURM_NODES_BUSY:
     case ESLURM_NOT_TOP_PRIORITY:
@@ -69,19 +64,6 @@ absl::Status SlurmError(const std::string& what) {
     default:
       return absl::InternalError(msg);
   }
-}
-
-std::vector<std::string> ExpandHostlist(const char* expr) {
-  std::vector<std::string> out;
-  if (expr == nullptr || *expr == '\0') return out;
-  hostlist_t hl = slurm_hostlist_create(expr);
-  if (hl == nullptr) return out;
-  while (char* h = slurm_hostlist_shift(hl)) {
-    out.emplace_back(h);
-    free(h);
-  }
-  slurm_hostlist_destroy(hl);
-  return out;
 }
 
 std::vector<std::string> SplitFeatures(const char* s) {
@@ -112,20 +94,11 @@ SlurmNodeInfo ToNodeInfo(const node_info_t& n) {
   info.not_responding = (n.node_state & NODE_STATE_NO_RESPOND) != 0;
   info.busy = base == NODE_STATE_ALLOCATED || base == NODE_STATE_MIXED ||
               (n.node_state & NODE_STATE_COMPLETING) != 0;
-  // Allocated CPUs and memory live in the select plugin's node data (22.05
-  // has no alloc fields in node_info_t); what `scontrol show node` prints as
-  // CPUAlloc and AllocMem.
-  if (n.select_nodeinfo != nullptr) {
-    uint16_t cpus = 0;
-    if (slurm_get_select_nodeinfo(n.select_nodeinfo, SELECT_NODEDATA_SUBCNT, NODE_STATE_ALLOCATED,
-                                  &cpus) == SLURM_SUCCESS) {
-      info.alloc_cpus = cpus;
-    }
-    uint64_t mem = 0;  // the plugin writes a uint64_t whatever the header says
-    if (slurm_get_select_nodeinfo(n.select_nodeinfo, SELECT_NODEDATA_MEM_ALLOC,
-                                  NODE_STATE_ALLOCATED, &mem) == SLURM_SUCCESS) {
-      info.alloc_memory_mib = mem;
-    }
+  uint32_t cpus = 0;
+  uint64_t memory_mib = 0;
+  if (slurm_compat::NodeAllocated(n, &cpus, &memory_mib)) {
+    info.alloc_cpus = cpus;
+    info.alloc_memory_mib = memory_mib;
   }
   return info;
 }
@@ -144,7 +117,7 @@ SlurmJobInfo ToJobInfo(const slurm_job_info_t& j) {
   }
   if (j.job_state & JOB_COMPLETING) info.state = SlurmJobState::kCompleting;
   if (info.state == SlurmJobState::kPending) {
-    const char* r = slurm_job_reason_string(static_cast<enum job_state_reason>(j.state_reason));
+    const char* r = slurm_compat::JobReasonString(j.state_reason);
     if (r) info.state_reason = r;
   }
   if (j.start_time > 0) info.start_time = absl::FromTimeT(j.start_time);
@@ -152,7 +125,7 @@ SlurmJobInfo ToJobInfo(const slurm_job_info_t& j) {
   if (j.pn_min_memory != NO_VAL64 && (j.pn_min_memory & MEM_PER_CPU) == 0) {
     info.memory_mib = j.pn_min_memory;
   }
-  const std::vector<std::string> hosts = ExpandHostlist(j.nodes);
+  const std::vector<std::string> hosts = slurm_compat::ExpandHostlist(j.nodes);
   for (size_t i = 0; i < hosts.size(); ++i) {
     SlurmJobNodeDevices d;
     d.node = hosts[i];
@@ -188,7 +161,7 @@ absl::StatusOr<std::optional<SlurmNodeInfo>> LoadNode(const std::string& name) {
 
 absl::StatusOr<std::optional<SlurmJobInfo>> LoadJob(uint32_t job_id) {
   job_info_msg_t* msg = nullptr;
-  if (slurm_load_job(&msg, job_id, SHOW_DETAIL | SHOW_ALL) != SLURM_SUCCESS) {
+  if (slurm_compat::LoadJob(&msg, job_id, SHOW_DETAIL | SHOW_ALL) != SLURM_SUCCESS) {
     absl::Status s = SlurmError(absl::StrCat("load job ", job_id));
     if (absl::IsNotFound(s)) return std::optional<SlurmJobInfo>();
     return s;
@@ -202,6 +175,52 @@ absl::StatusOr<std::optional<SlurmJobInfo>> LoadJob(uint32_t job_id) {
 }
 
 }  // namespace
+
+std::string FormatRelease(SlurmRelease r) {
+  return absl::StrFormat("%d.%02d", r.major, r.minor);
+}
+
+std::optional<SlurmRelease> ParseSlurmRelease(absl::string_view version) {
+  std::vector<absl::string_view> parts = absl::StrSplit(version, absl::MaxSplits('.', 2));
+  SlurmRelease r;
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &r.major) ||
+      !absl::SimpleAtoi(parts[1], &r.minor) || r.major <= 0 || r.minor <= 0 || r.minor > 12) {
+    return std::nullopt;
+  }
+  return r;
+}
+
+SlurmRelease BuiltSlurmRelease() { return {slurm_compat::kMajor, slurm_compat::kMinor}; }
+
+namespace {
+// Position in Slurm's release sequence; -1 for a release that never was.
+int ReleaseIndex(SlurmRelease r) {
+  static constexpr SlurmRelease kBefore2405[] = {{20, 2}, {20, 11}, {21, 8},
+                                                 {22, 5}, {23, 2},  {23, 11}};
+  for (int i = 0; i < static_cast<int>(std::size(kBefore2405)); ++i) {
+    if (kBefore2405[i] == r) return i;
+  }
+  // From 24.05 on, one release every May and one every November.
+  if (r.major >= 24 && (r.minor == 5 || r.minor == 11)) {
+    return static_cast<int>(std::size(kBefore2405)) + (r.major - 24) * 2 + (r.minor == 11);
+  }
+  return -1;
+}
+}  // namespace
+
+bool ControllerSupported(SlurmRelease client, SlurmRelease ctld) {
+  const int c = ReleaseIndex(client);
+  const int s = ReleaseIndex(ctld);
+  return c >= 0 && s >= 0 && s - c >= 0 && s - c <= 2;
+}
+
+std::string UnsupportedControllerMessage(SlurmRelease client, absl::string_view ctld_version) {
+  return absl::StrCat(
+      "slurmctld is Slurm ", ctld_version, ", but this duet-bridge was built against libslurm ",
+      FormatRelease(client), ", which can only talk to slurmctld of its own release or the two "
+      "after it: not talking to it (serving from the ledger). Run a duet-bridge built against "
+      "that Slurm release's libslurm (support table: bridge/slurm/README.md)");
+}
 
 std::string SlurmNodeLine(const SlurmNodeConfig& c) {
   const std::string addr = c.addr.empty() ? c.name : c.addr;
@@ -265,9 +284,33 @@ absl::Status LibSlurmClient::RunStatus(const char* what, std::function<absl::Sta
 }
 
 absl::Status LibSlurmClient::Ping() {
-  return RunStatus("ping", [] {
+  absl::Status ping = RunStatus("ping", [] {
     if (slurm_ping(0) != SLURM_SUCCESS) return SlurmError("ping slurmctld");
     return absl::OkStatus();
+  });
+  if (!ping.ok()) {
+    controller_checked_.store(false);
+    return ping;
+  }
+  if (controller_checked_.load()) return absl::OkStatus();
+  absl::StatusOr<std::string> version = ControllerVersion();
+  if (!version.ok()) return version.status();
+  const std::optional<SlurmRelease> ctld = ParseSlurmRelease(*version);
+  if (!ctld.has_value() || !ControllerSupported(BuiltSlurmRelease(), *ctld)) {
+    return absl::FailedPreconditionError(
+        UnsupportedControllerMessage(BuiltSlurmRelease(), *version));
+  }
+  controller_checked_.store(true);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> LibSlurmClient::ControllerVersion() {
+  return Run<std::string>("load config", []() -> absl::StatusOr<std::string> {
+    slurm_conf_t* conf = nullptr;
+    if (slurm_load_ctl_conf(0, &conf) != SLURM_SUCCESS) return SlurmError("load config");
+    std::string version = conf->version != nullptr ? conf->version : "";
+    slurm_compat::FreeCtlConf(conf);
+    return version;
   });
 }
 
@@ -276,7 +319,7 @@ absl::StatusOr<int64_t> LibSlurmClient::ControllerBootTime() {
     slurm_conf_t* conf = nullptr;
     if (slurm_load_ctl_conf(0, &conf) != SLURM_SUCCESS) return SlurmError("load config");
     const int64_t boot = static_cast<int64_t>(conf->boot_time);
-    slurm_free_ctl_conf(conf);
+    slurm_compat::FreeCtlConf(conf);
     return boot;
   });
 }
@@ -323,6 +366,11 @@ absl::Status LibSlurmClient::CreateNode(const SlurmNodeConfig& config) {
     slurm_init_update_node_msg(&msg);
     msg.extra = line.data();
     if (slurm_create_node(&msg) != SLURM_SUCCESS) {
+      if (slurm_compat::IsNodeAlreadyExists(slurm_compat::LastError())) {
+        // Created by someone else since the check (24.11+ says so).
+        return absl::AlreadyExistsError(
+            absl::StrCat("create node ", config.name, ": already exists in Slurm"));
+      }
       return SlurmError(absl::StrCat("create node \"", line, "\""));
     }
     return absl::OkStatus();
@@ -350,7 +398,7 @@ absl::Status LibSlurmClient::UpdateNode(const SlurmNodeUpdate& update) {
         reason = *update.drain_reason;
         msg.node_state = NODE_STATE_DRAIN;
         msg.reason = reason.data();
-        msg.reason_uid = getuid();
+        slurm_compat::SetReasonUid(&msg, getuid());
       }
     }
     if (slurm_update_node(&msg) != SLURM_SUCCESS) {
@@ -368,7 +416,7 @@ absl::Status LibSlurmClient::DeleteNode(const std::string& name) {
     msg.node_names = n.data();
     if (slurm_delete_node(&msg) != SLURM_SUCCESS) {
       absl::Status s = SlurmError(absl::StrCat("delete node ", name));
-      if (slurm_get_errno() == ESLURM_NODES_BUSY) {
+      if (slurm_compat::LastError() == ESLURM_NODES_BUSY) {
         return absl::FailedPreconditionError(
             absl::StrCat("delete node ", name, ": jobs are still on it"));
       }
@@ -394,6 +442,7 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
     std::string node = request.node;
     std::string name = request.job_name;
     std::string comment = request.comment;
+    std::string work_dir = "/";
     std::vector<std::string> env = request.spank_env;
     std::vector<char*> env_ptrs;
     for (std::string& e : env) env_ptrs.push_back(e.data());
@@ -412,6 +461,8 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
     if (request.memory_mib > 0) desc.pn_min_memory = request.memory_mib;
     desc.tres_per_node = tres_per_node.data();
     desc.immediate = 1;
+    // Required from 24.11 (ESLURM_MISSING_WORK_DIR); a placeholder runs nothing.
+    desc.work_dir = work_dir.data();
     desc.user_id = uid;
     desc.group_id = gid;
     if (!env.empty()) {
@@ -423,26 +474,26 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
       return SlurmError(absl::StrCat("allocate ", tres_per_node, " on ", request.node));
     }
     SlurmAllocation alloc;
-    alloc.job_id = resp->job_id;
+    alloc.job_id = slurm_compat::AllocationJobId(*resp);
     const bool granted = resp->node_list != nullptr && request.node == resp->node_list;
     slurm_free_resource_allocation_response_msg(resp);
     if (!granted) {
       // Immediate allocations are granted or refused; anything else (queued)
       // must not linger.
-      slurm_kill_job(alloc.job_id, SIGKILL, 0);
+      slurm_compat::KillJob(alloc.job_id, SIGKILL, 0);
       return absl::ResourceExhaustedError(
           absl::StrCat("no room: allocate on ", request.node, ": not granted at once"));
     }
     auto job = LoadJob(alloc.job_id);
     if (!job.ok() || !job->has_value() || (*job)->devices.empty()) {
-      slurm_kill_job(alloc.job_id, SIGKILL, 0);
+      slurm_compat::KillJob(alloc.job_id, SIGKILL, 0);
       return absl::UnavailableError(absl::StrCat("allocate on ", request.node, ": job ",
                                                  alloc.job_id, " granted but its devices could not "
                                                  "be read back; cancelled"));
     }
     alloc.devices = (*job)->devices[0];
     if (alloc.devices.gpus.size() != request.gpus || alloc.devices.tpus.size() != request.tpus) {
-      slurm_kill_job(alloc.job_id, SIGKILL, 0);
+      slurm_compat::KillJob(alloc.job_id, SIGKILL, 0);
       return absl::InternalError(absl::StrCat(
           "allocate on ", request.node, ": job ", alloc.job_id, " got gpus [",
           FormatIndexList(alloc.devices.gpus), "] tpus [", FormatIndexList(alloc.devices.tpus),
@@ -455,8 +506,8 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
 
 absl::Status LibSlurmClient::KillJob(uint32_t job_id) {
   return RunStatus("kill job", [job_id] {
-    if (slurm_kill_job(job_id, SIGKILL, 0) != SLURM_SUCCESS) {
-      const int e = slurm_get_errno();
+    if (slurm_compat::KillJob(job_id, SIGKILL, 0) != SLURM_SUCCESS) {
+      const int e = slurm_compat::LastError();
       if (e == ESLURM_ALREADY_DONE || e == ESLURM_INVALID_JOB_ID) return absl::OkStatus();
       return SlurmError(absl::StrCat("kill job ", job_id));
     }

@@ -1,6 +1,14 @@
 #pragma once
 
-// LibSlurmClient: SlurmClient over libslurm (Slurm 22.05, slurm/slurm.h).
+// LibSlurmClient: SlurmClient over libslurm (slurm/slurm.h of Slurm 22.05,
+// 24.11, 25.11 or 26.05; the differences are in slurm_compat.h).
+//
+// A libslurm client can talk to a slurmctld of its own release or of the two
+// after it (Slurm's protocol rule). Ping checks that, from the controller's
+// version in its configuration, on the first answer and again after every
+// failed ping (the controller may come back upgraded): a slurmctld outside
+// the range gets FAILED_PRECONDITION naming both versions, and no other call
+// is made to it by SlurmSync (degraded until it is fixed).
 //
 // Every call runs on a short-lived worker thread and is awaited for at most
 // `call_timeout`; past it the caller gets UNAVAILABLE and the worker is left
@@ -18,12 +26,34 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "bridge/slurm/slurm_client.h"
 
 namespace duet {
+
+// A Slurm release: 24.11 is {24, 11}.
+struct SlurmRelease {
+  int major = 0;
+  int minor = 0;
+  bool operator==(const SlurmRelease& o) const { return major == o.major && minor == o.minor; }
+};
+// "24.11" (two-digit minor, as Slurm writes it).
+std::string FormatRelease(SlurmRelease r);
+// The release of a version string such as "24.11.5" or "26.05.0-0rc1"; nullopt
+// when it is not one.
+std::optional<SlurmRelease> ParseSlurmRelease(absl::string_view version);
+// The libslurm release duet was built against (SLURM_VERSION_NUMBER).
+SlurmRelease BuiltSlurmRelease();
+// Whether a libslurm of release `client` can talk to a slurmctld of `ctld`:
+// the same release or one of the next two (22.05: 22.05-23.11; 24.11:
+// 24.11-25.11; 26.05: 26.05-26.11-27.05). Unknown releases: false.
+bool ControllerSupported(SlurmRelease client, SlurmRelease ctld);
+// The refusal for a controller outside that range, naming both versions.
+std::string UnsupportedControllerMessage(SlurmRelease client, absl::string_view ctld_version);
 
 struct LibSlurmClientOptions {
   // slurm.conf to use; empty: $SLURM_CONF, else Slurm's default path.
@@ -56,6 +86,9 @@ class LibSlurmClient final : public SlurmClient {
   absl::StatusOr<int64_t> ControllerBootTime() override;
   absl::Status Reconfigure() override;
 
+  // slurmctld's version string ("24.11.5"), from its configuration.
+  absl::StatusOr<std::string> ControllerVersion();
+
   // Calls that passed their deadline and are still running.
   int stuck_calls() const { return stuck_->load(); }
 
@@ -68,6 +101,8 @@ class LibSlurmClient final : public SlurmClient {
   const LibSlurmClientOptions options_;
   // Shared with detached workers, which may outlive the client.
   std::shared_ptr<std::atomic<int>> stuck_;
+  // Ping found the controller's version supported; reset by a failed ping.
+  std::atomic<bool> controller_checked_{false};
 };
 
 // The "NodeName=... State=FUTURE" line slurm_create_node gets (also what

@@ -197,6 +197,8 @@ absl::Status SlurmSync::RunOnce() {
   absl::Status ping = slurm_->Ping();
   auto nodes = ping.ok() ? slurm_->ListNodes() : absl::StatusOr<std::vector<SlurmNodeInfo>>(ping);
   if (!nodes.ok()) {
+    // Ping's FAILED_PRECONDITION: a slurmctld of a release this build cannot serve.
+    if (absl::IsFailedPrecondition(ping)) Count(&SlurmSyncStats::version_refusals);
     if (!degraded_.exchange(true)) {
       spdlog::error("slurm sync: Slurm unreachable, serving from the ledger (degraded): {}",
                     nodes.status().ToString());

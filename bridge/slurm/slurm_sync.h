@@ -3,8 +3,10 @@
 // SlurmSync: keeps Slurm in step with the ledger, and the ledger with Slurm.
 //
 // Each pass (RunOnce, or every `period` after Start):
-//  1. Ping slurmctld. If it does not answer, the pass stops: degraded() turns
-//     true, the ledger keeps serving as it is, nothing is released or granted.
+//  1. Ping slurmctld. If it does not answer, or is of a Slurm release this
+//     build cannot talk to (FAILED_PRECONDITION), the pass stops: degraded()
+//     turns true, the ledger keeps serving as it is, nothing is released or
+//     granted.
 //  2. Nodes (ledger -> Slurm dynamic nodes). Every ledger node becomes a Slurm
 //     node of the same name (CPUs, RealMemory, Gres by kind and model,
 //     Features from pool, accelerator, zone and topology block, plus the
@@ -154,6 +156,7 @@ struct SlurmSyncStats {
   uint64_t placeholders_cancelled = 0;
   uint64_t conflicts = 0;  // Slurm says a job holds what the ledger gives another
   uint64_t reconfigures = 0;  // `scontrol reconfigure` after a slurmctld start
+  uint64_t version_refusals = 0;  // passes refused: slurmctld's release unsupported
   // Lost placeholders (their Slurm job vanished while the pod runs), by the
   // outcome of the first pass that saw each; repairs done (also of fenced
   // ones later); lost placeholders not repaired yet (now).

@@ -44,7 +44,9 @@ port_free() { ! ss -Hltn "sport = :$1" | grep -q .; }
 pick_port() {
   local p i
   for ((i = 0; i < 200; i++)); do
-    p=$((20000 + RANDOM % 30000))
+    # Below Linux's ephemeral range (32768-60999): a free port there can be
+    # taken by any outgoing connection before slurmctld binds it.
+    p=$((20000 + RANDOM % 12700))
     if port_free "$p" && port_free "$((p + 1))"; then echo "$p"; return 0; fi
   done
   die "no free port found"

@@ -596,7 +596,9 @@ TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedAMungeCredentialForThatStep) {
 // and its munge credential is root's; the tasks still run as the user.
 TEST_F(SlurmE2eTest, NonRootJobRegistersWithRootsCredentialAndRunsAsTheUser) {
   const std::string out = absl::StrCat("/tmp/duet-e2e-nobody-", getpid(), ".out");
-  CmdResult r = c_->Cli(absl::StrCat("sbatch --parsable --uid=nobody --chdir=/tmp -o ", out,
+  // nobody by number: sbatch 26.05 answers --uid=nobody with "Invalid --uid
+  // specification" (getent resolves it; 22.05 took either).
+  CmdResult r = c_->Cli(absl::StrCat("sbatch --parsable --uid=65534 --chdir=/tmp -o ", out,
                                      " -w e2e-gpu-a --gres=gpu:1 --wrap 'id -u; sleep 2'"));
   uint32_t job = 0;
   ASSERT_EQ(r.rc, 0) << r.out;

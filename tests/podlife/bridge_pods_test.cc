@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "bridge/config/config.h"
 #include "bridge/server/bridge.h"
 #include "bridge/server/podlife.h"

@@ -76,6 +76,16 @@ TEST_F(LibSlurmClientTest, CreatedNodeShowsGresAndFeaturesInScontrol) {
   EXPECT_FALSE(missing->has_value());
 }
 
+TEST_F(LibSlurmClientTest, PingChecksTheControllerReleaseAgainstTheBuild) {
+  auto version = client_->ControllerVersion();
+  ASSERT_TRUE(version.ok()) << version.status();
+  const std::optional<SlurmRelease> ctld = ParseSlurmRelease(*version);
+  ASSERT_TRUE(ctld.has_value()) << *version;
+  // The test cluster runs the Slurm duet was built against.
+  EXPECT_EQ(*ctld, BuiltSlurmRelease()) << *version;
+  EXPECT_TRUE(client_->Ping().ok());
+}
+
 TEST_F(LibSlurmClientTest, DrainResumeWeightAndDelete) {
   AddGpuNode("cl-b", 12);
   SlurmNodeUpdate u;
