@@ -653,6 +653,30 @@ class PodLifeE2eTest : public PodE2eTest {
     return out;
   }
 
+  // Polls until pod `name` has a running placeholder job other than `lost`;
+  // at every poll the pod's GPUs are held in the ledger and no Slurm job but
+  // a placeholder holds any of them (Slurm's own GRES detail). Returns the new
+  // job (0 on timeout, with a failure), after checking it holds `pod_gpus`.
+  uint32_t WaitForRepair(const std::string& name, const std::string& uid, uint32_t lost,
+                         const std::set<uint32_t>& pod_gpus, absl::Duration timeout) {
+    uint32_t repaired = 0;
+    const bool ok = WaitFor(
+        [&] {
+          EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod's GPUs stay held";
+          EXPECT_TRUE(Intersect(SlurmJobGpus(), pod_gpus).empty()) << c_->Cli("squeue").out;
+          auto [job, state] = PlaceholderJob(name);
+          if (job == 0 || job == lost || state.rfind("RUNNING", 0) != 0) return false;
+          repaired = job;
+          return true;
+        },
+        timeout);
+    EXPECT_TRUE(ok) << w_->Log() << c_->Cli(absl::StrCat("scontrol show node ", kNodeA)).out;
+    if (ok) {
+      EXPECT_EQ(SlurmDevices(repaired)[kNodeA]["gpu"], pod_gpus);
+    }
+    return ok ? repaired : 0;
+  }
+
   // Events in namespace default with `reason` about pod `name`.
   int PodEvents(const std::string& name, const std::string& reason) {
     auto body = w_->fake()->control()->Get("/api/v1/namespaces/default/events");
@@ -682,19 +706,8 @@ TEST_F(PodLifeE2eTest, ScancelOfABoundPodsPlaceholderIsRepairedOnTheSameGpus) {
   ASSERT_EQ(c_->Cli(absl::StrCat("scancel ", placeholder)).rc, 0);
   // Slurm now sees the pod's GPUs free; a job asking for every free GPU
   // must not get them: the bridge's repair wins or the fence refuses it.
-  uint32_t repaired = 0;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod's GPUs stay held";
-        EXPECT_TRUE(Intersect(SlurmJobGpus(), pod_gpus).empty()) << c_->Cli("squeue").out;
-        auto [job, state] = PlaceholderJob(name);
-        if (job == 0 || job == placeholder || state.rfind("RUNNING", 0) != 0) return false;
-        repaired = job;
-        return true;
-      },
-      absl::Seconds(20)))
-      << w_->Log();
-  EXPECT_EQ(SlurmDevices(repaired)[kNodeA]["gpu"], pod_gpus);
+  const uint32_t repaired = WaitForRepair(name, uid, placeholder, pod_gpus, absl::Seconds(20));
+  ASSERT_NE(repaired, 0u);
   EXPECT_TRUE(WaitFor([&] { return LedgerPodGpus(uid) == pod_gpus; }));
   EXPECT_TRUE(WaitFor([&] { return PodEvents(name, "DuetPlaceholderRepaired") == 1; }))
       << w_->Log();
@@ -724,19 +737,8 @@ TEST_F(PodLifeE2eTest, NodeDownKeepsThePodsGpusAwayFromSlurm) {
 
   ASSERT_EQ(
       c_->Cli(absl::StrCat("scontrol update nodename=", kNodeA, " state=down reason=maint")).rc, 0);
-  uint32_t repaired = 0;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod's GPUs stay held";
-        EXPECT_TRUE(Intersect(SlurmJobGpus(), pod_gpus).empty()) << c_->Cli("squeue").out;
-        auto [job, state] = PlaceholderJob(name);
-        if (job == 0 || job == placeholder || state.rfind("RUNNING", 0) != 0) return false;
-        repaired = job;
-        return true;
-      },
-      absl::Seconds(30)))
-      << w_->Log() << c_->Cli(absl::StrCat("scontrol show node ", kNodeA)).out;
-  EXPECT_EQ(SlurmDevices(repaired)[kNodeA]["gpu"], pod_gpus);
+  const uint32_t repaired = WaitForRepair(name, uid, placeholder, pod_gpus, absl::Seconds(30));
+  ASSERT_NE(repaired, 0u);
   // A job asking for all 8 GPUs can never start while the pod runs.
   const uint32_t big = c_->Sbatch(absl::StrCat("-w ", kNodeA, " --gres=gpu:8 --wrap 'sleep 1'"));
   ASSERT_TRUE(WaitFor([&] {
