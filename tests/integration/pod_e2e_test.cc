@@ -692,8 +692,8 @@ class PodLifeE2eTest : public PodE2eTest {
 };
 
 // An admin's scancel of a running pod's placeholder: the pod keeps its GPUs
-// in the ledger, a Slurm job asking for them is held off, and the bridge
-// re-creates the placeholder on exactly those GPUs and posts an Event.
+// in the ledger, no Slurm job holds them meanwhile, and the bridge re-creates
+// the placeholder on exactly those GPUs and posts an Event.
 TEST_F(PodLifeE2eTest, ScancelOfABoundPodsPlaceholderIsRepairedOnTheSameGpus) {
   const uint32_t job1 = RunningJob(absl::StrCat("-w ", kNodeA, " --gres=gpu:4"));
   ASSERT_EQ(ImportedGpus(job1, kNodeA).size(), 4u);
