@@ -3,14 +3,18 @@
 #include <munge.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bridge/common/reason.h"
 #include "bridge/slurm/munge_payload.h"
+#include "bridge/slurm/slurm_key_cred.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/duet/v1/error_reason.h"
 
@@ -71,9 +75,11 @@ BridgeClient::BridgeClient(const std::string& target, int timeout_ms)
 
 BridgeClient::~BridgeClient() = default;
 
-void BridgeClient::UseMunge(const std::string& socket) {
-  munge_ = true;
-  munge_socket_ = socket;
+void BridgeClient::UseAuth(StepAuth auth, const std::string& munge_socket,
+                           const std::string& slurm_key) {
+  auth_ = auth;
+  munge_socket_ = munge_socket;
+  slurm_key_ = slurm_key;
 }
 
 ScopedEffectiveRoot::ScopedEffectiveRoot() : prev_(geteuid()) {
@@ -107,24 +113,55 @@ absl::StatusOr<std::string> MungeEncode(const std::string& socket, const std::st
   return out;
 }
 
-namespace {
+std::string SlurmKeyPath(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  const char* env = std::getenv("SLURM_SACK_KEY");
+  return env != nullptr && *env != '\0' ? env : "/etc/slurm/slurm.key";
+}
 
-// Adds the credential for (node, job, step) to `ctx`; returns why it could
-// not (empty when it did, or when munge is off).
-std::string AttachMunge(bool munge, const std::string& socket, const std::string& node,
-                        uint32_t job_id, std::optional<uint32_t> step_id,
-                        grpc::ClientContext* ctx) {
-  if (!munge) return "";
-  auto cred = MungeEncode(socket, slurm_munge::Payload(node, job_id, step_id));
-  if (!cred.ok()) return std::string(cred.status().message());
-  ctx->AddMetadata(slurm_munge::kMetadataKey, *cred);
+absl::StatusOr<std::string> SlurmKeyCredential(const std::string& key_path,
+                                               const std::string& node, uint32_t job_id,
+                                               std::optional<uint32_t> step_id,
+                                               const char* method) {
+  absl::StatusOr<std::string> key;
+  {
+    ScopedEffectiveRoot root;  // slurm.key is root's (or SlurmUser's) only
+    key = slurm_key::LoadDerivedKey(key_path);
+  }
+  if (!key.ok()) return key.status();
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  absl::StatusOr<std::string> cred = slurm_key::Make(*key, node, job_id, step_id, method, now);
+  std::fill(key->begin(), key->end(), '\0');
+  return cred;
+}
+
+std::string BridgeClient::AttachCredential(const std::string& node, uint32_t job_id,
+                                           std::optional<uint32_t> step_id, const char* method,
+                                           grpc::ClientContext* ctx) const {
+  switch (auth_) {
+    case StepAuth::kNone:
+      return "";
+    case StepAuth::kMunge: {
+      auto cred = MungeEncode(munge_socket_, slurm_munge::Payload(node, job_id, step_id));
+      if (!cred.ok()) return absl::StrCat("munge: ", cred.status().message());
+      ctx->AddMetadata(slurm_munge::kMetadataKey, *cred);
+      return "";
+    }
+    case StepAuth::kSlurmKey: {
+      auto cred = SlurmKeyCredential(SlurmKeyPath(slurm_key_), node, job_id, step_id, method);
+      if (!cred.ok()) return std::string(cred.status().message());
+      ctx->AddMetadata(slurm_key::kMetadataKey, *cred);
+      return "";
+    }
+  }
   return "";
 }
 
-absl::Status WithMungeNote(absl::Status s, const std::string& munge_error) {
-  if (s.ok() || munge_error.empty()) return s;
-  return WithMessage(s, absl::StrCat(s.message(), " (no munge credential sent: ", munge_error,
-                                     ")"));
+namespace {
+
+absl::Status WithCredentialNote(absl::Status s, const std::string& error) {
+  if (s.ok() || error.empty()) return s;
+  return WithMessage(s, absl::StrCat(s.message(), " (no credential sent: ", error, ")"));
 }
 
 }  // namespace
@@ -147,9 +184,9 @@ absl::Status BridgeClient::HoldStep(const std::string& node, uint32_t job_id, ui
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
-  const std::string munge_error = AttachMunge(munge_, munge_socket_, node, job_id, step_id, &ctx);
+  const std::string cred_error = AttachCredential(node, job_id, step_id, "Hold", &ctx);
   v1::HoldResponse resp;
-  return WithMungeNote(FromGrpc(stub_->Hold(&ctx, req, &resp), "Hold"), munge_error);
+  return WithCredentialNote(FromGrpc(stub_->Hold(&ctx, req, &resp), "Hold"), cred_error);
 }
 
 absl::Status BridgeClient::ReleaseStep(const std::string& node, uint32_t job_id,
@@ -159,9 +196,9 @@ absl::Status BridgeClient::ReleaseStep(const std::string& node, uint32_t job_id,
   SetOwner(job_id, step_id, req.mutable_owner());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
-  const std::string munge_error = AttachMunge(munge_, munge_socket_, node, job_id, step_id, &ctx);
+  const std::string cred_error = AttachCredential(node, job_id, step_id, "Release", &ctx);
   v1::ReleaseResponse resp;
-  return WithMungeNote(FromGrpc(stub_->Release(&ctx, req, &resp), "Release"), munge_error);
+  return WithCredentialNote(FromGrpc(stub_->Release(&ctx, req, &resp), "Release"), cred_error);
 }
 
 absl::Status BridgeClient::ReleaseJob(const std::string& node, uint32_t job_id) {
@@ -170,10 +207,9 @@ absl::Status BridgeClient::ReleaseJob(const std::string& node, uint32_t job_id) 
   req.mutable_owner()->mutable_slurm_job()->set_job_id(job_id);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
-  const std::string munge_error =
-      AttachMunge(munge_, munge_socket_, node, job_id, std::nullopt, &ctx);
+  const std::string cred_error = AttachCredential(node, job_id, std::nullopt, "Release", &ctx);
   v1::ReleaseResponse resp;
-  return WithMungeNote(FromGrpc(stub_->Release(&ctx, req, &resp), "Release"), munge_error);
+  return WithCredentialNote(FromGrpc(stub_->Release(&ctx, req, &resp), "Release"), cred_error);
 }
 
 absl::StatusOr<std::vector<v1::Holding>> BridgeClient::ListHoldings(const std::string& node) {

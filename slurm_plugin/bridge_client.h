@@ -14,12 +14,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "duet/v1/duet.grpc.pb.h"
+#include "slurm_plugin/plugin_config.h"
 #include "slurm_plugin/step_devices.h"
 
 namespace duet::spank {
@@ -28,11 +30,14 @@ class BridgeClient {
  public:
   // `target`: unix:///path or host:port. Each call has `timeout_ms`.
   BridgeClient(const std::string& target, int timeout_ms);
-  // Attach a munge credential (slurm_munge::Payload of the call's owner and
-  // node, encoded through munged at `socket`, "" = libmunge's default) to
-  // HoldStep and ReleaseStep. When encoding fails the call goes without one
-  // and a refusal by the bridge names the local failure.
-  void UseMunge(const std::string& socket);
+  // The credential attached to HoldStep, ReleaseStep and ReleaseJob
+  // (DESIGN.md §9): kMunge, slurm_munge::Payload of the call's owner and node
+  // encoded through munged at `munge_socket` ("" = libmunge's default);
+  // kSlurmKey, slurm_key::Make under the slurm.key at `slurm_key` ("" =
+  // SlurmKeyPath's default), read as root for each call; kNone (the
+  // default), nothing. When making one fails the call goes without it and a
+  // refusal by the bridge names the local failure.
+  void UseAuth(StepAuth auth, const std::string& munge_socket, const std::string& slurm_key);
   ~BridgeClient();
 
   // Hold(owner=slurm_step{job, step}, devices). Errors keep the bridge's code
@@ -50,8 +55,15 @@ class BridgeClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Ledger::Stub> stub_;
   int timeout_ms_;
-  bool munge_ = false;
+  // Adds the credential to `ctx`; returns why it could not ("" when it did
+  // or when none is configured).
+  std::string AttachCredential(const std::string& node, uint32_t job_id,
+                               std::optional<uint32_t> step_id, const char* method,
+                               grpc::ClientContext* ctx) const;
+
+  StepAuth auth_ = StepAuth::kNone;
   std::string munge_socket_;
+  std::string slurm_key_;
 };
 
 // slurmstepd runs user_init with its effective uid dropped to the job's user
@@ -76,6 +88,17 @@ class ScopedEffectiveRoot {
 // Encodes `payload` into a munge credential through munged at `socket` ("" =
 // libmunge's default). UNAVAILABLE names munge's error.
 absl::StatusOr<std::string> MungeEncode(const std::string& socket, const std::string& payload);
+
+// The slurm.key the plugin reads: `configured`, else $SLURM_SACK_KEY, else
+// /etc/slurm/slurm.key (where Slinky's NodeSet pods mount it).
+std::string SlurmKeyPath(const std::string& configured);
+
+// A slurm_key credential for (node, job, step, method), now, under the key
+// at `key_path` (read with ScopedEffectiveRoot). Errors name the file.
+absl::StatusOr<std::string> SlurmKeyCredential(const std::string& key_path,
+                                               const std::string& node, uint32_t job_id,
+                                               std::optional<uint32_t> step_id,
+                                               const char* method);
 
 // One line for users: "gpu 0,1; tpu 2,3".
 std::string DescribeDevices(const StepDevices& devices);

@@ -25,7 +25,8 @@ int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_a
   c->timeout_ms = 2000;
   c->on_unreachable = DUET_UNREACHABLE_FAIL;
   c->tpu = DUET_TPU_AUTO;
-  c->munge = 1;
+  c->auth = DUET_AUTH_MUNGE;
+  int auth_given = 0, munge_given = 0;
   for (int i = 0; i < argc; ++i) {
     const char* arg = argv[i] ? argv[i] : "";
     const char* eq = strchr(arg, '=');
@@ -64,23 +65,48 @@ int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_a
     } else if (KEY_IS("client")) {
       if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
       if (copy_value(c->client, value)) return bad(err, err_len, arg, "too long");
+    } else if (KEY_IS("auth")) {
+      int a;
+      if (strcmp(value, "munge") == 0) {
+        a = DUET_AUTH_MUNGE;
+      } else if (strcmp(value, "slurm_key") == 0) {
+        a = DUET_AUTH_SLURM_KEY;
+      } else if (strcmp(value, "none") == 0) {
+        a = DUET_AUTH_NONE;
+      } else {
+        return bad(err, err_len, arg, "must be munge, slurm_key or none");
+      }
+      if (munge_given && a != c->auth) {
+        return bad(err, err_len, arg, "contradicts the munge= argument before it");
+      }
+      c->auth = a;
+      auth_given = 1;
     } else if (KEY_IS("munge")) {
+      int a;
       if (strcmp(value, "yes") == 0) {
-        c->munge = 1;
+        a = DUET_AUTH_MUNGE;
       } else if (strcmp(value, "no") == 0) {
-        c->munge = 0;
+        a = DUET_AUTH_NONE;
       } else {
         return bad(err, err_len, arg, "must be yes or no");
       }
+      if (auth_given && a != c->auth) {
+        return bad(err, err_len, arg, "contradicts the auth= argument before it");
+      }
+      c->auth = a;
+      munge_given = 1;
     } else if (KEY_IS("munge_socket")) {
       if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
       if (copy_value(c->munge_socket, value)) return bad(err, err_len, arg, "too long");
+    } else if (KEY_IS("slurm_key")) {
+      if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
+      if (copy_value(c->slurm_key, value)) return bad(err, err_len, arg, "too long");
     } else if (eq == NULL && strcmp(arg, "disabled") == 0) {
       c->disabled = 1;
     } else {
       return bad(err, err_len, arg,
-                 "unknown key (known: bridge, timeout_ms, on_unreachable, tpu, client, munge, "
-                 "munge_socket, disabled)");
+                 "unknown key (known: bridge, timeout_ms, on_unreachable, tpu, client, auth, "
+                 "munge, munge_socket, slurm_key, disabled)");
     }
 #undef KEY_IS
   }

@@ -22,11 +22,19 @@
  *                        with /dev/accel0 or /dev/vfio/0 (default auto).
  *   client=PATH          the bridge client module (default: duet_spank_client.so
  *                        in the directory of spank_duet.so)
- *   munge=yes|no         send a munge credential (job, step, node) with each
- *                        Hold/Release so the bridge can check the caller
- *                        (default yes)
+ *   auth=munge|slurm_key|none
+ *                        the credential sent with each Hold/Release so the
+ *                        bridge can check that slurmstepd of that job and step
+ *                        on this node is calling (DESIGN.md §9): munge (default;
+ *                        clusters that run auth/munge), slurm_key (clusters
+ *                        that run auth/slurm: an HMAC under the cluster's
+ *                        slurm.key, which slurmstepd reads as root), none.
+ *                        The bridge's slurm.credential must match.
+ *   munge=yes|no         older spelling: yes = auth=munge, no = auth=none
  *   munge_socket=PATH    munged socket (default: libmunge's,
  *                        /run/munge/munge.socket.2)
+ *   slurm_key=PATH       the cluster's slurm.key for auth=slurm_key (default:
+ *                        $SLURM_SACK_KEY, else /etc/slurm/slurm.key)
  *   disabled             load the plugin but do nothing (for staged rollouts).
  * Unknown keys and bad values are errors (the plugin then fails to load). */
 
@@ -40,6 +48,7 @@ enum { DUET_ARG_MAX = 1024 };
 
 enum duet_on_unreachable { DUET_UNREACHABLE_FAIL = 0, DUET_UNREACHABLE_ALLOW = 1 };
 enum duet_tpu_probe { DUET_TPU_AUTO = 0, DUET_TPU_YES = 1, DUET_TPU_NO = 2 };
+enum duet_auth { DUET_AUTH_MUNGE = 0, DUET_AUTH_SLURM_KEY = 1, DUET_AUTH_NONE = 2 };
 
 struct duet_spank_args {
   char bridge[DUET_ARG_MAX];
@@ -47,8 +56,9 @@ struct duet_spank_args {
   int on_unreachable; /* enum duet_on_unreachable */
   int tpu;            /* enum duet_tpu_probe */
   char client[DUET_ARG_MAX];       /* "" = next to spank_duet.so */
-  int munge;                       /* 1: send a credential */
+  int auth;                        /* enum duet_auth */
   char munge_socket[DUET_ARG_MAX]; /* "" = libmunge's default */
+  char slurm_key[DUET_ARG_MAX];    /* "" = $SLURM_SACK_KEY or /etc/slurm/slurm.key */
   int disabled;
 };
 

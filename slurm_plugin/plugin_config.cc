@@ -12,8 +12,11 @@ PluginConfig FromArgs(const duet_spank_args& a) {
           : a.tpu == DUET_TPU_NO ? TpuProbe::kNo
                                  : TpuProbe::kAuto;
   c.client = a.client;
-  c.munge = a.munge != 0;
+  c.auth = a.auth == DUET_AUTH_SLURM_KEY ? StepAuth::kSlurmKey
+           : a.auth == DUET_AUTH_NONE    ? StepAuth::kNone
+                                         : StepAuth::kMunge;
   c.munge_socket = a.munge_socket;
+  c.slurm_key = a.slurm_key;
   c.disabled = a.disabled != 0;
   return c;
 }

@@ -13,6 +13,8 @@ namespace duet::spank {
 
 enum class OnUnreachable { kFail, kAllow };
 enum class TpuProbe { kAuto, kYes, kNo };
+// The credential on each Hold/Release (plugstack auth=).
+enum class StepAuth { kMunge, kSlurmKey, kNone };
 
 struct PluginConfig {
   std::string bridge = "unix:///run/duet/bridge.sock";
@@ -20,8 +22,9 @@ struct PluginConfig {
   OnUnreachable on_unreachable = OnUnreachable::kFail;
   TpuProbe tpu = TpuProbe::kAuto;
   std::string client;  // "" = duet_spank_client.so next to spank_duet.so
-  bool munge = true;
+  StepAuth auth = StepAuth::kMunge;
   std::string munge_socket;  // "" = libmunge's default
+  std::string slurm_key;     // "" = $SLURM_SACK_KEY, else /etc/slurm/slurm.key
   bool disabled = false;
 };
 

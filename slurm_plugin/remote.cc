@@ -131,7 +131,7 @@ absl::Status RemoteUserInit(spank_t sp, const PluginConfig& config, RemoteState*
   if (devices.empty() && !st->show) return absl::OkStatus();
 
   BridgeClient bridge(config.bridge, config.timeout_ms);
-  if (config.munge) bridge.UseMunge(config.munge_socket);
+  bridge.UseAuth(config.auth, config.munge_socket, config.slurm_key);
   if (!devices.empty()) {
     absl::Status s = bridge.HoldStep(st->node, st->job_id, st->step_id, devices);
     if (s.ok()) {
@@ -188,7 +188,7 @@ absl::Status RemoteExit(spank_t sp, const PluginConfig& config, RemoteState* st)
   if (!st->registered) return absl::OkStatus();
   st->registered = false;
   BridgeClient bridge(config.bridge, config.timeout_ms);
-  if (config.munge) bridge.UseMunge(config.munge_socket);
+  bridge.UseAuth(config.auth, config.munge_socket, config.slurm_key);
   absl::Status s = bridge.ReleaseStep(st->node, st->job_id, st->step_id);
   if (!s.ok()) {
     // Job import releases it once the job has ended.

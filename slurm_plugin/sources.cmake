@@ -25,6 +25,7 @@ endif()
 message(STATUS "spank_duet: building for Slurm ${DUET_SLURM_RELEASE} "
                "(${DUET_SLURM_RELEASE}.${DUET_SLURM_MICRO} headers in ${SLURM_SPANK_INCLUDE_DIR}); "
                "slurmd and slurmstepd load it only if they are ${DUET_SLURM_RELEASE}.x")
+find_package(OpenSSL REQUIRED)
 find_path(MUNGE_INCLUDE_DIR munge.h)
 find_library(MUNGE_LIBRARY munge)
 if(NOT MUNGE_INCLUDE_DIR OR NOT MUNGE_LIBRARY)
@@ -45,7 +46,7 @@ target_include_directories(duet_spank_core SYSTEM PUBLIC ${SLURM_SPANK_INCLUDE_D
                            ${MUNGE_INCLUDE_DIR})
 target_compile_options(duet_spank_core PRIVATE ${DUET_WARNINGS} -fvisibility=hidden
                        $<$<COMPILE_LANGUAGE:CXX>:-fvisibility-inlines-hidden>)
-target_link_libraries(duet_spank_core PUBLIC duet::slurm_format duet::proto gRPC::grpc++
+target_link_libraries(duet_spank_core PUBLIC duet::slurm_format duet::slurm_key_cred duet::proto gRPC::grpc++
                       absl::strings absl::status absl::statusor ${MUNGE_LIBRARY})
 
 # The plugin: C only, no C++ runtime, nothing but libc (and libdl's dlopen).
@@ -81,6 +82,7 @@ add_library(duet_spank_client MODULE
   ${CMAKE_CURRENT_SOURCE_DIR}/step_devices.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/bridge_client.cc
   ${PROJECT_SOURCE_DIR}/bridge/slurm/slurm_format.cc
+  ${PROJECT_SOURCE_DIR}/bridge/slurm/slurm_key_cred.cc
   ${_duet_client_gen})
 add_dependencies(duet_spank_client duet_proto)  # runs protoc first
 set_target_properties(duet_spank_client PROPERTIES PREFIX "" OUTPUT_NAME duet_spank_client
@@ -91,7 +93,8 @@ target_include_directories(duet_spank_client SYSTEM PRIVATE ${SLURM_SPANK_INCLUD
 target_compile_options(duet_spank_client PRIVATE
   $<$<NOT:$<IN_LIST:$<TARGET_PROPERTY:SOURCE>,${_duet_client_gen}>>:${DUET_WARNINGS}>)
 target_link_libraries(duet_spank_client PRIVATE gRPC::grpc++_unsecure protobuf::libprotobuf
-                      absl::strings absl::status absl::statusor absl::time ${MUNGE_LIBRARY})
+                      absl::strings absl::str_format absl::status absl::statusor absl::time
+                      OpenSSL::Crypto ${MUNGE_LIBRARY})
 target_link_options(duet_spank_client PRIVATE
   -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/duet_spank_client.map -Wl,--as-needed)
 set_property(TARGET duet_spank_client APPEND PROPERTY LINK_DEPENDS

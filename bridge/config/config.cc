@@ -96,11 +96,14 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.String("node_addr_label", &c->slurm.node_addr_label));
     DUET_YAML(s.String("managed_feature", &c->slurm.managed_feature));
     DUET_YAML(s.Duration("release_grace", &c->slurm.release_grace));
-    // --- munge (slurm helper) ---
+    // --- Slurm owner credentials ---
+    DUET_YAML(s.String("credential", &c->slurm.credential));
+    DUET_YAML(s.String("key_file", &c->slurm.key_file));
+    DUET_YAML(s.Duration("credential_ttl", &c->slurm.credential_ttl));
     DUET_YAML(s.Bool("require_munge", &c->slurm.require_munge));
     DUET_YAML(s.String("munge_socket", &c->slurm.munge_socket));
     DUET_YAML(s.Int("munge_uid", &c->slurm.munge_uid));
-    // --- end munge ---
+    // --- end Slurm owner credentials ---
     DUET_YAML(s.Finish());
   }
   {
@@ -250,6 +253,21 @@ absl::Status ValidateConfig(const Config& c) {
     }
     if (c.slurm.release_grace < absl::ZeroDuration()) {
       return absl::InvalidArgumentError("slurm.release_grace: must not be negative");
+    }
+  }
+  {
+    const std::string& cred = c.slurm.credential;
+    if (!cred.empty() && cred != "munge" && cred != "slurm_key" && cred != "none") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slurm.credential: \"", cred, "\" must be munge, slurm_key or none"));
+    }
+    if (!c.slurm.require_munge && (cred == "munge" || cred == "slurm_key")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slurm.require_munge: false contradicts slurm.credential: ", cred,
+                       " (drop require_munge; credential replaces it)"));
+    }
+    if (c.slurm.credential_ttl < absl::Seconds(1)) {
+      return absl::InvalidArgumentError("slurm.credential_ttl: must be at least 1s");
     }
   }
   static const std::set<std::string> kPolicies = {"duet", "spread", "least-allocated",

@@ -130,17 +130,38 @@ struct SlurmConfig {
   std::string managed_feature = "duet";
   // Holdings younger than this are not released by a job import.
   absl::Duration release_grace = absl::Seconds(5);
-  // --- munge (slurm helper) ---
-  // While `enabled`: Hold/Release over gRPC for a Slurm owner (slurm_job,
-  // slurm_step) must carry a munge credential from root (slurmstepd) or
-  // `munge_uid` binding node, job and step (spank_duet sends one); else
-  // UNAUTHENTICATED / PERMISSION_DENIED. Off: such calls are trusted as is.
+  // --- Slurm owner credentials (DESIGN.md §9) ---
+  // While `enabled`: what a Hold/Release over gRPC for a Slurm owner
+  // (slurm_job, slurm_step) must carry to show that slurmstepd of that job on
+  // that node is calling; else UNAUTHENTICATED / PERMISSION_DENIED and the
+  // ledger is not touched. spank_duet's plugstack auth= must match.
+  //   munge      a munge credential from root (slurmstepd) or `munge_uid`
+  //              binding node, job and step (clusters on auth/munge)
+  //   slurm_key  an HMAC under the cluster's slurm.key binding node, job,
+  //              step and call, fresh (credential_ttl) and used once
+  //              (clusters on auth/slurm: Slinky, the GKE add-on)
+  //   none       such calls are trusted as is
+  // "" (unset): munge, or none when require_munge is false.
+  std::string credential;
+  // slurm.key for `slurm_key`; "" = slurm.key beside conf_path.
+  std::string key_file;
+  // A slurm_key credential is accepted this long after (and before, for
+  // clock skew) it was made.
+  absl::Duration credential_ttl = absl::Minutes(5);
+  // Older switch: false = credential none. Contradicting `credential` is an
+  // error.
   bool require_munge = true;
   // munged socket the bridge decodes with; "" = /run/munge/munge.socket.2.
   std::string munge_socket;
   // Accepted credential uid besides root (Slurm's SlurmUser).
   uint32_t munge_uid = 0;
-  // --- end munge ---
+  // --- end Slurm owner credentials ---
+
+  // `credential`, or what it defaults to: munge, none when !require_munge.
+  std::string EffectiveCredential() const {
+    if (!credential.empty()) return credential;
+    return require_munge ? "munge" : "none";
+  }
 };
 
 struct PlacementConfig {

@@ -17,6 +17,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "bridge/slurm/munge_auth.h"  // slurm helper: munge
+#include "bridge/slurm/slurm_key_auth.h"
 #include "k8s_adapter/kube_config.h"
 #include "k8s_adapter/node_inventory.h"
 #include "bridge/server/podlife.h"
@@ -315,13 +316,45 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   LedgerService::Options sopts;
   sopts.max_watch_streams = config.grpc.max_watch_streams;
   // --- Slurm owner authentication (slurm helper) ---
-  if (config.slurm.enabled && config.slurm.require_munge) {
+  const std::string credential = config.slurm.EffectiveCredential();
+  if (config.slurm.enabled && credential == "munge") {
     auto auth = std::make_shared<MungeAuth>(
         MungeAuthOptions{config.slurm.munge_socket, config.slurm.munge_uid});
-    sopts.authorize_slurm_owner = [auth](const std::string& credential, const char* method,
-                                         const std::string& node, const Owner& owner) {
-      return auth->Check(credential, method, node, owner);
+    sopts.authorize_slurm_owner = [auth, m](const SlurmCallerCredentials& c, const char* method,
+                                            const std::string& node, const Owner& owner) {
+      absl::Status s = auth->Check(c.munge, method, node, owner);
+      if (!s.ok()) {
+        m->CountCredentialRefusal(
+            "munge", c.munge.empty()                 ? "missing"
+                     : absl::IsPermissionDenied(s)   ? "wrong_owner"
+                     : absl::IsUnauthenticated(s)    ? "rejected"
+                                                     : "unavailable");
+      }
+      return s;
     };
+  } else if (config.slurm.enabled && credential == "slurm_key") {
+    // Read once at start: a missing or unreadable key stops the bridge here
+    // with the file named, never a bridge that refuses every step later.
+    absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> made = SlurmKeyAuth::Create(
+        {config.slurm.key_file, config.slurm.conf_path, config.slurm.credential_ttl});
+    if (!made.ok()) {
+      return absl::Status(made.status().code(),
+                          absl::StrCat("slurm.credential: slurm_key: ", made.status().message()));
+    }
+    std::shared_ptr<SlurmKeyAuth> auth = std::move(*made);
+    spdlog::info("Slurm owners' Hold/Release need a slurm.key credential (key {})",
+                 auth->key_file());
+    sopts.authorize_slurm_owner = [auth, m](const SlurmCallerCredentials& c, const char* method,
+                                            const std::string& node, const Owner& owner) {
+      SlurmKeyAuth::Why why = SlurmKeyAuth::Why::kNone;
+      absl::Status s = auth->Check(c.slurm_key, method, node, owner, &why);
+      if (!s.ok()) m->CountCredentialRefusal("slurm_key", SlurmKeyAuth::WhyName(why));
+      return s;
+    };
+  } else if (config.slurm.enabled) {
+    spdlog::warn(
+        "slurm.credential: none: Hold/Release for Slurm jobs are trusted without a credential; "
+        "whoever reaches the gRPC port can hold or release for any Slurm job");
   }
   // --- end Slurm owner authentication ---
   // --- PlacePod (device plugin): Slurm placeholders when Slurm is on ---

@@ -178,6 +178,13 @@ Metrics::Metrics(const Ledger* ledger)
                         .Register(*registry_);
   stale_retries_->Add({{"result", "granted"}});
   stale_retries_->Add({{"result", "refused"}});
+  credential_refusals_ = &BuildCounter()
+                              .Name("duet_slurm_credential_refusals_total")
+                              .Help(
+                                  "Slurm owners' Hold/Release refused for their credential, by "
+                                  "the credential the bridge asks for and why; the ledger is not "
+                                  "touched")
+                              .Register(*registry_);
   fsync_latency_ = &BuildHistogram()
                         .Name("duet_journal_fsync_duration_seconds")
                         .Help("Journal write+fdatasync time per group commit")
@@ -231,6 +238,10 @@ void Metrics::CountRelease(const Owner& owner) {
 
 void Metrics::CountRefusal(absl::StatusCode code) {
   refusals_->Add({{"reason", CodeLabel(code)}}).Increment();
+}
+
+void Metrics::CountCredentialRefusal(const std::string& credential, const std::string& why) {
+  credential_refusals_->Add({{"credential", credential}, {"why", why}}).Increment();
 }
 
 void Metrics::CountConflict(HolderClass blocking) {

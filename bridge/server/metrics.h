@@ -47,6 +47,11 @@ class Metrics {
   // placeholders that turned out to have ended in Slurm (StaleHolders), by
   // result: "granted" on the second try, or "refused".
   void CountStaleRetry(bool granted);
+  // A Slurm owner's Hold/Release refused for its credential (DESIGN.md §9),
+  // by the credential kind the bridge asks for ("munge", "slurm_key") and
+  // why ("missing", "malformed", "bad_mac", "expired", "replayed", "full",
+  // "rejected", "wrong_owner", "unavailable").
+  void CountCredentialRefusal(const std::string& credential, const std::string& why);
   void ObserveFsync(double seconds, size_t records, size_t bytes);
   void SetWatchStreams(int streams);
   void SetServing(bool serving);
@@ -82,6 +87,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* refusals_;
   prometheus::Family<prometheus::Counter>* conflicts_;
   prometheus::Family<prometheus::Counter>* stale_retries_;
+  prometheus::Family<prometheus::Counter>* credential_refusals_;
   prometheus::Histogram* fsync_latency_;
   prometheus::Histogram* fsync_batch_;
   prometheus::Counter* journal_bytes_;

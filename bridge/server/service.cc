@@ -8,17 +8,23 @@
 #include "absl/strings/str_cat.h"
 #include "bridge/api/convert.h"
 #include "bridge/common/reason.h"
+#include "bridge/slurm/munge_payload.h"
+#include "bridge/slurm/slurm_key_cred.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace duet {
 namespace {
 
 // --- Slurm owner authentication (slurm helper) ---
-// The x-duet-munge metadata value of the call, "" when absent.
-std::string MungeCredential(const grpc::CallbackServerContext* ctx) {
-  auto it = ctx->client_metadata().find("x-duet-munge");
+std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
+  auto it = ctx->client_metadata().find(key);
   if (it == ctx->client_metadata().end()) return "";
   return std::string(it->second.data(), it->second.size());
+}
+
+// The call's credentials, "" where absent.
+SlurmCallerCredentials CallerCredentials(const grpc::CallbackServerContext* ctx) {
+  return {Metadata(ctx, slurm_munge::kMetadataKey), Metadata(ctx, slurm_key::kMetadataKey)};
 }
 // --- end Slurm owner authentication ---
 
@@ -312,7 +318,7 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
   if (!request.ok()) return refuse(request.status());
   // --- Slurm owner authentication (slurm helper) ---
   if (options_.authorize_slurm_owner && request->owner.holder_class() == HolderClass::kSlurm) {
-    absl::Status auth = options_.authorize_slurm_owner(MungeCredential(ctx), "Hold", request->node,
+    absl::Status auth = options_.authorize_slurm_owner(CallerCredentials(ctx), "Hold", request->node,
                                                        request->owner);
     if (!auth.ok()) return refuse(auth);
   }
@@ -359,7 +365,7 @@ grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ct
   // --- Slurm owner authentication (slurm helper) ---
   if (options_.authorize_slurm_owner && owner->holder_class() == HolderClass::kSlurm) {
     absl::Status auth =
-        options_.authorize_slurm_owner(MungeCredential(ctx), "Release", req->node(), *owner);
+        options_.authorize_slurm_owner(CallerCredentials(ctx), "Release", req->node(), *owner);
     if (!auth.ok()) {
       Answer(reactor, "Release", start, auth);
       return reactor;

@@ -46,6 +46,13 @@ class WatchHub final : public ChangeListener {
   std::set<Subscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
 };
 
+// What a caller sent to prove it is slurmstepd of a Slurm owner (gRPC
+// metadata x-duet-munge and x-duet-slurm-key-cred; "" when absent).
+struct SlurmCallerCredentials {
+  std::string munge;
+  std::string slurm_key;
+};
+
 class LedgerService final : public v1::Ledger::CallbackService {
  public:
   struct Options {
@@ -54,10 +61,10 @@ class LedgerService final : public v1::Ledger::CallbackService {
     size_t max_watch_queue = 4096;
     // --- Slurm owner authentication (slurm helper; DESIGN.md §9) ---
     // Set: Hold and Release for a Slurm owner (slurm_job, slurm_step) must
-    // pass it first. Arguments: the x-duet-munge metadata value ("" when
-    // absent), the method, the request's node and owner. A refusal is
-    // answered as is (and counted as a refused Hold).
-    std::function<absl::Status(const std::string& credential, const char* method,
+    // pass it first. Arguments: the call's credentials, the method, the
+    // request's node and owner. A refusal is answered as is (and counted as
+    // a refused Hold); nothing in the ledger changes.
+    std::function<absl::Status(const SlurmCallerCredentials& credentials, const char* method,
                                const std::string& node, const Owner& owner)>
         authorize_slurm_owner;
     // --- end Slurm owner authentication ---

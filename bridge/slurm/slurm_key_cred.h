@@ -1,0 +1,73 @@
+#pragma once
+
+// The slurm.key credential (DESIGN.md §9) on a Slurm-owned Hold/Release, for
+// clusters that run auth/slurm and have no munge (Slinky, the GKE add-on).
+//
+// Both ends hold the cluster's slurm.key: slurmstepd (root) reads it on the
+// node, duet-bridge mounts the same Secret. Neither uses the key itself: each
+// derives a key for this one purpose, HMAC-SHA256(slurm.key, kKeyLabel), so a
+// duet credential can never be mistaken for a Slurm one or the reverse.
+//
+//   credential = "duet-key1:" TS ":" NONCE ":" MAC
+//     TS    = seconds since the epoch when it was made (decimal)
+//     NONCE = 16 random bytes, 32 lower-case hex digits
+//     MAC   = HMAC-SHA256(derived key, Payload(node, job, step) "\n" METHOD
+//                         "\n" TS "\n" NONCE), 64 lower-case hex digits
+//
+// The MAC binds node, job, step and method (Hold or Release), so a credential
+// for one step or one call cannot serve another. Freshness (TS) and single use
+// (NONCE) are checked by the bridge (bridge/slurm/slurm_key_auth.h).
+//
+// Shared by spank_duet's client module and duet-bridge so both agree byte for
+// byte. Thread-safe (no state).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace duet::slurm_key {
+
+// gRPC metadata key of the credential.
+inline constexpr char kMetadataKey[] = "x-duet-slurm-key-cred";
+inline constexpr char kPrefix[] = "duet-key1:";
+inline constexpr char kKeyLabel[] = "duet spank step credential v1";
+// Slurm itself refuses shorter keys as lacking entropy; so do we.
+inline constexpr size_t kMinKeyBytes = 16;
+
+// Reads `path` and derives duet's key from it. The file must be a regular
+// file of at least kMinKeyBytes that group and others cannot read or write
+// (Slurm's own rule for slurm.key). NOT_FOUND / PERMISSION_DENIED /
+// FAILED_PRECONDITION (insecure mode, too short) name the path.
+absl::StatusOr<std::string> LoadDerivedKey(const std::string& path);
+
+// duet's key derived from raw slurm.key bytes (tests, and LoadDerivedKey).
+std::string DeriveKey(absl::string_view slurm_key);
+
+// Where Slurm looks for slurm.key: the directory of `slurm_conf` ("" =
+// $SLURM_CONF, else /etc/slurm/slurm.conf), file slurm.key.
+std::string DefaultKeyPath(const std::string& slurm_conf);
+
+// A credential for (node, job, step) and `method`, made at `unix_seconds`
+// with 16 random bytes. INTERNAL when the system has no randomness.
+absl::StatusOr<std::string> Make(absl::string_view derived_key, const std::string& node,
+                                 uint32_t job_id, std::optional<uint32_t> step_id,
+                                 absl::string_view method, int64_t unix_seconds);
+
+struct Parsed {
+  int64_t unix_seconds = 0;
+  std::string nonce;  // 32 hex digits
+  std::string mac;    // 64 hex digits
+};
+
+// Syntax only; INVALID_ARGUMENT says what is wrong.
+absl::StatusOr<Parsed> Parse(absl::string_view credential);
+
+// True when `p.mac` is the MAC of (node, job, step, method, time, nonce)
+// under `derived_key` (compared in constant time).
+bool MacMatches(absl::string_view derived_key, const Parsed& p, const std::string& node,
+                uint32_t job_id, std::optional<uint32_t> step_id, absl::string_view method);
+
+}  // namespace duet::slurm_key
