@@ -9,13 +9,18 @@
 #     test   run them: ctest -L slurm (which holds the SPANK and the bridge's
 #            Slurm end-to-end tests) against the root's slurmctld/slurmd/munged
 #     all    root, build, test
+#     run    CMD...: run a command in the root (as the tests see it), e.g.
+#            scripts/slurm-root.sh forky run bash -c 'slurmd -V'
 #
 # Roots live outside the clone, in $DUET_ROOTS (default /var/cache/duet/roots),
 # one per suite; the build dir and a ccache live inside the root, so a second
 # run on the same machine reuses all three. A root is rebuilt when it is
 # missing, half made, its package list changed, or older than
 # $DUET_ROOT_MAX_AGE_DAYS (default 14). Needs root (debootstrap, chroot, mounts).
-# The clone is bind-mounted read-only at /src inside the root.
+# The clone is bind-mounted read-only at /src inside the root and built in
+# /var/build/duet; with DUET_ROOT_NAME=N, at /src-N and in /var/build/N, so that
+# two clones (worktrees) can use one root at once. Every run makes its mounts
+# in a private mount namespace: runs never unmount each other's.
 #
 # Prints one summary line per run:  slurm-root SUITE (Slurm X.Y.Z): N tests, M passed
 set -euo pipefail
@@ -31,6 +36,16 @@ case "$SUITE" in
   *) echo "slurm-root: unknown suite '$SUITE' (trixie|forky)" >&2; exit 2 ;;
 esac
 ROOTS=${DUET_ROOTS:-/var/cache/duet/roots}
+NAME=${DUET_ROOT_NAME:-}
+if [[ -n "$NAME" && ! "$NAME" =~ ^[A-Za-z0-9_-]+$ ]]; then
+  echo "slurm-root: DUET_ROOT_NAME must be letters, digits, _ or -" >&2; exit 2
+fi
+RSRC=/src${NAME:+-$NAME}
+RBUILD=/var/build/${NAME:-duet}
+if [[ -z "${DUET_ROOT_NS:-}" ]]; then
+  exec unshare -m --propagation private env DUET_ROOT_NS=1 "$SRC/scripts/slurm-root.sh" \
+    "$SUITE" "$STEP" "$@"
+fi
 ROOT=$ROOTS/$SUITE
 MAX_AGE_DAYS=${DUET_ROOT_MAX_AGE_DAYS:-14}
 JOBS=${DUET_JOBS:-$(nproc)}
@@ -91,11 +106,11 @@ mount_root() {
   cp /etc/hosts "$ROOT/etc/hosts"
   chroot "$ROOT" getent hosts "$(hostname)" >/dev/null ||
     echo "127.0.1.1 $(hostname)" >>"$ROOT/etc/hosts"
-  mkdir -p "$ROOT/src"
-  if ! mountpoint -q "$ROOT/src"; then
-    mount --bind "$SRC" "$ROOT/src"
-    mount -o remount,bind,ro "$ROOT/src"
-    MOUNTED=("$ROOT/src" "${MOUNTED[@]}")
+  mkdir -p "$ROOT$RSRC"
+  if ! mountpoint -q "$ROOT$RSRC"; then
+    mount --bind "$SRC" "$ROOT$RSRC"
+    mount -o remount,bind,ro "$ROOT$RSRC"
+    MOUNTED=("$ROOT$RSRC" "${MOUNTED[@]}")
   fi
 }
 umount_root() {
@@ -107,7 +122,7 @@ trap umount_root EXIT
 
 in_root() {
   chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-    DEBIAN_FRONTEND=noninteractive CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=/src "$@"
+    DEBIAN_FRONTEND=noninteractive CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=$RSRC "$@"
 }
 
 stamp() { printf '%s\n' "$SUITE" "$(mirror)" "${PACKAGES[@]}" | sha256sum | cut -c1-16; }
@@ -128,7 +143,7 @@ make_root() {
   umount_root
   if [[ -e "$ROOT" ]]; then
     # Never rm through a live mount.
-    for d in dev/pts dev proc sys src; do
+    for d in dev/pts dev proc sys $(cd "$ROOT" && ls -d src src-* 2>/dev/null); do
       if mountpoint -q "$ROOT/$d"; then umount -R -l "$ROOT/$d"; fi
     done
     rm -rf --one-file-system "$ROOT"
@@ -170,13 +185,13 @@ build() {
   local -a werror=(-DDUET_WERROR=ON)
   in_root mkdir -p /var/cache/ccache /var/build
   local conf
-  conf=$(in_root cmake -S /src -B /var/build/duet -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  conf=$(in_root cmake -S $RSRC -B $RBUILD -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "${werror[@]}" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \
     -Wno-dev 2>&1) || { echo "$conf" >&2; exit 1; }
   grep 'spank_duet: building for' <<<"$conf" || true
   log "configure: $((SECONDS - t0)) s"
   local t1=$SECONDS
-  in_root nice -n 10 cmake --build /var/build/duet -j "$JOBS" --target "${TARGETS[@]}"
+  in_root nice -n 10 cmake --build $RBUILD -j "$JOBS" --target "${TARGETS[@]}"
   log "build (${#TARGETS[@]} targets, Slurm $(slurm_version)): $((SECONDS - t1)) s"
 }
 
@@ -185,7 +200,7 @@ run_tests() {
   local t0=$SECONDS rc=0 out
   out=$(mktemp)
   # The harness needs a UTS namespace per slurmd (unshare) and runs as root.
-  in_root ctest --test-dir /var/build/duet -L slurm --output-on-failure --timeout 900 \
+  in_root ctest --test-dir $RBUILD -L slurm --output-on-failure --timeout 900 \
     "${CTEST_ARGS[@]}" 2>&1 | tee "$out" || rc=$?
   local ran passed
   ran=$(sed -n 's/.* tests passed, [0-9]* tests failed out of \([0-9]*\)/\1/p' "$out" | tail -1)
@@ -204,7 +219,8 @@ case "$STEP" in
   build) build ;;
   test) run_tests ;;
   all) make_root; build; run_tests ;;
-  *) echo "slurm-root: unknown step '$STEP' (root|build|test|all)" >&2; exit 2 ;;
+  run) mount_root; in_root "${CTEST_ARGS[@]}" ;;
+  *) echo "slurm-root: unknown step '$STEP' (root|build|test|all|run)" >&2; exit 2 ;;
 esac
 exit
 }

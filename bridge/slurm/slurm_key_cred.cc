@@ -75,11 +75,11 @@ absl::StatusOr<std::string> LoadDerivedKey(const std::string& path) {
     close(fd);
     return absl::FailedPreconditionError(absl::StrCat("slurm.key ", path, ": not a regular file"));
   }
-  if ((st.st_mode & 077) != 0) {
+  if ((st.st_mode & 007) != 0) {
     close(fd);
     return absl::FailedPreconditionError(absl::StrCat(
         "slurm.key ", path, ": insecure mode ", absl::StrFormat("%04o", st.st_mode & 0777),
-        " (group and others must have no access; Slurm refuses it too)"));
+        " (others must have no access, as Slurm requires of its keys)"));
   }
   if (st.st_size < static_cast<off_t>(kMinKeyBytes) || st.st_size > static_cast<off_t>(kMaxKeyBytes)) {
     close(fd);

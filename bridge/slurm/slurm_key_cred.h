@@ -38,8 +38,9 @@ inline constexpr char kKeyLabel[] = "duet spank step credential v1";
 inline constexpr size_t kMinKeyBytes = 16;
 
 // Reads `path` and derives duet's key from it. The file must be a regular
-// file of at least kMinKeyBytes that group and others cannot read or write
-// (Slurm's own rule for slurm.key). NOT_FOUND / PERMISSION_DENIED /
+// file of kMinKeyBytes to 1 MiB that others cannot read or write (Slurm's
+// rule for its key files; the group may read, as a Kubernetes Secret volume
+// with fsGroup gives a non-root SlurmUser). NOT_FOUND / PERMISSION_DENIED /
 // FAILED_PRECONDITION (insecure mode, too short) name the path.
 absl::StatusOr<std::string> LoadDerivedKey(const std::string& path);
 

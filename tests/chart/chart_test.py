@@ -679,7 +679,11 @@ class SlinkyTest(unittest.TestCase):
         cfg = yaml.safe_load(one("slinky", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
         self.assertIs(cfg["slurm"]["enabled"], True)
         self.assertIs(cfg["slurm"]["manage_nodes"], False)
-        self.assertIs(cfg["slurm"]["require_munge"], False)
+        # The plugin's Hold/Release carry the slurm.key credential, checked
+        # with the key the Deployment mounts.
+        self.assertEqual(cfg["slurm"]["credential"], "slurm_key")
+        self.assertEqual(cfg["slurm"]["key_file"], "/etc/slurm/slurm.key")
+        self.assertNotIn("require_munge", cfg["slurm"])
         self.assertEqual(len(objects("slinky", "DaemonSet")), 1)
         self.assertEqual(len(objects("slinky", "Deployment")), 2)
 
@@ -687,6 +691,8 @@ class SlinkyTest(unittest.TestCase):
         with open(example("slinky-slurm-values.yaml")) as f:
             slinky = yaml.safe_load(f)
         ours = one("slinky", "ConfigMap", "duet-plugstack")["data"]["plugstack.conf"].strip()
+        # bridge.slurm.auth: slurm -> the slurm.key credential, matching the bridge's.
+        self.assertIn(" auth=slurm_key", ours)
         lines = [l for l in slinky["configFiles"]["plugstack.conf"].splitlines()
                  if l.strip() and not l.startswith("#")]
         # Slinky's runs duet's plugin as optional, at the init container's path,
@@ -709,7 +715,8 @@ class DashboardTest(unittest.TestCase):
 class PlugstackTest(unittest.TestCase):
     # spank_duet's arguments (slurm_plugin/plugin_config.h).
     KEYS = {"bridge": None, "timeout_ms": None, "on_unreachable": {"fail", "allow"},
-            "tpu": {"auto", "yes", "no"}}
+            "tpu": {"auto", "yes", "no"}, "auth": {"munge", "slurm_key", "none"},
+            "slurm_key": None}
 
     def parse(self, scenario):
         line = one(scenario, "ConfigMap", "duet-plugstack")["data"]["plugstack.conf"]
@@ -732,7 +739,7 @@ class PlugstackTest(unittest.TestCase):
         svc = one("defaults", "Service", "duet-bridge")
         self.assertEqual(args["bridge"], f"duet-bridge.duet.svc:{svc['spec']['ports'][0]['port']}")
         self.assertEqual(args, {"bridge": args["bridge"], "timeout_ms": "2000",
-                                "on_unreachable": "fail", "tpu": "auto"})
+                                "on_unreachable": "fail", "tpu": "auto", "auth": "munge"})
 
     def test_overrides(self):
         words, args = self.parse("slurm")
@@ -765,13 +772,10 @@ class RefusalTest(unittest.TestCase):
         ("unknown Slurm auth", "bridge: {slurm: {enabled: true, confConfigMap: c, auth: krb5}}\n",
          'bridge.slurm.auth: "krb5" must be munge or slurm'),
         ("auth/slurm without the key",
-         "bridge: {slurm: {enabled: true, confConfigMap: c, auth: slurm},"
-         " config: {slurm: {require_munge: false}}}\n",
+         "bridge: {slurm: {enabled: true, confConfigMap: c, auth: slurm}}\n",
          "bridge.slurm.slurmKey.secretName: a Secret with the cluster's slurm.key is required"),
-        ("auth/slurm while the bridge still wants munge",
-         "bridge: {slurm: {enabled: true, confConfigMap: c, auth: slurm,"
-         " slurmKey: {secretName: k}}}\n",
-         "set bridge.config.slurm.require_munge: false knowingly"),
+        ("unknown plugin credential", "slurmPlugin: {auth: kerberos}\n",
+         'slurmPlugin.auth: "kerberos" must be munge, slurm_key or none'),
     ]
 
     def test_refusals(self):

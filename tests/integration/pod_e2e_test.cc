@@ -138,10 +138,9 @@ class World {
   };
 
   std::string PlugstackArgs() const {
-    return absl::StrCat("bridge=unix://", socket(), " timeout_ms=2000 munge_socket=",
-                        MungeSocket());
+    return absl::StrCat("bridge=unix://", socket(), " timeout_ms=2000",
+                        cluster_->PlugstackAuthArgs());
   }
-  std::string MungeSocket() const { return cluster_->root() + "/munge/munge.socket.2"; }
 
   World() {
     char tmpl[] = "/tmp/duet-pod-e2e.XXXXXX";
@@ -202,8 +201,7 @@ class World {
         << "  call_timeout: 3s\n"
         << "  sync_period: 500ms\n"
         << "  release_grace: 1s\n"
-        << "  munge_socket: " << MungeSocket() << "\n"
-        << "log_level: info\n";
+        << cluster_->BridgeAuthYaml() << "log_level: info\n";
     cfg.close();
     ok_ = true;
   }

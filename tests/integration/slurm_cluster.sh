@@ -7,9 +7,15 @@
 # stopped, by the PIDs it saved; a watchdog stops the cluster after
 # --lifetime seconds in case the test that owns it died without cleaning up.
 #
-#   ROOT=$(slurm_cluster.sh init [--spank SO[:ARGS]] [--max-nodes N] [--lifetime S])
+#   ROOT=$(slurm_cluster.sh init [--spank SO[:ARGS]] [--max-nodes N] [--lifetime S]
+#                                [--auth munge|slurm])
 #                                       # (@ROOT@ in ARGS: the root, e.g. munge_socket=@ROOT@/munge/munge.socket.2)
 #                                       # new root (mktemp -d), conf, munge key, devices
+#                                       # --auth (default $DUET_SLURM_AUTH, else slurm
+#                                       # where Slurm has auth/slurm, 23.11+, else munge):
+#                                       # slurm = AuthType=auth/slurm, CredType=cred/slurm,
+#                                       # AuthInfo=use_client_ids, $ROOT/etc/slurm.key, as
+#                                       # Slinky runs Slurm. munged runs either way.
 #   slurm_cluster.sh start ROOT         # munged + slurmctld (-c: fresh state) + watchdog
 #   slurm_cluster.sh ctld-stop ROOT     # SIGTERM slurmctld only (state is kept)
 #   slurm_cluster.sh ctld-start ROOT    # slurmctld again without -c (recovers state)
@@ -79,23 +85,41 @@ kill_pidfile() {  # kill_pidfile FILE: SIGTERM, wait up to 5 s, then SIGKILL
 }
 
 cmd_init() {
-  local spank="" max_nodes=64 lifetime=900
+  local spank="" max_nodes=64 lifetime=900 auth=${DUET_SLURM_AUTH:-}
   while (($#)); do
     case $1 in
       --spank) spank=$2; shift 2 ;;
+      --auth) auth=$2; shift 2 ;;
       --max-nodes) max_nodes=$2; shift 2 ;;
       --lifetime) lifetime=$2; shift 2 ;;
       *) die "init: unknown argument $1" ;;
     esac
   done
+  if [[ -z $auth ]]; then
+    auth=munge
+    compgen -G "/usr/lib/*/slurm-wlm/auth_slurm.so" >/dev/null && auth=slurm
+  fi
+  [[ $auth == munge || $auth == slurm ]] || die "init: --auth must be munge or slurm, not $auth"
   local ctld_port=${DUET_SLURM_CTLD_PORT:-$(pick_port)}
   local slurmd_port=${DUET_SLURM_SLURMD_PORT:-$((ctld_port + 1))}
   ROOT=$(mktemp -d "${TMPDIR:-/tmp}/duet-slurm.XXXXXX")
   chmod 755 "$ROOT"
+  local auth_conf
+  case $auth in
+    munge) auth_conf="AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$ROOT/munge/munge.socket.2" ;;
+    slurm) auth_conf="AuthType=auth/slurm
+CredType=cred/slurm
+AuthInfo=use_client_ids" ;;
+  esac
   mkdir -p "$ROOT"/{etc,state,spool,log,run,dev,munge,lib}
   chmod 755 "$ROOT/munge"   # munged needs an o+x socket directory
   mungekey -c -k "$ROOT/munge/munge.key" >/dev/null 2>&1
   chmod 600 "$ROOT/munge/munge.key"
+  # auth/slurm reads slurm.key beside slurm.conf; Slurm wants it 0600.
+  head -c 1024 /dev/urandom >"$ROOT/etc/slurm.key"
+  chmod 600 "$ROOT/etc/slurm.key"
   local i
   # gres/gpu drops GPUs without a character device in File=; never opened.
   for i in 0 1 2 3 4 5 6 7; do mknod "$ROOT/dev/nvidia$i" c 195 "$i"; done
@@ -117,9 +141,7 @@ SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
 SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$ROOT/munge/munge.socket.2
+$auth_conf
 StateSaveLocation=$ROOT/state
 SlurmdSpoolDir=$ROOT/spool/%n
 SlurmctldPidFile=$ROOT/run/slurmctld.pid

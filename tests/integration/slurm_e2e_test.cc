@@ -21,6 +21,7 @@
 // plugstack are per process); ctest runs each test in its own process.
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bridge/slurm/munge_payload.h"
+#include "bridge/slurm/slurm_key_cred.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
@@ -105,10 +107,8 @@ class World {
 
   std::string PlugstackArgs(const std::string& extra = "") const {
     return absl::StrCat("bridge=unix://", socket(), " timeout_ms=2000 tpu=yes",
-                        cluster_ ? " munge_socket=" + MungeSocket() : "", extra);
+                        cluster_ && cluster_->ok() ? cluster_->PlugstackAuthArgs() : "", extra);
   }
-  // The cluster's munged: the plugin encodes and the bridge decodes with it.
-  std::string MungeSocket() const { return cluster_->root() + "/munge/munge.socket.2"; }
   void SetPlugstack(const std::string& args) const {
     std::ofstream(cluster_->root() + "/etc/plugstack.conf")
         << "required " << DUET_SPANK_SO << " " << args << "\n";
@@ -191,7 +191,7 @@ class World {
     cluster_ = TestSlurmCluster::Get(o);  // registers the cluster's Stopper first...
     ::testing::AddGlobalTestEnvironment(new Stopper(this));  // ...so this one runs first
     if (!cluster_->ok()) return;
-    SetPlugstack(PlugstackArgs());  // now with the cluster's munge socket
+    SetPlugstack(PlugstackArgs());  // now with the cluster's credential
     metrics_port_ = FreePort();
 
     std::ofstream inv(dir_ / "nodes.yaml");
@@ -223,8 +223,7 @@ class World {
         << "  enabled: true\n"
         << "  conf_path: " << cluster_->conf() << "\n"
         << "  call_timeout: 3s\n"
-        << SyncTimings() << "  munge_socket: " << MungeSocket()
-        << "\n"  // require_munge: true (default)
+        << SyncTimings() << cluster_->BridgeAuthYaml()
         << "log_level: info\n";
     cfg.close();
     ok_ = true;
@@ -525,13 +524,18 @@ TEST_F(SlurmE2eTest, StepsRegisterWithTheBridgeAndAPodsGpuIsRefused) {
   EXPECT_NE(r.out.find("RAN CVD=0\n"), std::string::npos) << r.out;
 }
 
-// DESIGN.md §9: a Slurm-owned Hold/Release needs a munge credential for that
-// node, job and step (spank_duet's steps above carried theirs); refusals are
-// counted by reason.
-TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedAMungeCredentialForThatStep) {
+// DESIGN.md §9: a Slurm-owned Hold/Release needs a credential for that node,
+// job and step (spank_duet's steps above carried theirs): munge on an
+// auth/munge cluster (Slurm 22.05 here), the slurm.key credential on an
+// auth/slurm one (24.11 and 26.05 here, as Slinky runs them). Forged,
+// replayed and other jobs' credentials are refused, the ledger is not
+// touched, and refusals are counted by reason.
+TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedACredentialForThatStep) {
+  const bool key = c_->slurm_auth();
+  const char* metadata = key ? slurm_key::kMetadataKey : slurm_munge::kMetadataKey;
   auto hold = [&](const std::string& credential, uint32_t step) {
     grpc::ClientContext ctx;
-    if (!credential.empty()) ctx.AddMetadata(slurm_munge::kMetadataKey, credential);
+    if (!credential.empty()) ctx.AddMetadata(metadata, credential);
     v1::HoldRequest req;
     req.set_node("e2e-gpu-a");
     req.mutable_owner()->mutable_slurm_step()->set_job_id(999001);
@@ -542,32 +546,60 @@ TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedAMungeCredentialForThatStep) {
     v1::HoldResponse resp;
     return w_->stub()->Hold(&ctx, req, &resp);
   };
-  auto cred = [&](uint32_t job, uint32_t step) {
-    auto c = spank::MungeEncode(w_->MungeSocket(), slurm_munge::Payload("e2e-gpu-a", job, step));
+  auto cred_with = [&](const std::string& key_file, uint32_t job, uint32_t step,
+                       const char* method) {
+    absl::StatusOr<std::string> c =
+        key ? spank::SlurmKeyCredential(key_file, "e2e-gpu-a", job, step, method)
+            : spank::MungeEncode(c_->munge_socket(), slurm_munge::Payload("e2e-gpu-a", job, step));
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *c : std::string();
   };
+  auto cred = [&](uint32_t job, uint32_t step, const char* method = "Hold") {
+    return cred_with(c_->slurm_key(), job, step, method);
+  };
+  auto held = [&] {
+    for (const LedgerHolding& h : Holdings()) {
+      if (h.job_id == 999001) return true;
+    }
+    return false;
+  };
+  // The other job's and step's refusals: munge says whose credential it is
+  // (PERMISSION_DENIED); a slurm.key MAC cannot tell a forgery from another
+  // request (UNAUTHENTICATED).
+  const grpc::StatusCode other = key ? grpc::StatusCode::UNAUTHENTICATED
+                                     : grpc::StatusCode::PERMISSION_DENIED;
   grpc::Status s = hold("", 0);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
-  EXPECT_NE(s.error_message().find("has no munge credential"), std::string::npos)
+  EXPECT_NE(s.error_message().find(key ? "has no slurm.key credential" : "has no munge credential"),
+            std::string::npos)
       << s.error_message();
-  std::string forged = cred(999001, 0);
-  forged[forged.size() / 2] = forged[forged.size() / 2] == 'A' ? 'B' : 'A';
+  std::string forged;
+  if (key) {  // made with another cluster's key
+    const std::string other_key = (w_->dir() / "other.key").string();
+    std::ofstream(other_key) << std::string(64, 'z');
+    chmod(other_key.c_str(), 0600);
+    forged = cred_with(other_key, 999001, 0, "Hold");
+  } else {
+    forged = cred(999001, 0);
+    forged[forged.size() / 2] = forged[forged.size() / 2] == 'A' ? 'B' : 'A';
+  }
   s = hold(forged, 0);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
   s = hold(cred(999002, 0), 0);  // another job's credential
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_EQ(s.error_code(), other) << s.error_message();
   s = hold(cred(999001, 1), 0);  // another step's credential
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_EQ(s.error_code(), other) << s.error_message();
+  EXPECT_FALSE(held()) << "a refused credential changed the ledger";
   const std::string good = cred(999001, 0);
   s = hold(good, 0);
   EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(held());
   s = hold(good, 0);  // replayed
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
   // Release: the same rule.
   auto release = [&](const std::string& credential) {
     grpc::ClientContext ctx;
-    if (!credential.empty()) ctx.AddMetadata(slurm_munge::kMetadataKey, credential);
+    if (!credential.empty()) ctx.AddMetadata(metadata, credential);
     v1::ReleaseRequest req;
     req.set_node("e2e-gpu-a");
     req.mutable_owner()->mutable_slurm_step()->set_job_id(999001);
@@ -578,22 +610,37 @@ TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedAMungeCredentialForThatStep) {
   };
   auto [rs, released] = release("");
   EXPECT_EQ(rs.error_code(), grpc::StatusCode::UNAUTHENTICATED) << rs.error_message();
-  std::tie(rs, released) = release(cred(999001, 0));
+  EXPECT_TRUE(held());
+  if (key) {  // a Hold's credential does not serve the Release
+    std::tie(rs, released) = release(cred(999001, 0, "Hold"));
+    EXPECT_EQ(rs.error_code(), grpc::StatusCode::UNAUTHENTICATED) << rs.error_message();
+    EXPECT_TRUE(held());
+  }
+  std::tie(rs, released) = release(cred(999001, 0, "Release"));
   EXPECT_TRUE(rs.ok()) << rs.error_message();
   EXPECT_TRUE(released);
-  // Refused Holds are counted by reason.
+  EXPECT_FALSE(held());
+  // Refused Holds are counted by status code, and every refusal by why.
   CmdResult m = RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", w_->metrics_port(), "/metrics"));
-  EXPECT_NE(m.out.find("duet_holdings_refused_total{reason=\"unauthenticated\"} 3"),
-            std::string::npos)
-      << m.out;
-  EXPECT_NE(m.out.find("duet_holdings_refused_total{reason=\"permission_denied\"} 2"),
-            std::string::npos)
-      << m.out;
+  const std::vector<std::string> want =
+      key ? std::vector<std::string>{
+                "duet_holdings_refused_total{reason=\"unauthenticated\"} 5",
+                "duet_slurm_credential_refusals_total{credential=\"slurm_key\",why=\"missing\"} 2",
+                "duet_slurm_credential_refusals_total{credential=\"slurm_key\",why=\"bad_mac\"} 4",
+                "duet_slurm_credential_refusals_total{credential=\"slurm_key\",why=\"replayed\"} 1"}
+          : std::vector<std::string>{
+                "duet_holdings_refused_total{reason=\"unauthenticated\"} 3",
+                "duet_holdings_refused_total{reason=\"permission_denied\"} 2",
+                "duet_slurm_credential_refusals_total{credential=\"munge\",why=\"missing\"} 2",
+                "duet_slurm_credential_refusals_total{credential=\"munge\",why=\"rejected\"} 2",
+                "duet_slurm_credential_refusals_total{credential=\"munge\",why=\"wrong_owner\"} 2"};
+  for (const std::string& line : want) EXPECT_NE(m.out.find(line), std::string::npos) << line << "\n" << m.out;
 }
 
 // A job of a non-root user: slurmstepd runs user_init with the user's
 // effective uid, yet the step reaches the bridge (a root-only socket here)
-// and its munge credential is root's; the tasks still run as the user.
+// with its credential (munge: root's; slurm.key: read as root); the tasks
+// still run as the user.
 TEST_F(SlurmE2eTest, NonRootJobRegistersWithRootsCredentialAndRunsAsTheUser) {
   const std::string out = absl::StrCat("/tmp/duet-e2e-nobody-", getpid(), ".out");
   // nobody by number: sbatch 26.05 answers --uid=nobody with "Invalid --uid

@@ -87,6 +87,27 @@ class TestSlurmCluster {
 
   const std::string& root() const { return root_; }
   std::string conf() const { return root_ + "/etc/slurm.conf"; }
+
+  // How the cluster authenticates (slurm_cluster.sh init --auth): true for
+  // auth/slurm with slurm.key (Slurm 23.11+, as Slinky runs it), false for
+  // auth/munge. The SPANK plugin and duet-bridge then use the matching
+  // credential for Slurm-owned Hold/Release (DESIGN.md §9).
+  bool slurm_auth() const {
+    return RunCmd(absl::StrCat("grep -qx AuthType=auth/slurm ", conf())).rc == 0;
+  }
+  std::string munge_socket() const { return root_ + "/munge/munge.socket.2"; }
+  std::string slurm_key() const { return root_ + "/etc/slurm.key"; }
+  // Plugstack arguments for the plugin's credential (leading space).
+  std::string PlugstackAuthArgs() const {
+    return slurm_auth() ? absl::StrCat(" auth=slurm_key slurm_key=", slurm_key())
+                        : absl::StrCat(" munge_socket=", munge_socket());
+  }
+  // The bridge's slurm: keys for the same credential (indented two spaces).
+  std::string BridgeAuthYaml() const {
+    return slurm_auth()
+               ? absl::StrCat("  credential: slurm_key\n  key_file: ", slurm_key(), "\n")
+               : absl::StrCat("  credential: munge\n  munge_socket: ", munge_socket(), "\n");
+  }
   bool ok() const { return ok_; }
 
   std::string Script(const std::string& args) const {

@@ -149,6 +149,12 @@ bridge.config is an error rather than silently replaced.
 {{- $_ := set $slurm "enabled" $v.slurm.enabled -}}
 {{- if $v.slurm.enabled -}}
 {{- $_ := set $slurm "conf_path" (include "duet.paths.slurmConf" .) -}}
+{{- /* auth/slurm: the plugin's Hold/Release carry the slurm.key credential,
+     checked with the mounted key, unless bridge.config says otherwise. */ -}}
+{{- if and (eq $v.slurm.auth "slurm") (not (hasKey $slurm "credential")) (not (hasKey $slurm "require_munge")) -}}
+{{- $_ := set $slurm "credential" "slurm_key" -}}
+{{- $_ := set $slurm "key_file" (include "duet.paths.slurmKey" .) -}}
+{{- end -}}
 {{- end -}}
 {{- $_ := set $cfg "slurm" $slurm -}}
 {{- toYaml $cfg -}}
