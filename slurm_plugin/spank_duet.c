@@ -19,6 +19,7 @@
 #include <slurm/spank.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "slurm_plugin/client_abi.h"
@@ -97,6 +98,12 @@ static int client_path(char* out, size_t len) {
                                                                                         : -1;
 }
 
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
 /* Loads the client module once; NULL with `err` set on failure. */
 static duet_spank_client_user_init_fn load_client(char* err, size_t err_len) {
   static duet_spank_client_user_init_fn user_init;
@@ -165,7 +172,9 @@ int slurm_spank_user_init(spank_t sp, int ac, char** av) {
   if (env_is(sp, "SLURM_DUET_SHOW", "1")) g_show = 1;
   if (!step_needs_bridge(sp)) return 0;
   char err[sizeof(g_refusal) - 64];
+  const double t0 = now_ms();
   duet_spank_client_user_init_fn user_init = load_client(err, sizeof(err));
+  const double t1 = now_ms();
   if (user_init == NULL) {
     if (g_args.on_unreachable == DUET_UNREACHABLE_ALLOW) {
       slurm_info("duet: step runs unregistered: %s", err);
@@ -173,8 +182,12 @@ int slurm_spank_user_init(spank_t sp, int ac, char** av) {
     }
     snprintf(g_refusal, sizeof(g_refusal), "step refused: %s; plugstack on_unreachable=fail",
              err);
-  } else if (user_init(sp, &g_args, g_show, err, sizeof(err)) != 0) {
-    snprintf(g_refusal, sizeof(g_refusal), "%s", err);
+  } else {
+    if (user_init(sp, &g_args, g_show, err, sizeof(err)) != 0) {
+      snprintf(g_refusal, sizeof(g_refusal), "%s", err);
+    }
+    /* SlurmdDebug=debug shows where a step's start-up time goes. */
+    slurm_debug("duet: user_init: client module %.1f ms, bridge %.1f ms", t1 - t0, now_ms() - t1);
   }
   if (g_refusal[0]) slurm_error("duet: %s", g_refusal);
   return 0;
@@ -191,6 +204,8 @@ int slurm_spank_exit(spank_t sp, int ac, char** av) {
   (void)ac;
   (void)av;
   if (!spank_remote(sp) || g_client_exit == NULL) return 0;
+  const double t0 = now_ms();
   g_client_exit(sp, &g_args);
+  slurm_debug("duet: exit: bridge %.1f ms", now_ms() - t0);
   return 0;
 }

@@ -9,7 +9,8 @@
 #     loop of `scontrol create`;
 #  3. SPANK overhead: `srun -n1 true` without the plugin, with it (no devices:
 #     no bridge call), and `srun -n1 --gres=gpu:1 true` with it (Hold+Release
-#     over gRPC with a munge credential to a ledger service) vs the same
+#     over gRPC with the cluster's credential, munge or slurm.key, to a
+#     ledger service) vs the same
 #     without the plugin; variants alternate within each round.
 #     DUET_BENCH_OLD_SPANK=path/to/spank_duet.so adds a previous build as a
 #     third variant (before/after in the same run).
@@ -38,6 +39,8 @@ cleanup() {
   "$CL" stop "$ROOT" || true
 }
 trap cleanup EXIT
+# slurmstepd logs where the plugin's time goes (spank_duet.c, debug level).
+sed -i 's/^SlurmdDebug=info$/SlurmdDebug=debug/' "$SLURM_CONF"
 "$CL" start "$ROOT"
 "$CL" create "$ROOT" bn 40 "CPUs=8 RealMemory=16000 Gres=gpu:h100:8 Feature=bench" >/dev/null
 "$CL" slurmd "$ROOT" bn 40 "CPUs=8 RealMemory=16000 Gres=gpu:h100:8" \
@@ -85,7 +88,14 @@ fi
 "$TOOL" serve "$SOCK" bn &
 SERVE_PID=$!
 for ((i = 0; i < 100; i++)); do [[ -S $SOCK ]] && break; sleep 0.05; done
-ARGS="bridge=unix://$SOCK tpu=no munge_socket=$ROOT/munge/munge.socket.2"
+# The credential the cluster's auth calls for (slurm_cluster.sh: auth/slurm
+# on Slurm 23.11+, munge before).
+if grep -qx AuthType=auth/slurm "$SLURM_CONF"; then
+  CRED=slurm_key; ARGS="bridge=unix://$SOCK tpu=no auth=slurm_key slurm_key=$ROOT/etc/slurm.key"
+else
+  CRED=munge; ARGS="bridge=unix://$SOCK tpu=no munge_socket=$ROOT/munge/munge.socket.2"
+fi
+SLURM_VER=$(srun --version | awk '{print $2}')
 variants=(none plugin)
 declare -A line=([none]="" [plugin]="required $SO $ARGS")
 if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then  # a previous build, for before/after
@@ -115,7 +125,17 @@ fi
 read -r a b n < <(pct "$out/srun_plugin"); read -r c d m < <(pct "$out/srun_none")
 echo "| srun -n1 true, p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
 read -r a b n < <(pct "$out/srun_plugin_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
-echo "| srun -n1 --gres=gpu:1 true (Hold+Release, munge), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+echo "| srun -n1 --gres=gpu:1 true (Hold+Release, $CRED credential, Slurm $SLURM_VER), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+# Inside slurmstepd, per GPU step of the plugin (its own debug lines).
+sed -n 's/.*duet: user_init: client module \([0-9.]*\) ms, bridge \([0-9.]*\) ms.*/\1 \2/p' \
+  "$ROOT/log/slurmd-bn.log" >"$out/steps"
+if [[ -s $out/steps ]]; then
+  cut -d' ' -f1 "$out/steps" >"$out/module"; cut -d' ' -f2 "$out/steps" >"$out/hold"
+  sed -n 's/.*duet: exit: bridge \([0-9.]*\) ms.*/\1/p' "$ROOT/log/slurmd-bn.log" >"$out/release"
+  read -r a b n < <(pct "$out/module"); read -r c d m < <(pct "$out/hold")
+  read -r e f k < <(pct "$out/release")
+  echo "| in slurmstepd, p50 / p99 ms (n=$n) | client module dlopen: $a / $b; Hold (credential + gRPC): $c / $d; Release at exit: $e / $f | — |"
+fi
 if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then
   read -r a b n < <(pct "$out/srun_old"); read -r c d m < <(pct "$out/srun_none")
   echo "| srun -n1 true, p50 / p99 ms (n=$n) | previous spank_duet (\$DUET_BENCH_OLD_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"

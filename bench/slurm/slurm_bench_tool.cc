@@ -10,9 +10,20 @@
 //                                          prints seconds
 //   slurm_bench_tool serve SOCKET NODE...  a ledger gRPC service (8 GPUs per
 //                                          node) for the SPANK overhead runs
+//   slurm_bench_tool client SOCKET NODE N AUTH [ARG]
+//                                          where a GPU step's bridge calls
+//                                          spend their time: N fresh processes
+//                                          (as each slurmstepd is) each make
+//                                          the plugin's Hold then Release
+//                                          (AUTH munge SOCKET | slurm_key KEY
+//                                          | none); prints p50 ms per phase
 // SLURM_CONF must name the cluster's slurm.conf.
 
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <csignal>
+#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -23,6 +34,7 @@
 #include "spdlog/spdlog.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/slurm_sync.h"
+#include "slurm_plugin/bridge_client.h"
 #include "tests/slurm/test_ledger_server.h"
 
 namespace duet {
@@ -101,6 +113,74 @@ int NodeSync(int n, const std::string& prefix) {
   return 0;
 }
 
+// One step's calls in this (fresh) process; ms per phase.
+std::vector<double> OneStep(const std::string& socket, const std::string& node, uint32_t job,
+                            spank::StepAuth auth, const std::string& arg) {
+  std::vector<double> ms;
+  absl::Time t = absl::Now();
+  auto lap = [&] {
+    const absl::Time now = absl::Now();
+    ms.push_back(absl::ToDoubleMilliseconds(now - t));
+    t = now;
+  };
+  spank::StepDevices devices;
+  devices.gpus = {0};
+  {
+    spank::BridgeClient c("unix://" + socket, 2000);
+    c.UseAuth(auth, auth == spank::StepAuth::kMunge ? arg : "",
+              auth == spank::StepAuth::kSlurmKey ? arg : "");
+    lap();  // channel
+    if (!c.HoldStep(node, job, 0, devices).ok()) return {};
+    lap();  // Hold (credential + RPC, first connect)
+  }
+  lap();  // channel gone (gRPC shut down)
+  {
+    spank::BridgeClient c("unix://" + socket, 2000);
+    c.UseAuth(auth, auth == spank::StepAuth::kMunge ? arg : "",
+              auth == spank::StepAuth::kSlurmKey ? arg : "");
+    if (!c.ReleaseStep(node, job, 0).ok()) return {};
+    lap();  // second channel + Release
+  }
+  lap();  // gone again
+  return ms;
+}
+
+int Client(const std::string& socket, const std::string& node, int n, const std::string& how,
+           const std::string& arg) {
+  const spank::StepAuth auth = how == "munge"       ? spank::StepAuth::kMunge
+                               : how == "slurm_key" ? spank::StepAuth::kSlurmKey
+                                                    : spank::StepAuth::kNone;
+  const char* names[] = {"channel", "hold", "teardown", "release", "teardown2"};
+  std::vector<std::vector<double>> per(5);
+  for (int i = 0; i < n; ++i) {
+    int fds[2];
+    if (pipe(fds) != 0) return 1;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      std::vector<double> ms = OneStep(socket, node, 900000 + i, auth, arg);
+      const ssize_t want = static_cast<ssize_t>(ms.size() * sizeof(double));
+      _exit(ms.size() == 5 && write(fds[1], ms.data(), want) == want ? 0 : 1);
+    }
+    close(fds[1]);
+    double ms[5];
+    const ssize_t got = read(fds[0], ms, sizeof ms);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got != sizeof ms || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      fprintf(stderr, "round %d failed\n", i);
+      return 1;
+    }
+    for (int k = 0; k < 5; ++k) per[k].push_back(ms[k]);
+  }
+  for (int k = 0; k < 5; ++k) {
+    std::sort(per[k].begin(), per[k].end());
+    printf("%s %.2f\n", names[k], per[k][per[k].size() / 2]);
+  }
+  return 0;
+}
+
 int Serve(const std::string& socket, int argc, char** argv) {
   Ledger ledger;
   for (int i = 0; i < argc; ++i) {
@@ -127,6 +207,9 @@ int main(int argc, char** argv) {
   if (mode == "placeholders" && argc == 4) return duet::PlaceholderGrants(argv[2], atoi(argv[3]));
   if (mode == "nodesync" && argc == 4) return duet::NodeSync(atoi(argv[2]), argv[3]);
   if (mode == "serve" && argc >= 3) return duet::Serve(argv[2], argc - 3, argv + 3);
+  if (mode == "client" && (argc == 6 || argc == 7)) {
+    return duet::Client(argv[2], argv[3], atoi(argv[4]), argv[5], argc == 7 ? argv[6] : "");
+  }
   fprintf(stderr, "usage: see the header of bench/slurm/slurm_bench_tool.cc\n");
   return 2;
 }
