@@ -643,9 +643,12 @@ TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedACredentialForThatStep) {
 // still run as the user.
 TEST_F(SlurmE2eTest, NonRootJobRegistersWithRootsCredentialAndRunsAsTheUser) {
   const std::string out = absl::StrCat("/tmp/duet-e2e-nobody-", getpid(), ".out");
-  // nobody by number: sbatch 26.05 answers --uid=nobody with "Invalid --uid
-  // specification" (getent resolves it; 22.05 took either).
-  CmdResult r = c_->Cli(absl::StrCat("sbatch --parsable --uid=65534 --chdir=/tmp -o ", out,
+  // Submitted by nobody itself, as a user would. (root's `sbatch --uid` is
+  // no test of this: on auth/slurm, Slurm 24.11 runs such a job's batch
+  // script as root, with or without duet's plugin; under auth/slurm, nobody's
+  // sbatch authenticates through slurmd's sack socket.)
+  CmdResult r = c_->Cli(absl::StrCat(
+      "setpriv --reuid=65534 --regid=65534 --clear-groups sbatch --parsable --chdir=/tmp -o ", out,
                                      " -w e2e-gpu-a --gres=gpu:1 --wrap 'id -u; sleep 2'"));
   uint32_t job = 0;
   ASSERT_EQ(r.rc, 0) << r.out;
