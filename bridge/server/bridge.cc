@@ -171,6 +171,22 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
                                                       const BridgeStartOptions& options) {
   std::unique_ptr<Bridge> b(new Bridge(config));
 
+  // 0. The slurm.key for the plugin's credentials, read first: a missing or
+  // unreadable key stops the bridge here with the file named, before libslurm
+  // (which needs the same key) or anything else starts; never a bridge that
+  // would refuse every step later.
+  const std::string credential = config.slurm.EffectiveCredential();
+  std::shared_ptr<SlurmKeyAuth> key_auth;
+  if (config.slurm.enabled && credential == "slurm_key") {
+    absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> made = SlurmKeyAuth::Create(
+        {config.slurm.key_file, config.slurm.conf_path, config.slurm.credential_ttl});
+    if (!made.ok()) {
+      return absl::Status(made.status().code(),
+                          absl::StrCat("slurm.credential: slurm_key: ", made.status().message()));
+    }
+    key_auth = std::move(*made);
+  }
+
   // 1. The journal restores the ledger (I3/I4) before anything can change it.
   Journal::Options jopts;
   jopts.dir = config.journal.dir;
@@ -316,7 +332,6 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   LedgerService::Options sopts;
   sopts.max_watch_streams = config.grpc.max_watch_streams;
   // --- Slurm owner authentication (slurm helper) ---
-  const std::string credential = config.slurm.EffectiveCredential();
   if (config.slurm.enabled && credential == "munge") {
     auto auth = std::make_shared<MungeAuth>(
         MungeAuthOptions{config.slurm.munge_socket, config.slurm.munge_uid});
@@ -332,16 +347,8 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
       }
       return s;
     };
-  } else if (config.slurm.enabled && credential == "slurm_key") {
-    // Read once at start: a missing or unreadable key stops the bridge here
-    // with the file named, never a bridge that refuses every step later.
-    absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> made = SlurmKeyAuth::Create(
-        {config.slurm.key_file, config.slurm.conf_path, config.slurm.credential_ttl});
-    if (!made.ok()) {
-      return absl::Status(made.status().code(),
-                          absl::StrCat("slurm.credential: slurm_key: ", made.status().message()));
-    }
-    std::shared_ptr<SlurmKeyAuth> auth = std::move(*made);
+  } else if (key_auth != nullptr) {
+    std::shared_ptr<SlurmKeyAuth> auth = key_auth;
     spdlog::info("Slurm owners' Hold/Release need a slurm.key credential (key {})",
                  auth->key_file());
     sopts.authorize_slurm_owner = [auth, m](const SlurmCallerCredentials& c, const char* method,

@@ -401,5 +401,44 @@ TEST(BridgeTlsTest, ClientCertificatesAreVerified) {
   std::filesystem::remove_all(dir);
 }
 
+
+// slurm.credential: slurm_key reads the cluster's slurm.key before anything
+// else starts (libslurm included): a missing or world-readable key stops the
+// bridge with the file named, and the journal directory is never created.
+TEST(BridgeSlurmKeyTest, AMissingOrInsecureKeyStopsTheBridgeFirst) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("duet-slurmkey-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string d = dir.string();
+  Config config;
+  config.grpc.listen = "127.0.0.1:0";
+  config.metrics.listen = "";
+  config.journal.dir = d + "/journal";
+  config.inventory.source = "file";
+  config.inventory.file = d + "/nodes.yaml";
+  config.slurm.enabled = true;
+  config.slurm.conf_path = d + "/slurm.conf";  // never read: the key fails first
+  config.slurm.credential = "slurm_key";
+  config.slurm.key_file = d + "/slurm.key";
+  ASSERT_TRUE(ValidateConfig(config).ok());
+
+  auto bridge = Bridge::Start(config);
+  ASSERT_FALSE(bridge.ok());
+  EXPECT_TRUE(absl::IsNotFound(bridge.status())) << bridge.status();
+  EXPECT_THAT(std::string(bridge.status().message()),
+              HasSubstr("slurm.credential: slurm_key: slurm.key " + d + "/slurm.key"));
+
+  std::ofstream(d + "/slurm.key") << std::string(64, 'k');
+  std::filesystem::permissions(d + "/slurm.key", std::filesystem::perms::owner_read |
+                                                     std::filesystem::perms::others_read);
+  bridge = Bridge::Start(config);
+  ASSERT_FALSE(bridge.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(bridge.status())) << bridge.status();
+  EXPECT_THAT(std::string(bridge.status().message()), HasSubstr("insecure mode 0404"));
+  EXPECT_FALSE(std::filesystem::exists(d + "/journal"));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace duet
