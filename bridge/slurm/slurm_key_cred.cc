@@ -5,7 +5,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -107,9 +107,12 @@ absl::StatusOr<std::string> LoadDerivedKey(const std::string& path) {
 absl::StatusOr<std::string> Make(absl::string_view derived_key, const std::string& node,
                                  uint32_t job_id, std::optional<uint32_t> step_id,
                                  absl::string_view method, int64_t unix_seconds) {
+  // getrandom(2), not RAND_bytes: no OpenSSL DRBG to set up in each
+  // slurmstepd (about 0.6 ms of a fresh process's first call).
   unsigned char raw[kNonceBytes];
-  if (RAND_bytes(raw, sizeof raw) != 1) {
-    return absl::InternalError("no random bytes for a credential nonce (RAND_bytes)");
+  if (getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw)) {
+    return absl::InternalError(absl::StrCat("no random bytes for a credential nonce: ",
+                                            strerror(errno)));
   }
   const std::string nonce =
       absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(raw), sizeof raw));
