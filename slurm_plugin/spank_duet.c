@@ -104,6 +104,12 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+static const char* auth_name(void) {
+  return g_args.auth == DUET_AUTH_SLURM_KEY ? "slurm_key"
+         : g_args.auth == DUET_AUTH_NONE    ? "none"
+                                            : "munge";
+}
+
 /* Loads the client module once; NULL with `err` set on failure. */
 static duet_spank_client_user_init_fn load_client(char* err, size_t err_len) {
   static duet_spank_client_user_init_fn user_init;
@@ -187,7 +193,8 @@ int slurm_spank_user_init(spank_t sp, int ac, char** av) {
       snprintf(g_refusal, sizeof(g_refusal), "%s", err);
     }
     /* SlurmdDebug=debug shows where a step's start-up time goes. */
-    slurm_debug("duet: user_init: client module %.1f ms, bridge %.1f ms", t1 - t0, now_ms() - t1);
+    slurm_debug("duet: user_init (auth %s): client module %.1f ms, bridge %.1f ms", auth_name(),
+                t1 - t0, now_ms() - t1);
   }
   if (g_refusal[0]) slurm_error("duet: %s", g_refusal);
   return 0;
@@ -206,6 +213,6 @@ int slurm_spank_exit(spank_t sp, int ac, char** av) {
   if (!spank_remote(sp) || g_client_exit == NULL) return 0;
   const double t0 = now_ms();
   g_client_exit(sp, &g_args);
-  slurm_debug("duet: exit: bridge %.1f ms", now_ms() - t0);
+  slurm_debug("duet: exit (auth %s): bridge %.1f ms", auth_name(), now_ms() - t0);
   return 0;
 }

@@ -90,14 +90,19 @@ SERVE_PID=$!
 for ((i = 0; i < 100; i++)); do [[ -S $SOCK ]] && break; sleep 0.05; done
 # The credential the cluster's auth calls for (slurm_cluster.sh: auth/slurm
 # on Slurm 23.11+, munge before).
+# The other credential runs as a third variant (the ledger service here
+# checks neither; munged and slurm.key exist either way), so the two are
+# compared in the same rounds.
+KEY_ARGS="bridge=unix://$SOCK tpu=no auth=slurm_key slurm_key=$ROOT/etc/slurm.key"
+MUNGE_ARGS="bridge=unix://$SOCK tpu=no munge_socket=$ROOT/munge/munge.socket.2"
 if grep -qx AuthType=auth/slurm "$SLURM_CONF"; then
-  CRED=slurm_key; ARGS="bridge=unix://$SOCK tpu=no auth=slurm_key slurm_key=$ROOT/etc/slurm.key"
+  CRED=slurm_key; ARGS=$KEY_ARGS; OTHER=munge; OTHER_ARGS=$MUNGE_ARGS
 else
-  CRED=munge; ARGS="bridge=unix://$SOCK tpu=no munge_socket=$ROOT/munge/munge.socket.2"
+  CRED=munge; ARGS=$MUNGE_ARGS; OTHER=slurm_key; OTHER_ARGS=$KEY_ARGS
 fi
 SLURM_VER=$(srun --version | awk '{print $2}')
-variants=(none plugin)
-declare -A line=([none]="" [plugin]="required $SO $ARGS")
+variants=(none plugin other)
+declare -A line=([none]="" [plugin]="required $SO $ARGS" [other]="required $SO $OTHER_ARGS")
 if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then  # a previous build, for before/after
   variants+=(old)
   line[old]="required $(readlink -f "$DUET_BENCH_OLD_SPANK") bridge=unix://$SOCK tpu=no"
@@ -126,16 +131,20 @@ read -r a b n < <(pct "$out/srun_plugin"); read -r c d m < <(pct "$out/srun_none
 echo "| srun -n1 true, p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
 read -r a b n < <(pct "$out/srun_plugin_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
 echo "| srun -n1 --gres=gpu:1 true (Hold+Release, $CRED credential, Slurm $SLURM_VER), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
-# Inside slurmstepd, per GPU step of the plugin (its own debug lines).
-sed -n 's/.*duet: user_init: client module \([0-9.]*\) ms, bridge \([0-9.]*\) ms.*/\1 \2/p' \
-  "$ROOT/log/slurmd-bn.log" >"$out/steps"
-if [[ -s $out/steps ]]; then
+read -r a b n < <(pct "$out/srun_other_gpu")
+echo "| the same with the $OTHER credential (same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+# Inside slurmstepd, per GPU step and credential (spank_duet.c's debug lines).
+for cred in "$CRED" "$OTHER"; do
+  sed -n "s/.*duet: user_init (auth $cred): client module \([0-9.]*\) ms, bridge \([0-9.]*\) ms.*/\1 \2/p" \
+    "$ROOT/log/slurmd-bn.log" >"$out/steps"
+  [[ -s $out/steps ]] || continue
   cut -d' ' -f1 "$out/steps" >"$out/module"; cut -d' ' -f2 "$out/steps" >"$out/hold"
-  sed -n 's/.*duet: exit: bridge \([0-9.]*\) ms.*/\1/p' "$ROOT/log/slurmd-bn.log" >"$out/release"
+  sed -n "s/.*duet: exit (auth $cred): bridge \([0-9.]*\) ms.*/\1/p" "$ROOT/log/slurmd-bn.log" \
+    >"$out/release"
   read -r a b n < <(pct "$out/module"); read -r c d m < <(pct "$out/hold")
   read -r e f k < <(pct "$out/release")
-  echo "| in slurmstepd, p50 / p99 ms (n=$n) | client module dlopen: $a / $b; Hold (credential + gRPC): $c / $d; Release at exit: $e / $f | — |"
-fi
+  echo "| in slurmstepd ($cred), p50 / p99 ms (n=$n) | client module dlopen: $a / $b; Hold (credential + gRPC): $c / $d; Release at exit: $e / $f | — |"
+done
 if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then
   read -r a b n < <(pct "$out/srun_old"); read -r c d m < <(pct "$out/srun_none")
   echo "| srun -n1 true, p50 / p99 ms (n=$n) | previous spank_duet (\$DUET_BENCH_OLD_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
