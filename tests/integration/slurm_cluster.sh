@@ -8,6 +8,8 @@
 # --lifetime seconds in case the test that owns it died without cleaning up.
 #
 #   ROOT=$(slurm_cluster.sh init [--spank SO[:ARGS]] [--max-nodes N] [--lifetime S])
+#                                       # slurmctld always has enable_configless (and
+#                                       # reconfig_on_restart, as Slinky's slurm.conf)
 #                                       # (@ROOT@ in ARGS: the root, e.g. munge_socket=@ROOT@/munge/munge.socket.2)
 #                                       # new root (mktemp -d), conf, munge key, devices
 #   slurm_cluster.sh start ROOT         # munged + slurmctld (-c: fresh state) + watchdog
@@ -22,6 +24,13 @@
 #                                       # loopback_bind.so: connections from a node
 #                                       # come from its 127.0.0.IDX (srun in sbatch,
 #                                       # NodeAddr on Slurm 24.11+)
+#   slurm_cluster.sh slurmd-configless ROOT NAME IDX "CONF" [GRES.CONF LINES...]
+#                                       # as Slinky's NodeSet pods start slurmd: configless
+#                                       # (slurmd -Z --conf-server 127.0.0.1:PORT --conf CONF,
+#                                       # no local slurm.conf), registering its own dynamic
+#                                       # node NAME (no create first); on 127.0.0.IDX with
+#                                       # loopback_bind.so; new gres.conf lines reach it
+#                                       # through slurmctld (scontrol reconfigure)
 #   slurm_cluster.sh slurmd-stop ROOT NAME
 #   slurm_cluster.sh stop ROOT          # cancel jobs, stop what we started, by PID
 #   slurm_cluster.sh env ROOT           # prints "export SLURM_CONF=..."
@@ -144,6 +153,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu,tpu
 MaxNodeCount=$max_nodes
+# As Slinky's generated slurm.conf (slurmd-configless); 22.05 ignores the
+# second parameter, which it does not know.
+SlurmctldParameters=enable_configless,reconfig_on_restart
 TreeWidth=65533
 PrivateData=cloud
 ReturnToService=2
@@ -214,6 +226,33 @@ cmd_slurmd() {
   echo $! >"$ROOT/run/slurmd-$name.bgpid"
 }
 
+cmd_slurmd_configless() {
+  set_root "$1"; local name=$2 idx=$3 conf=$4; shift 4
+  local ip=127.0.0.$idx l added=0 port
+  for l in "$@"; do
+    if ! grep -qxF "NodeName=$name $l" "$ROOT/etc/gres.conf"; then
+      echo "NodeName=$name $l" >>"$ROOT/etc/gres.conf"
+      added=1
+    fi
+  done
+  # configless slurmd gets gres.conf from slurmctld, which reads it again on
+  # a reconfigure.
+  if ((added)); then scontrol reconfigure >/dev/null; fi
+  port=$(sed -n 's/^SlurmctldPort=//p' "$SLURM_CONF")
+  mkdir -p "$ROOT/spool/$name"
+  # A private mount namespace: its own /run/slurm (configless slurmd may
+  # cache its config there) and this cluster's munged at munge's default
+  # socket (the first config fetch is authenticated before slurmd knows
+  # AuthInfo).
+  unshare --uts --mount sh -c "mkdir -p /run/slurm /run/munge &&
+    mount -t tmpfs duet-slurmd /run/slurm && mount --bind $ROOT/munge /run/munge &&
+    hostname $ip && unset SLURM_CONF &&
+    LD_PRELOAD=$ROOT/lib/loopback_bind.so exec slurmd -D -Z -N $name \
+      --conf-server 127.0.0.1:$port --conf '$conf'" \
+    >>"$ROOT/log/slurmd-$name.stderr" 2>&1 &
+  echo $! >"$ROOT/run/slurmd-$name.bgpid"
+}
+
 cmd_slurmd_stop() { set_root "$1"; kill_pidfile "$ROOT/run/slurmd-$2.bgpid"; }
 
 cmd_stop() {
@@ -243,8 +282,9 @@ case $cmd in
   ctld-start) set_root "$1"; start_ctld ;;
   create) cmd_create "$@" ;;
   slurmd) cmd_slurmd "$@" ;;
+  slurmd-configless) cmd_slurmd_configless "$@" ;;
   slurmd-stop) cmd_slurmd_stop "$@" ;;
   stop) cmd_stop "$@" ;;
   env) set_root "$1"; echo "export SLURM_CONF=$SLURM_CONF" ;;
-  *) die "usage: init|start|ctld-stop|ctld-start|create|slurmd|slurmd-stop|stop|env (see header)" ;;
+  *) die "usage: init|start|ctld-stop|ctld-start|create|slurmd|slurmd-configless|slurmd-stop|stop|env (see header)" ;;
 esac

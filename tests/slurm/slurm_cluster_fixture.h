@@ -123,6 +123,24 @@ class TestSlurmCluster {
     EXPECT_EQ(r.rc, 0) << r.out;
   }
 
+  // Starts a slurmd as Slinky's NodeSet pods do: configless (`slurmd -Z
+  // --conf-server 127.0.0.1:PORT --conf "CONF"`), registering its own
+  // dynamic node `name` (nothing creates it first), on 127.0.0.`idx`.
+  // `gres_conf`: gres.conf lines for it (NodeName= is prepended).
+  void StartConfiglessSlurmd(const std::string& name, int idx, const std::string& conf,
+                             const std::string& gres_conf = "") const {
+    std::string cmd = absl::StrCat("slurmd-configless ", root_, " ", name, " ", idx, " '", conf,
+                                   "'");
+    if (!gres_conf.empty()) absl::StrAppend(&cmd, " '", gres_conf, "'");
+    CmdResult r = RunCmd(Script(cmd));
+    EXPECT_EQ(r.rc, 0) << r.out;
+  }
+
+  // gres.conf's File= for the first `n` fake GPUs of this cluster.
+  std::string GpuFiles(int n) const {
+    return absl::StrCat(root_, "/dev/nvidia[0-", n - 1, "]");
+  }
+
   void StopSlurmd(const std::string& name) const {
     RunCmd(Script(absl::StrCat("slurmd-stop ", root_, " ", name)));
   }
