@@ -240,13 +240,29 @@ cmd_slurmd_configless() {
   if ((added)); then scontrol reconfigure >/dev/null; fi
   port=$(sed -n 's/^SlurmctldPort=//p' "$SLURM_CONF")
   mkdir -p "$ROOT/spool/$name"
-  # A private mount namespace: its own /run/slurm (configless slurmd may
-  # cache its config there) and this cluster's munged at munge's default
-  # socket (the first config fetch is authenticated before slurmd knows
-  # AuthInfo).
-  unshare --uts --mount sh -c "mkdir -p /run/slurm /run/munge &&
-    mount -t tmpfs duet-slurmd /run/slurm && mount --bind $ROOT/munge /run/munge &&
-    hostname $ip && unset SLURM_CONF &&
+  # The first config fetch is authenticated before slurmd knows AuthInfo:
+  # it needs this cluster's munged at munge's default socket. On a host, a
+  # private mount namespace gives it one (and its own /run/slurm, where
+  # configless slurmd may cache its config). In a chroot (scripts/slurm-root.sh)
+  # "/" is no mount point, so unshare cannot make mounts private: there the
+  # default socket becomes a link to this cluster's munged (tests in a root
+  # run one at a time), never over a real munged's socket.
+  local run run_pre
+  if unshare --mount --uts true 2>/dev/null; then
+    run="unshare --uts --mount sh -c"
+    run_pre="mkdir -p /run/slurm /run/munge && mount -t tmpfs duet-slurmd /run/slurm &&
+      mount --bind $ROOT/munge /run/munge &&"
+  else
+    local sock=/run/munge/munge.socket.2
+    if [[ -e $sock && ! -L $sock ]]; then
+      die "slurmd-configless: $sock is a real munged's socket; not replacing it"
+    fi
+    mkdir -p /run/munge
+    ln -sfn "$ROOT/munge/munge.socket.2" "$sock"
+    run="unshare --uts sh -c"
+    run_pre=""
+  fi
+  $run "$run_pre hostname $ip && unset SLURM_CONF &&
     LD_PRELOAD=$ROOT/lib/loopback_bind.so exec slurmd -D -Z -N $name \
       --conf-server 127.0.0.1:$port --conf '$conf'" \
     >>"$ROOT/log/slurmd-$name.stderr" 2>&1 &
@@ -272,6 +288,10 @@ cmd_stop() {
   kill_pidfile "$ROOT/run/munged.bgpid" &
   wait
   rm -f "$ROOT/run/watchdog.bgpid"
+  # slurmd-configless's link in a chroot, if it is still this cluster's.
+  if [[ $(readlink /run/munge/munge.socket.2 2>/dev/null) == "$ROOT/munge/munge.socket.2" ]]; then
+    rm -f /run/munge/munge.socket.2
+  fi
 }
 
 cmd=${1:-}; shift || true
