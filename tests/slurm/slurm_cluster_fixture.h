@@ -68,6 +68,8 @@ struct TestSlurmClusterOptions {
   // "required SO ARGS" line for plugstack.conf, as "SO:ARGS"; empty: none.
   std::string spank;
   int max_nodes = 64;
+  // slurmctld serves configless slurmds (StartConfiglessSlurmd needs it).
+  bool configless = false;
 };
 
 class TestSlurmCluster {
@@ -215,6 +217,7 @@ class TestSlurmCluster {
   void Start(const Options& options) {
     std::string init = absl::StrCat("init --lifetime 600 --max-nodes ", options.max_nodes);
     if (!options.spank.empty()) absl::StrAppend(&init, " --spank '", options.spank, "'");
+    if (options.configless) absl::StrAppend(&init, " --configless");
     CmdResult r = RunCmd(Script(init), /*merge_stderr=*/false);
     root_ = std::string(absl::StripAsciiWhitespace(r.out));
     if (r.rc != 0 || root_.empty()) {

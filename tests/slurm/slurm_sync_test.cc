@@ -55,7 +55,9 @@ NodeSpec Spec(const std::string& name, int idx, int gpus, int tpus) {
 class SlurmSyncTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_ = TestSlurmCluster::Get();
+    TestSlurmCluster::Options co;
+    co.configless = node_mode_ == SlurmNodeMode::kAdopt;  // one cluster per test process
+    cluster_ = TestSlurmCluster::Get(co);
     ASSERT_TRUE(cluster_->ok());
     client_ = std::make_unique<LibSlurmClient>();
     SlurmSyncOptions o;
