@@ -23,6 +23,7 @@ constexpr char kTpuTopologyLabel[] = "cloud.google.com/gke-tpu-topology";
 constexpr char kPoolLabel[] = "cloud.google.com/gke-nodepool";
 constexpr char kBlockLabel[] = "cloud.google.com/gce-topology-block";
 constexpr char kSubblockLabel[] = "cloud.google.com/gce-topology-subblock";
+constexpr char kSlinkyHostnameOverride[] = "nodeset.slinky.slurm.net/hostname-override";
 const char* const kZoneLabels[] = {"topology.kubernetes.io/zone", "topology.gke.io/zone",
                                    "failure-domain.beta.kubernetes.io/zone"};
 
@@ -85,6 +86,12 @@ absl::StatusOr<NodeSpec> NodeSpecFromNodeOrThrow(const nlohmann::json& node) {
     for (const auto& [k, v] : labels->items()) {
       if (v.is_string()) out.labels[k] = v.get<std::string>();
     }
+  }
+  // The one annotation duet reads, kept beside the labels: the Slurm node
+  // name a Slinky NodeSet's slurmd registers (slurm.nodes: adopt).
+  if (auto ann = md.find("annotations"); ann != md.end() && ann->is_object()) {
+    auto o = ann->find(kSlinkyHostnameOverride);
+    if (o != ann->end() && o->is_string()) out.labels[kSlinkyHostnameOverride] = o->get<std::string>();
   }
   static const nlohmann::json kEmpty = nlohmann::json::object();
   auto status_it = node.find("status");

@@ -91,6 +91,7 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.Duration("call_timeout", &c->slurm.call_timeout));
     DUET_YAML(s.Duration("sync_period", &c->slurm.sync_period));
     DUET_YAML(s.Bool("manage_nodes", &c->slurm.manage_nodes));
+    DUET_YAML(s.String("nodes", &c->slurm.nodes));
     DUET_YAML(s.Bool("manage_weights", &c->slurm.manage_weights));
     DUET_YAML(s.Bool("import_jobs", &c->slurm.import_jobs));
     DUET_YAML(s.String("node_addr_label", &c->slurm.node_addr_label));
@@ -247,6 +248,18 @@ absl::Status ValidateConfig(const Config& c) {
     }
     if (c.slurm.sync_period < absl::Milliseconds(100)) {
       return absl::InvalidArgumentError("slurm.sync_period: must be at least 100ms");
+    }
+    if (c.slurm.nodes != "create" && c.slurm.nodes != "adopt") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slurm.nodes: \"", c.slurm.nodes,
+          "\" must be create (duet makes a dynamic Slurm node per Kubernetes node) or adopt "
+          "(each node's slurmd registers itself, as in a Slinky NodeSet)"));
+    }
+    if (c.slurm.nodes == "adopt" && !c.slurm.manage_nodes) {
+      return absl::InvalidArgumentError(
+          "slurm.nodes: adopt needs slurm.manage_nodes: true (adopt drains, resumes, weighs and "
+          "checks the GRES of the nodes slurmd registered; manage_nodes: false leaves Slurm's "
+          "nodes alone): set one of them");
     }
     if (c.slurm.managed_feature.empty()) {
       return absl::InvalidArgumentError("slurm.managed_feature: must be set");

@@ -118,8 +118,17 @@ struct SlurmConfig {
   absl::Duration call_timeout = absl::Seconds(5);
   // Time between sync passes (nodes, job import, weights).
   absl::Duration sync_period = absl::Seconds(10);
-  // Create/update/drain/delete Slurm dynamic nodes from the inventory.
+  // Off: duet leaves Slurm's nodes alone (no create, drain, resume or GRES
+  // check); `nodes` is then unused and must stay "create".
   bool manage_nodes = true;
+  // With manage_nodes, how ledger nodes meet Slurm nodes:
+  //  "create": duet creates/updates/drains/deletes a dynamic Slurm node per
+  //            ledger node (slurmd started against it, e.g. `slurmd -Z -N`).
+  //  "adopt":  a slurmd registers its own dynamic node (Slinky NodeSet
+  //            pods: `slurmd -Z --conf-server`); duet maps each ledger node
+  //            to it by name, never creates, deletes or recreates one, and
+  //            still drains/resumes, weighs, adds features and checks GRES.
+  std::string nodes = "create";
   // Feed node weights back to Slurm so it packs like the extender.
   bool manage_weights = true;
   // Import Slurm's jobs into the ledger and release ended ones.

@@ -112,6 +112,21 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
                        "Slurm sync passes refused because slurmctld's release is one this "
                        "duet-bridge's libslurm cannot talk to",
                        MetricType::Counter, static_cast<double>(s.version_refusals)));
+  out.push_back(Family("duet_slurm_nodes_unregistered",
+                       "slurm.nodes: adopt: shared nodes whose slurmd has not registered its "
+                       "Slurm node (nothing granted to Slurm there)",
+                       MetricType::Gauge, static_cast<double>(s.nodes_unregistered)));
+  out.push_back(Family("duet_slurm_nodes_unmapped",
+                       "slurm.nodes: adopt: shared nodes whose Slurm name (up to the first dot, "
+                       "or Slinky's hostname-override) is not their Kubernetes name: not adopted",
+                       MetricType::Gauge, static_cast<double>(s.nodes_unmapped)));
+  out.push_back(Family("duet_slurm_nodes_gres_mismatch",
+                       "slurm.nodes: adopt: nodes whose slurmd registered other GPU/TPU counts "
+                       "than Kubernetes reports (drained)",
+                       MetricType::Gauge, static_cast<double>(s.nodes_gres_mismatch)));
+  out.push_back(Family("duet_slurm_gres_mismatch_drains_total",
+                       "Drains duet made because a slurmd's GRES disagree with the node's devices",
+                       MetricType::Counter, static_cast<double>(s.gres_mismatch_drains)));
   {
     prometheus::MetricFamily f = Family(
         "duet_placeholder_losses_total",
@@ -263,6 +278,9 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     SlurmSyncOptions so;
     so.period = config.slurm.sync_period;
     so.manage_nodes = config.slurm.manage_nodes;
+    absl::StatusOr<SlurmNodeMode> node_mode = ParseSlurmNodeMode(config.slurm.nodes);
+    if (!node_mode.ok()) return node_mode.status();  // ValidateConfig checked it
+    so.node_mode = *node_mode;
     so.manage_weights = config.slurm.manage_weights;
     so.import_jobs = config.slurm.import_jobs;
     so.node_addr_label = config.slurm.node_addr_label;

@@ -56,7 +56,32 @@ std::vector<HeldDevice> ToHeld(const SlurmJobNodeDevices& d) {
   return out;
 }
 
+// GPU and TPU counts per GRES name ("gpu:8,tpu:0"), types ignored: a
+// slurmd's GRES type is the operator's choice (Slinky: extraConf Gres=),
+// what must agree with Kubernetes is how many devices Slurm hands out.
+std::string DeviceCounts(const std::vector<SlurmGres>& gres) {
+  uint64_t gpus = 0, tpus = 0;
+  for (const SlurmGres& g : gres) {
+    if (g.name == "gpu") gpus += g.count;
+    if (g.name == "tpu") tpus += g.count;
+  }
+  return absl::StrCat("gpu:", gpus, ",tpu:", tpus);
+}
+
 }  // namespace
+
+absl::StatusOr<SlurmNodeMode> ParseSlurmNodeMode(const std::string& s) {
+  if (s == "create") return SlurmNodeMode::kCreate;
+  if (s == "adopt") return SlurmNodeMode::kAdopt;
+  return absl::InvalidArgumentError(
+      absl::StrCat("slurm node mode \"", s, "\": must be create or adopt"));
+}
+
+std::string SlurmNameFor(const NodeSpec& spec) {
+  const std::string over = Label(spec, kSlinkyHostnameOverride);
+  if (!over.empty()) return over;
+  return spec.name.substr(0, spec.name.find('.'));
+}
 
 SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& options) {
   const NodeSpec& spec = view.spec;
@@ -67,7 +92,11 @@ SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& optio
   c.real_memory_mib = std::max<uint64_t>(1, spec.memory_mib);
   std::map<std::pair<std::string, std::string>, uint32_t> gres;
   std::set<std::string> features;
-  if (!options.managed_feature.empty()) features.insert(options.managed_feature);
+  // The marker means "duet made it, duet may delete it": never on a node
+  // that a slurmd registered.
+  if (!options.managed_feature.empty() && options.node_mode == SlurmNodeMode::kCreate) {
+    features.insert(options.managed_feature);
+  }
   for (const DeviceState& d : view.devices) {
     const std::string name = d.spec.kind == DeviceKind::kGpu ? "gpu" : "tpu";
     ++gres[{name, SanitizeFeature(d.spec.model)}];
@@ -175,6 +204,14 @@ void SlurmNodeLoads::Add(const std::string& node, const placement::NodeLoad& loa
   l.memory_mib += load.memory_mib;
 }
 
+void SlurmNodeLoads::MarkUnusable(const std::string& node, const std::string& state,
+                                  const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  states_[node] = {state, why};
+  unusable_[node] = why;
+  unusable_count_.store(unusable_.size());
+}
+
 placement::NodeLoad SlurmNodeLoads::Get(const std::string& node) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = loads_.find(node);
@@ -268,8 +305,37 @@ absl::Status SlurmSync::Retire(const SlurmNodeInfo& node, const std::string& rea
   return absl::OkStatus();
 }
 
+absl::Status SlurmSync::DrainOrResume(const SlurmNodeInfo& have, const std::string& reason) {
+  if (!reason.empty() && !have.drain) {
+    SlurmNodeUpdate u;
+    u.name = have.name;
+    u.drain_reason = reason;
+    absl::Status s = slurm_->UpdateNode(u);
+    if (!s.ok()) return s;
+    Count(&SlurmSyncStats::drains);
+    spdlog::info("slurm sync: drained {} ({})", have.name, reason);
+    if (options_.on_drain) options_.on_drain(have.name, true, reason);
+  } else if (reason.empty() && IsDuetDrain(have)) {
+    SlurmNodeUpdate u;
+    u.name = have.name;
+    u.drain_reason = "";
+    absl::Status s = slurm_->UpdateNode(u);
+    if (!s.ok()) return s;
+    Count(&SlurmSyncStats::resumes);
+    spdlog::info("slurm sync: resumed {} (was: {})", have.name, have.reason);
+    if (options_.on_drain) options_.on_drain(have.name, false, have.reason);
+  } else if (!reason.empty() && IsDuetDrain(have) && have.reason != reason) {
+    SlurmNodeUpdate u;
+    u.name = have.name;
+    u.drain_reason = reason;
+    return slurm_->UpdateNode(u);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SlurmSync::SyncNodes(const LedgerSnapshot& snap,
                                   const std::vector<SlurmNodeInfo>& nodes) {
+  if (options_.node_mode == SlurmNodeMode::kAdopt) return AdoptNodes(snap, nodes);
   absl::Status first;
   auto note = [&first](absl::Status s) {
     if (first.ok() && !s.ok()) first = std::move(s);
@@ -339,31 +405,7 @@ absl::Status SlurmSync::SyncNodes(const LedgerSnapshot& snap,
       note(slurm_->UpdateNode(u));
     }
     if (have.future) continue;  // no slurmd yet: state changes wait for it
-    const std::string reason = DrainReasonFor(spec.state);
-    if (!reason.empty() && !have.drain) {
-      SlurmNodeUpdate u;
-      u.name = have.name;
-      u.drain_reason = reason;
-      absl::Status s = slurm_->UpdateNode(u);
-      note(s);
-      Count(&SlurmSyncStats::drains);
-      spdlog::info("slurm sync: drained {} ({})", have.name, reason);
-      if (s.ok() && options_.on_drain) options_.on_drain(have.name, true, reason);
-    } else if (reason.empty() && IsDuetDrain(have)) {
-      SlurmNodeUpdate u;
-      u.name = have.name;
-      u.drain_reason = "";
-      absl::Status s = slurm_->UpdateNode(u);
-      note(s);
-      Count(&SlurmSyncStats::resumes);
-      spdlog::info("slurm sync: resumed {} (was: {})", have.name, have.reason);
-      if (s.ok() && options_.on_drain) options_.on_drain(have.name, false, have.reason);
-    } else if (!reason.empty() && IsDuetDrain(have) && have.reason != reason) {
-      SlurmNodeUpdate u;
-      u.name = have.name;
-      u.drain_reason = reason;
-      note(slurm_->UpdateNode(u));
-    }
+    note(DrainOrResume(have, DrainReasonFor(spec.state)));
   }
   // Nodes duet made that left the ledger: drain, delete once empty.
   for (const SlurmNodeInfo& n : nodes) {
@@ -375,6 +417,101 @@ absl::Status SlurmSync::SyncNodes(const LedgerSnapshot& snap,
     }
     note(Retire(n, DrainReasonFor(NodeState::kGone)));
   }
+  return first;
+}
+
+absl::Status SlurmSync::AdoptNodes(const LedgerSnapshot& snap,
+                                   const std::vector<SlurmNodeInfo>& nodes) {
+  absl::Status first;
+  auto note = [&first](absl::Status s) {
+    if (first.ok() && !s.ok()) first = std::move(s);
+  };
+  absl::flat_hash_map<std::string, const SlurmNodeInfo*> by_name;
+  for (const SlurmNodeInfo& n : nodes) by_name[n.name] = &n;
+  std::set<std::string> unregistered, unmapped, mismatched;
+
+  for (const auto& view : snap.nodes) {
+    const NodeSpec& spec = view->spec;
+    const std::string slurm_name = SlurmNameFor(spec);
+    if (slurm_name != spec.name) {
+      // Placeholders, job import and the SPANK plugin's Hold/Release all
+      // name a node by one name: a Slurm node of another name is not
+      // served (nothing granted on a guess).
+      const std::string why = absl::StrCat("slurmd registers it as ", slurm_name,
+                                           ", not its Kubernetes name: not adopted");
+      unmapped.insert(spec.name);
+      if (!unmapped_.count(spec.name)) {
+        spdlog::error(
+            "slurm sync: {}: {} (duet needs the Slurm node named like the Kubernetes node: "
+            "Kubernetes node names without a dot and no {} annotation)",
+            spec.name, why, kSlinkyHostnameOverride);
+      }
+      if (options_.loads != nullptr) options_.loads->MarkUnusable(spec.name, "UNMAPPED", why);
+      continue;
+    }
+    auto it = by_name.find(spec.name);
+    if (it == by_name.end() || it->second->future) {
+      if (spec.state == NodeState::kGone) continue;
+      unregistered.insert(spec.name);
+      if (!unregistered_.count(spec.name)) {
+        spdlog::warn(
+            "slurm sync: {}: no slurmd has registered Slurm node {} yet (slurm.nodes: adopt): "
+            "nothing is made for it, no placeholders until it registers",
+            spec.name, slurm_name);
+      }
+      if (options_.loads != nullptr) {
+        options_.loads->MarkUnusable(spec.name, "UNREGISTERED", "no slurmd registered in Slurm");
+      }
+      continue;
+    }
+    const SlurmNodeInfo& have = *it->second;
+    if (unregistered_.count(spec.name)) {
+      spdlog::info("slurm sync: {}: slurmd registered, adopted ({})", spec.name, have.state);
+    }
+    const SlurmNodeConfig want = SlurmNodeFor(*view, options_);
+    // Features: duet's are added to slurmd's own (a NodeSet's feature puts
+    // the node in its partition); none is ever removed.
+    std::set<std::string> features(have.features.begin(), have.features.end());
+    const size_t had = features.size();
+    features.insert(want.features.begin(), want.features.end());
+    if (features.size() != had) {
+      SlurmNodeUpdate u;
+      u.name = have.name;
+      u.features = std::vector<std::string>(features.begin(), features.end());
+      note(slurm_->UpdateNode(u));
+    }
+    // GRES: never recreated (slurmd owns the node); a mismatch drains it.
+    std::string reason = DrainReasonFor(spec.state);
+    const std::string want_counts = DeviceCounts(want.gres);
+    const std::string have_counts = DeviceCounts(have.gres);
+    if (want_counts != have_counts) {
+      mismatched.insert(spec.name);
+      reason = absl::StrCat("duet: GRES mismatch: slurmd registered ", have_counts,
+                            ", Kubernetes node has ", want_counts);
+      if (!mismatched_.count(spec.name)) {
+        spdlog::error(
+            "slurm sync: {}: slurmd registered GRES {} ({}), the Kubernetes node has {}: "
+            "draining it (fix the NodeSet's Gres= or gres.conf; duet never recreates a node "
+            "slurmd owns)",
+            spec.name, FormatGres(have.gres), have_counts, want_counts);
+      }
+      if (!have.drain) Count(&SlurmSyncStats::gres_mismatch_drains);
+    } else if (mismatched_.count(spec.name)) {
+      spdlog::info("slurm sync: {}: GRES agree again ({})", spec.name, have_counts);
+    }
+    note(DrainOrResume(have, reason));
+  }
+  unregistered_.swap(unregistered);
+  unmapped_.swap(unmapped);
+  mismatched_.swap(mismatched);
+  {
+    absl::MutexLock lock(&stats_mu_);
+    stats_.nodes_unregistered = unregistered_.size();
+    stats_.nodes_unmapped = unmapped_.size();
+    stats_.nodes_gres_mismatch = mismatched_.size();
+  }
+  // Slurm nodes that are not (or no longer) in the ledger are slurmd's:
+  // left as they are.
   return first;
 }
 

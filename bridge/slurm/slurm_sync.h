@@ -30,6 +30,16 @@
 //     the node is usable in Slurm; the loss and its outcome are reported once
 //     per placeholder (`on_placeholder_lost`, stats). Live placeholders whose
 //     pod is gone are cancelled and released.
+//     With node_mode kAdopt (slurm.nodes: adopt) a slurmd registers its own
+//     dynamic node (`slurmd -Z --conf-server ...`, as Slinky's NodeSet pods
+//     do) and duet never creates, deletes or recreates a Slurm node: each
+//     ledger node maps to the Slurm node named SlurmNameFor(spec). duet
+//     adds its features to slurmd's (never removes one), drains/resumes as
+//     above, and drains a node whose registered GPU/TPU counts differ from
+//     the ledger's ("duet: GRES mismatch: ..."), resuming it once they
+//     agree. A ledger node with no registered Slurm node yet, or whose Slurm
+//     name differs from its own (see SlurmNameFor), is reported once (log,
+//     stats gauge) and marked unusable in `loads`; nothing is made for it.
 //  4. Weights: each node's Weight comes from the placement policy (SlurmWeightFor)
 //     (fuller nodes get lower weights, so Slurm packs), sent only on change.
 //
@@ -48,6 +58,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -78,6 +89,11 @@ class SlurmNodeLoads {
   // or when Slurm did not report the node. A node with no slurmd yet
   // (FUTURE) is not counted: duet creates nodes ahead of their slurmd.
   std::string Unusable(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks `node` unusable until the next Replace (adopt mode: no slurmd
+  // registered, or unmapped): Unusable() returns `why`, State() returns
+  // {state, why}.
+  void MarkUnusable(const std::string& node, const std::string& state, const std::string& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Slurm's state of `node` ("IDLE", "MIXED+DRAIN", ...) and its reason;
   // empty when Slurm did not report the node.
   std::pair<std::string, std::string> State(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -105,11 +121,31 @@ struct PlaceholderLoss {
   std::string detail;
 };
 
+// slurm.nodes: who makes the Slurm node of a ledger node.
+enum class SlurmNodeMode {
+  kCreate,  // duet creates/updates/deletes it (slurmd started against it)
+  kAdopt,   // its slurmd registers it (-Z); duet never creates or deletes one
+};
+
+// Parses "create" / "adopt"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<SlurmNodeMode> ParseSlurmNodeMode(const std::string& s);
+
+// Node annotation that names a node's Slurm node in a Slinky NodeSet
+// (DaemonSet mode). The Kubernetes inventory keeps it in NodeSpec.labels.
+inline constexpr char kSlinkyHostnameOverride[] = "nodeset.slinky.slurm.net/hostname-override";
+
+// The Slurm node name a slurmd in a Slinky NodeSet pod registers for this
+// Kubernetes node: the hostname-override annotation when set, else the
+// node name up to its first dot.
+std::string SlurmNameFor(const NodeSpec& spec);
+
 struct SlurmSyncOptions {
   // Time between passes (slurm.sync_period).
   absl::Duration period = absl::Seconds(10);
-  // Create/update/drain/delete Slurm nodes from the ledger (slurm.manage_nodes).
+  // Manage Slurm nodes for the ledger's nodes (slurm.manage_nodes): create
+  // and delete them (kCreate) or adopt slurmd's (kAdopt; see the top).
   bool manage_nodes = true;
+  SlurmNodeMode node_mode = SlurmNodeMode::kCreate;
   // Feed node weights back to Slurm (slurm.manage_weights).
   bool manage_weights = true;
   // Import jobs and reconcile holdings (slurm.import_jobs).
@@ -157,6 +193,14 @@ struct SlurmSyncStats {
   uint64_t conflicts = 0;  // Slurm says a job holds what the ledger gives another
   uint64_t reconfigures = 0;  // `scontrol reconfigure` after a slurmctld start
   uint64_t version_refusals = 0;  // passes refused: slurmctld's release unsupported
+  // Adopt mode, as of the last pass (gauges): ledger nodes whose slurmd has
+  // not registered; whose Slurm name (SlurmNameFor) is not their own; whose
+  // registered GPU/TPU counts differ from the ledger's. And drains duet
+  // made for such a GRES mismatch (counter).
+  uint64_t nodes_unregistered = 0;
+  uint64_t nodes_unmapped = 0;
+  uint64_t nodes_gres_mismatch = 0;
+  uint64_t gres_mismatch_drains = 0;
   // Lost placeholders (their Slurm job vanished while the pod runs), by the
   // outcome of the first pass that saw each; repairs done (also of fenced
   // ones later); lost placeholders not repaired yet (now).
@@ -202,6 +246,13 @@ class SlurmSync {
  private:
   absl::Status SyncNodes(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // SyncNodes for kAdopt (see the top).
+  absl::Status AdoptNodes(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Drains `have` with `reason` (empty: resumes it if duet drained it), as
+  // SyncNodes does for a node's inventory state.
+  absl::Status DrainOrResume(const SlurmNodeInfo& have, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::Status ImportJobs(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // A placeholder holding whose Slurm job is gone while its pod may run:
@@ -241,6 +292,11 @@ class SlurmSync {
   std::map<uint32_t, PlaceholderSeen> placeholders_seen_ ABSL_GUARDED_BY(run_mu_);
   // Lost placeholders reported and not repaired yet, by (node, job id).
   std::set<std::pair<std::string, uint32_t>> fenced_ ABSL_GUARDED_BY(run_mu_);
+  // Adopt mode: ledger nodes reported (once each) as unregistered, unmapped
+  // and with a GRES mismatch, as of the last pass.
+  std::set<std::string> unregistered_ ABSL_GUARDED_BY(run_mu_);
+  std::set<std::string> unmapped_ ABSL_GUARDED_BY(run_mu_);
+  std::set<std::string> mismatched_ ABSL_GUARDED_BY(run_mu_);
   // BOOT_TIME of the slurmctld last seen (0: none yet); see AfterCtldStart.
   int64_t ctld_boot_ ABSL_GUARDED_BY(run_mu_) = 0;
 

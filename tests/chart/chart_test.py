@@ -675,10 +675,11 @@ class SlinkyTest(unittest.TestCase):
         sc = spec["securityContext"]
         self.assertEqual((sc["runAsUser"], sc["fsGroup"]), (401, 401))
 
-    def test_bridge_config_leaves_slurmd_nodes_alone(self):
+    def test_bridge_config_adopts_slurmds_nodes(self):
         cfg = yaml.safe_load(one("slinky", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
         self.assertIs(cfg["slurm"]["enabled"], True)
-        self.assertIs(cfg["slurm"]["manage_nodes"], False)
+        self.assertIs(cfg["slurm"]["manage_nodes"], True)
+        self.assertEqual(cfg["slurm"]["nodes"], "adopt")
         # The plugin's Hold/Release carry the slurm.key credential, checked
         # with the key the Deployment mounts.
         self.assertEqual(cfg["slurm"]["credential"], "slurm_key")

@@ -168,6 +168,25 @@ slurm: {enabled: true, conf_path: /etc/slurm/slurm.conf, call_timeout: 2s, sync_
               HasSubstr("slurm.enable: unknown key"));
 }
 
+TEST(ConfigTest, SlurmNodesCreateOrAdopt) {
+  const std::string base = "inventory: {source: file, file: n.yaml}\n";
+  auto c = ParseConfig(base + "slurm: {enabled: true}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->slurm.nodes, "create");
+  c = ParseConfig(base + "slurm: {enabled: true, nodes: adopt}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->slurm.nodes, "adopt");
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  c->slurm.manage_nodes = false;
+  EXPECT_THAT(ValidateConfig(*c).message(),
+              HasSubstr("slurm.nodes: adopt needs slurm.manage_nodes: true"));
+  c->slurm.nodes = "create";  // manage_nodes: false alone: leave Slurm's nodes alone
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  c = ParseConfig(base + "slurm: {enabled: true, nodes: slinky}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(ValidateConfig(*c).message(), HasSubstr("slurm.nodes: \"slinky\" must be create"));
+}
+
 TEST(ConfigTest, DevConfigIsValid) {
   Config c = DevConfig("/tmp/x");
   EXPECT_TRUE(ValidateConfig(c).ok());

@@ -8,7 +8,10 @@
 # --lifetime seconds in case the test that owns it died without cleaning up.
 #
 #   ROOT=$(slurm_cluster.sh init [--spank SO[:ARGS]] [--max-nodes N] [--lifetime S]
-#                                [--auth munge|slurm])
+#                                [--auth munge|slurm] [--configless])
+#                                       # --configless: SlurmctldParameters=enable_configless,
+#                                       # reconfig_on_restart, as Slinky's slurm.conf (for
+#                                       # slurmd-configless)
 #                                       # (@ROOT@ in ARGS: the root, e.g. munge_socket=@ROOT@/munge/munge.socket.2)
 #                                       # new root (mktemp -d), conf, munge key, devices
 #                                       # --auth (default $DUET_SLURM_AUTH, else slurm
@@ -28,6 +31,13 @@
 #                                       # loopback_bind.so: connections from a node
 #                                       # come from its 127.0.0.IDX (srun in sbatch,
 #                                       # NodeAddr on Slurm 24.11+)
+#   slurm_cluster.sh slurmd-configless ROOT NAME IDX "CONF" [GRES.CONF LINES...]
+#                                       # as Slinky's NodeSet pods start slurmd: configless
+#                                       # (slurmd -Z --conf-server 127.0.0.1:PORT --conf CONF,
+#                                       # no local slurm.conf), registering its own dynamic
+#                                       # node NAME (no create first); on 127.0.0.IDX with
+#                                       # loopback_bind.so; new gres.conf lines reach it
+#                                       # through slurmctld (scontrol reconfigure)
 #   slurm_cluster.sh slurmd-stop ROOT NAME
 #   slurm_cluster.sh stop ROOT          # cancel jobs, stop what we started, by PID
 #   slurm_cluster.sh env ROOT           # prints "export SLURM_CONF=..."
@@ -85,13 +95,17 @@ kill_pidfile() {  # kill_pidfile FILE: SIGTERM, wait up to 5 s, then SIGKILL
 }
 
 cmd_init() {
-  local spank="" max_nodes=64 lifetime=900 auth=${DUET_SLURM_AUTH:-}
+  local spank="" max_nodes=64 lifetime=900 auth=${DUET_SLURM_AUTH:-} ctld_params=""
   while (($#)); do
     case $1 in
       --spank) spank=$2; shift 2 ;;
       --auth) auth=$2; shift 2 ;;
       --max-nodes) max_nodes=$2; shift 2 ;;
       --lifetime) lifetime=$2; shift 2 ;;
+      # As Slinky's generated slurm.conf; 22.05 ignores reconfig_on_restart,
+      # which it does not know. Only where asked, so that every other test's
+      # cluster stays as it was.
+      --configless) ctld_params="SlurmctldParameters=enable_configless,reconfig_on_restart"; shift ;;
       *) die "init: unknown argument $1" ;;
     esac
   done
@@ -166,6 +180,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu,tpu
 MaxNodeCount=$max_nodes
+$ctld_params
 TreeWidth=65533
 PrivateData=cloud
 ReturnToService=2
@@ -236,6 +251,57 @@ cmd_slurmd() {
   echo $! >"$ROOT/run/slurmd-$name.bgpid"
 }
 
+cmd_slurmd_configless() {
+  set_root "$1"; local name=$2 idx=$3 conf=$4; shift 4
+  local ip=127.0.0.$idx l added=0 port
+  for l in "$@"; do
+    if ! grep -qxF "NodeName=$name $l" "$ROOT/etc/gres.conf"; then
+      echo "NodeName=$name $l" >>"$ROOT/etc/gres.conf"
+      added=1
+    fi
+  done
+  # configless slurmd gets gres.conf from slurmctld, which reads it again on
+  # a reconfigure.
+  if ((added)); then scontrol reconfigure >/dev/null; fi
+  port=$(sed -n 's/^SlurmctldPort=//p' "$SLURM_CONF")
+  mkdir -p "$ROOT/spool/$name"
+  # The first config fetch is authenticated before slurmd has any config.
+  # auth/slurm: slurmd finds the key through SLURM_SACK_KEY (Slinky mounts it
+  # at /etc/slurm/slurm.key, the default). auth/munge: it needs this cluster's
+  # munged at munge's default socket. On a host, a private mount namespace
+  # gives it one (and its own /run/slurm, where configless slurmd may cache
+  # its config). In a chroot (scripts/slurm-root.sh) "/" is no mount point,
+  # so unshare cannot make mounts private: there the default socket becomes a
+  # link to this cluster's munged (tests in a root run one at a time), never
+  # over a real munged's socket.
+  local run run_pre key_env=""
+  if grep -qx AuthType=auth/slurm "$SLURM_CONF"; then
+    key_env="SLURM_SACK_KEY=$ROOT/etc/slurm.key"
+  fi
+  if unshare --mount --uts true 2>/dev/null; then
+    run="unshare --uts --mount sh -c"
+    run_pre="mkdir -p /run/slurm /run/munge && mount -t tmpfs duet-slurmd /run/slurm &&
+      mount --bind $ROOT/munge /run/munge &&"
+  elif [[ -n $key_env ]]; then
+    run="unshare --uts sh -c"
+    run_pre=""
+  else
+    local sock=/run/munge/munge.socket.2
+    if [[ -e $sock && ! -L $sock ]]; then
+      die "slurmd-configless: $sock is a real munged's socket; not replacing it"
+    fi
+    mkdir -p /run/munge
+    ln -sfn "$ROOT/munge/munge.socket.2" "$sock"
+    run="unshare --uts sh -c"
+    run_pre=""
+  fi
+  $run "$run_pre hostname $ip && unset SLURM_CONF && $key_env
+    LD_PRELOAD=$ROOT/lib/loopback_bind.so exec slurmd -D -Z -N $name \
+      --conf-server 127.0.0.1:$port --conf '$conf'" \
+    >>"$ROOT/log/slurmd-$name.stderr" 2>&1 &
+  echo $! >"$ROOT/run/slurmd-$name.bgpid"
+}
+
 cmd_slurmd_stop() { set_root "$1"; kill_pidfile "$ROOT/run/slurmd-$2.bgpid"; }
 
 cmd_stop() {
@@ -255,6 +321,10 @@ cmd_stop() {
   kill_pidfile "$ROOT/run/munged.bgpid" &
   wait
   rm -f "$ROOT/run/watchdog.bgpid"
+  # slurmd-configless's link in a chroot, if it is still this cluster's.
+  if [[ $(readlink /run/munge/munge.socket.2 2>/dev/null) == "$ROOT/munge/munge.socket.2" ]]; then
+    rm -f /run/munge/munge.socket.2
+  fi
 }
 
 cmd=${1:-}; shift || true
@@ -265,8 +335,9 @@ case $cmd in
   ctld-start) set_root "$1"; start_ctld ;;
   create) cmd_create "$@" ;;
   slurmd) cmd_slurmd "$@" ;;
+  slurmd-configless) cmd_slurmd_configless "$@" ;;
   slurmd-stop) cmd_slurmd_stop "$@" ;;
   stop) cmd_stop "$@" ;;
   env) set_root "$1"; echo "export SLURM_CONF=$SLURM_CONF" ;;
-  *) die "usage: init|start|ctld-stop|ctld-start|create|slurmd|slurmd-stop|stop|env (see header)" ;;
+  *) die "usage: init|start|ctld-stop|ctld-start|create|slurmd|slurmd-configless|slurmd-stop|stop|env (see header)" ;;
 esac

@@ -70,6 +70,18 @@ TEST(NodeSpecFromNodeTest, GpuCliqueIsTheNvlinkDomain) {
   EXPECT_EQ(spec->devices[0].topology.nvlink_domain, "cluster-uuid.1");
 }
 
+// slurm.nodes: adopt reads Slinky's hostname-override annotation; it is the
+// one annotation the inventory keeps (beside the labels).
+TEST(NodeSpecFromNodeTest, KeepsSlinkysHostnameOverrideOnly) {
+  nlohmann::json n = Golden("gke_a3_h100_node.json");
+  n["metadata"]["annotations"]["nodeset.slinky.slurm.net/hostname-override"] = "slurm-7";
+  n["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] = "0";
+  auto spec = NodeSpecFromNode(n);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->labels.at("nodeset.slinky.slurm.net/hostname-override"), "slurm-7");
+  EXPECT_EQ(spec->labels.count("node.alpha.kubernetes.io/ttl"), 0u);
+}
+
 TEST(NodeSpecFromNodeTest, GkeCt5lpTpuV5e) {
   auto spec = NodeSpecFromNode(Golden("gke_ct5lp_tpu_node.json"));
   ASSERT_TRUE(spec.ok()) << spec.status();

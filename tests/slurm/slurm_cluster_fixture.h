@@ -68,6 +68,8 @@ struct TestSlurmClusterOptions {
   // "required SO ARGS" line for plugstack.conf, as "SO:ARGS"; empty: none.
   std::string spank;
   int max_nodes = 64;
+  // slurmctld serves configless slurmds (StartConfiglessSlurmd needs it).
+  bool configless = false;
 };
 
 class TestSlurmCluster {
@@ -144,6 +146,24 @@ class TestSlurmCluster {
     EXPECT_EQ(r.rc, 0) << r.out;
   }
 
+  // Starts a slurmd as Slinky's NodeSet pods do: configless (`slurmd -Z
+  // --conf-server 127.0.0.1:PORT --conf "CONF"`), registering its own
+  // dynamic node `name` (nothing creates it first), on 127.0.0.`idx`.
+  // `gres_conf`: gres.conf lines for it (NodeName= is prepended).
+  void StartConfiglessSlurmd(const std::string& name, int idx, const std::string& conf,
+                             const std::string& gres_conf = "") const {
+    std::string cmd = absl::StrCat("slurmd-configless ", root_, " ", name, " ", idx, " '", conf,
+                                   "'");
+    if (!gres_conf.empty()) absl::StrAppend(&cmd, " '", gres_conf, "'");
+    CmdResult r = RunCmd(Script(cmd));
+    EXPECT_EQ(r.rc, 0) << r.out;
+  }
+
+  // gres.conf's File= for the first `n` fake GPUs of this cluster.
+  std::string GpuFiles(int n) const {
+    return absl::StrCat(root_, "/dev/nvidia[0-", n - 1, "]");
+  }
+
   void StopSlurmd(const std::string& name) const {
     RunCmd(Script(absl::StrCat("slurmd-stop ", root_, " ", name)));
   }
@@ -218,6 +238,7 @@ class TestSlurmCluster {
   void Start(const Options& options) {
     std::string init = absl::StrCat("init --lifetime 600 --max-nodes ", options.max_nodes);
     if (!options.spank.empty()) absl::StrAppend(&init, " --spank '", options.spank, "'");
+    if (options.configless) absl::StrAppend(&init, " --configless");
     CmdResult r = RunCmd(Script(init), /*merge_stderr=*/false);
     root_ = std::string(absl::StripAsciiWhitespace(r.out));
     if (r.rc != 0 || root_.empty()) {

@@ -55,10 +55,14 @@ NodeSpec Spec(const std::string& name, int idx, int gpus, int tpus) {
 class SlurmSyncTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_ = TestSlurmCluster::Get();
+    TestSlurmCluster::Options co;
+    co.configless = node_mode_ == SlurmNodeMode::kAdopt;  // one cluster per test process
+    cluster_ = TestSlurmCluster::Get(co);
     ASSERT_TRUE(cluster_->ok());
     client_ = std::make_unique<LibSlurmClient>();
     SlurmSyncOptions o;
+    o.node_mode = node_mode_;
+    o.loads = &loads_;
     o.release_grace = absl::ZeroDuration();
     o.pod_liveness = [this](const std::string& uid) { return Liveness(uid); };
     o.on_placeholder_lost = [this](const PlaceholderLoss& loss) { losses_.push_back(loss); };
@@ -169,6 +173,8 @@ class SlurmSyncTest : public ::testing::Test {
     EXPECT_TRUE(ledger_.CheckInvariants().ok());
   }
 
+  SlurmNodeMode node_mode_ = SlurmNodeMode::kCreate;
+  SlurmNodeLoads loads_;
   TestSlurmCluster* cluster_ = nullptr;
   Ledger ledger_;
   std::unique_ptr<LibSlurmClient> client_;
@@ -659,6 +665,181 @@ TEST_F(SlurmSyncTest, AdminDrainMakesTheNodeUnusableWithItsReason) {
     loads.Replace(*client_->ListNodes());
     return loads.Unusable("sy-p").empty();
   })) << loads.Unusable("sy-p");
+}
+
+// slurm.nodes: adopt. Every slurmd here is started as Slinky's NodeSet pods
+// start it: configless, `-Z`, `--conf-server`, `--conf "Features=... Gres=..."`,
+// registering its own dynamic node; the sync never creates one.
+class SlurmSyncAdoptTest : public SlurmSyncTest {
+ protected:
+  SlurmSyncAdoptTest() { node_mode_ = SlurmNodeMode::kAdopt; }
+
+  // A configless slurmd for `name` with `gpus` GPUs of type h100 (the
+  // NodeSet's extraConf Gres=, as the operator writes it) and feature slinky.
+  void StartNodeSetSlurmd(const std::string& name, int idx, int gpus) {
+    cluster_->StartConfiglessSlurmd(
+        name, idx,
+        absl::StrCat("CPUs=8 RealMemory=16000 Features=slinky Gres=gpu:h100:", gpus),
+        absl::StrCat("Name=gpu Type=h100 File=", cluster_->GpuFiles(gpus)));
+    ASSERT_TRUE(cluster_->WaitNodeState(name, "IDLE")) << cluster_->Log("slurmctld.log");
+  }
+
+  std::string NodeLine(const std::string& name) {
+    return cluster_->Cli(absl::StrCat("sinfo -h -N -n ", name, " -o '%t|%E|%G|%f'")).out;
+  }
+};
+
+TEST(SlurmNameForTest, UpToTheFirstDotOrTheOverride) {
+  NodeSpec s;
+  s.name = "gke-a3-pool-1a2b";
+  EXPECT_EQ(SlurmNameFor(s), "gke-a3-pool-1a2b");
+  s.name = "node-7.c.project.internal";
+  EXPECT_EQ(SlurmNameFor(s), "node-7");
+  s.labels[kSlinkyHostnameOverride] = "slurm-7";
+  EXPECT_EQ(SlurmNameFor(s), "slurm-7");
+  EXPECT_EQ(*ParseSlurmNodeMode("adopt"), SlurmNodeMode::kAdopt);
+  EXPECT_EQ(*ParseSlurmNodeMode("create"), SlurmNodeMode::kCreate);
+  EXPECT_FALSE(ParseSlurmNodeMode("slinky").ok());
+}
+
+// Before its slurmd registers, a shared node gets nothing: no Slurm node, no
+// placeholder, unusable for the extender. Once it registers it is adopted:
+// duet's features are added to slurmd's, its weight follows the policy, and
+// duet never deletes it, not even when the node leaves the ledger.
+TEST_F(SlurmSyncAdoptTest, AdoptMapsTheRegisteredNodeAndNeverCreatesOrDeletes) {
+  ASSERT_TRUE(ledger_.UpsertNode(Spec("ad-a", 41, 8, 0)).ok());
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_NE(cluster_->Cli("scontrol --future show node ad-a").rc, 0) << "never created";
+  EXPECT_EQ(sync_->stats().nodes_created, 0u);
+  EXPECT_EQ(sync_->stats().nodes_unregistered, 1u);
+  EXPECT_EQ(loads_.Unusable("ad-a"), "no slurmd registered in Slurm");
+  EXPECT_EQ(loads_.State("ad-a").first, "UNREGISTERED");
+  auto ph = placeholders_->Create(Owner::Pod("uid-a", "default", "a"), "ad-a", 1, 0, 1, 100);
+  EXPECT_FALSE(ph.ok()) << "nothing granted on a node with no slurmd";
+  EXPECT_TRUE(ledger_.ListHoldings("ad-a").empty());
+
+  StartNodeSetSlurmd("ad-a", 41, 8);
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(sync_->stats().nodes_unregistered, 0u);
+  EXPECT_EQ(loads_.Unusable("ad-a"), "");
+  // slurmd's feature kept, duet's added, no "duet" marker (that one means
+  // "duet may delete it"); slurmd's GRES untouched.
+  EXPECT_EQ(NodeLine("ad-a"),
+            "idle|none|gpu:h100:8|block-b7,nvidia-h100-80gb,shared-h100,slinky,us-central1-a\n");
+  auto node = client_->GetNode("ad-a");
+  ASSERT_TRUE(node.ok() && node->has_value());
+  EXPECT_EQ((*node)->weight, SlurmWeightFor(*ledger_.GetNode("ad-a"), SlurmSyncOptions{}));
+  const SlurmSyncStats before = sync_->stats();
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(sync_->stats().drains + sync_->stats().weight_updates,
+            before.drains + before.weight_updates)
+      << "a second pass changes nothing";
+
+  // A slurmd node the ledger never had, and a node that leaves the ledger:
+  // both slurmd's, left as they are.
+  StartNodeSetSlurmd("ad-x", 42, 4);
+  ASSERT_TRUE(ledger_.RemoveNode("ad-a").ok());
+  ASSERT_EQ(ledger_.GetNode("ad-a"), nullptr);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(NodeLine("ad-x"), "idle|none|gpu:h100:4|slinky\n");
+  EXPECT_EQ(cluster_->Cli("sinfo -h -N -n ad-a -o '%t'").out, "idle\n");
+  EXPECT_EQ(sync_->stats().nodes_created, 0u);
+  EXPECT_EQ(sync_->stats().nodes_deleted, 0u);
+  EXPECT_EQ(sync_->stats().nodes_recreated, 0u);
+}
+
+TEST_F(SlurmSyncAdoptTest, AdoptCordonDrainsAndUncordonResumes) {
+  ASSERT_TRUE(ledger_.UpsertNode(Spec("ad-c", 43, 8, 0)).ok());
+  StartNodeSetSlurmd("ad-c", 43, 8);
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  NodeSpec c = Spec("ad-c", 43, 8, 0);
+  c.state = NodeState::kCordoned;
+  ASSERT_TRUE(ledger_.UpsertNode(c).ok());
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(cluster_->Cli("sinfo -h -N -n ad-c -o '%t|%E'").out, "drain|duet: cordoned\n");
+  c.state = NodeState::kReady;
+  ASSERT_TRUE(ledger_.UpsertNode(c).ok());
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_TRUE(WaitFor([&] { return cluster_->Cli("sinfo -h -N -n ad-c -o '%t'").out == "idle\n"; }))
+      << cluster_->Cli("sinfo -h -N -n ad-c -o '%t|%E'").out;
+  EXPECT_EQ(drain_calls_, (std::vector<std::string>{"ad-c drained: duet: cordoned",
+                                                    "ad-c resumed: duet: cordoned"}));
+  // An admin's drain is kept.
+  ASSERT_EQ(cluster_->Cli("scontrol update NodeName=ad-c State=DRAIN Reason=admin-maint").rc, 0);
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(cluster_->Cli("sinfo -h -N -n ad-c -o '%t|%E'").out, "drain|admin-maint\n");
+  EXPECT_EQ(sync_->stats().nodes_created + sync_->stats().nodes_deleted, 0u);
+}
+
+// slurmd registered 4 GPUs where Kubernetes has 8: drained with a reason
+// naming both, counted, never recreated; resumed once they agree.
+TEST_F(SlurmSyncAdoptTest, AdoptGresMismatchDrainsWithAReasonAndNeverRecreates) {
+  ASSERT_TRUE(ledger_.UpsertNode(Spec("ad-g", 44, 8, 0)).ok());
+  StartNodeSetSlurmd("ad-g", 44, 4);
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(cluster_->Cli("sinfo -h -N -n ad-g -o '%t|%E|%G'").out,
+            "drain|duet: GRES mismatch: slurmd registered gpu:4,tpu:0, Kubernetes node has "
+            "gpu:8,tpu:0|gpu:h100:4\n");
+  EXPECT_EQ(sync_->stats().nodes_gres_mismatch, 1u);
+  EXPECT_EQ(sync_->stats().gres_mismatch_drains, 1u);
+  auto ph = placeholders_->Create(Owner::Pod("uid-g", "default", "g"), "ad-g", 1, 0, 1, 100);
+  EXPECT_FALSE(ph.ok()) << "no placeholder on a drained node";
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(sync_->stats().gres_mismatch_drains, 1u) << "drained once";
+  EXPECT_EQ(sync_->stats().nodes_recreated + sync_->stats().nodes_deleted +
+                sync_->stats().nodes_created,
+            0u);
+  // The inventory now says 4 (e.g. a GPU taken out of service): resumed.
+  ASSERT_TRUE(ledger_.UpsertNode(Spec("ad-g", 44, 4, 0)).ok());
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_TRUE(WaitFor([&] { return cluster_->Cli("sinfo -h -N -n ad-g -o '%t'").out == "idle\n"; }))
+      << cluster_->Cli("sinfo -h -N -n ad-g -o '%t|%E'").out;
+  EXPECT_EQ(sync_->stats().nodes_gres_mismatch, 0u);
+}
+
+// Placeholders and job import work on an adopted node as on a created one.
+TEST_F(SlurmSyncAdoptTest, AdoptPlaceholderAndJobImportOnAnAdoptedNode) {
+  ASSERT_TRUE(ledger_.UpsertNode(Spec("ad-p", 45, 8, 0)).ok());
+  StartNodeSetSlurmd("ad-p", 45, 8);
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  const Owner pod = Owner::Pod("uid-p", "default", "web-p");
+  auto ph = placeholders_->Create(pod, "ad-p", 2, 0, 1, 100);
+  ASSERT_TRUE(ph.ok()) << ph.status();
+  ASSERT_EQ(ph->devices.size(), 2u);
+  CmdResult r = cluster_->Cli(absl::StrCat("scontrol show job -d ", ph->owner.job_id));
+  EXPECT_NE(r.out.find(absl::StrCat("IDX:", ph->devices[0].index, "-", ph->devices[1].index)),
+            std::string::npos)
+      << r.out;
+  uint32_t six = cluster_->Sbatch("-w ad-p --gres=gpu:6 --wrap 'sleep 60'");
+  ASSERT_TRUE(cluster_->WaitJobState(six, "RUNNING"));
+  uint32_t more = cluster_->Sbatch("-w ad-p --gres=gpu:1 --wrap 'sleep 60'");
+  ASSERT_TRUE(cluster_->WaitJobState(more, "PENDING"));
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(LedgerGpus("ad-p", Owner::SlurmJob(six)).size(), 6u);
+  ExpectLedgerMatchesSlurm("ad-p");
+  ASSERT_TRUE(placeholders_->Cancel("ad-p", "uid-p").ok());
+  ASSERT_TRUE(cluster_->WaitJobState(more, "RUNNING")) << "the placeholder's GPUs went back";
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  ExpectLedgerMatchesSlurm("ad-p");
+  client_->KillJob(six).IgnoreError();
+  client_->KillJob(more).IgnoreError();
+}
+
+// A Kubernetes node whose slurmd registers under another name (a dotted
+// node name, Slinky's hostname-override) is not adopted: reported, unusable,
+// and the Slurm node of that name is left alone.
+TEST_F(SlurmSyncAdoptTest, AdoptReportsANodeWhoseSlurmNameDiffers) {
+  NodeSpec s = Spec("ad-m.c.project.internal", 46, 8, 0);
+  ASSERT_TRUE(ledger_.UpsertNode(s).ok());
+  StartNodeSetSlurmd("ad-m", 46, 8);
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(sync_->stats().nodes_unmapped, 1u);
+  EXPECT_EQ(loads_.State("ad-m.c.project.internal").first, "UNMAPPED");
+  EXPECT_NE(loads_.Unusable("ad-m.c.project.internal").find("registers it as ad-m"),
+            std::string::npos);
+  EXPECT_EQ(NodeLine("ad-m"), "idle|none|gpu:h100:8|slinky\n") << "left alone";
+  EXPECT_EQ(sync_->stats().nodes_created, 0u);
 }
 
 }  // namespace
