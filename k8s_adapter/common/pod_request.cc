@@ -20,7 +20,8 @@ absl::Status Invalid(absl::string_view where, absl::string_view what) {
 absl::Status AddInto(const ResourceList& from, ResourceList* into, absl::string_view where) {
   for (const auto& [name, amount] : from) {
     int64_t& sum = (*into)[name];
-    if (__builtin_add_overflow(sum, amount, &sum)) return Invalid(where, absl::StrCat(name, ": sum out of range"));
+    if (__builtin_add_overflow(sum, amount, &sum))
+      return Invalid(where, absl::StrCat(name, ": sum out of range"));
   }
   return absl::OkStatus();
 }
@@ -103,7 +104,8 @@ absl::StatusOr<ResourceList> EffectivePodRequest(const json& pod) {
   const json* spec = Field(pod, "spec");
   if (spec == nullptr || !spec->is_object()) return Invalid("spec", "missing or not an object");
   const json* containers = Field(*spec, "containers");
-  if (containers == nullptr || !containers->is_array()) return Invalid("spec.containers", "missing or not a list");
+  if (containers == nullptr || !containers->is_array())
+    return Invalid("spec.containers", "missing or not a list");
 
   ResourceList app;  // app containers and sidecars, all running together
   for (size_t i = 0; i < containers->size(); ++i) {

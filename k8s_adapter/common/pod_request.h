@@ -52,7 +52,8 @@ absl::StatusOr<int64_t> QuantityMilli(const nlohmann::json& value, absl::string_
 // One container's effective request (requests, limits standing in for
 // absent requests). `where` names the container in errors
 // ("spec.containers[0]").
-absl::StatusOr<ResourceList> ContainerRequest(const nlohmann::json& container, absl::string_view where);
+absl::StatusOr<ResourceList> ContainerRequest(const nlohmann::json& container,
+                                              absl::string_view where);
 
 // The pod's effective request (the rules above). INVALID_ARGUMENT naming the
 // field, e.g. "spec.containers[0].resources.limits[nvidia.com/gpu]: \"x\":
@@ -64,7 +65,8 @@ absl::StatusOr<ResourceList> EffectivePodRequest(const nlohmann::json& pod);
 const nlohmann::json* Field(const nlohmann::json& obj, const char* key);
 // A string member: "" when absent or null; INVALID_ARGUMENT naming
 // "<where>.<key>" when another type.
-absl::StatusOr<std::string> StringField(const nlohmann::json& obj, const char* key, absl::string_view where);
+absl::StatusOr<std::string> StringField(const nlohmann::json& obj, const char* key,
+                                        absl::string_view where);
 
 }  // namespace k8s
 }  // namespace duet

@@ -97,7 +97,8 @@ TEST(ParseQuantityMilliTest, BadInputIsInvalidArgumentQuotingTheInput) {
     absl::StatusOr<int64_t> got = ParseQuantityMilli(c.in);
     ASSERT_FALSE(got.ok()) << "\"" << c.in << "\" read as " << *got;
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << c.in;
-    EXPECT_THAT(std::string(got.status().message()), HasSubstr(std::string("\"") + c.in + "\"")) << c.in;
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr(std::string("\"") + c.in + "\""))
+        << c.in;
     EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.why)) << c.in;
   }
 }
