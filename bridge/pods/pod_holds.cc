@@ -75,7 +75,14 @@ absl::StatusOr<PodHold> PodHolds::HoldWithSlurm(const Owner& pod, const std::str
       static_cast<uint32_t>(std::max<uint64_t>(1, (request.cpu_milli + 999) / 1000));
   absl::StatusOr<Holding> h =
       placeholders_->Create(pod, node, gpus, tpus, cpus, request.memory_mib);
-  if (!h.ok()) return h.status();
+  if (!h.ok()) {
+    // Slurm found no room: the same reason as placement's. Other refusals
+    // (the ledger's) carry their own reasons already.
+    if (h.status().code() == absl::StatusCode::kResourceExhausted && ReasonOf(h.status()).empty()) {
+      return WithReason(h.status(), v1::reason::kNoRoom, {{"node", node}});
+    }
+    return h.status();
+  }
   if (options_.on_placeholder) {
     options_.on_placeholder(node, placement::NodeLoad{uint64_t{cpus} * 1000, request.memory_mib});
   }

@@ -17,7 +17,8 @@
 //               the pod's devices, CPUs (whole, at least 1) and memory, and
 //               records the devices Slurm chose; `on_placeholder` is told the
 //               CPU/memory it asked, so `load` counts it before Slurm reports
-//               it back. Slurm's refusals are returned as they come.
+//               it back. Slurm's refusals are returned as they come, with
+//               NO_ROOM added to a RESOURCE_EXHAUSTED that has no reason.
 //  Without      the ledger holds the devices placement chooses, as owner Pod,
 //               on the generation placement saw; a lost race is retried once
 //               on a fresh view.

@@ -202,9 +202,14 @@ TEST_F(PodHoldsTest, RefusalsCarryReasonsOnBothPaths) {
   EXPECT_TRUE(slurm.asked.empty());
   EXPECT_EQ(ledger_.holding_count(), 0u);
 
-  // Slurm's own refusal comes back as it is.
+  // Slurm's own refusals come back as they are; "no room" gets its reason.
   slurm.refusal = absl::UnavailableError("slurmctld unreachable");
   EXPECT_EQ(with_slurm.Hold(pod_, "a", Gpus(1)).status().code(), absl::StatusCode::kUnavailable);
+  slurm.refusal = absl::ResourceExhaustedError("Requested node configuration is not available");
+  absl::StatusOr<PodHold> no_room = with_slurm.Hold(pod_, "a", Gpus(1));
+  EXPECT_EQ(no_room.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ReasonOf(no_room.status()), v1::reason::kNoRoom);
+  EXPECT_THAT(std::string(no_room.status().message()), HasSubstr("Requested node configuration"));
   EXPECT_EQ(ledger_.holding_count(), 0u);
 }
 
