@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bridge/ledger/ledger.h"
+#include "k8s_adapter/common/quantity.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -183,49 +184,6 @@ absl::StatusOr<NodeSpec> NodeSpecFromNodeOrThrow(const nlohmann::json& node) {
 }
 
 }  // namespace
-
-absl::StatusOr<int64_t> ParseQuantityMilli(const std::string& q) {
-  // <sign><digits>[.<digits>]<suffix>, suffix one of the binary (Ki..Ei),
-  // decimal (m, k, M..E) or exponent (e3, E-2) forms.
-  size_t i = 0;
-  const std::string s(absl::StripAsciiWhitespace(q));
-  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
-  const size_t num_start = i;
-  while (i < s.size() && (absl::ascii_isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  const std::string number = s.substr(0, i);
-  const std::string suffix = s.substr(i);
-  double value = 0;
-  if (i == num_start || !absl::SimpleAtod(number, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat("\"", q, "\" is not a quantity"));
-  }
-  double mult = 1;
-  static const std::pair<const char*, double> kSuffixes[] = {
-      {"", 1},         {"m", 1e-3},     {"k", 1e3},           {"M", 1e6},
-      {"G", 1e9},      {"T", 1e12},     {"P", 1e15},          {"E", 1e18},
-      {"Ki", 1024.0},  {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-      {"Pi", 1125899906842624.0}, {"Ei", 1152921504606846976.0}};
-  bool found = false;
-  for (const auto& [name, m] : kSuffixes) {
-    if (suffix == name) {
-      mult = m;
-      found = true;
-      break;
-    }
-  }
-  if (!found && suffix.size() > 1 && (suffix[0] == 'e' || suffix[0] == 'E')) {
-    int exp = 0;
-    if (absl::SimpleAtoi(suffix.substr(1), &exp) && exp >= -3 && exp <= 18) {
-      mult = std::pow(10.0, exp);
-      found = true;
-    }
-  }
-  if (!found) return absl::InvalidArgumentError(absl::StrCat("\"", q, "\": unknown suffix"));
-  const long double milli = static_cast<long double>(value) * mult * 1000.0L;
-  if (milli > 9.0e18L || milli < -9.0e18L) {
-    return absl::InvalidArgumentError(absl::StrCat("\"", q, "\": out of range"));
-  }
-  return static_cast<int64_t>(std::ceil(milli - 1e-6L));
-}
 
 absl::StatusOr<NodeSpec> NodeSpecFromNode(const nlohmann::json& node) {
   try {

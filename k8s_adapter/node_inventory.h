@@ -34,10 +34,6 @@ namespace k8s {
 // is not shared inventory); INVALID_ARGUMENT naming the field when malformed.
 absl::StatusOr<NodeSpec> NodeSpecFromNode(const nlohmann::json& node);
 
-// Parses a Kubernetes quantity ("207690m", "1857318648Ki", "8", "1e3") into
-// milli-units. INVALID_ARGUMENT when malformed.
-absl::StatusOr<int64_t> ParseQuantityMilli(const std::string& q);
-
 struct NodeInventoryOptions {
   // Label selector of the shared pools, e.g. "duet.dev/shared=true" or
   // "cloud.google.com/gke-nodepool in (shared-h100,shared-v5e)". Empty: every

@@ -383,7 +383,10 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   }
   // --- end Slurm owner authentication ---
   // --- PlacePod (device plugin): Slurm placeholders when Slurm is on ---
+  // It holds like the extender's bind (pods::PodHolds): the same policy, and
+  // the same Slurm CPU/memory loads, told of every placeholder it makes.
   sopts.placeholders = b->placeholders_.get();
+  sopts.pod_holds = b->MakePodHoldsOptions(*policy);
   // --- end PlacePod ---
   // A Slurm step refused because another Slurm job, or a placeholder whose
   // pod has ended, holds its devices in the ledger: if Slurm says that job
@@ -461,16 +464,16 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   if (!config.extender.listen.empty()) {
     b->pod_api_ = extender::NewKubePodApi(b->kube_client_.get());
     extender::ExtenderOptions eo;
-    eo.policy = *policy;
     eo.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
-    // CPU/memory that Slurm's jobs and placeholders hold (each sync pass).
+    // Holds as PlacePod does: the policy, and the CPU/memory that Slurm's
+    // jobs and placeholders hold (each sync pass).
+    const pods::PodHoldsOptions holds = b->MakePodHoldsOptions(*policy);
+    eo.policy = holds.policy;
+    eo.load = holds.load;
+    eo.on_placeholder = holds.on_placeholder;
     if (b->slurm_loads_ != nullptr) {
       SlurmNodeLoads* loads = b->slurm_loads_.get();
-      eo.load = [loads](const NodeView& v) { return loads->Get(v.spec.name); };
       eo.unusable = [loads](const std::string& node) { return loads->Unusable(node); };
-      eo.on_placeholder = [loads](const std::string& node, const placement::NodeLoad& l) {
-        loads->Add(node, l);
-      };
     }
     // Bind refusals become Warning Events on the pod (rate-limited, async).
     if (b->events_ != nullptr) {
@@ -503,6 +506,17 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
                                   b->extender_port()),
                b->ledger_.node_count(), b->ledger_.holding_count());
   return b;
+}
+
+pods::PodHoldsOptions Bridge::MakePodHoldsOptions(placement::Policy policy) const {
+  pods::PodHoldsOptions o;
+  o.policy = policy;
+  if (slurm_loads_ != nullptr) {
+    SlurmNodeLoads* loads = slurm_loads_.get();
+    o.load = [loads](const NodeView& v) { return loads->Get(v.spec.name); };
+    o.on_placeholder = [loads](const std::string& node, const placement::NodeLoad& l) { loads->Add(node, l); };
+  }
+  return o;
 }
 
 int Bridge::extender_port() const {

@@ -97,6 +97,10 @@ class Bridge {
   // the Slurm side's PodLivenessFn (set after the Slurm sync starts).
   std::atomic<k8s::PodWatch*> pod_view_{nullptr};
   PodLivenessFn PodLivenessFromWatch();
+  // How pod holds are made (the extender's bind and PlacePod alike): the
+  // placement policy and, with Slurm, slurm_loads_ as the load and as the
+  // sink of placeholders' CPU/memory. Valid while slurm_loads_ lives.
+  pods::PodHoldsOptions MakePodHoldsOptions(placement::Policy policy) const;
   // ---- pod lifecycle (pod-lifecycle helper) ----
   std::unique_ptr<k8s::EventRecorder> events_;
   std::unique_ptr<k8s::PodReleaser> pod_releaser_;

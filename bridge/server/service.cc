@@ -206,7 +206,12 @@ class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::No
 
 LedgerService::LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub,
                              Metrics* metrics, Options options)
-    : ledger_(ledger), durability_(durability), hub_(hub), metrics_(metrics), options_(options) {}
+    : ledger_(ledger),
+      durability_(durability),
+      hub_(hub),
+      metrics_(metrics),
+      options_(options),
+      pod_holds_(ledger, options_.placeholders, options_.pod_holds) {}
 
 void LedgerService::NodeToProto(const NodeView& view, v1::Node* out) const {
   ToProto(view, out);
@@ -455,50 +460,26 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
   if (req->gpus() == 0 && req->tpus() == 0) {
     return refuse(absl::InvalidArgumentError("gpus, tpus: at least one must be non-zero"));
   }
-  auto view = ledger_->GetNode(req->node());
-  if (view == nullptr) return refuse(UnknownNodeError(req->node()));
-  // Idempotent: the pod's own holding (pod or placeholder) comes back.
-  for (const Holding& h : ledger_->ListHoldings(req->node())) {
-    if ((h.owner.kind == OwnerKind::kPod || h.owner.kind == OwnerKind::kPlaceholder) &&
-        h.owner.pod_uid == pod.pod_uid) {
-      ToProto(h, view.get(), resp);
-      Answer(reactor, "PlacePod", start, absl::OkStatus());
-      return reactor;
-    }
+  if (req->gpus() != 0 && req->tpus() != 0) {
+    return refuse(absl::InvalidArgumentError(
+        "gpus, tpus: duet places a pod on one device kind at a time"));
   }
-  const std::string who =
-      absl::StrCat("pod ", pod.pod_namespace, "/", pod.pod_name, " on ", req->node(), ": ");
-  Holding holding;
-  uint64_t seq = 0;
-  if (options_.placeholders != nullptr) {
-    absl::StatusOr<Holding> h = options_.placeholders->Create(
-        pod, req->node(), req->gpus(), req->tpus(), req->cpus(), req->memory_mib());
-    if (!h.ok()) {
-      return refuse(WithPrefix(h.status(), who));
-    }
-    holding = *h;
-    seq = ledger_->seq();  // at or after the placeholder's own change
-  } else {
-    if (req->gpus() != 0 && req->tpus() != 0) {
-      return refuse(absl::InvalidArgumentError(
-          "gpus, tpus: without Slurm a pod is placed on one device kind at a time"));
-    }
-    HoldRequest hold;
-    hold.node = req->node();
-    hold.owner = pod;
-    hold.count = CountSelector{req->gpus() != 0 ? DeviceKind::kGpu : DeviceKind::kTpu,
-                               req->gpus() != 0 ? req->gpus() : req->tpus(), 0, ""};
-    absl::StatusOr<HoldResult> r = ledger_->Hold(hold);
-    if (!r.ok()) {
-      return refuse(WithPrefix(r.status(), who));
-    }
-    holding = r->holding;
-    seq = r->seq;
+  placement::PodRequest request;
+  request.kind = req->gpus() != 0 ? DeviceKind::kGpu : DeviceKind::kTpu;
+  request.count = req->gpus() != 0 ? req->gpus() : req->tpus();
+  request.cpu_milli = uint64_t{req->cpus()} * 1000;
+  request.memory_mib = req->memory_mib();
+  // The same transaction as the extender's bind, idempotent per pod and node.
+  absl::StatusOr<pods::PodHold> held = pod_holds_.Hold(pod, req->node(), request);
+  if (!held.ok()) {
+    return refuse(WithPrefix(held.status(), absl::StrCat("pod ", pod.pod_namespace, "/", pod.pod_name,
+                                                         " on ", req->node(), ": ")));
   }
-  ToProto(holding, ledger_->GetNode(holding.node).get(), resp);
-  const Owner owner = holding.owner;
-  AnswerWhenDurable(reactor, "PlacePod", start, seq, [this, owner] {
-    if (metrics_ != nullptr) metrics_->CountGrant(owner);
+  ToProto(held->holding, ledger_->GetNode(held->holding.node).get(), resp);
+  const Owner owner = held->holding.owner;
+  const bool created = held->created;
+  AnswerWhenDurable(reactor, "PlacePod", start, held->seq, [this, owner, created] {
+    if (metrics_ != nullptr && created) metrics_->CountGrant(owner);
   });
   return reactor;
 }

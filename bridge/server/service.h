@@ -17,7 +17,7 @@
 #include "bridge/ledger/ledger.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
-#include "bridge/slurm/placeholders.h"
+#include "bridge/pods/pod_holds.h"
 #include "duet/v1/duet.grpc.pb.h"
 
 namespace duet {
@@ -69,9 +69,14 @@ class LedgerService final : public v1::Ledger::CallbackService {
         authorize_slurm_owner;
     // --- end Slurm owner authentication ---
     // --- PlacePod (device plugin) ---
-    // Slurm placeholders for PlacePod; null when Slurm is off (PlacePod then
-    // holds devices in the ledger as owner Pod). Not owned.
-    Placeholders* placeholders = nullptr;
+    // PlacePod holds through pods::PodHolds, as the extender's bind does.
+    // The Slurm side (duet-bridge: bridge/slurm's Placeholders); null when
+    // Slurm is off (PlacePod then holds devices in the ledger as owner Pod).
+    // Not owned.
+    pods::PlaceholderMaker* placeholders = nullptr;
+    // Policy, CPU/memory load and placeholder feedback (the same as the
+    // extender's; see PodHoldsOptions).
+    pods::PodHoldsOptions pod_holds;
     // A Hold for a Slurm owner refused with RESOURCE_EXHAUSTED (a device is
     // held) is tried once more when this returns true: it has released
     // holdings that Slurm says are stale (StaleHolders::ReleaseEnded). Null:
@@ -133,6 +138,7 @@ class LedgerService final : public v1::Ledger::CallbackService {
   WatchHub* const hub_;
   Metrics* const metrics_;
   const Options options_;
+  pods::PodHolds pod_holds_;
   std::atomic<bool> serving_{true};
   std::atomic<int> watch_streams_{0};
 };

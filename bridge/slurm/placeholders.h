@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "bridge/ledger/ledger.h"
+#include "bridge/pods/pod_holds.h"
 #include "bridge/slurm/slurm_client.h"
 
 namespace duet {
@@ -35,7 +36,9 @@ struct PlaceholderPod {
 std::optional<PlaceholderPod> ParsePlaceholderComment(const std::string& comment);
 std::string PlaceholderComment(const Owner& pod);
 
-class Placeholders {
+// The Slurm side of pods::PodHolds (the core holds a pod's devices through
+// this interface and never depends on Slurm).
+class Placeholders final : public pods::PlaceholderMaker {
  public:
   // Neither is owned; both must outlive this object.
   Placeholders(Ledger* ledger, SlurmClient* slurm);
@@ -46,12 +49,12 @@ class Placeholders {
   // room in Slurm, or the ledger refuses the devices Slurm chose: the job is
   // then cancelled), UNAVAILABLE (Slurm unreachable; nothing was recorded).
   absl::StatusOr<Holding> Create(const Owner& pod, const std::string& node, uint32_t gpus,
-                                 uint32_t tpus, uint32_t cpus, uint64_t memory_mib);
+                                 uint32_t tpus, uint32_t cpus, uint64_t memory_mib) override;
 
   // Cancels the pod's placeholder on `node` in Slurm, then releases it in
   // the ledger. OK when there is none. UNAVAILABLE when Slurm cannot be
   // reached: the ledger then keeps the holding (nothing released on a guess).
-  absl::Status Cancel(const std::string& node, const std::string& pod_uid);
+  absl::Status Cancel(const std::string& node, const std::string& pod_uid) override;
 
   // Re-creates the Slurm side of a placeholder whose Slurm job is gone
   // (scancel, node down, slurmctld lost it) while its pod still runs, for

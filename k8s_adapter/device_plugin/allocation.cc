@@ -3,8 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
+#include <limits>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
@@ -12,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "bridge/slurm/slurm_client.h"
 #include "google/protobuf/util/time_util.h"
+#include "k8s_adapter/common/pod_request.h"
 #include "slurm_plugin/step_devices.h"
 
 namespace duet {
@@ -36,66 +36,10 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-// A quantity split into a decimal number and a suffix multiplier.
-absl::StatusOr<double> ParseQuantity(const std::string& q, bool cpu) {
-  static const std::pair<const char*, double> kSuffixes[] = {{"Ki", 1024.0},
-                                                             {"Mi", 1048576.0},
-                                                             {"Gi", 1073741824.0},
-                                                             {"Ti", 1099511627776.0},
-                                                             {"Pi", 1125899906842624.0},
-                                                             {"k", 1e3},
-                                                             {"M", 1e6},
-                                                             {"G", 1e9},
-                                                             {"T", 1e12},
-                                                             {"P", 1e15},
-                                                             {"m", 1e-3}};
-  if (q.empty()) return absl::InvalidArgumentError("empty quantity");
-  std::string number = q;
-  double mult = 1;
-  for (const auto& [suffix, m] : kSuffixes) {
-    const size_t n = std::char_traits<char>::length(suffix);
-    if (q.size() > n && q.compare(q.size() - n, n, suffix) == 0) {
-      number = q.substr(0, q.size() - n);
-      mult = m;
-      break;
-    }
-  }
-  double v = 0;
-  // SimpleAtod accepts exponents ("1e3"), which Kubernetes allows too.
-  if (!absl::SimpleAtod(number, &v) || v < 0 || !std::isfinite(v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a ", cpu ? "CPU" : "memory", " quantity: \"", q, "\""));
-  }
-  return v * mult;
-}
-
-// The count of `resource` a container asks: its limit, else its request.
-uint64_t ContainerCount(const nlohmann::json& c, const char* resource) {
-  const nlohmann::json* r = c.contains("resources") ? &c["resources"] : nullptr;
-  if (r == nullptr || !r->is_object()) return 0;
-  for (const char* section : {"limits", "requests"}) {
-    if (!r->contains(section) || !(*r)[section].is_object()) continue;
-    const nlohmann::json& s = (*r)[section];
-    if (!s.contains(resource)) continue;
-    const nlohmann::json& v = s[resource];
-    uint64_t n = 0;
-    if (v.is_string() && absl::SimpleAtoi(v.get<std::string>(), &n)) return n;
-    if (v.is_number_unsigned()) return v.get<uint64_t>();
-    return 0;
-  }
-  return 0;
-}
-
-std::string ContainerQuantity(const nlohmann::json& c, const char* resource) {
-  if (!c.contains("resources") || !c["resources"].is_object()) return "";
-  const nlohmann::json& r = c["resources"];
-  for (const char* section : {"requests", "limits"}) {
-    if (r.contains(section) && r[section].is_object() && r[section].contains(resource) &&
-        r[section][resource].is_string()) {
-      return r[section][resource].get<std::string>();
-    }
-  }
-  return "";
+// A count in milli-units as whole units, rounded up (and capped).
+uint32_t WholeUnits(int64_t milli) {
+  const int64_t units = milli / 1000 + (milli % 1000 > 0 ? 1 : 0);
+  return static_cast<uint32_t>(std::min<int64_t>(units, std::numeric_limits<uint32_t>::max()));
 }
 
 }  // namespace
@@ -217,57 +161,53 @@ std::vector<PodClaim> ClaimsOf(const std::vector<v1::Holding>& holdings, DeviceK
 
 absl::StatusOr<std::vector<PendingPod>> PendingPodsFromList(const nlohmann::json& list,
                                                             const std::string& node) {
-  if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
+  const nlohmann::json* items = k8s::Field(list, "items");
+  if (items == nullptr || !items->is_array()) {
     return absl::InvalidArgumentError("pod list: no items array");
   }
   std::vector<PendingPod> out;
-  for (const auto& pod : list["items"]) {
-    if (!pod.is_object() || !pod.contains("metadata") || !pod.contains("spec")) continue;
-    const auto& md = pod["metadata"];
-    const auto& spec = pod["spec"];
-    if (spec.value("nodeName", "") != node) continue;
-    if (md.contains("deletionTimestamp") && !md["deletionTimestamp"].is_null()) continue;
-    std::string phase;
-    if (pod.contains("status") && pod["status"].is_object()) {
-      phase = pod["status"].value("phase", "");
+  for (size_t i = 0; i < items->size(); ++i) {
+    const nlohmann::json& pod = (*items)[i];
+    const std::string where = absl::StrCat("pod list items[", i, "]");
+    const nlohmann::json* md = k8s::Field(pod, "metadata");
+    const nlohmann::json* spec = k8s::Field(pod, "spec");
+    if (md == nullptr || spec == nullptr) continue;
+    if (!md->is_object() || !spec->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": metadata or spec is not an object"));
     }
-    if (!phase.empty() && phase != "Pending") continue;
+    absl::StatusOr<std::string> node_name = k8s::StringField(*spec, "nodeName", where + ".spec");
+    if (!node_name.ok()) return node_name.status();
+    if (*node_name != node) continue;
+    const nlohmann::json* deleting = k8s::Field(*md, "deletionTimestamp");
+    if (deleting != nullptr && !deleting->is_null()) continue;
+    const nlohmann::json* status = k8s::Field(pod, "status");
+    if (status != nullptr && !status->is_null()) {
+      absl::StatusOr<std::string> phase = k8s::StringField(*status, "phase", where + ".status");
+      if (!phase.ok()) return phase.status();
+      if (!phase->empty() && *phase != "Pending") continue;
+    }
     PendingPod p;
-    p.uid = md.value("uid", "");
-    p.ns = md.value("namespace", "");
-    p.name = md.value("name", "");
-    p.created = md.value("creationTimestamp", "");
+    std::pair<const char*, std::string*> fields[] = {
+        {"uid", &p.uid}, {"namespace", &p.ns}, {"name", &p.name}, {"creationTimestamp", &p.created}};
+    for (auto& [key, value] : fields) {
+      absl::StatusOr<std::string> v = k8s::StringField(*md, key, where + ".metadata");
+      if (!v.ok()) return v.status();
+      *value = std::move(*v);
+    }
     if (p.uid.empty()) continue;
-    uint64_t gpus = 0, tpus = 0, init_gpus = 0, init_tpus = 0;
-    int64_t cpu_milli = 0, mem = 0, init_cpu = 0, init_mem = 0;
-    auto add = [](const nlohmann::json& c, uint64_t* g, uint64_t* t, int64_t* cpu, int64_t* m,
-                  bool max) {
-      const uint64_t cg = ContainerCount(c, "nvidia.com/gpu");
-      const uint64_t ct = ContainerCount(c, "google.com/tpu");
-      auto cc = ParseCpuMilli(ContainerQuantity(c, "cpu"));
-      auto cm = ParseBytes(ContainerQuantity(c, "memory"));
-      const int64_t vc = cc.ok() ? *cc : 0;
-      const int64_t vm = cm.ok() ? *cm : 0;
-      if (max) {
-        *g = std::max(*g, cg), *t = std::max(*t, ct), *cpu = std::max(*cpu, vc),
-        *m = std::max(*m, vm);
-      } else {
-        *g += cg, *t += ct, *cpu += vc, *m += vm;
-      }
-    };
-    if (spec.contains("containers") && spec["containers"].is_array()) {
-      for (const auto& c : spec["containers"]) add(c, &gpus, &tpus, &cpu_milli, &mem, false);
+    // The same reading of the pod as the scheduler extender's.
+    absl::StatusOr<k8s::ResourceList> request = k8s::EffectivePodRequest(pod);
+    if (!request.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pod ", p.ns, "/", p.name, ": ", request.status().message()));
     }
-    if (spec.contains("initContainers") && spec["initContainers"].is_array()) {
-      for (const auto& c : spec["initContainers"]) {
-        add(c, &init_gpus, &init_tpus, &init_cpu, &init_mem, true);
-      }
-    }
-    p.gpus = static_cast<uint32_t>(std::max(gpus, init_gpus));
-    p.tpus = static_cast<uint32_t>(std::max(tpus, init_tpus));
+    p.gpus = WholeUnits(k8s::Amount(*request, ResourceFor(DeviceKind::kGpu).resource_name));
+    p.tpus = WholeUnits(k8s::Amount(*request, ResourceFor(DeviceKind::kTpu).resource_name));
     if (p.gpus == 0 && p.tpus == 0) continue;
-    p.cpus = static_cast<uint32_t>((std::max(cpu_milli, init_cpu) + 999) / 1000);
-    p.memory_mib = static_cast<uint64_t>((std::max(mem, init_mem) + (1 << 20) - 1) >> 20);
+    p.cpus = WholeUnits(k8s::Amount(*request, "cpu"));
+    constexpr int64_t kMilliMiB = int64_t{1000} << 20;
+    const int64_t mem = k8s::Amount(*request, "memory");
+    p.memory_mib = static_cast<uint64_t>(mem / kMilliMiB + (mem % kMilliMiB != 0 ? 1 : 0));
     out.push_back(std::move(p));
   }
   return out;
@@ -275,25 +215,18 @@ absl::StatusOr<std::vector<PendingPod>> PendingPodsFromList(const nlohmann::json
 
 std::map<std::string, std::string> PodUidsByName(const nlohmann::json& list) {
   std::map<std::string, std::string> out;
-  if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) return out;
-  for (const auto& pod : list["items"]) {
-    if (!pod.is_object() || !pod.contains("metadata")) continue;
-    const auto& md = pod["metadata"];
-    out[absl::StrCat(md.value("namespace", ""), "/", md.value("name", ""))] = md.value("uid", "");
+  const nlohmann::json* items = k8s::Field(list, "items");
+  if (items == nullptr || !items->is_array()) return out;
+  for (const nlohmann::json& pod : *items) {
+    const nlohmann::json* md = k8s::Field(pod, "metadata");
+    if (md == nullptr) continue;
+    absl::StatusOr<std::string> ns = k8s::StringField(*md, "namespace", "metadata");
+    absl::StatusOr<std::string> name = k8s::StringField(*md, "name", "metadata");
+    absl::StatusOr<std::string> uid = k8s::StringField(*md, "uid", "metadata");
+    if (!ns.ok() || !name.ok() || !uid.ok()) continue;  // not a pod duet can name
+    out[absl::StrCat(*ns, "/", *name)] = *uid;
   }
   return out;
-}
-
-absl::StatusOr<int64_t> ParseCpuMilli(const std::string& quantity) {
-  auto v = ParseQuantity(quantity, true);
-  if (!v.ok()) return v.status();
-  return static_cast<int64_t>(std::ceil(*v * 1000 - 1e-9));
-}
-
-absl::StatusOr<int64_t> ParseBytes(const std::string& quantity) {
-  auto v = ParseQuantity(quantity, false);
-  if (!v.ok()) return v.status();
-  return static_cast<int64_t>(std::ceil(*v - 1e-9));
 }
 
 absl::StatusOr<Match> MatchClaim(const MatchInput& in) {

@@ -84,20 +84,17 @@ struct PendingPod {
 
 // Pods of a PodList (GET /api/v1/pods?fieldSelector=spec.nodeName=...) that
 // are bound to `node`, in phase Pending (or no phase yet), not being deleted,
-// and ask for a GPU or TPU. A container's device count is its limit (or its
-// request when no limit); a pod's is the larger of its containers' sum and
-// its largest init container. INVALID_ARGUMENT when the list is not a
-// PodList.
+// and ask for a GPU or TPU. Their counts are the pod's effective request
+// (k8s::EffectivePodRequest, the scheduler extender's reading too), rounded
+// up to whole units. INVALID_ARGUMENT when the list is not a PodList, or a
+// field duet reads has the wrong type or a bad quantity (naming the item
+// and field); never throws.
 absl::StatusOr<std::vector<PendingPod>> PendingPodsFromList(const nlohmann::json& list,
                                                             const std::string& node);
 // Every pod of the list by "namespace/name" -> uid (to read PodResources,
-// which names pods without uids).
+// which names pods without uids). Items whose names are not strings are
+// left out.
 std::map<std::string, std::string> PodUidsByName(const nlohmann::json& list);
-
-// Kubernetes quantities: CPU in millicores ("500m", "2", "1.5"), memory in
-// bytes ("512Mi", "1G", "1e3"). INVALID_ARGUMENT on anything else.
-absl::StatusOr<int64_t> ParseCpuMilli(const std::string& quantity);
-absl::StatusOr<int64_t> ParseBytes(const std::string& quantity);
 
 // What Allocate knows when it picks the pod a container belongs to.
 struct MatchInput {

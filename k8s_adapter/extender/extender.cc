@@ -57,16 +57,17 @@ std::unique_ptr<PodApi> NewKubePodApi(k8s::KubeClient* client) {
   return std::make_unique<KubePodApi>(client);
 }
 
-Extender::Extender(Ledger* ledger, Placeholders* placeholders, PodApi* api, ExtenderOptions options)
+Extender::Extender(Ledger* ledger, pods::PlaceholderMaker* placeholders, PodApi* api,
+                   ExtenderOptions options)
     : ledger_(ledger),
-      placeholders_(placeholders),
       api_(api),
       options_(std::move(options)),
-      scorer_(options_.policy, options_.workload) {}
+      scorer_(options_.policy, options_.workload),
+      holds_(ledger, placeholders,
+             pods::PodHoldsOptions{options_.policy, options_.workload, options_.load,
+                                   options_.on_placeholder}) {}
 
-placement::NodeLoad Extender::LoadOf(const NodeView& view) const {
-  return options_.load ? options_.load(view) : placement::NodeLoad{};
-}
+placement::NodeLoad Extender::LoadOf(const NodeView& view) const { return holds_.LoadOf(view); }
 
 FilterResult Extender::Filter(const ExtenderArgs& args) const {
   FilterResult out;
@@ -143,73 +144,17 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
   return out;
 }
 
-bool Extender::HoldsOn(const std::string& uid, const std::string& node) const {
-  for (const Holding& h : ledger_->ListHoldings(node)) {
-    if (h.owner.holder_class() == HolderClass::kPod && h.owner.pod_uid == uid) return true;
-  }
-  return false;
-}
-
 absl::Status Extender::Hold(const PodRef& pod, const placement::PodRequest& req,
-                            const std::string& node, bool* created) {
-  *created = false;
-  if (HoldsOn(pod.uid, node)) {
+                            const std::string& node) {
+  absl::StatusOr<pods::PodHold> h = holds_.Hold(Owner::Pod(pod.uid, pod.ns, pod.name), node, req);
+  if (!h.ok()) return h.status();
+  if (!h->created) {
     // A retried bind: the holding from the first try is still there.
     retries_.fetch_add(1);
-    return options_.wait_durable ? options_.wait_durable(ledger_->seq()) : absl::OkStatus();
-  }
-  uint64_t seq = 0;
-  const Owner owner = Owner::Pod(pod.uid, pod.ns, pod.name);
-  if (placeholders_ != nullptr) {
-    std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
-    if (view == nullptr) {
-      return absl::NotFoundError(absl::StrCat("node ", node, " is not in the ledger"));
-    }
-    std::string reason;
-    if (!placement::Fits(*view, LoadOf(*view), req, &reason)) return absl::ResourceExhaustedError(reason);
-    const uint32_t gpus = req.kind == DeviceKind::kGpu ? req.count : 0;
-    const uint32_t tpus = req.kind == DeviceKind::kTpu ? req.count : 0;
-    const uint32_t cpus = static_cast<uint32_t>(std::max<uint64_t>(1, (req.cpu_milli + 999) / 1000));
-    absl::StatusOr<Holding> h = placeholders_->Create(owner, node, gpus, tpus, cpus, req.memory_mib);
-    if (!h.ok()) return h.status();
-    *created = true;
-    if (options_.on_placeholder) {
-      options_.on_placeholder(node, placement::NodeLoad{uint64_t{cpus} * 1000, req.memory_mib});
-    }
-    seq = ledger_->seq();
-  } else {
-    // Hold the devices placement chooses, on the generation it saw. Losing a
-    // race (another grant on the node in between) is retried once on a fresh
-    // view, which then refuses if the node is full.
-    for (int attempt = 0;; ++attempt) {
-      std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
-      if (view == nullptr) {
-        return absl::NotFoundError(absl::StrCat("node ", node, " is not in the ledger"));
-      }
-      std::string reason;
-      std::optional<placement::Placement> p = scorer_.Evaluate(*view, LoadOf(*view), req, &reason);
-      if (!p.has_value()) return absl::ResourceExhaustedError(reason);
-      HoldRequest hold;
-      hold.node = node;
-      hold.owner = owner;
-      hold.devices = std::move(p->devices);
-      hold.expected_generation = view->generation;
-      absl::StatusOr<HoldResult> r = ledger_->Hold(hold);
-      if (r.ok()) {
-        *created = r->created;
-        seq = r->seq;
-        break;
-      }
-      const absl::StatusCode code = r.status().code();
-      if (attempt == 0 && (code == absl::StatusCode::kAborted ||
-                           code == absl::StatusCode::kResourceExhausted)) {
-        continue;
-      }
-      return r.status();
-    }
+    return options_.wait_durable ? options_.wait_durable(h->seq) : absl::OkStatus();
   }
   if (options_.wait_durable) {
-    absl::Status d = options_.wait_durable(seq);
+    absl::Status d = options_.wait_durable(h->seq);
     if (!d.ok()) {
       absl::Status rb = Rollback(pod, node);
       return absl::UnavailableError(absl::StrCat("the holding could not be made durable: ", d.message(),
@@ -221,12 +166,7 @@ absl::Status Extender::Hold(const PodRef& pod, const placement::PodRequest& req,
 
 absl::Status Extender::Rollback(const PodRef& pod, const std::string& node) {
   rolled_back_.fetch_add(1);
-  absl::Status s;
-  if (placeholders_ != nullptr) {
-    s = placeholders_->Cancel(node, pod.uid);
-  } else {
-    s = ledger_->Release(node, Owner::Pod(pod.uid, pod.ns, pod.name)).status();
-  }
+  absl::Status s = holds_.Release(Owner::Pod(pod.uid, pod.ns, pod.name), node);
   if (!s.ok()) {
     // The Slurm sync releases it once Slurm answers again (or the pod's
     // absence is seen); nothing is released here on a guess.
@@ -281,8 +221,7 @@ absl::Status Extender::Bind(const BindingArgs& args) {
 
   const bool devices = req->count > 0;
   if (devices) {
-    bool created = false;
-    absl::Status h = Hold(pod, *req, args.node, &created);
+    absl::Status h = Hold(pod, *req, args.node);
     if (!h.ok()) return Refuse(args, pod.uid, h);
   }
   absl::Status b = api_->Bind(pod.ns, pod.name, pod.uid, args.node);

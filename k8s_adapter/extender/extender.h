@@ -23,10 +23,11 @@
 //             fraction of a point. 0 where the pod does not fit, and 0
 //             everywhere for a pod that asks for no device (neutral).
 //  Bind       GETs the pod (the binding args carry no resources), holds its
-//             devices -- through Placeholders::Create (a Slurm placeholder
-//             plus its ledger record) when Slurm is on, else a ledger
-//             holding with owner Pod on the devices placement chooses --,
-//             waits until the holding is durable, then POSTs the Binding.
+//             devices through pods::PodHolds (the transaction PlacePod uses
+//             too: a Slurm placeholder plus its ledger record when Slurm is
+//             on, else a ledger holding with owner Pod on the devices
+//             placement chooses), waits until the holding is durable, then
+//             POSTs the Binding.
 //             Any failure rolls the holding back and returns an error, so
 //             kube-scheduler retries. A retry for a pod that already holds
 //             on that node makes no second holding; a pod already bound to
@@ -51,7 +52,7 @@
 #include "absl/status/statusor.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/placement.h"
-#include "bridge/slurm/placeholders.h"
+#include "bridge/pods/pod_holds.h"
 #include "k8s_adapter/extender/types.h"
 #include "k8s_adapter/kube_api.h"
 #include "k8s_adapter/kube_client.h"
@@ -109,9 +110,10 @@ struct BindStats {
 
 class Extender {
  public:
-  // `ledger` and `api` are required; `placeholders` null when Slurm is off.
-  // None is owned; all must outlive the extender.
-  Extender(Ledger* ledger, Placeholders* placeholders, PodApi* api, ExtenderOptions options);
+  // `ledger` and `api` are required; `placeholders` (the Slurm side of a
+  // pod's hold: duet-bridge passes bridge/slurm's Placeholders) null when
+  // Slurm is off. None is owned; all must outlive the extender.
+  Extender(Ledger* ledger, pods::PlaceholderMaker* placeholders, PodApi* api, ExtenderOptions options);
   Extender(const Extender&) = delete;
   Extender& operator=(const Extender&) = delete;
 
@@ -127,20 +129,19 @@ class Extender {
 
  private:
   placement::NodeLoad LoadOf(const NodeView& view) const;
-  // Holds the pod's devices on `node`. Sets `*created` when this call made
-  // the holding (a retry finds it made).
-  absl::Status Hold(const PodRef& pod, const placement::PodRequest& req, const std::string& node,
-                    bool* created);
+  // Holds the pod's devices on `node` (PodHolds::Hold) and waits until the
+  // holding is durable; a new holding that cannot be made durable is rolled
+  // back.
+  absl::Status Hold(const PodRef& pod, const placement::PodRequest& req, const std::string& node);
   // Undoes Hold. Errors are logged and returned for the message.
   absl::Status Rollback(const PodRef& pod, const std::string& node);
-  bool HoldsOn(const std::string& uid, const std::string& node) const;
   absl::Status Refuse(const BindingArgs& args, const std::string& uid, absl::Status status);
 
   Ledger* const ledger_;
-  Placeholders* const placeholders_;
   PodApi* const api_;
   const ExtenderOptions options_;
   const placement::Scorer scorer_;
+  pods::PodHolds holds_;
 
   std::atomic<uint64_t> bound_{0};
   std::atomic<uint64_t> refused_{0};

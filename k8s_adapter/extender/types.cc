@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "k8s_adapter/node_inventory.h"
+#include "k8s_adapter/common/pod_request.h"
 #include "simdjson.h"
 
 namespace duet {
@@ -47,82 +47,6 @@ const json* Path(const json& obj, std::initializer_list<const char*> keys) {
   return cur;
 }
 
-// Milli-units of a quantity value (string, or a number as some clients send).
-absl::StatusOr<int64_t> Quantity(const json& v, const std::string& where) {
-  if (v.is_string()) {
-    absl::StatusOr<int64_t> q = k8s::ParseQuantityMilli(v.get<std::string>());
-    if (!q.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": bad quantity ", q.status().message()));
-    if (*q < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative"));
-    return q;
-  }
-  if (v.is_number()) {
-    const double d = v.get<double>();
-    if (!(d >= 0) || d > 9e15) return absl::InvalidArgumentError(absl::StrCat(where, ": out of range"));
-    return static_cast<int64_t>(d * 1000);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(where, ": not a quantity"));
-}
-
-// The four resources duet reads, in milli-units (memory: milli-bytes).
-struct Res {
-  int64_t gpu = 0;
-  int64_t tpu = 0;
-  int64_t cpu = 0;
-  int64_t mem = 0;
-
-  void Add(const Res& o) {
-    gpu += o.gpu;
-    tpu += o.tpu;
-    cpu += o.cpu;
-    mem += o.mem;
-  }
-  void Max(const Res& o) {
-    gpu = std::max(gpu, o.gpu);
-    tpu = std::max(tpu, o.tpu);
-    cpu = std::max(cpu, o.cpu);
-    mem = std::max(mem, o.mem);
-  }
-};
-
-// One resource list (requests, limits, overhead) into `out`, for the names
-// present; `have` records which were present.
-absl::Status ReadList(const json* list, const std::string& where, Res* out, Res* have) {
-  if (list == nullptr || list->is_null()) return absl::OkStatus();
-  if (!list->is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not an object"));
-  static const std::pair<const char*, int64_t Res::*> kNames[] = {
-      {kGpuResource, &Res::gpu}, {kTpuResource, &Res::tpu}, {"cpu", &Res::cpu}, {"memory", &Res::mem}};
-  for (const auto& [name, field] : kNames) {
-    auto it = list->find(name);
-    if (it == list->end()) continue;
-    absl::StatusOr<int64_t> q = Quantity(*it, absl::StrCat(where, "[", name, "]"));
-    if (!q.ok()) return q.status();
-    out->*field = *q;
-    have->*field = 1;
-  }
-  return absl::OkStatus();
-}
-
-// A container's effective request: requests[r], else limits[r].
-absl::StatusOr<Res> ContainerRequest(const json& c, const std::string& where) {
-  Res req, have_req, lim, have_lim;
-  const json* resources = Path(c, {"resources"});
-  if (resources != nullptr && !resources->is_null() && !resources->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ".resources: not an object"));
-  }
-  if (resources != nullptr && resources->is_object()) {
-    absl::Status s = ReadList(Path(*resources, {"requests"}), where + ".resources.requests", &req, &have_req);
-    if (!s.ok()) return s;
-    s = ReadList(Path(*resources, {"limits"}), where + ".resources.limits", &lim, &have_lim);
-    if (!s.ok()) return s;
-  }
-  Res out;
-  out.gpu = have_req.gpu ? req.gpu : lim.gpu;
-  out.tpu = have_req.tpu ? req.tpu : lim.tpu;
-  out.cpu = have_req.cpu ? req.cpu : lim.cpu;
-  out.mem = have_req.mem ? req.mem : lim.mem;
-  return out;
-}
-
 absl::StatusOr<uint32_t> WholeDevices(int64_t milli, const char* resource) {
   if (milli % 1000 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(resource, ": must be a whole number of devices"));
@@ -132,68 +56,34 @@ absl::StatusOr<uint32_t> WholeDevices(int64_t milli, const char* resource) {
 }
 
 absl::StatusOr<placement::PodRequest> ParsePodRequestOrThrow(const json& pod) {
-  if (!pod.is_object()) return absl::InvalidArgumentError("Pod: not an object");
-  const json* spec = Path(pod, {"spec"});
-  if (spec == nullptr || !spec->is_object()) return absl::InvalidArgumentError("Pod.spec: missing");
-  const json* containers = Path(*spec, {"containers"});
-  if (containers == nullptr || !containers->is_array()) {
-    return absl::InvalidArgumentError("Pod.spec.containers: missing or not a list");
-  }
-  Res sum;
-  for (size_t i = 0; i < containers->size(); ++i) {
-    absl::StatusOr<Res> r = ContainerRequest((*containers)[i], absl::StrCat("spec.containers[", i, "]"));
-    if (!r.ok()) return r.status();
-    sum.Add(*r);
-  }
-  // Init containers run one at a time before the app containers; sidecars
-  // (restartPolicy Always) keep running beside everything started after them.
-  Res init_peak, sidecars;
-  const json* inits = Path(*spec, {"initContainers"});
-  if (inits != nullptr && !inits->is_null()) {
-    if (!inits->is_array()) return absl::InvalidArgumentError("Pod.spec.initContainers: not a list");
-    for (size_t i = 0; i < inits->size(); ++i) {
-      const json& c = (*inits)[i];
-      absl::StatusOr<Res> r = ContainerRequest(c, absl::StrCat("spec.initContainers[", i, "]"));
-      if (!r.ok()) return r.status();
-      const json* policy = Path(c, {"restartPolicy"});
-      if (policy != nullptr && policy->is_string() && policy->get<std::string>() == "Always") {
-        sidecars.Add(*r);
-        init_peak.Max(sidecars);
-      } else {
-        Res during = sidecars;
-        during.Add(*r);
-        init_peak.Max(during);
-      }
-    }
-  }
-  sum.Add(sidecars);
-  sum.Max(init_peak);
-  Res overhead, have;
-  absl::Status s = ReadList(Path(*spec, {"overhead"}), "spec.overhead", &overhead, &have);
-  if (!s.ok()) return s;
-  sum.Add(overhead);
+  absl::StatusOr<k8s::ResourceList> effective = k8s::EffectivePodRequest(pod);
+  if (!effective.ok()) return effective.status();
+  const int64_t gpu = k8s::Amount(*effective, kGpuResource);
+  const int64_t tpu = k8s::Amount(*effective, kTpuResource);
+  const json& spec = *k8s::Field(pod, "spec");  // an object: EffectivePodRequest checked
 
   placement::PodRequest req;
-  if (sum.gpu > 0 && sum.tpu > 0) {
+  if (gpu > 0 && tpu > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pod asks for both ", kGpuResource, " and ", kTpuResource, "; duet places one device kind per pod"));
   }
   const char* selector = kGpuModelSelector;
-  if (sum.tpu > 0) {
+  if (tpu > 0) {
     req.kind = DeviceKind::kTpu;
-    absl::StatusOr<uint32_t> n = WholeDevices(sum.tpu, kTpuResource);
+    absl::StatusOr<uint32_t> n = WholeDevices(tpu, kTpuResource);
     if (!n.ok()) return n.status();
     req.count = *n;
     selector = kTpuModelSelector;
   } else {
-    absl::StatusOr<uint32_t> n = WholeDevices(sum.gpu, kGpuResource);
+    absl::StatusOr<uint32_t> n = WholeDevices(gpu, kGpuResource);
     if (!n.ok()) return n.status();
     req.count = *n;
   }
-  req.cpu_milli = static_cast<uint64_t>(sum.cpu);
+  req.cpu_milli = static_cast<uint64_t>(k8s::Amount(*effective, "cpu"));
   // milli-bytes -> MiB, rounded up.
   constexpr int64_t kMilliMiB = int64_t{1000} << 20;
-  req.memory_mib = static_cast<uint64_t>((sum.mem + kMilliMiB - 1) / kMilliMiB);
+  const int64_t mem = k8s::Amount(*effective, "memory");
+  req.memory_mib = static_cast<uint64_t>(mem / kMilliMiB + (mem % kMilliMiB != 0 ? 1 : 0));
 
   const json* annotations = Path(pod, {"metadata", "annotations"});
   const json* models = annotations != nullptr ? Path(*annotations, {kModelsAnnotation}) : nullptr;
@@ -202,7 +92,7 @@ absl::StatusOr<placement::PodRequest> ParsePodRequestOrThrow(const json& pod) {
       req.models.emplace_back(absl::StripAsciiWhitespace(m));
     }
   } else {
-    const json* sel = Path(*spec, {"nodeSelector", selector});
+    const json* sel = Path(spec, {"nodeSelector", selector});
     if (sel != nullptr && sel->is_string() && !sel->get<std::string>().empty()) {
       req.models.push_back(sel->get<std::string>());
     }

@@ -114,16 +114,14 @@ struct PodRef {
 };
 PodRef PodRefOf(const nlohmann::json& pod);
 
-// The pod's request: devices (nvidia.com/gpu or google.com/tpu; asking for
-// both is INVALID_ARGUMENT), CPU (milli) and memory (MiB, rounded up), with
-// Kubernetes' rules: a container's request is its requests[r], else its
-// limits[r]; the pod's is max(sum over containers and sidecar init
-// containers (restartPolicy Always), max over the other init containers of
-// that container plus the sidecars started before it), plus
-// spec.overhead. Models come from the annotation kModelsAnnotation, else the
-// node selector of the device kind; the share from kDeviceMilliAnnotation.
-// INVALID_ARGUMENT names the field (e.g.
-// "spec.containers[0].resources.limits[nvidia.com/gpu]: bad quantity \"x\"").
+// The pod's request as placement sees it: devices (nvidia.com/gpu or
+// google.com/tpu; asking for both is INVALID_ARGUMENT, and so is a fraction
+// of a device), CPU (milli) and memory (MiB, rounded up), from the pod's
+// effective request (k8s::EffectivePodRequest: Kubernetes' rules for limits,
+// init containers, sidecars and overhead). Models come from the annotation
+// kModelsAnnotation, else the node selector of the device kind; the share
+// from kDeviceMilliAnnotation. INVALID_ARGUMENT names the field (e.g.
+// "spec.containers[0].resources.limits[nvidia.com/gpu]: \"x\": ...").
 // The result's model_ids are resolved against the ledger's model table.
 absl::StatusOr<placement::PodRequest> ParsePodRequest(const nlohmann::json& pod);
 

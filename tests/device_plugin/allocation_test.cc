@@ -1,5 +1,5 @@
 // duet-node's pure decisions: slot IDs, health, the Allocate matching rule,
-// pending pods from a PodList, quantities and container responses.
+// pending pods from a PodList and container responses.
 
 #include "k8s_adapter/device_plugin/allocation.h"
 
@@ -195,16 +195,37 @@ TEST(PendingPodsTest, ReadsRequestsAndFiltersPhases) {
   EXPECT_FALSE(PendingPodsFromList(nlohmann::json::parse("{}"), "n").ok());
 }
 
-TEST(QuantityTest, CpuAndMemory) {
-  EXPECT_EQ(*ParseCpuMilli("250m"), 250);
-  EXPECT_EQ(*ParseCpuMilli("1.5"), 1500);
-  EXPECT_EQ(*ParseCpuMilli("2"), 2000);
-  EXPECT_EQ(*ParseBytes("1Ki"), 1024);
-  EXPECT_EQ(*ParseBytes("2G"), 2000000000);
-  EXPECT_EQ(*ParseBytes("1e3"), 1000);
-  EXPECT_FALSE(ParseCpuMilli("").ok());
-  EXPECT_FALSE(ParseBytes("lots").ok());
-  EXPECT_FALSE(ParseBytes("-1Gi").ok());
+// Inside Allocate (a gRPC handler) a wrongly typed field must be a Status,
+// not a nlohmann exception.
+TEST(PendingPodsTest, WronglyTypedFieldsAreInvalidArgumentNotExceptions) {
+  const struct {
+    const char* pod;
+    const char* want;
+  } kCases[] = {
+      {R"({"metadata": {"uid": 5}, "spec": {"nodeName": "n", "containers": []}})",
+       "pod list items[0].metadata.uid: not a string"},
+      {R"({"metadata": {"uid": "u"}, "spec": {"nodeName": ["n"], "containers": []}})",
+       "pod list items[0].spec.nodeName: not a string"},
+      {R"({"metadata": {"uid": "u"}, "spec": {"nodeName": "n", "containers": []}, "status": {"phase": 1}})",
+       "pod list items[0].status.phase: not a string"},
+      {R"({"metadata": "x", "spec": {"nodeName": "n"}})", "pod list items[0]: metadata or spec is not an object"},
+      {R"({"metadata": {"uid": "u", "name": "p"}, "spec": {"nodeName": "n", "containers": 7}})",
+       "pod /p: spec.containers: missing or not a list"},
+      {R"({"metadata": {"uid": "u", "name": "p"},
+           "spec": {"nodeName": "n", "containers": [{"resources": {"limits": {"nvidia.com/gpu": {}}}}]}})",
+       "pod /p: spec.containers[0].resources.limits[nvidia.com/gpu]: not a quantity"},
+  };
+  for (const auto& c : kCases) {
+    nlohmann::json list = {{"items", nlohmann::json::array({nlohmann::json::parse(c.pod)})}};
+    absl::StatusOr<std::vector<PendingPod>> pods = PendingPodsFromList(list, "n");
+    ASSERT_FALSE(pods.ok()) << c.pod;
+    EXPECT_EQ(pods.status().code(), absl::StatusCode::kInvalidArgument) << c.pod;
+    EXPECT_THAT(std::string(pods.status().message()), HasSubstr(c.want)) << c.pod;
+  }
+  nlohmann::json names = nlohmann::json::parse(
+      R"({"items": [{"metadata": {"namespace": "a", "name": 1, "uid": "u1"}},
+                    {"metadata": {"namespace": "a", "name": "b", "uid": "u2"}}, 3]})");
+  EXPECT_THAT(PodUidsByName(names), ElementsAre(Pair("a/b", "u2")));
 }
 
 class ContainerResponseTest : public ::testing::Test {

@@ -3,12 +3,17 @@
 // SlurmClient behind the real Placeholders) and without (a ledger hold).
 
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "bridge/server/service.h"
+#include "bridge/slurm/placeholders.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "proto/duet/v1/error_reason.h"
 
 namespace duet {
 namespace {
@@ -63,6 +68,10 @@ class PlacePodTest : public ::testing::Test {
     if (with_slurm) placeholders_.emplace(&ledger_, &slurm_);
     LedgerService::Options o;
     o.placeholders = with_slurm ? &*placeholders_ : nullptr;
+    o.pod_holds.load = [this](const NodeView&) { return load_; };
+    o.pod_holds.on_placeholder = [this](const std::string& node, const placement::NodeLoad& l) {
+      told_.emplace_back(node, l);
+    };
     service_ = std::make_unique<LedgerService>(&ledger_, durability_.get(), &hub_, nullptr, o);
     grpc::ServerBuilder b;
     int port = 0;
@@ -93,6 +102,8 @@ class PlacePodTest : public ::testing::Test {
   }
 
   Ledger ledger_;
+  placement::NodeLoad load_;  // what the node's Slurm jobs hold (SlurmNodeLoads)
+  std::vector<std::pair<std::string, placement::NodeLoad>> told_;  // placeholders' loads
   ScriptedSlurm slurm_;
   std::optional<Placeholders> placeholders_;
   std::unique_ptr<Durability> durability_ = NewImmediateDurability();
@@ -126,6 +137,34 @@ TEST_F(PlacePodTest, WithSlurmRecordsTheDevicesSlurmChose) {
   v1::Holding again;
   ASSERT_TRUE(Place(2, 0, &again).ok());
   EXPECT_EQ(again.owner().placeholder().job_id(), 314u);
+  EXPECT_EQ(slurm_.asked.size(), 1u);
+}
+
+// What broke: PlacePod made placeholders the per-node CPU/memory loads never
+// heard of (the extender's bind told them), so the extender's filter saw the
+// node emptier than Slurm did until the next sync pass.
+TEST_F(PlacePodTest, WithSlurmTellsTheNodeLoadsAndCountsThemFirst) {
+  Start(true);
+  SlurmAllocation a;
+  a.job_id = 315;
+  a.devices.node = "gke-a";
+  a.devices.gpus = {0};
+  slurm_.next = a;
+  v1::Holding h;
+  grpc::Status st = Place(1, 0, &h);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(told_.size(), 1u);
+  EXPECT_EQ(told_[0].first, "gke-a");
+  EXPECT_EQ(told_[0].second.cpu_milli, 2000u);
+  EXPECT_EQ(told_[0].second.memory_mib, 4096u);
+
+  // A node whose CPUs Slurm's jobs hold is refused before Slurm is asked,
+  // with the reason the extender's bind gives.
+  load_ = placement::NodeLoad{31000, 0};  // 1 of 32 CPUs left, 2 asked
+  st = Place(1, 0, &h, "u2");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(v1::ReasonOf(st), v1::reason::kNoRoom);
+  EXPECT_THAT(st.error_message(), HasSubstr("pod ml/rogue on gke-a: "));
   EXPECT_EQ(slurm_.asked.size(), 1u);
 }
 

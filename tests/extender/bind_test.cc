@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "bridge/slurm/placeholders.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "k8s_adapter/extender/extender.h"

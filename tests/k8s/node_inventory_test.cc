@@ -25,21 +25,6 @@ void SetReady(nlohmann::json* node, const char* status) {
   }
 }
 
-TEST(QuantityTest, ParsesKubernetesForms) {
-  EXPECT_EQ(*ParseQuantityMilli("8"), 8000);
-  EXPECT_EQ(*ParseQuantityMilli("207690m"), 207690);
-  EXPECT_EQ(*ParseQuantityMilli("1857318648Ki"), int64_t{1857318648} * 1024 * 1000);
-  EXPECT_EQ(*ParseQuantityMilli("1.5Gi"), int64_t{1610612736} * 1000);
-  EXPECT_EQ(*ParseQuantityMilli("2k"), 2000000);
-  EXPECT_EQ(*ParseQuantityMilli("1e3"), 1000000);
-  EXPECT_EQ(*ParseQuantityMilli("0.5"), 500);
-  EXPECT_EQ(*ParseQuantityMilli("94646121834"), int64_t{94646121834} * 1000);
-  EXPECT_FALSE(ParseQuantityMilli("").ok());
-  EXPECT_FALSE(ParseQuantityMilli("Gi").ok());
-  EXPECT_FALSE(ParseQuantityMilli("12Qi").ok());
-  EXPECT_FALSE(ParseQuantityMilli("9Ei").ok());
-}
-
 TEST(NodeSpecFromNodeTest, GkeA3H100) {
   auto spec = NodeSpecFromNode(Golden("gke_a3_h100_node.json"));
   ASSERT_TRUE(spec.ok()) << spec.status();

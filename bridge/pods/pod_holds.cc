@@ -1,0 +1,126 @@
+#include "bridge/pods/pod_holds.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "bridge/common/reason.h"
+
+namespace duet {
+namespace pods {
+namespace {
+
+// Placement's refusal of `view` (`why`: its words) as a status with a reason:
+// the node's state when it takes no new pods, else no room.
+absl::Status Refusal(const NodeView& view, const std::string& why) {
+  const std::string& node = view.spec.name;
+  if (view.spec.state == NodeState::kGone) {
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat("node ", node, " is leaving the inventory")),
+        v1::reason::kNodeGone, {{"node", node}});
+  }
+  if (view.spec.state != NodeState::kReady) {
+    const char* state = NodeStateName(view.spec.state);
+    return WithReason(absl::FailedPreconditionError(
+                          absl::StrCat("node ", node, " is ", state, ": no new pod holdings")),
+                      v1::reason::kNodeNotReady, {{"node", node}, {"state", state}});
+  }
+  return WithReason(absl::ResourceExhaustedError(why), v1::reason::kNoRoom, {{"node", node}});
+}
+
+}  // namespace
+
+PodHolds::PodHolds(Ledger* ledger, PlaceholderMaker* placeholders, PodHoldsOptions options)
+    : ledger_(ledger),
+      placeholders_(placeholders),
+      options_(std::move(options)),
+      scorer_(options_.policy, options_.workload) {}
+
+placement::NodeLoad PodHolds::LoadOf(const NodeView& view) const {
+  return options_.load ? options_.load(view) : placement::NodeLoad{};
+}
+
+std::optional<Holding> PodHolds::HoldingOf(const std::string& pod_uid,
+                                           const std::string& node) const {
+  for (Holding& h : ledger_->ListHoldings(node)) {
+    if (h.owner.holder_class() == HolderClass::kPod && h.owner.pod_uid == pod_uid)
+      return std::move(h);
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<PodHold> PodHolds::Hold(const Owner& pod, const std::string& node,
+                                       const placement::PodRequest& request) {
+  if (pod.kind != OwnerKind::kPod || pod.pod_uid.empty()) {
+    return absl::InvalidArgumentError("a pod's holding needs a pod owner with a uid");
+  }
+  if (request.count == 0) return absl::InvalidArgumentError("the pod asks for no devices");
+  if (std::optional<Holding> held = HoldingOf(pod.pod_uid, node)) {
+    // A retry: the holding from the first try is still there.
+    return PodHold{std::move(*held), false, ledger_->seq()};
+  }
+  return placeholders_ != nullptr ? HoldWithSlurm(pod, node, request)
+                                  : HoldInLedger(pod, node, request);
+}
+
+absl::StatusOr<PodHold> PodHolds::HoldWithSlurm(const Owner& pod, const std::string& node,
+                                                const placement::PodRequest& request) {
+  std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+  if (view == nullptr) return UnknownNodeError(node);
+  std::string why;
+  if (!placement::Fits(*view, LoadOf(*view), request, &why)) return Refusal(*view, why);
+  const uint32_t gpus = request.kind == DeviceKind::kGpu ? request.count : 0;
+  const uint32_t tpus = request.kind == DeviceKind::kTpu ? request.count : 0;
+  const uint32_t cpus =
+      static_cast<uint32_t>(std::max<uint64_t>(1, (request.cpu_milli + 999) / 1000));
+  absl::StatusOr<Holding> h =
+      placeholders_->Create(pod, node, gpus, tpus, cpus, request.memory_mib);
+  if (!h.ok()) {
+    // Slurm found no room: the same reason as placement's. Other refusals
+    // (the ledger's) carry their own reasons already.
+    if (h.status().code() == absl::StatusCode::kResourceExhausted && ReasonOf(h.status()).empty()) {
+      return WithReason(h.status(), v1::reason::kNoRoom, {{"node", node}});
+    }
+    return h.status();
+  }
+  if (options_.on_placeholder) {
+    options_.on_placeholder(node, placement::NodeLoad{uint64_t{cpus} * 1000, request.memory_mib});
+  }
+  return PodHold{std::move(*h), true, ledger_->seq()};  // seq: at or after the placeholder's
+}
+
+absl::StatusOr<PodHold> PodHolds::HoldInLedger(const Owner& pod, const std::string& node,
+                                               const placement::PodRequest& request) {
+  // Hold the devices placement chooses, on the generation it saw. Losing a
+  // race (another grant on the node in between) is retried once on a fresh
+  // view, which then refuses if the node is full.
+  for (int attempt = 0;; ++attempt) {
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+    if (view == nullptr) return UnknownNodeError(node);
+    std::string why;
+    std::optional<placement::Placement> p = scorer_.Evaluate(*view, LoadOf(*view), request, &why);
+    if (!p.has_value()) return Refusal(*view, why);
+    HoldRequest hold;
+    hold.node = node;
+    hold.owner = pod;
+    hold.devices = std::move(p->devices);
+    hold.expected_generation = view->generation;
+    absl::StatusOr<HoldResult> r = ledger_->Hold(hold);
+    if (r.ok()) return PodHold{std::move(r->holding), r->created, r->seq};
+    const absl::StatusCode code = r.status().code();
+    if (attempt == 0 &&
+        (code == absl::StatusCode::kAborted || code == absl::StatusCode::kResourceExhausted)) {
+      continue;
+    }
+    return r.status();
+  }
+}
+
+absl::Status PodHolds::Release(const Owner& pod, const std::string& node) {
+  if (placeholders_ != nullptr) return placeholders_->Cancel(node, pod.pod_uid);
+  absl::StatusOr<ReleaseResult> r = ledger_->Release(node, pod);
+  return r.status();
+}
+
+}  // namespace pods
+}  // namespace duet
