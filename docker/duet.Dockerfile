@@ -25,9 +25,11 @@ WORKDIR /src
 COPY . .
 ARG CMAKE_BUILD_PARALLEL_LEVEL
 # ccache in a cache mount (kept by the builder between builds, never in the
-# image): a rebuild after a source change recompiles only what changed.
+# image): a rebuild after a source change recompiles only what changed; the
+# build log shows this build's hits and misses.
 RUN --mount=type=cache,target=/var/cache/ccache \
     export CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=/src \
+ && ccache --zero-stats >/dev/null \
  && cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DDUET_BUILD_TESTS=OFF -DDUET_BUILD_BENCH=OFF \
       -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \

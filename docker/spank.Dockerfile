@@ -24,6 +24,7 @@ COPY . .
 ARG CMAKE_BUILD_PARALLEL_LEVEL
 RUN --mount=type=cache,target=/var/cache/ccache \
     export CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=/src \
+ && ccache --zero-stats >/dev/null \
  && cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DDUET_BUILD_TESTS=OFF -DDUET_BUILD_BENCH=OFF \
       -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \
