@@ -21,7 +21,6 @@
 # Prints one line per image:  images SUITE IMAGE: TAG, N MB, built in N s, smoke ok
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SRC=$(pwd)
 
 SUITES=${1:-all}
 KINDS=${2:-all}
