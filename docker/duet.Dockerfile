@@ -4,13 +4,18 @@
 # root (docker/README.md):
 #   docker build -f docker/duet.Dockerfile --build-arg SUITE=trixie -t duet:0.1.0-slurm24.11 .
 #   docker build -f docker/duet.Dockerfile --build-arg SUITE=forky  -t duet:0.1.0-slurm26.05 .
+# BASE: where the Debian images come from; scripts/images.sh builds with
+# BASE=localhost/debian, images it makes offline with debootstrap.
+# CMAKE_BUILD_PARALLEL_LEVEL (a build arg, seen by cmake as an environment
+# variable) caps the compile jobs on a small builder.
 ARG SUITE=trixie
+ARG BASE=debian
 
-FROM debian:${SUITE} AS build
+FROM ${BASE}:${SUITE} AS build
 ARG DEBIAN_FRONTEND=noninteractive
 # The build packages of scripts/deps.sh, without the test-only ones.
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
-      cmake ninja-build g++ pkg-config ca-certificates \
+      cmake ninja-build g++ pkg-config ccache ca-certificates \
       libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libabsl-dev prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev \
       nlohmann-json3-dev libsimdjson-dev zlib1g-dev libboost-dev libssl-dev \
@@ -18,9 +23,18 @@ RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+ARG CMAKE_BUILD_PARALLEL_LEVEL
+# ccache in a cache mount (kept by the builder between builds, never in the
+# image): a rebuild after a source change recompiles only what changed; the
+# build log shows this build's hits and misses.
+RUN --mount=type=cache,target=/var/cache/ccache \
+    export CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=/src \
+ && ccache --zero-stats >/dev/null \
+ && cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DDUET_BUILD_TESTS=OFF -DDUET_BUILD_BENCH=OFF \
+      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \
  && cmake --build /build --target duet-bridge duet-node duetctl \
+ && ccache --show-stats \
  && mkdir -p /out/bin \
  && cp /build/bridge/server/duet-bridge /build/k8s_adapter/device_plugin/duet-node \
        /build/duetctl/duetctl /out/bin/ \
@@ -35,7 +49,7 @@ RUN for lib in $(ldd /out/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u); do \
     done | cut -d: -f1 | sort -u > /out/runtime-packages \
  && cat /out/runtime-packages
 
-FROM debian:${SUITE}-slim
+FROM ${BASE}:${SUITE}-slim
 ARG DEBIAN_FRONTEND=noninteractive
 COPY --from=build /out/runtime-packages /tmp/runtime-packages
 RUN apt-get update -q \

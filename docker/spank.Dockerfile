@@ -6,12 +6,14 @@
 # The suite picks the Slurm headers the plugin is built against (Slurm loads a
 # plugin only for the release it was built for) and the C library it needs:
 # build on a suite whose glibc is not newer than the slurmd image's.
+# BASE and CMAKE_BUILD_PARALLEL_LEVEL: as in duet.Dockerfile.
 ARG SUITE=forky
+ARG BASE=debian
 
-FROM debian:${SUITE} AS build
+FROM ${BASE}:${SUITE} AS build
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
-      cmake ninja-build g++ pkg-config patchelf ca-certificates \
+      cmake ninja-build g++ pkg-config patchelf ccache ca-certificates \
       libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libabsl-dev prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev \
       nlohmann-json3-dev libsimdjson-dev zlib1g-dev libboost-dev libssl-dev \
@@ -19,9 +21,15 @@ RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+ARG CMAKE_BUILD_PARALLEL_LEVEL
+RUN --mount=type=cache,target=/var/cache/ccache \
+    export CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=/src \
+ && ccache --zero-stats >/dev/null \
+ && cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DDUET_BUILD_TESTS=OFF -DDUET_BUILD_BENCH=OFF \
+      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \
  && cmake --build /build --target spank_duet duet_spank_client \
+ && ccache --show-stats \
  && mkdir -p /out/lib \
  && cp /build/slurm_plugin/spank_duet.so /build/slurm_plugin/duet_spank_client.so /out/lib/
 # The client module's libraries (gRPC, protobuf, abseil, munge, ...) go next
@@ -32,7 +40,7 @@ RUN ldd /out/lib/duet_spank_client.so | awk '$3 ~ /^\// {print $3}' \
  && for f in /out/lib/*.so*; do patchelf --set-rpath '$ORIGIN' "$f"; done \
  && strip --strip-debug /out/lib/*
 
-FROM debian:${SUITE}-slim
+FROM ${BASE}:${SUITE}-slim
 COPY --from=build /out/lib/ /opt/duet/lib/
 USER 65532:65532
 # An init container copies /opt/duet/lib/* where plugstack.conf points.
