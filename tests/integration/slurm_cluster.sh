@@ -295,8 +295,8 @@ cmd_slurmd_configless() {
     run="unshare --uts sh -c"
     run_pre=""
   fi
-  $run "$run_pre hostname $ip && unset SLURM_CONF && $key_env
-    LD_PRELOAD=$ROOT/lib/loopback_bind.so exec slurmd -D -Z -N $name \
+  $run "$run_pre hostname $ip && unset SLURM_CONF &&
+    $key_env LD_PRELOAD=$ROOT/lib/loopback_bind.so exec slurmd -D -Z -N $name \
       --conf-server 127.0.0.1:$port --conf '$conf'" \
     >>"$ROOT/log/slurmd-$name.stderr" 2>&1 &
   echo $! >"$ROOT/run/slurmd-$name.bgpid"
