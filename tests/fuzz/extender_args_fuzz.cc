@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "k8s_adapter/extender/types.h"
@@ -41,7 +42,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   CheckRefusal(duet::extender::ParseBindingArgs(*parsed).status());
-  const absl::StatusOr<ExtenderArgs> general = duet::extender::ParseExtenderArgs(*parsed);
+  // Moved in, as the server does: a copy of a deeply nested document would
+  // recurse (nlohmann copies recursively) where the server never does.
+  const absl::StatusOr<ExtenderArgs> general =
+      duet::extender::ParseExtenderArgs(std::move(*parsed));
   CheckRefusal(general.status());
   if (fast.has_value()) {
     if (!general.ok()) std::abort();
