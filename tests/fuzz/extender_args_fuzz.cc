@@ -31,11 +31,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
   const std::optional<ExtenderArgs> fast = duet::extender::ParseExtenderArgsFast(body);
 
-  // The general path, as the server runs it (which catches parse_error only).
+  // The general path, as the server runs it (server.cc ParseBody: any
+  // json::exception is a bad request).
   std::optional<json> parsed;
   try {
     parsed = json::parse(body);
-  } catch (const json::parse_error&) {
+  } catch (const json::exception&) {
   }
   if (!parsed.has_value()) {
     if (fast.has_value()) std::abort();  // the fast path accepted what is not JSON
