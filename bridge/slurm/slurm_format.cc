@@ -82,7 +82,11 @@ absl::StatusOr<std::vector<uint32_t>> ParseIndexList(const std::string& list) {
                !absl::SimpleAtoi(range[1], &hi) || hi < lo || hi - lo > 4096) {
       return absl::InvalidArgumentError(absl::StrCat("bad index list \"", list, "\""));
     }
-    for (uint32_t i = lo; i <= hi; ++i) out.push_back(i);
+    // Stops at hi itself: `i <= hi` would never fail for hi == UINT32_MAX.
+    for (uint32_t i = lo;; ++i) {
+      out.push_back(i);
+      if (i == hi) break;
+    }
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

@@ -54,10 +54,12 @@ HttpReply Json(const nlohmann::json& j) {
 // Parses a request body; a 400 reply (with the parser's message) when it is
 // not JSON.
 std::optional<nlohmann::json> ParseBody(const std::string& body, HttpReply* error) {
-  // nlohmann reports syntax errors by throwing; this is the one call site.
+  // nlohmann reports bad input by throwing; this is the one call site. Not
+  // only parse_error: a number too large for a double ("1e999") is
+  // out_of_range, so every json::exception is caught.
   try {
     return nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     *error = Text(400, absl::StrCat("the body is not valid JSON: ", e.what()));
   }
   return std::nullopt;

@@ -39,6 +39,17 @@ TEST(SlurmFormatTest, IndexLists) {
   EXPECT_EQ(FormatIndexList({0, 1, 5}), "0,1,5");
 }
 
+// Found by tests/fuzz/slurm_format_fuzz: an index of UINT32_MAX made the range
+// loop wrap to 0 and grow the list until memory ran out.
+TEST(SlurmFormatTest, IndexListEndingAtUint32MaxTerminates) {
+  EXPECT_EQ(*ParseIndexList("4294967295"), (std::vector<uint32_t>{4294967295u}));
+  EXPECT_EQ(*ParseIndexList("4294967294-4294967295"),
+            (std::vector<uint32_t>{4294967294u, 4294967295u}));
+  SlurmJobNodeDevices d;
+  ASSERT_TRUE(ParseGresDetail("gpu:h100:1(IDX:4294967295)", &d).ok());
+  EXPECT_EQ(d.gpus, (std::vector<uint32_t>{4294967295u}));
+}
+
 TEST(SlurmFormatTest, SanitizesFeatures) {
   EXPECT_EQ(SanitizeFeature("us-central1-a"), "us-central1-a");
   EXPECT_EQ(SanitizeFeature("Block/1:x"), "block_1_x");

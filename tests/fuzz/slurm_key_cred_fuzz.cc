@@ -1,0 +1,55 @@
+// Fuzzes the slurm.key credential (bridge/slurm/slurm_key_cred.h) the bridge
+// reads from gRPC metadata. The input's first line is the credential; the
+// rest, if any, is the node name. Checks: Parse never crashes and refuses
+// with INVALID_ARGUMENT; what it accepts has a 32-hex-digit nonce and a
+// 64-hex-digit MAC; MacMatches never crashes on any parsed credential and
+// does not match a credential made for another job; a credential Make gives
+// for the same node parses and matches, and no longer matches for Release.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "bridge/slurm/slurm_key_cred.h"
+
+namespace {
+
+bool LowerHex(const std::string& s, size_t len) {
+  if (s.size() != len) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace sk = duet::slurm_key;
+  static const std::string key = sk::DeriveKey("0123456789abcdef0123456789abcdef");
+  const std::string in(reinterpret_cast<const char*>(data), size);
+  const size_t nl = in.find('\n');
+  const std::string cred = in.substr(0, nl);
+  const std::string node = nl == std::string::npos ? "node-0" : in.substr(nl + 1);
+
+  const absl::StatusOr<sk::Parsed> p = sk::Parse(cred);
+  if (!p.ok()) {
+    if (p.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
+  } else {
+    if (!LowerHex(p->nonce, 32) || !LowerHex(p->mac, 64)) std::abort();
+    (void)sk::MacMatches(key, *p, node, 7, std::nullopt, "Hold");
+    (void)sk::MacMatches(key, *p, node, 7, 0, "Release");
+  }
+
+  const absl::StatusOr<std::string> made = sk::Make(key, node, 7, 1, "Hold", 1700000000);
+  if (!made.ok()) std::abort();
+  const absl::StatusOr<sk::Parsed> mp = sk::Parse(*made);
+  if (!mp.ok()) std::abort();
+  if (!sk::MacMatches(key, *mp, node, 7, 1, "Hold")) std::abort();
+  if (sk::MacMatches(key, *mp, node, 7, 1, "Release")) std::abort();
+  if (sk::MacMatches(key, *mp, node, 8, 1, "Hold")) std::abort();
+  return 0;
+}
