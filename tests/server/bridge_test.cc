@@ -340,13 +340,18 @@ std::string Slurp(const std::filesystem::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// An empty directory of this process under the system's temp dir.
+std::filesystem::path FreshDir(const std::string& prefix) {
+  const auto dir = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 // TLS with client certificates: a client with a certificate from the
 // configured CA gets in; one without a certificate does not.
 TEST(BridgeTlsTest, ClientCertificatesAreVerified) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("duet-tls-test-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = FreshDir("duet-tls-test-");
   const std::string d = dir.string();
   const std::string script =
       "set -e; cd " + d + "; exec >openssl.log 2>&1;"
@@ -401,15 +406,11 @@ TEST(BridgeTlsTest, ClientCertificatesAreVerified) {
   std::filesystem::remove_all(dir);
 }
 
-
 // slurm.credential: slurm_key reads the cluster's slurm.key before anything
 // else starts (libslurm included): a missing or world-readable key stops the
 // bridge with the file named, and the journal directory is never created.
 TEST(BridgeSlurmKeyTest, AMissingOrInsecureKeyStopsTheBridgeFirst) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("duet-slurmkey-test-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = FreshDir("duet-slurmkey-test-");
   const std::string d = dir.string();
   Config config;
   config.grpc.listen = "127.0.0.1:0";
