@@ -26,7 +26,7 @@ int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_a
   c->on_unreachable = DUET_UNREACHABLE_FAIL;
   c->tpu = DUET_TPU_AUTO;
   c->auth = DUET_AUTH_MUNGE;
-  int auth_given = 0, munge_given = 0;
+  int auth_given = 0; /* auth= or munge= seen */
   for (int i = 0; i < argc; ++i) {
     const char* arg = argv[i] ? argv[i] : "";
     const char* eq = strchr(arg, '=');
@@ -65,36 +65,24 @@ int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_a
     } else if (KEY_IS("client")) {
       if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
       if (copy_value(c->client, value)) return bad(err, err_len, arg, "too long");
-    } else if (KEY_IS("auth")) {
+    } else if (KEY_IS("auth") || KEY_IS("munge")) {
+      /* munge=yes|no is the older spelling of auth=munge|none. */
       int a;
-      if (strcmp(value, "munge") == 0) {
+      if (strcmp(value, KEY_IS("auth") ? "munge" : "yes") == 0) {
         a = DUET_AUTH_MUNGE;
-      } else if (strcmp(value, "slurm_key") == 0) {
+      } else if (KEY_IS("auth") && strcmp(value, "slurm_key") == 0) {
         a = DUET_AUTH_SLURM_KEY;
-      } else if (strcmp(value, "none") == 0) {
+      } else if (strcmp(value, KEY_IS("auth") ? "none" : "no") == 0) {
         a = DUET_AUTH_NONE;
       } else {
-        return bad(err, err_len, arg, "must be munge, slurm_key or none");
+        return bad(err, err_len, arg,
+                   KEY_IS("auth") ? "must be munge, slurm_key or none" : "must be yes or no");
       }
-      if (munge_given && a != c->auth) {
-        return bad(err, err_len, arg, "contradicts the munge= argument before it");
+      if (auth_given && a != c->auth) {
+        return bad(err, err_len, arg, "contradicts an auth= or munge= argument before it");
       }
       c->auth = a;
       auth_given = 1;
-    } else if (KEY_IS("munge")) {
-      int a;
-      if (strcmp(value, "yes") == 0) {
-        a = DUET_AUTH_MUNGE;
-      } else if (strcmp(value, "no") == 0) {
-        a = DUET_AUTH_NONE;
-      } else {
-        return bad(err, err_len, arg, "must be yes or no");
-      }
-      if (auth_given && a != c->auth) {
-        return bad(err, err_len, arg, "contradicts the auth= argument before it");
-      }
-      c->auth = a;
-      munge_given = 1;
     } else if (KEY_IS("munge_socket")) {
       if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
       if (copy_value(c->munge_socket, value)) return bad(err, err_len, arg, "too long");

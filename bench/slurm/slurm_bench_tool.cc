@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <memory>
 #include <vector>
 #include <cstdio>
 #include <cstdlib>
@@ -125,20 +126,23 @@ std::vector<double> OneStep(const std::string& socket, const std::string& node, 
   };
   spank::StepDevices devices;
   devices.gpus = {0};
+  // As the plugin makes one per callback.
+  auto client = [&] {
+    auto c = std::make_unique<spank::BridgeClient>("unix://" + socket, 2000);
+    c->UseAuth(auth, auth == spank::StepAuth::kMunge ? arg : "",
+               auth == spank::StepAuth::kSlurmKey ? arg : "");
+    return c;
+  };
   {
-    spank::BridgeClient c("unix://" + socket, 2000);
-    c.UseAuth(auth, auth == spank::StepAuth::kMunge ? arg : "",
-              auth == spank::StepAuth::kSlurmKey ? arg : "");
+    auto c = client();
     lap();  // channel
-    if (!c.HoldStep(node, job, 0, devices).ok()) return {};
+    if (!c->HoldStep(node, job, 0, devices).ok()) return {};
     lap();  // Hold (credential + RPC, first connect)
   }
   lap();  // channel gone (gRPC shut down)
   {
-    spank::BridgeClient c("unix://" + socket, 2000);
-    c.UseAuth(auth, auth == spank::StepAuth::kMunge ? arg : "",
-              auth == spank::StepAuth::kSlurmKey ? arg : "");
-    if (!c.ReleaseStep(node, job, 0).ok()) return {};
+    auto c = client();
+    if (!c->ReleaseStep(node, job, 0).ok()) return {};
     lap();  // second channel + Release
   }
   lap();  // gone again

@@ -35,6 +35,18 @@ constexpr char kInventory[] = R"(nodes:
     tpus: {count: 4, model: v5e, host_bounds: 2x2}
 )";
 
+// A bridge on a free loopback port, journal and inventory file in `dir`, no
+// metrics listener.
+Config LocalConfig(const std::filesystem::path& dir) {
+  Config c;
+  c.grpc.listen = "127.0.0.1:0";
+  c.metrics.listen = "";
+  c.journal.dir = (dir / "journal").string();
+  c.inventory.source = "file";
+  c.inventory.file = (dir / "nodes.yaml").string();
+  return c;
+}
+
 class BridgeTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -44,12 +56,8 @@ class BridgeTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     std::ofstream(dir_ / "nodes.yaml") << kInventory;
-    config_.grpc.listen = "127.0.0.1:0";
+    config_ = LocalConfig(dir_);
     config_.grpc.max_message_bytes = 64 * 1024;
-    config_.metrics.listen = "";
-    config_.journal.dir = (dir_ / "journal").string();
-    config_.inventory.source = "file";
-    config_.inventory.file = (dir_ / "nodes.yaml").string();
     Start();
   }
   void TearDown() override {
@@ -364,12 +372,7 @@ TEST(BridgeTlsTest, ClientCertificatesAreVerified) {
   ASSERT_EQ(std::system(("bash -c \"" + script + "\"").c_str()), 0) << Slurp(dir / "openssl.log");
   std::ofstream(dir / "nodes.yaml") << "nodes: [{name: a, gpus: {count: 2}}]\n";
 
-  Config config;
-  config.grpc.listen = "127.0.0.1:0";
-  config.metrics.listen = "";
-  config.journal.dir = d + "/journal";
-  config.inventory.source = "file";
-  config.inventory.file = d + "/nodes.yaml";
+  Config config = LocalConfig(dir);
   config.grpc.tls.cert_file = d + "/server.crt";
   config.grpc.tls.key_file = d + "/server.key";
   config.grpc.tls.client_ca_file = d + "/ca.crt";
@@ -412,12 +415,7 @@ TEST(BridgeTlsTest, ClientCertificatesAreVerified) {
 TEST(BridgeSlurmKeyTest, AMissingOrInsecureKeyStopsTheBridgeFirst) {
   const auto dir = FreshDir("duet-slurmkey-test-");
   const std::string d = dir.string();
-  Config config;
-  config.grpc.listen = "127.0.0.1:0";
-  config.metrics.listen = "";
-  config.journal.dir = d + "/journal";
-  config.inventory.source = "file";
-  config.inventory.file = d + "/nodes.yaml";
+  Config config = LocalConfig(dir);
   config.slurm.enabled = true;
   config.slurm.conf_path = d + "/slurm.conf";  // never read: the key fails first
   config.slurm.credential = "slurm_key";
