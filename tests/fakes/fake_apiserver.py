@@ -814,6 +814,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     raise not_found(res, name)
                 return self._send_json(200, obj)
 
+        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if raw and method in ("POST", "PUT") and ctype not in ("application/json", "application/yaml", "*/*"):
+            raise ApiError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted media types include: "
+                           "application/json, application/yaml")
         if method == "POST" and sub == "binding":
             return self._binding(ns, name, parse_body(raw))
         if method == "POST" and name is None:
@@ -903,7 +908,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
                            + ", ".join(PATCH_TYPES))
         body = parse_body(raw, ctype)
         dry = self._dry_run(q)
-        warnings = []
         apply = ctype == "application/apply-patch+yaml"
         if apply:
             if not q.get("fieldManager"):
@@ -915,8 +919,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if res.namespaced and md.get("namespace") not in (None, "", ns):
                 raise bad_request("the namespace of the object (%s) does not match the namespace on the "
                                   "URL (%s)" % (md.get("namespace"), ns))
-        if ctype != "application/json-patch+json":
-            warnings = self._validate_fields(res, body, q)
         with self.st.cond:
             cur = self.st.objects[res.key].get((ns, name))
             if cur is None and not apply:
@@ -945,6 +947,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                 (body.get("metadata") or {}).get("resourceVersion")):
                     raise conflict(res, name)
             new["metadata"]["name"], new["kind"], new["apiVersion"] = name, res.kind, res.gv
+            warnings = self._validate_fields(res, new, q)  # the patched object, as kube-apiserver does
             if res.namespaced:
                 new["metadata"]["namespace"] = ns
             if apply:
