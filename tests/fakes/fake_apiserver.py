@@ -21,6 +21,8 @@ tests/fakes/README.md.
               strategic merge patch, server-side apply; tests/fakes/patches.py),
               DELETE (DeleteOptions: gracePeriodSeconds, preconditions)
 
+Request bodies are JSON (YAML for apply); of kubectl's protobuf bodies a
+Namespace is decoded (tests/fakes/protobuf.py), others get a 415.
 Writes honour `fieldValidation` (Strict: 400 on unknown fields; Warn: a
 Warning header) and `dryRun=All`. A DELETE of a pod bound to a node is
 graceful, as without a kubelet nothing else ends it: the pod gets
@@ -89,6 +91,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import patches  # noqa: E402
+import protobuf  # noqa: E402
 import schema  # noqa: E402
 
 GIT_VERSION = "v1.32.0-fake"
@@ -402,6 +405,7 @@ class State:
             md.setdefault("uid", str(uuid.uuid4()))
             md.setdefault("creationTimestamp", now_rfc3339())
             if res.kind == "Namespace":
+                md.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
                 obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
                 obj.setdefault("status", {}).setdefault("phase", "Active")
         if dry_run:
@@ -815,10 +819,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self._send_json(200, obj)
 
         ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
-        if raw and method in ("POST", "PUT") and ctype not in ("application/json", "application/yaml", "*/*"):
+        if raw and method in ("POST", "PUT") and ctype == "application/vnd.kubernetes.protobuf":
+            try:
+                raw = json.dumps(protobuf.decode(raw)).encode()
+            except (protobuf.Unsupported, UnicodeDecodeError) as e:
+                raise ApiError(415, "UnsupportedMediaType",
+                               "the fake apiserver decodes protobuf bodies only for a Namespace (%s); send "
+                               "application/json" % e)
+        elif raw and method in ("POST", "PUT") and ctype not in ("application/json", "application/yaml", "*/*"):
             raise ApiError(415, "UnsupportedMediaType",
                            "the body of the request was in an unknown format - accepted media types include: "
-                           "application/json, application/yaml")
+                           "application/json, application/yaml, application/vnd.kubernetes.protobuf")
         if method == "POST" and sub == "binding":
             return self._binding(ns, name, parse_body(raw))
         if method == "POST" and name is None:
@@ -1170,7 +1181,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         return
                 now = time.monotonic()
                 if bookmarks and (now >= next_bookmark or any(a == "bookmark" for a, _ in actions)):
-                    self._frame("BOOKMARK", {"kind": kind, "apiVersion": gv,
+                    self._frame("BOOKMARK", {"kind": res.kind, "apiVersion": gv,
                                              "metadata": {"resourceVersion": str(max(pos_rv, cur_rv))}})
                     next_bookmark = now + st.bookmark_interval
                 if deadline and now >= deadline:

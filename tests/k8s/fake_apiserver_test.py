@@ -299,6 +299,28 @@ class FakeTest(Base, unittest.TestCase):
         self.assertEqual(code, 201, got)
         self.assertEqual(self.req("GET", PODS + "/dry")[0], 404)
 
+    def test_protobuf_bodies(self):
+        def ld(num, data):  # a length-delimited protobuf field (short)
+            return bytes([num << 3 | 2, len(data)]) + data
+
+        def envelope(kind, raw):  # runtime.Unknown after the k8s magic
+            return b"k8s\x00" + ld(1, ld(1, b"v1") + ld(2, kind)) + ld(2, raw)
+        meta = ld(1, b"ml") + ld(2, b"") + ld(11, ld(1, b"t") + ld(2, b"a"))
+        ns = envelope(b"Namespace", ld(1, meta) + ld(2, ld(1, b"kubernetes")) + ld(3, b""))
+        code, got, _ = self.req("POST", "/api/v1/namespaces", raw=ns, ctype="application/vnd.kubernetes.protobuf")
+        self.assertEqual(code, 201, got)
+        self.assertEqual(got["metadata"]["labels"], {"t": "a", "kubernetes.io/metadata.name": "ml"})
+        self.assertEqual(got["spec"], {"finalizers": ["kubernetes"]})
+        # A field the decoder does not know (ownerReferences) is refused, not dropped.
+        odd = envelope(b"Namespace", ld(1, ld(1, b"ml2") + ld(13, ld(1, b"x"))))
+        code, err, _ = self.req("POST", "/api/v1/namespaces", raw=odd, ctype="application/vnd.kubernetes.protobuf")
+        self.assertEqual((code, err["reason"]), (415, "UnsupportedMediaType"))
+        code, err, _ = self.req("POST", PODS, raw=envelope(b"Pod", ld(1, b"")),
+                                ctype="application/vnd.kubernetes.protobuf")
+        self.assertEqual((code, err["reason"]), (415, "UnsupportedMediaType"))
+        self.assertIn("v1 Pod", err["message"])
+        self.assertEqual(self.req("GET", "/api/v1/namespaces/ml2")[0], 404)
+
     def test_chunked_request_body(self):
         data = json.dumps(fh.pod("chunky")).encode()
         conn = http.client.HTTPConnection("127.0.0.1", self.fake.port, timeout=10)

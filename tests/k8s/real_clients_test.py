@@ -165,14 +165,18 @@ class Base:
                                               "jsonpath={.metadata.managedFields[*].manager}").split())
 
     def test_kubectl_namespaces_events_leases_graceful_delete(self):
-        # kubectl's typed commands (create namespace, create secret) send
-        # protobuf, which the fake refuses with a clear 415 (tests/fakes/README.md);
-        # a manifest goes as JSON.
-        r = subprocess.run(self.kubectl_args("create", "namespace", "ml"), capture_output=True, text=True,
-                           env=dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp), timeout=30)
-        self.assertIn("UnsupportedMediaType", r.stderr)
-        ns = self.write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml}\n")
-        self.assertIn("namespace/ml created", self.kubectl("create", "-f", ns))
+        # kubectl's typed commands send protobuf; the fake decodes a Namespace.
+        self.assertIn("namespace/ml created", self.kubectl("create", "namespace", "ml"))
+        posts = [r for r in self.fake.requests() if r["method"] == "POST"]
+        self.assertEqual(posts[-1]["content_type"], "application/vnd.kubernetes.protobuf")
+        self.assertEqual(self.kubectl("get", "ns", "ml", "-o", "jsonpath={.status.phase}"), "Active")
+        ns = self.write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml2}\n")
+        self.assertIn("namespace/ml2 created", self.kubectl("create", "-f", ns))
+        self.assertIn('namespace "ml2" deleted', self.kubectl("delete", "-f", ns))
+        # Other typed commands get a clear 415 (tests/fakes/README.md).
+        r = subprocess.run(self.kubectl_args("create", "priorityclass", "p", "--value=1"), capture_output=True,
+                           text=True, env=dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp), timeout=30)
+        self.assertNotEqual(r.returncode, 0)
         self.assertEqual(self.kubectl("get", "ns", "-o", "name").split(),
                          ["namespace/default", "namespace/kube-node-lease", "namespace/kube-public",
                           "namespace/kube-system", "namespace/ml"])
