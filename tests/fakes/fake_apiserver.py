@@ -559,11 +559,11 @@ def parse_body(raw, ctype="application/json"):
     try:
         return json.loads(text)
     except ValueError as e:
-        if ctype == "application/apply-patch+yaml":
+        if ctype in ("application/apply-patch+yaml", "application/yaml"):
             try:
                 import yaml  # noqa: PLC0415 (python3-yaml, only for YAML apply bodies)
             except ImportError:
-                raise ApiError(415, "UnsupportedMediaType", "a YAML apply body needs python3-yaml in the fake")
+                raise ApiError(415, "UnsupportedMediaType", "a YAML body needs python3-yaml in the fake")
             try:
                 return yaml.safe_load(text)
             except yaml.YAMLError as ye:
@@ -826,16 +826,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 raise ApiError(415, "UnsupportedMediaType",
                                "the fake apiserver decodes protobuf bodies only for a Namespace (%s); send "
                                "application/json" % e)
-        elif raw and method in ("POST", "PUT") and ctype not in ("application/json", "application/yaml", "*/*"):
+        elif raw and method in ("POST", "PUT") and ctype not in ("application/json", "application/yaml"):
             raise ApiError(415, "UnsupportedMediaType",
                            "the body of the request was in an unknown format - accepted media types include: "
                            "application/json, application/yaml, application/vnd.kubernetes.protobuf")
         if method == "POST" and sub == "binding":
             return self._binding(ns, name, parse_body(raw))
         if method == "POST" and name is None:
-            return self._create(res, ns, parse_body(raw), q)
+            return self._create(res, ns, parse_body(raw, ctype), q)
         if method == "PUT" and name is not None and sub in (None, "status"):
-            return self._update(res, ns, name, parse_body(raw), q)
+            return self._update(res, ns, name, parse_body(raw, ctype), q)
         if method == "PATCH" and name is not None and sub in (None, "status"):
             return self._patch(res, ns, name, raw, q)
         if method == "DELETE" and name is not None and sub is None:
@@ -862,14 +862,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                               % (res.kind, res.version, res.kind, ", ".join(unknown)))
         return [("Warning", '299 - %s' % json.dumps(u)) for u in unknown]
 
-    def _check_object(self, res, body, name=None):
+    def _check_object(self, res, body):
+        """The body's metadata after checking that it is a `res` object."""
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a %s object" % res.kind)
-        if body.get("kind") not in (None, "", res.kind) or body.get("apiVersion") not in (None, "", res.gv):
+        if body.get("kind") not in (None, "", res.kind):
+            raise bad_request('%s in version "%s" cannot be handled as a %s: the object kind is %s'
+                              % (res.kind, res.version, res.kind, body["kind"]))
+        if body.get("apiVersion") not in (None, "", res.gv):
             raise bad_request("the API version in the data (%s) does not match the expected API version (%s)"
-                              % (body.get("apiVersion"), res.gv) if body.get("kind") in (None, "", res.kind)
-                              else "%s in version \"%s\" cannot be handled as a %s: the object kind is %s"
-                              % (res.kind, res.version, res.kind, body.get("kind")))
+                              % (body["apiVersion"], res.gv))
         body["kind"], body["apiVersion"] = res.kind, res.gv
         md = body.setdefault("metadata", {})
         if not isinstance(md, dict):

@@ -321,6 +321,14 @@ class FakeTest(Base, unittest.TestCase):
         self.assertIn("v1 Pod", err["message"])
         self.assertEqual(self.req("GET", "/api/v1/namespaces/ml2")[0], 404)
 
+    def test_yaml_body(self):
+        body = b"apiVersion: v1\nkind: Pod\nmetadata: {name: y0}\nspec:\n  containers: [{name: c, image: x}]\n"
+        code, got, _ = self.req("POST", PODS, raw=body, ctype="application/yaml")
+        self.assertEqual((code, got["metadata"]["namespace"]), (201, "default"), got)
+        code, err, _ = self.req("POST", PODS, raw=b"kind: Node\nmetadata: {name: y1}\n", ctype="application/yaml")
+        self.assertEqual((code, err["reason"]), (400, "BadRequest"))
+        self.assertIn("the object kind is Node", err["message"])
+
     def test_chunked_request_body(self):
         data = json.dumps(fh.pod("chunky")).encode()
         conn = http.client.HTTPConnection("127.0.0.1", self.fake.port, timeout=10)
