@@ -985,6 +985,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with self.st.cond:
             obj = self.st.delete(res, ns, name, grace=grace, preconditions=opts.get("preconditions"),
                                  dry_run=dry)
+            gone = (ns, name) not in self.st.objects[res.key]
+        if gone and res.kind not in ("Pod", "Namespace"):
+            # kube-apiserver returns the deleted object only for some resources
+            # (ReturnDeletedObject); the others answer with a Status.
+            d = _details(res, name)
+            d["uid"] = obj["metadata"]["uid"]
+            obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": d}
         self._send_json(200, obj)
 
     def _binding(self, ns, name, body):

@@ -234,6 +234,14 @@ class FakeTest(Base, unittest.TestCase):
         code, got, _ = self.req("PATCH", path + "/l", {"metadata": {"finalizers": None}}, PATCH["merge"])
         self.assertEqual(code, 200, got)
         self.assertEqual(self.req("GET", path + "/l")[0], 404)
+        # Without finalizers a lease goes at once, and the reply is a Status.
+        lease["metadata"].pop("finalizers")
+        uid = self.req("POST", path, lease)[1]["metadata"]["uid"]
+        code, got, _ = self.req("DELETE", path + "/l")
+        self.assertEqual((code, got), (200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                             "status": "Success",
+                                             "details": {"name": "l", "group": "coordination.k8s.io",
+                                                         "kind": "leases", "uid": uid}}))
 
     # ---- binding, namespaces, events.k8s.io ----
     def test_binding_sets_pod_scheduled(self):
