@@ -943,12 +943,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     if not isinstance(body, dict):
                         raise patches.PatchError(400, "merge patch: the patch must be a JSON object")
                     new = patches.merge_patch(cur, body)
+                elif apply:
+                    try:
+                        force = parse_bool(q.get("force", ""))
+                    except ValueError:
+                        raise bad_request("force: %r is not a boolean" % q.get("force"))
+                    new = patches.server_side_apply(cur, body, res.kind, q["fieldManager"], force, res.gv,
+                                                    now_rfc3339())
                 else:
-                    new = patches.apply_strategic(cur or {}, body, res.kind)
+                    new = patches.apply_strategic(cur, body, res.kind)
             except patches.PatchError as e:
                 if e.code == 422:
                     raise ApiError(422, "Invalid", e.message, _details(res, name, res.kind))
                 raise bad_request(e.message)
+            except patches.ApplyConflict as e:
+                d = _details(res, name)
+                d["causes"] = [{"reason": "FieldManagerConflict", "message": 'conflict with "%s"' % m,
+                                "field": patches.path_text(p)} for m, p in e.conflicts]
+                raise ApiError(409, "Conflict", e.message, d)
             if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
                 raise bad_request("the patched object is not a %s" % res.kind)
             want_rv = None
@@ -963,13 +975,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
             warnings = self._validate_fields(res, new, q)  # the patched object, as kube-apiserver does
             if res.namespaced:
                 new["metadata"]["namespace"] = ns
-            if apply:
-                mf = [e for e in (new["metadata"].get("managedFields") or [])
-                      if not (e.get("manager") == q["fieldManager"] and e.get("operation") == "Apply")]
-                mf.append({"manager": q["fieldManager"], "operation": "Apply", "apiVersion": res.gv,
-                           "time": now_rfc3339(), "fieldsType": "FieldsV1",
-                           "fieldsV1": patches.fields_v1(body, res.kind)})
-                new["metadata"]["managedFields"] = mf
             code, obj = self.st.put(new, api=True, dry_run=dry)
             obj = copy.deepcopy(obj)
         self._send_json(code if cur is None else 200, obj, warnings)

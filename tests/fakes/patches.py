@@ -320,3 +320,134 @@ def fields_v1(obj, kind, path=()):
         else:
             out["f:" + k] = {}
     return out
+
+
+def leaves(fields, prefix=()):
+    """The leaf paths of a FieldsV1 set, as tuples of its keys ("f:spec", ...)."""
+    out = set()
+    for k, v in fields.items():
+        p = prefix + (k,)
+        if k == "." or not v:
+            out.add(p)
+        else:
+            out |= leaves(v, p)
+    return out
+
+
+def _step(cur, token):
+    if token.startswith("f:"):
+        return cur.get(token[2:], _ABSENT) if isinstance(cur, dict) else _ABSENT
+    if not isinstance(cur, list):
+        return _ABSENT
+    want = json.loads(token[2:])
+    for el in cur:
+        if token.startswith("k:") and isinstance(el, dict) and all(el.get(a) == b for a, b in want.items()):
+            return el
+        if token.startswith("v:") and el == want:
+            return el
+    return _ABSENT
+
+
+def value_at(obj, path):
+    """The value a FieldsV1 path names in `obj` (_ABSENT if none)."""
+    cur = obj
+    for token in path:
+        if token == ".":
+            break
+        cur = _step(cur, token)
+        if cur is _ABSENT:
+            return _ABSENT
+    return cur
+
+
+def remove_at(obj, path):
+    """Removes the field, keyed list element or set value a FieldsV1 path names."""
+    if path[-1] == ".":
+        path = path[:-1]
+    parent = obj
+    for token in path[:-1]:
+        parent = _step(parent, token)
+        if parent is _ABSENT:
+            return
+    last = path[-1]
+    if last.startswith("f:") and isinstance(parent, dict):
+        parent.pop(last[2:], None)
+    elif isinstance(parent, list):
+        el = _step(parent, last)
+        if el is not _ABSENT:
+            parent.remove(el)
+
+
+def path_text(path):
+    """A FieldsV1 path as kube-apiserver prints it: .spec.containers[name="main"].image"""
+    out = ""
+    for token in path:
+        if token == ".":
+            continue
+        if token.startswith("f:"):
+            out += "." + token[2:]
+        elif token.startswith("k:"):
+            out += "[" + ",".join("%s=%s" % (k, json.dumps(v)) for k, v in json.loads(token[2:]).items()) + "]"
+        else:
+            out += "[=" + token[2:] + "]"
+    return out
+
+
+def _drop(fields, path):
+    node = fields
+    for token in path[:-1]:
+        node = node.get(token)
+        if node is None:
+            return
+    node.pop(path[-1], None)
+
+
+def server_side_apply(cur, applied, kind, manager, force, api_version, now):
+    """Applies `applied` for `manager` to `cur` (None: create). Returns the new
+    object with metadata.managedFields, or raises ApplyConflict when another
+    applier owns a field this one sets to a different value (unless `force`).
+    Fields the manager applied before and no longer applies are removed unless
+    another manager owns them. Only appliers (operation Apply) own fields."""
+    mine = fields_v1(applied, kind)
+    entries = copy.deepcopy((cur or {}).get("metadata", {}).get("managedFields") or [])
+    prev = next((e for e in entries if e.get("manager") == manager and e.get("operation") == "Apply"), None)
+    others = [e for e in entries if e is not prev and e.get("operation") == "Apply"]
+    new_leaves = leaves(mine)
+    conflicts = []
+    for e in others:
+        for p in sorted(new_leaves & leaves(e.get("fieldsV1") or {})):
+            if p[-1] != "." and json.dumps(value_at(cur, p), sort_keys=True, default=str) != \
+                    json.dumps(value_at(applied, p), sort_keys=True, default=str):
+                conflicts.append((e["manager"], p))
+    if conflicts and not force:
+        raise ApplyConflict(conflicts)
+    for e in others:
+        for m, p in conflicts:
+            if m == e["manager"]:
+                _drop(e["fieldsV1"], p)
+    new = apply_strategic(cur or {}, applied, kind)
+    if prev is not None:
+        kept = set()
+        for e in others:
+            kept |= leaves(e.get("fieldsV1") or {})
+        for p in sorted(leaves(prev.get("fieldsV1") or {}) - new_leaves - kept, key=len):
+            remove_at(new, p)
+    entries = [e for e in entries if e is not prev]
+    entries.append({"manager": manager, "operation": "Apply", "apiVersion": api_version, "time": now,
+                    "fieldsType": "FieldsV1", "fieldsV1": mine})
+    new.setdefault("metadata", {})["managedFields"] = entries
+    return new
+
+
+class ApplyConflict(Exception):
+    def __init__(self, conflicts):
+        self.conflicts = conflicts  # [(manager, path)]
+        managers = sorted({m for m, _ in conflicts})
+        if len(conflicts) == 1:
+            text = 'Apply failed with 1 conflict: conflict with "%s": %s' % (managers[0], path_text(conflicts[0][1]))
+        else:
+            text = "Apply failed with %d conflicts: %s" % (len(conflicts), "; ".join(
+                'conflicts with "%s": %s' % (m, ", ".join(path_text(p) for mm, p in conflicts if mm == m))
+                for m in managers))
+        super().__init__(text)
+        self.message = text

@@ -143,6 +143,33 @@ class FakeTest(Base, unittest.TestCase):
         self.assertEqual((mf["manager"], mf["operation"], mf["fieldsType"]), ("t", "Apply", "FieldsV1"))
         self.assertIn('k:{"name":"main"}', mf["fieldsV1"]["f:spec"]["f:containers"])
 
+    def test_server_side_apply_owns_removes_and_conflicts(self):
+        def apply(manager, labels, force=False):
+            body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a0", "labels": labels}}
+            if manager == "t":
+                body["spec"] = {"containers": [{"name": "main", "image": "x"}]}
+            q = "?fieldManager=%s%s" % (manager, "&force=true" if force else "")
+            return self.req("PATCH", PODS + "/a0" + q, body, PATCH["apply"])
+        self.assertEqual(apply("t", {"tier": "gold", "team": "a"})[0], 201)
+        code, got, _ = apply("t", {"tier": "gold"})  # t stops applying team: it goes
+        self.assertEqual(got["metadata"]["labels"], {"tier": "gold"})
+        code, err, _ = apply("u", {"tier": "silver"})
+        self.assertEqual((code, err["reason"]), (409, "Conflict"))
+        self.assertEqual(err["message"], 'Apply failed with 1 conflict: conflict with "t": .metadata.labels.tier')
+        self.assertEqual(err["details"]["causes"], [{"reason": "FieldManagerConflict",
+                                                     "message": 'conflict with "t"',
+                                                     "field": ".metadata.labels.tier"}])
+        self.assertEqual(self.req("GET", PODS + "/a0")[1]["metadata"]["labels"], {"tier": "gold"})
+        self.assertEqual(apply("u", {"tier": "gold"})[0], 200)  # same value: shared
+        code, got, _ = apply("t", {})  # t lets go; u still owns tier, so it stays
+        self.assertEqual(got["metadata"]["labels"], {"tier": "gold"})
+        code, got, _ = apply("t", {"tier": "gold"})
+        code, got, _ = apply("u", {"tier": "silver"}, force=True)  # force takes the field
+        self.assertEqual((code, got["metadata"]["labels"]), (200, {"tier": "silver"}))
+        owners = {e["manager"]: e["fieldsV1"] for e in got["metadata"]["managedFields"]}
+        self.assertNotIn("f:tier", owners["t"]["f:metadata"].get("f:labels", {}))
+        self.assertIn("f:tier", owners["u"]["f:metadata"]["f:labels"])
+
     def test_unknown_patch_type_is_415(self):
         self.pod("p0")
         code, err, _ = self.req("PATCH", PODS + "/p0", {}, "application/yaml")
