@@ -401,13 +401,21 @@ class State:
                     md.pop(f, None)
                     if f in old["metadata"]:
                         md[f] = old["metadata"][f]
+        elif api:
+            # A create: the server's own identity and timestamps, never the client's.
+            if create_only and md.get("resourceVersion"):
+                raise bad_request("resourceVersion should not be set on objects to be created")
+            for f in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+                md.pop(f, None)
+            md["uid"] = str(uuid.uuid4())
+            md["creationTimestamp"] = now_rfc3339()
         else:
             md.setdefault("uid", str(uuid.uuid4()))
             md.setdefault("creationTimestamp", now_rfc3339())
-            if res.kind == "Namespace":
-                md.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-                obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-                obj.setdefault("status", {}).setdefault("phase", "Active")
+        if old is None and res.kind == "Namespace":
+            md.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+            obj.setdefault("status", {}).setdefault("phase", "Active")
         if dry_run:
             md["resourceVersion"] = old["metadata"]["resourceVersion"] if old else ""
             return (200 if old is not None else 201), obj

@@ -200,6 +200,15 @@ class FakeTest(Base, unittest.TestCase):
         self.assertEqual(err["details"]["causes"][0]["field"], "metadata.name")
         code, err, _ = self.req("GET", "/api/v1/widgets")
         self.assertEqual((code, err["reason"], err["details"]), (404, "NotFound", {}))
+        p = fh.pod("p1")
+        p["metadata"]["resourceVersion"] = "5"
+        code, err, _ = self.req("POST", PODS, p)
+        self.assertEqual((code, err["message"]), (400, "resourceVersion should not be set on objects to be created"))
+        p["metadata"] = {"name": "p1", "uid": "mine", "creationTimestamp": "2000-01-01T00:00:00Z"}
+        code, got, _ = self.req("POST", PODS, p)
+        self.assertEqual(code, 201)
+        self.assertNotEqual(got["metadata"]["uid"], "mine")
+        self.assertNotEqual(got["metadata"]["creationTimestamp"], "2000-01-01T00:00:00Z")
 
     # ---- deletion ----
     def test_bound_pod_deletion_is_graceful(self):
