@@ -95,7 +95,7 @@ import protobuf  # noqa: E402
 import schema  # noqa: E402
 
 GIT_VERSION = "v1.32.0-fake"
-RW = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+RW = ["create", "delete", "get", "list", "patch", "update", "watch"]  # no deletecollection
 
 
 class Resource:
