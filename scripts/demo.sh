@@ -146,7 +146,7 @@ spec:
       limits: {nvidia.com/gpu: 2, cpu: "2", memory: 4Gi}
 YAML
   echo; echo "== kubectl create -f pod.yaml (fake kube-apiserver)"
-  kube create --validate=false -f "$STATE/pod.yaml"
+  kube create -f "$STATE/pod.yaml"
   kube get pod infer-0 -o json >"$STATE/pod.json"
   jq '{Pod: ., NodeNames: ["gke-h100-a", "gke-h100-b", "gke-tpu-a"]}' "$STATE/pod.json" >"$STATE/args.json"
 

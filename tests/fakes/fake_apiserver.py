@@ -1,27 +1,58 @@
 #!/usr/bin/python3
-"""A fake Kubernetes API server for duet's tests (Python 3 stdlib only).
+"""A fake Kubernetes API server for duet's tests (Python 3 stdlib; python3-yaml
+for YAML apply bodies and python3-kubernetes for field validation, both
+optional and loaded when used).
 
-It speaks the real wire protocol for what duet uses, so real clients
-(kubectl, python3-kubernetes) and duet's own client can be tested against it:
+It speaks the real wire protocol for what duet and the README's commands use,
+so real clients (kubectl, python3-kubernetes, @kubernetes/client-node) and
+duet's own client can be tested against it. What it does not do is listed in
+tests/fakes/README.md.
 
-  discovery   GET /version, /api, /apis, /api/v1, /apis/coordination.k8s.io[/v1]
-  nodes       GET list (labelSelector, fieldSelector metadata.name, limit/continue),
-              GET one, watch, PUT, PATCH, DELETE
-  pods        same, namespaced and across namespaces; POST pods/{name}/binding
-  events      POST/GET (core v1)
-  leases      coordination.k8s.io/v1: GET, POST (409 AlreadyExists),
-              PUT (409 Conflict on a stale metadata.resourceVersion), DELETE
+  discovery   GET /version, /api, /apis, /api/v1, /apis/<group>[/<version>],
+              /openapi/v3[/<group-version>] (kubectl create/apply -f validate
+              server-side with fieldValidation=Strict)
+  core/v1     nodes, namespaces (cluster-scoped); pods, events (namespaced and
+              across namespaces); POST pods/{name}/binding and bindings
+  groups      coordination.k8s.io/v1 leases, events.k8s.io/v1 events
+              (namespaced and across namespaces)
+  verbs       GET one, list (labelSelector, fieldSelector, limit/continue,
+              resourceVersion), watch, POST (generateName), PUT (409 Conflict on
+              a stale metadata.resourceVersion), PATCH (JSON Patch, merge patch,
+              strategic merge patch, server-side apply; tests/fakes/patches.py),
+              DELETE (DeleteOptions: gracePeriodSeconds, preconditions)
+
+Request bodies are JSON (YAML for apply); of kubectl's protobuf bodies a
+Namespace is decoded (tests/fakes/protobuf.py), others get a 415.
+Writes honour `fieldValidation` (Strict: 400 on unknown fields; Warn: a
+Warning header) and `dryRun=All`. A DELETE of a pod bound to a node is
+graceful, as without a kubelet nothing else ends it: the pod gets
+deletionTimestamp and deletionGracePeriodSeconds (DeleteOptions, else
+spec.terminationGracePeriodSeconds, else 30) and stays until the grace period
+ends, a DELETE with gracePeriodSeconds=0 comes, or the test says the kubelet is
+done (POST /_fake/delete); `--pod-deletion immediate` (or POST
+/_fake/pod_deletion) restores immediate deletion. An object with
+metadata.finalizers stays, marked, until an update empties them. A binding sets
+spec.nodeName and the PodScheduled=True condition.
 
 Watches (`watch=` in any Go ParseBool form) stream newline-delimited
 {"type","object"} frames over chunked encoding, replay from `resourceVersion`,
 send BOOKMARK frames when `allowWatchBookmarks` is true, end after
 `timeoutSeconds`, and answer a resourceVersion older than the retained event
 window with an ERROR frame carrying a 410 Gone Status (as the watch cache
-does), or with an HTTP 410 when the control API asks for that form.
+does), or with an HTTP 410 when the control API asks for that form. A watch or
+list from a resourceVersion the fake has not reached yet waits up to
+--too-large-wait seconds (3, the watch cache's) for it, then ends with a 504
+"Too large resource version" Status (an ERROR frame for a watch).
+
+Error replies are Status objects with kind, apiVersion, metadata, status,
+message, reason, details {name, group, kind[, causes]} and code.
 
 Control API (tests drive the fake through it; JSON bodies):
-  POST /_fake/put       an object (kind Node/Pod/Event/Lease): create or replace
-  POST /_fake/delete    {"kind","namespace","name"}
+  POST /_fake/put       an object (Node/Pod/Event/Lease/Namespace; apiVersion
+                        events.k8s.io/v1 for the new Event): create or replace
+  POST /_fake/delete    {"kind","namespace","name"[,"apiVersion"]}: remove now
+                        (for a pod: the kubelet has stopped it)
+  POST /_fake/pod_deletion {"mode": "graceful" | "immediate"}
   POST /_fake/drop      close every open watch mid-stream (no final chunk)
   POST /_fake/garbage   {"text": "..."} write a non-JSON line into every watch
   POST /_fake/bigframe  {"bytes": N} write one N-byte frame into every watch
@@ -36,6 +67,7 @@ Control API (tests drive the fake through it; JSON bodies):
 
 Usage: fake_apiserver.py [--port 0] [--port-file F] [--tls-cert C --tls-key K]
        [--client-ca CA] [--token T] [--bookmark-interval S] [--window N]
+       [--pod-deletion graceful|immediate] [--too-large-wait S]
        [--parent-pid PID]
 With --port 0 the chosen port is printed as "PORT <n>" on stdout.
 """
@@ -46,6 +78,7 @@ import copy
 import datetime
 import http.server
 import json
+import os
 import re
 import select
 import socket
@@ -56,14 +89,146 @@ import time
 import urllib.parse
 import uuid
 
-# kind -> (plural, group/version, namespaced)
-KINDS = {
-    "Node": ("nodes", "v1", False),
-    "Pod": ("pods", "v1", True),
-    "Event": ("events", "v1", True),
-    "Lease": ("leases", "coordination.k8s.io/v1", True),
-}
-PLURAL_TO_KIND = {v[0]: k for k, v in KINDS.items()}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import patches  # noqa: E402
+import protobuf  # noqa: E402
+import schema  # noqa: E402
+
+GIT_VERSION = "v1.32.0-fake"
+RW = ["create", "delete", "get", "list", "patch", "update", "watch"]  # no deletecollection
+
+
+class Resource:
+    """One served resource type. `key` names it in the store and the event log:
+    the kind for the core group, kind.group otherwise."""
+
+    def __init__(self, kind, plural, group, version, namespaced, short=(), categories=(),
+                 model=None, subresources=()):
+        self.kind, self.plural, self.group, self.version = kind, plural, group, version
+        self.namespaced = namespaced
+        self.short, self.categories, self.model = list(short), list(categories), model
+        self.subresources = subresources
+        self.key = kind if not group else "%s.%s" % (kind, group)
+        self.gv = version if not group else "%s/%s" % (group, version)
+        self.prefix = "/api/" + version if not group else "/apis/%s/%s" % (group, version)
+        self.qualified = plural if not group else "%s.%s" % (plural, group)
+
+    def discovery(self):
+        out = [{"name": self.plural, "singularName": self.kind.lower(), "namespaced": self.namespaced,
+                "kind": self.kind, "verbs": RW}]
+        if self.short:
+            out[0]["shortNames"] = self.short
+        if self.categories:
+            out[0]["categories"] = self.categories
+        for sub in self.subresources:
+            if sub == "binding":
+                out.append({"name": self.plural + "/binding", "singularName": "", "namespaced": True,
+                            "kind": "Binding", "verbs": ["create"]})
+            elif sub == "status":
+                out.append({"name": self.plural + "/status", "singularName": "",
+                            "namespaced": self.namespaced, "kind": self.kind,
+                            "verbs": ["get", "patch", "update"]})
+        return out
+
+
+RESOURCES = [
+    Resource("Node", "nodes", "", "v1", False, ("no",), model="V1Node", subresources=("status",)),
+    Resource("Namespace", "namespaces", "", "v1", False, ("ns",), model="V1Namespace",
+             subresources=("status",)),
+    Resource("Pod", "pods", "", "v1", True, ("po",), ("all",), model="V1Pod",
+             subresources=("binding", "status")),
+    Resource("Event", "events", "", "v1", True, ("ev",), model="CoreV1Event"),
+    Resource("Lease", "leases", "coordination.k8s.io", "v1", True, model="V1Lease"),
+    Resource("Event", "events", "events.k8s.io", "v1", True, ("ev",), model="EventsV1Event"),
+]
+BY_KEY = {r.key: r for r in RESOURCES}
+BY_PATH = {(r.prefix, r.plural): r for r in RESOURCES}
+GROUP_VERSIONS = {}  # "" or group -> [version], in RESOURCES order
+for _r in RESOURCES:
+    GROUP_VERSIONS.setdefault(_r.group, [])
+    if _r.version not in GROUP_VERSIONS[_r.group]:
+        GROUP_VERSIONS[_r.group].append(_r.version)
+SEED_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
+TOO_LARGE_RV = "Too large resource version"
+
+
+def resource_for(kind, api_version=None):
+    """The resource of an object's kind and apiVersion (None if not served).
+    Without an apiVersion the core group wins, then the only group with it."""
+    if api_version:
+        group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+        return BY_KEY.get(kind if not group else "%s.%s" % (kind, group))
+    if kind in BY_KEY:
+        return BY_KEY[kind]
+    found = [r for r in RESOURCES if r.kind == kind]
+    return found[0] if len(found) == 1 else None
+
+
+def status_obj(code, reason, message, details=None):
+    s = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+         "status": "Failure" if code >= 300 else "Success",
+         "message": message, "reason": reason, "code": code}
+    if details is not None:
+        s["details"] = details
+    return s
+
+
+class ApiError(Exception):
+    """An error reply: `status` is the Status object, `code` its HTTP code."""
+
+    def __init__(self, code, reason, message, details=None):
+        super().__init__(message)
+        self.code = code
+        self.status = status_obj(code, reason, message, details)
+
+
+def _details(res, name, kind=None):
+    d = {"name": name}
+    if res.group:
+        d["group"] = res.group
+    d["kind"] = kind or res.plural
+    return d
+
+
+def not_found(res, name):
+    return ApiError(404, "NotFound", '%s "%s" not found' % (res.qualified, name), _details(res, name))
+
+
+def already_exists(res, name):
+    return ApiError(409, "AlreadyExists", '%s "%s" already exists' % (res.qualified, name),
+                    _details(res, name))
+
+
+def conflict(res, name, why="the object has been modified; please apply your changes to the latest "
+                            "version and try again"):
+    return ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": %s'
+                    % (res.qualified, name, why), _details(res, name))
+
+
+def invalid(res, name, field, cause, detail):
+    """422 Invalid with one cause: cause is a metav1.CauseType (FieldValueRequired...)."""
+    d = _details(res, name, res.kind)
+    d["causes"] = [{"reason": cause, "message": detail, "field": field}]
+    return ApiError(422, "Invalid", '%s "%s" is invalid: %s: %s' % (res.kind, name, field, detail), d)
+
+
+def bad_request(message):
+    return ApiError(400, "BadRequest", message)
+
+
+def no_route():
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def method_not_allowed():
+    return ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
+                    {})
+
+
+def too_large(rv, current):
+    return ApiError(504, "Timeout", "Timeout: %s: %d, current: %d" % (TOO_LARGE_RV, rv, current),
+                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": TOO_LARGE_RV}],
+                     "retryAfterSeconds": 1})
 
 
 def now_rfc3339():
@@ -79,28 +244,6 @@ def parse_bool(v):
     raise ValueError(v)
 
 
-def status_obj(code, reason, message, details=None):
-    s = {"kind": "Status", "apiVersion": "v1", "metadata": {},
-         "status": "Failure" if code >= 300 else "Success",
-         "message": message, "reason": reason, "code": code}
-    if details:
-        s["details"] = details
-    return s
-
-
-def merge_patch(target, patch):
-    # RFC 7386.
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    if not isinstance(target, dict):
-        target = {}
-    out = dict(target)
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 class Selector:
@@ -181,12 +324,18 @@ class Watch:
         self.inbox = []  # control actions, under State.cond
 
 
+def rfc3339(t):
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class State:
-    def __init__(self, window, bookmark_interval):
+    """The store, the event log and the fake's knobs; everything under `cond`."""
+
+    def __init__(self, window, bookmark_interval, pod_deletion="graceful", too_large_wait=3.0):
         self.cond = threading.Condition()
         self.rv = 100
-        self.objects = {k: {} for k in KINDS}  # kind -> {(ns, name): obj}
-        self.log = []  # (rv, kind, type, obj, old_obj)
+        self.objects = {r.key: {} for r in RESOURCES}  # key -> {(ns, name): obj}
+        self.log = []  # (rv, key, type, obj, old_obj)
         self.window = window
         self.floor = self.rv  # versions below this are gone
         self.watches = set()
@@ -197,68 +346,171 @@ class State:
         self.fail_code = 500
         self.requests = []
         self.snapshots = {}  # continue token -> (rv, items)
+        self.pod_deletion = pod_deletion
+        self.too_large_wait = too_large_wait
+        self.deadlines = {}  # (key, ns, name) -> time.time() at which a graceful delete ends
+        for n, name in enumerate(SEED_NAMESPACES):
+            # Present from the start, below every version a client can see.
+            self.objects["Namespace"][("", name)] = namespace_obj(name, str(n + 1))
 
     # All mutators hold self.cond.
     def _next_rv(self):
         self.rv += 1
         return str(self.rv)
 
-    def _record(self, kind, etype, obj, old):
-        self.log.append((self.rv, kind, etype, copy.deepcopy(obj), old))
+    def _record(self, key, etype, obj, old):
+        self.log.append((self.rv, key, etype, copy.deepcopy(obj), old))
         if len(self.log) > self.window:
             drop = len(self.log) - self.window
             self.floor = self.log[drop - 1][0]
             del self.log[:drop]
         self.cond.notify_all()
 
-    def put(self, obj, create_only=False, expect_rv=None):
-        """Create or replace. Returns (code, object or Status)."""
-        kind = obj.get("kind")
-        if kind not in KINDS:
-            return 400, status_obj(400, "BadRequest", "unknown kind %r" % kind)
+    def put(self, obj, create_only=False, expect_rv=None, api=False, dry_run=False):
+        """Create or replace `obj` (its kind and apiVersion pick the resource).
+        Returns (201 or 200, stored object); raises ApiError. With `api`, the
+        read-only deletion fields of a stored object are kept, and an update
+        that empties the finalizers of an object being deleted removes it."""
+        res = resource_for(obj.get("kind"), obj.get("apiVersion"))
+        if res is None:
+            raise bad_request("unknown kind %r (apiVersion %r)" % (obj.get("kind"), obj.get("apiVersion")))
         md = obj.setdefault("metadata", {})
+        if not isinstance(md, dict):
+            raise bad_request("metadata must be an object")
         name = md.get("name")
         if not name:
-            return 422, status_obj(422, "Invalid", "metadata.name: Required value")
-        plural, gv, namespaced = KINDS[kind]
-        ns = md.get("namespace", "default") if namespaced else ""
-        if namespaced:
+            raise invalid(res, "", "metadata.name", "FieldValueRequired",
+                          "Required value: name or generateName is required")
+        ns = md.get("namespace") or "default" if res.namespaced else ""
+        if res.namespaced:
             md["namespace"] = ns
         else:
             md.pop("namespace", None)
-        obj["apiVersion"] = gv
+        obj["apiVersion"] = res.gv
         key = (ns, name)
-        old = self.objects[kind].get(key)
+        old = self.objects[res.key].get(key)
         if old is not None and create_only:
-            return 409, status_obj(409, "AlreadyExists", '%s "%s" already exists' % (plural, name),
-                                   {"name": name, "kind": plural})
+            raise already_exists(res, name)
         if old is not None and expect_rv is not None and expect_rv != old["metadata"]["resourceVersion"]:
-            return 409, status_obj(
-                409, "Conflict",
-                'Operation cannot be fulfilled on %s "%s": the object has been modified; '
-                'please apply your changes to the latest version and try again' % (plural, name),
-                {"name": name, "kind": plural})
+            raise conflict(res, name)
         if old is not None:
             md["uid"] = old["metadata"]["uid"]
             md["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+            if api:
+                for f in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+                    md.pop(f, None)
+                    if f in old["metadata"]:
+                        md[f] = old["metadata"][f]
+        elif api:
+            # A create: the server's own identity and timestamps, never the client's.
+            if create_only and md.get("resourceVersion"):
+                raise bad_request("resourceVersion should not be set on objects to be created")
+            for f in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+                md.pop(f, None)
+            md["uid"] = str(uuid.uuid4())
+            md["creationTimestamp"] = now_rfc3339()
         else:
             md.setdefault("uid", str(uuid.uuid4()))
             md.setdefault("creationTimestamp", now_rfc3339())
+        if old is None and res.kind == "Namespace":
+            md.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+            obj.setdefault("status", {}).setdefault("phase", "Active")
+        if dry_run:
+            md["resourceVersion"] = old["metadata"]["resourceVersion"] if old else ""
+            return (200 if old is not None else 201), obj
+        if api and old is not None and md.get("deletionTimestamp") and not md.get("finalizers") \
+                and (res.key, ns, name) not in self.deadlines:
+            return 200, self.remove(res, ns, name, final=obj)
         md["resourceVersion"] = self._next_rv()
-        self.objects[kind][key] = obj
-        self._record(kind, "MODIFIED" if old is not None else "ADDED", obj, old)
+        self.objects[res.key][key] = obj
+        self._record(res.key, "MODIFIED" if old is not None else "ADDED", obj, old)
         return (200 if old is not None else 201), obj
 
-    def delete(self, kind, ns, name):
-        key = (ns if KINDS[kind][2] else "", name)
-        old = self.objects[kind].pop(key, None)
+    def remove(self, res, ns, name, final=None):
+        """Removes the object now (DELETED); `final` is its last state if given."""
+        key = (ns if res.namespaced else "", name)
+        old = self.objects[res.key].pop(key, None)
         if old is None:
-            return 404, status_obj(404, "NotFound", '%s "%s" not found' % (KINDS[kind][0], name),
-                                   {"name": name, "kind": KINDS[kind][0]})
-        obj = copy.deepcopy(old)
+            raise not_found(res, name)
+        self.deadlines.pop((res.key,) + key, None)
+        obj = copy.deepcopy(final if final is not None else old)
         obj["metadata"]["resourceVersion"] = self._next_rv()
-        self._record(kind, "DELETED", obj, old)
-        return 200, obj
+        self._record(res.key, "DELETED", obj, old)
+        if res.kind == "Namespace":
+            for r in RESOURCES:
+                if r.namespaced:
+                    for (ons, oname) in sorted(self.objects[r.key]):
+                        if ons == name:
+                            self.remove(r, ons, oname)
+        return obj
+
+    def delete(self, res, ns, name, grace=None, preconditions=None, dry_run=False):
+        """DELETE as kube-apiserver does it: preconditions, then graceful deletion
+        of bound pods and finalizers. Returns the object (removed or marked)."""
+        key = (ns if res.namespaced else "", name)
+        cur = self.objects[res.key].get(key)
+        if cur is None:
+            raise not_found(res, name)
+        md = cur["metadata"]
+        pre = preconditions or {}
+        if pre.get("uid") and pre["uid"] != md["uid"]:
+            raise conflict(res, name, "Precondition failed: UID in precondition: %s, UID in object meta: %s"
+                           % (pre["uid"], md["uid"]))
+        if pre.get("resourceVersion") and pre["resourceVersion"] != md["resourceVersion"]:
+            raise conflict(res, name, "Precondition failed: ResourceVersion in precondition: %s, "
+                           "ResourceVersion in object meta: %s" % (pre["resourceVersion"], md["resourceVersion"]))
+        if grace is None:
+            grace = 0
+            if res.key == "Pod" and self.pod_deletion == "graceful":
+                spec, status = cur.get("spec") or {}, cur.get("status") or {}
+                if spec.get("nodeName") and status.get("phase") not in ("Succeeded", "Failed"):
+                    grace = spec.get("terminationGracePeriodSeconds")
+                    grace = 30 if grace is None else int(grace)
+        if res.key != "Pod":
+            grace = 0
+        if dry_run:
+            return copy.deepcopy(cur)
+        finalizers = md.get("finalizers")
+        if grace <= 0 and not finalizers:
+            return self.remove(res, ns, name)
+        new = copy.deepcopy(cur)
+        nmd = new["metadata"]
+        if grace > 0:
+            end = time.time() + grace
+            if (res.key,) + key in self.deadlines and self.deadlines[(res.key,) + key] <= end:
+                return copy.deepcopy(cur)  # already ending sooner
+            self.deadlines[(res.key,) + key] = end
+            nmd["deletionTimestamp"] = rfc3339(end)
+            nmd["deletionGracePeriodSeconds"] = grace
+        else:
+            self.deadlines.pop((res.key,) + key, None)
+            nmd.setdefault("deletionTimestamp", now_rfc3339())
+            nmd["deletionGracePeriodSeconds"] = 0
+        nmd["resourceVersion"] = self._next_rv()
+        self.objects[res.key][key] = new
+        self._record(res.key, "MODIFIED", new, cur)
+        return copy.deepcopy(new)
+
+    def reap(self):
+        """Ends the graceful deletions whose time is up, as a kubelet would: the
+        pod goes, or stays with grace 0 until its finalizers are gone."""
+        now = time.time()
+        for dkey, end in sorted(self.deadlines.items(), key=lambda kv: kv[1]):
+            if end > now:
+                continue
+            res, ns, name = BY_KEY[dkey[0]], dkey[1], dkey[2]
+            del self.deadlines[dkey]
+            if (ns, name) in self.objects[res.key]:
+                self.delete(res, ns, name, grace=0)
+
+
+def namespace_obj(name, rv):
+    return {"kind": "Namespace", "apiVersion": "v1",
+            "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": rv,
+                         "creationTimestamp": now_rfc3339(),
+                         "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
 
 
 def watch_event(w, etype, obj, old):
@@ -284,8 +536,47 @@ def watch_event(w, etype, obj, old):
     return None
 
 
+
+
 class DropConnection(Exception):
     pass
+
+
+PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json",
+               "application/apply-patch+yaml", "application/strategic-merge-patch+json")
+
+
+def route(path):
+    """(resource, namespace, name, subresource) for an API path, or None."""
+    m = re.match(r"^(/api/[^/]+|/apis/[^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+)(?:/([^/]+))?)?$", path)
+    if m and (m.group(1), m.group(3)) in BY_PATH and BY_PATH[(m.group(1), m.group(3))].namespaced:
+        return BY_PATH[(m.group(1), m.group(3))], m.group(2), m.group(4), m.group(5)
+    m = re.match(r"^(/api/[^/]+|/apis/[^/]+/[^/]+)/([^/]+)(?:/([^/]+)(?:/([^/]+))?)?$", path)
+    if m and (m.group(1), m.group(2)) in BY_PATH:
+        res = BY_PATH[(m.group(1), m.group(2))]
+        if res.namespaced and m.group(3) is not None:
+            return None  # a namespaced resource has no cluster-scoped objects
+        return res, "", m.group(3), m.group(4)
+    return None
+
+
+def parse_body(raw, ctype="application/json"):
+    if not raw:
+        return None
+    text = raw.decode(errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        if ctype in ("application/apply-patch+yaml", "application/yaml"):
+            try:
+                import yaml  # noqa: PLC0415 (python3-yaml, only for YAML apply bodies)
+            except ImportError:
+                raise ApiError(415, "UnsupportedMediaType", "a YAML body needs python3-yaml in the fake")
+            try:
+                return yaml.safe_load(text)
+            except yaml.YAMLError as ye:
+                raise bad_request("error decoding YAML: %s" % ye)
+        raise bad_request("invalid JSON body: %s" % e)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -306,7 +597,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Audit-Id", str(uuid.uuid4()))
-        for k, v in (headers or {}).items():
+        for k, v in (headers.items() if isinstance(headers, dict) else headers or ()):
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(body)
@@ -315,6 +606,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send_json(code, status_obj(code, reason, message))
 
     def _body(self):
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            out = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n else b""
 
@@ -375,7 +676,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self._status(401, "Unauthorized", "Unauthorized")
             if fail:
                 return self._status(fail_code, "InternalError", "injected failure")
-            self._api(method, path, q, raw)
+            try:
+                self._api(method, path, q, raw)
+            except ApiError as e:
+                self._send_json(e.code, e.status)
         except DropConnection:
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
@@ -395,15 +699,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body, _ = self._json_body()
         body = body or {}
         with st.cond:
-            if what == "put":
-                code, obj = st.put(body)
-                return self._send_json(code, obj)
-            if what == "delete":
-                kind = body.get("kind", "")
-                if kind not in KINDS:
-                    return self._status(400, "BadRequest", "unknown kind")
-                code, obj = st.delete(kind, body.get("namespace", "default"), body.get("name", ""))
-                return self._send_json(code, obj)
+            try:
+                if what == "put":
+                    code, obj = st.put(body)
+                    return self._send_json(code, obj)
+                if what == "delete":
+                    res = resource_for(body.get("kind", ""), body.get("apiVersion"))
+                    if res is None:
+                        return self._status(400, "BadRequest", "unknown kind")
+                    ns = body.get("namespace", "default") if res.namespaced else ""
+                    return self._send_json(200, st.remove(res, ns, body.get("name", "")))
+            except ApiError as e:
+                return self._send_json(e.code, e.status)
+            if what == "pod_deletion":
+                if body.get("mode") not in ("graceful", "immediate"):
+                    return self._status(400, "BadRequest", "mode: graceful or immediate")
+                st.pod_deletion = body["mode"]
+                return self._send_json(200, {})
             if what in ("drop", "garbage", "bigframe", "bookmark"):
                 for w in st.watches:
                     w.inbox.append((what, body))
@@ -429,74 +741,71 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self._send_json(200, {})
         return self._status(404, "NotFound", "unknown control call " + what)
 
+    # ---- discovery ----
+    def _discovery(self, path):
+        """The discovery and OpenAPI documents, or None for another path."""
+        if path == "/version":
+            return {"major": "1", "minor": "32", "gitVersion": GIT_VERSION,
+                    "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+                    "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
+                    "platform": "linux/amd64"}
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": GROUP_VERSIONS[""],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:%d" % self.server.server_port}]}
+
+        def group(name):
+            versions = [{"groupVersion": "%s/%s" % (name, v), "version": v} for v in GROUP_VERSIONS[name]]
+            return {"name": name, "versions": versions, "preferredVersion": versions[0]}
+        if path == "/apis":
+            return {"kind": "APIGroupList", "apiVersion": "v1",
+                    "groups": [group(g) for g in GROUP_VERSIONS if g]}
+        m = re.match(r"^/apis/([^/]+)$", path)
+        if m and m.group(1) in GROUP_VERSIONS and m.group(1):
+            return dict(group(m.group(1)), kind="APIGroup", apiVersion="v1")
+        m = re.match(r"^/api/(v1)$|^/apis/([^/]+/[^/]+)$", path)
+        if m:
+            gv = m.group(1) or m.group(2)
+            resources = [d for r in RESOURCES if r.gv == gv for d in r.discovery()]
+            if gv == "v1":
+                resources.append({"name": "bindings", "singularName": "binding", "namespaced": True,
+                                  "kind": "Binding", "verbs": ["create"]})
+            if resources:
+                return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                        "resources": resources}
+        if path.startswith("/openapi/v3"):
+            docs = {}
+            for r in RESOURCES:
+                docs.setdefault(r.prefix[1:], []).append(r)
+            docs = {k: schema.gv_document(v, GIT_VERSION) for k, v in docs.items()}
+            if path == "/openapi/v3":
+                return schema.v3_index(docs)
+            return docs.get(path[len("/openapi/v3/"):])
+        return None
+
     # ---- API ----
     def _api(self, method, path, q, raw):
-        st = self.st
-        if path == "/version":
-            return self._send_json(200, {
-                "major": "1", "minor": "32", "gitVersion": "v1.32.0-fake",
-                "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
-                "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
-                "platform": "linux/amd64"})
-        if path == "/api":
-            return self._send_json(200, {
-                "kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [
-                    {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:%d" % self.server.server_port}]})
-        if path == "/apis":
-            gv = {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}
-            return self._send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-                {"name": "coordination.k8s.io", "versions": [gv], "preferredVersion": gv}]})
-        if path == "/apis/coordination.k8s.io":
-            gv = {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}
-            return self._send_json(200, {"kind": "APIGroup", "apiVersion": "v1", "name": "coordination.k8s.io",
-                                         "versions": [gv], "preferredVersion": gv})
-        if path == "/api/v1":
-            rw = ["create", "delete", "get", "list", "patch", "update", "watch"]
-            return self._send_json(200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-                {"name": "nodes", "singularName": "node", "namespaced": False, "kind": "Node",
-                 "verbs": rw, "shortNames": ["no"]},
-                {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod",
-                 "verbs": rw, "shortNames": ["po"], "categories": ["all"]},
-                {"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding",
-                 "verbs": ["create"]},
-                {"name": "bindings", "singularName": "binding", "namespaced": True, "kind": "Binding",
-                 "verbs": ["create"]},
-                {"name": "events", "singularName": "event", "namespaced": True, "kind": "Event",
-                 "verbs": rw, "shortNames": ["ev"]}]})
-        if path == "/apis/coordination.k8s.io/v1":
-            return self._send_json(200, {
-                "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "coordination.k8s.io/v1",
-                "resources": [{"name": "leases", "singularName": "lease", "namespaced": True,
-                               "kind": "Lease",
-                               "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}]})
+        if method == "GET":
+            doc = self._discovery(path)
+            if doc is not None:
+                return self._send_json(200, doc)
 
         m = re.match(r"^/api/v1/namespaces/([^/]+)/bindings$", path)
         if m and method == "POST":
             # The Binding resource (what client libraries post): the pod is
             # named by the body, as in POST pods/{name}/binding.
-            try:
-                body = json.loads(raw.decode() or "null")
-                pod_name = body["metadata"]["name"]
-            except (ValueError, KeyError, TypeError):
-                return self._status(422, "Invalid", "Binding.metadata.name: Required value")
-            return self._api(method, "/api/v1/namespaces/%s/pods/%s/binding" % (m.group(1), pod_name), q, raw)
-        m = re.match(r"^/api/v1/(nodes)(?:/([^/]+))?$", path) \
-            or re.match(r"^/api/v1/(pods|events)$", path)
-        ns, plural, name, sub = "", None, None, None
-        if m:
-            plural, name = m.group(1), (m.group(2) if m.lastindex >= 2 else None)
-        else:
-            m = re.match(r"^/(?:api/v1|apis/coordination\.k8s\.io/v1)/namespaces/([^/]+)/"
-                         r"(pods|events|leases)(?:/([^/]+)(?:/(binding|status))?)?$", path)
-            if not m:
-                return self._status(404, "NotFound", "the server could not find the requested resource")
-            ns, plural, name, sub = m.group(1), m.group(2), m.group(3), m.group(4)
-            is_lease_path = path.startswith("/apis/")
-            if (plural == "leases") != is_lease_path:
-                return self._status(404, "NotFound", "the server could not find the requested resource")
-        kind = PLURAL_TO_KIND[plural]
-        namespaced = KINDS[kind][2]
+            body = parse_body(raw)
+            pod_name = ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
+            if not pod_name:
+                raise invalid(BY_KEY["Pod"], "", "metadata.name", "FieldValueRequired", "Required value")
+            return self._binding(m.group(1), pod_name, body)
+
+        r = route(path)
+        if r is None:
+            raise no_route()
+        res, ns, name, sub = r
+        if sub is not None and sub not in res.subresources:
+            raise no_route()
 
         if method == "GET" and name is None:
             try:
@@ -505,115 +814,265 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 watch = parse_bool(q.get("watch", ""))
                 bookmarks = parse_bool(q.get("allowWatchBookmarks", ""))
             except ValueError as e:
-                return self._status(400, "BadRequest", str(e))
+                raise bad_request(str(e))
             if watch:
-                return self._watch(kind, ns, sel, fsel, bookmarks, q)
-            return self._list(kind, ns, sel, fsel, q)
+                return self._watch(res, ns, sel, fsel, bookmarks, q)
+            return self._list(res, ns, sel, fsel, q)
 
-        if method == "GET":
-            with st.cond:
-                obj = st.objects[kind].get((ns, name))
+        if method == "GET" and sub in (None, "status"):
+            with self.st.cond:
+                obj = self.st.objects[res.key].get((ns, name))
                 if obj is None:
-                    return self._status(404, "NotFound", '%s "%s" not found' % (plural, name))
+                    raise not_found(res, name)
                 return self._send_json(200, obj)
 
-        try:
-            body = json.loads(raw.decode() or "null") if raw else None
-        except ValueError as e:
-            return self._status(400, "BadRequest", "invalid JSON body: %s" % e)
-
+        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if raw and method in ("POST", "PUT") and ctype == "application/vnd.kubernetes.protobuf":
+            try:
+                raw = json.dumps(protobuf.decode(raw)).encode()
+            except (protobuf.Unsupported, UnicodeDecodeError) as e:
+                raise ApiError(415, "UnsupportedMediaType",
+                               "the fake apiserver decodes protobuf bodies only for a Namespace (%s); send "
+                               "application/json" % e)
+        elif raw and method in ("POST", "PUT") and ctype not in ("application/json", "application/yaml"):
+            raise ApiError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted media types include: "
+                           "application/json, application/yaml, application/vnd.kubernetes.protobuf")
         if method == "POST" and sub == "binding":
-            if not isinstance(body, dict) or (body.get("target") or {}).get("kind") != "Node" \
-                    or not (body.get("target") or {}).get("name"):
-                return self._status(422, "Invalid", "Binding.target: a Node name is required")
-            with st.cond:
-                pod = st.objects["Pod"].get((ns, name))
-                if pod is None:
-                    return self._status(404, "NotFound", 'pods "%s" not found' % name)
-                uid = (body.get("metadata") or {}).get("uid")
-                if uid and uid != pod["metadata"]["uid"]:
-                    return self._status(409, "Conflict", "Precondition failed: UID in precondition: %s, "
-                                        "UID in object meta: %s" % (uid, pod["metadata"]["uid"]))
-                if (pod.get("spec") or {}).get("nodeName"):
-                    return self._status(409, "Conflict", 'pod %s is already assigned to node "%s"'
-                                        % (name, pod["spec"]["nodeName"]))
-                new = copy.deepcopy(pod)
-                new.setdefault("spec", {})["nodeName"] = body["target"]["name"]
-                st.put(new)
-            return self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                         "status": "Success", "code": 201})
-
+            return self._binding(ns, name, parse_body(raw))
         if method == "POST" and name is None:
-            if not isinstance(body, dict):
-                return self._status(400, "BadRequest", "body must be an object")
-            body["kind"] = kind
-            md = body.setdefault("metadata", {})
-            if namespaced:
-                if md.get("namespace", ns) != ns:
-                    return self._status(400, "BadRequest", "the namespace of the object does not match the namespace on the request")
-                md["namespace"] = ns
-            if not md.get("name") and md.get("generateName"):
-                md["name"] = md["generateName"] + uuid.uuid4().hex[:5]
-            with st.cond:
-                code, obj = st.put(body, create_only=True)
-            return self._send_json(code, obj)
-
-        if method == "PUT" and name is not None and sub is None:
-            if not isinstance(body, dict):
-                return self._status(400, "BadRequest", "body must be an object")
-            body["kind"] = kind
-            md = body.setdefault("metadata", {})
-            if md.get("name") != name:
-                return self._status(400, "BadRequest", "the name of the object does not match the name on the URL")
-            if namespaced:
-                md["namespace"] = ns
-            with st.cond:
-                if (ns, name) not in st.objects[kind]:
-                    return self._status(404, "NotFound", '%s "%s" not found' % (plural, name))
-                code, obj = st.put(body, expect_rv=md.get("resourceVersion") or None)
-            return self._send_json(code, obj)
-
+            return self._create(res, ns, parse_body(raw, ctype), q)
+        if method == "PUT" and name is not None and sub in (None, "status"):
+            return self._update(res, ns, name, parse_body(raw, ctype), q)
         if method == "PATCH" and name is not None and sub in (None, "status"):
-            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-            if ctype not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
-                return self._status(415, "UnsupportedMediaType",
-                                    "the body of the request was in an unknown format - accepted media types "
-                                    "include: application/merge-patch+json, application/strategic-merge-patch+json")
-            if not isinstance(body, dict):
-                return self._status(400, "BadRequest", "patch must be an object")
-            with st.cond:
-                cur = st.objects[kind].get((ns, name))
-                if cur is None:
-                    return self._status(404, "NotFound", '%s "%s" not found' % (plural, name))
-                want_rv = (body.get("metadata") or {}).get("resourceVersion")
-                if want_rv and want_rv != cur["metadata"]["resourceVersion"]:
-                    return self._status(409, "Conflict", "the object has been modified")
-                new = merge_patch(cur, body)
-                new["metadata"]["name"], new["kind"] = name, kind
-                code, obj = st.put(new)
-            return self._send_json(200, obj)
-
+            return self._patch(res, ns, name, raw, q)
         if method == "DELETE" and name is not None and sub is None:
-            with st.cond:
-                code, obj = st.delete(kind, ns, name)
-            return self._send_json(code, obj)
+            return self._delete(res, ns, name, parse_body(raw), q)
+        raise method_not_allowed()
 
-        return self._status(405, "MethodNotAllowed", "method %s not allowed on %s" % (method, path))
+    def _dry_run(self, q):
+        v = q.get("dryRun")
+        if v not in (None, "", "All"):
+            raise bad_request('dryRun: Unsupported value: "%s": supported values: "All"' % v)
+        return v == "All"
 
-    def _list(self, kind, ns, sel, fsel, q):
+    def _validate_fields(self, res, obj, q):
+        """Server-side field validation; the Warning headers to send."""
+        mode = q.get("fieldValidation", "")
+        if mode not in ("", "Ignore", "Warn", "Strict"):
+            raise bad_request('fieldValidation: Unsupported value: "%s": supported values: "Ignore", '
+                              '"Warn", "Strict"' % mode)
+        if mode in ("", "Ignore") or not isinstance(obj, dict):
+            return []
+        unknown = ['unknown field "%s"' % p for p in schema.unknown_fields(res.model, obj)]
+        if unknown and mode == "Strict":
+            raise bad_request('%s in version "%s" cannot be handled as a %s: strict decoding error: %s'
+                              % (res.kind, res.version, res.kind, ", ".join(unknown)))
+        return [("Warning", '299 - %s' % json.dumps(u)) for u in unknown]
+
+    def _check_object(self, res, body):
+        """The body's metadata after checking that it is a `res` object."""
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be a %s object" % res.kind)
+        if body.get("kind") not in (None, "", res.kind):
+            raise bad_request('%s in version "%s" cannot be handled as a %s: the object kind is %s'
+                              % (res.kind, res.version, res.kind, body["kind"]))
+        if body.get("apiVersion") not in (None, "", res.gv):
+            raise bad_request("the API version in the data (%s) does not match the expected API version (%s)"
+                              % (body["apiVersion"], res.gv))
+        body["kind"], body["apiVersion"] = res.kind, res.gv
+        md = body.setdefault("metadata", {})
+        if not isinstance(md, dict):
+            raise bad_request("metadata must be an object")
+        return md
+
+    def _create(self, res, ns, body, q):
+        md = self._check_object(res, body)
+        if res.namespaced:
+            if md.get("namespace", ns) not in (ns, ""):
+                raise bad_request("the namespace of the provided object does not match the namespace sent "
+                                  "on the request")
+            md["namespace"] = ns
+        if not md.get("name") and md.get("generateName"):
+            md["name"] = md["generateName"] + uuid.uuid4().hex[:5]
+        if not md.get("name"):
+            raise invalid(res, "", "metadata.name", "FieldValueRequired",
+                          "Required value: name or generateName is required")
+        warnings = self._validate_fields(res, body, q)
+        dry = self._dry_run(q)
+        with self.st.cond:
+            code, obj = self.st.put(body, create_only=True, api=True, dry_run=dry)
+            obj = copy.deepcopy(obj)
+        self._send_json(code, obj, warnings)
+
+    def _update(self, res, ns, name, body, q):
+        md = self._check_object(res, body)
+        if md.get("name") != name:
+            raise bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                              % (md.get("name"), name))
+        if res.namespaced:
+            md["namespace"] = ns
+        warnings = self._validate_fields(res, body, q)
+        dry = self._dry_run(q)
+        with self.st.cond:
+            if (ns, name) not in self.st.objects[res.key]:
+                raise not_found(res, name)
+            code, obj = self.st.put(body, expect_rv=md.get("resourceVersion") or None, api=True, dry_run=dry)
+            obj = copy.deepcopy(obj)
+        self._send_json(200, obj, warnings)
+
+    def _patch(self, res, ns, name, raw, q):
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        if ctype not in PATCH_TYPES:
+            raise ApiError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted media types include: "
+                           + ", ".join(PATCH_TYPES))
+        body = parse_body(raw, ctype)
+        dry = self._dry_run(q)
+        apply = ctype == "application/apply-patch+yaml"
+        if apply:
+            if not q.get("fieldManager"):
+                raise bad_request("PATCH %s: fieldManager is required for apply requests" % self.path.split("?")[0])
+            md = self._check_object(res, body)
+            if md.get("name") not in (None, name):
+                raise bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                                  % (md.get("name"), name))
+            if res.namespaced and md.get("namespace") not in (None, "", ns):
+                raise bad_request("the namespace of the object (%s) does not match the namespace on the "
+                                  "URL (%s)" % (md.get("namespace"), ns))
+        with self.st.cond:
+            cur = self.st.objects[res.key].get((ns, name))
+            if cur is None and not apply:
+                raise not_found(res, name)
+            try:
+                if ctype == "application/json-patch+json":
+                    new = patches.json_patch(cur, body)
+                elif ctype == "application/merge-patch+json":
+                    if not isinstance(body, dict):
+                        raise patches.PatchError(400, "merge patch: the patch must be a JSON object")
+                    new = patches.merge_patch(cur, body)
+                elif apply:
+                    try:
+                        force = parse_bool(q.get("force", ""))
+                    except ValueError:
+                        raise bad_request("force: %r is not a boolean" % q.get("force"))
+                    new = patches.server_side_apply(cur, body, res.kind, q["fieldManager"], force, res.gv,
+                                                    now_rfc3339())
+                else:
+                    new = patches.apply_strategic(cur, body, res.kind)
+            except patches.PatchError as e:
+                if e.code == 422:
+                    raise ApiError(422, "Invalid", e.message, _details(res, name, res.kind))
+                raise bad_request(e.message)
+            except patches.ApplyConflict as e:
+                d = _details(res, name)
+                d["causes"] = [{"reason": "FieldManagerConflict", "message": 'conflict with "%s"' % m,
+                                "field": patches.path_text(p)} for m, p in e.conflicts]
+                raise ApiError(409, "Conflict", e.message, d)
+            if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+                raise bad_request("the patched object is not a %s" % res.kind)
+            want_rv = None
+            if cur is not None:
+                want_rv = new["metadata"].get("resourceVersion")
+                if want_rv == cur["metadata"]["resourceVersion"]:
+                    want_rv = None
+                if want_rv and (ctype == "application/json-patch+json" or
+                                (body.get("metadata") or {}).get("resourceVersion")):
+                    raise conflict(res, name)
+            new["metadata"]["name"], new["kind"], new["apiVersion"] = name, res.kind, res.gv
+            warnings = self._validate_fields(res, new, q)  # the patched object, as kube-apiserver does
+            if res.namespaced:
+                new["metadata"]["namespace"] = ns
+            code, obj = self.st.put(new, api=True, dry_run=dry)
+            obj = copy.deepcopy(obj)
+        self._send_json(code if cur is None else 200, obj, warnings)
+
+    def _delete(self, res, ns, name, body, q):
+        opts = body if isinstance(body, dict) else {}
+        grace = q.get("gracePeriodSeconds", opts.get("gracePeriodSeconds"))
+        try:
+            grace = None if grace in (None, "") else int(grace)
+        except (TypeError, ValueError):
+            raise bad_request("gracePeriodSeconds: %r is not an integer" % grace)
+        dry = self._dry_run(q) or opts.get("dryRun") == ["All"]
+        with self.st.cond:
+            obj = self.st.delete(res, ns, name, grace=grace, preconditions=opts.get("preconditions"),
+                                 dry_run=dry)
+            gone = (ns, name) not in self.st.objects[res.key]
+        if gone and res.kind not in ("Pod", "Namespace"):
+            # kube-apiserver returns the deleted object only for some resources
+            # (ReturnDeletedObject); the others answer with a Status.
+            d = _details(res, name)
+            d["uid"] = obj["metadata"]["uid"]
+            obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": d}
+        self._send_json(200, obj)
+
+    def _binding(self, ns, name, body):
+        pods = BY_KEY["Pod"]
+        target = (body.get("target") or {}) if isinstance(body, dict) else {}
+        if target.get("kind") not in (None, "", "Node") or not target.get("name"):
+            raise invalid(pods, name, "target.name", "FieldValueRequired", "Required value: a Node name")
+        with self.st.cond:
+            pod = self.st.objects["Pod"].get((ns, name))
+            if pod is None:
+                raise not_found(pods, name)
+            uid = (body.get("metadata") or {}).get("uid")
+            if uid and uid != pod["metadata"]["uid"]:
+                raise conflict(pods, name, "Precondition failed: UID in precondition: %s, UID in object meta: %s"
+                               % (uid, pod["metadata"]["uid"]))
+            if pod["metadata"].get("deletionTimestamp"):
+                raise conflict(pods, name, "pod %s is being deleted, cannot be assigned to a host" % name)
+            if (pod.get("spec") or {}).get("nodeName"):
+                raise conflict(pods, name, 'pod %s is already assigned to node "%s"'
+                               % (name, pod["spec"]["nodeName"]))
+            new = copy.deepcopy(pod)
+            new.setdefault("spec", {})["nodeName"] = target["name"]
+            ann = (body.get("metadata") or {}).get("annotations") or {}
+            if ann:
+                new["metadata"].setdefault("annotations", {}).update(ann)
+            conds = new.setdefault("status", {}).setdefault("conditions", [])
+            sched = next((c for c in conds if c.get("type") == "PodScheduled"), None)
+            if sched is None:
+                sched = {"type": "PodScheduled"}
+                conds.append(sched)
+            if sched.get("status") != "True":
+                sched.update({"status": "True", "lastProbeTime": None, "lastTransitionTime": now_rfc3339()})
+                sched.pop("reason", None)
+                sched.pop("message", None)
+            self.st.put(new, api=True)
+        self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                              "status": "Success", "code": 201})
+
+    def _wait_for_rv(self, rv):
+        """Blocks (holding st.cond) until the store reaches `rv` or too_large_wait
+        passes; raises the 504 Too large resource version error then."""
         st = self.st
-        plural, gv, _ = KINDS[kind]
+        end = time.monotonic() + st.too_large_wait
+        while st.rv < rv:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise too_large(rv, st.rv)
+            st.cond.wait(min(left, 0.2))
+
+    def _list(self, res, ns, sel, fsel, q):
+        st = self.st
         limit = int(q.get("limit") or 0)
         cont = q.get("continue") or ""
+        rv_text = q.get("resourceVersion") or ""
         with st.cond:
+            if rv_text not in ("", "0") and not cont:
+                try:
+                    self._wait_for_rv(int(rv_text))
+                except ValueError:
+                    raise bad_request("invalid resourceVersion %r" % rv_text)
             if cont:
                 snap = st.snapshots.get(cont)
                 if snap is None:
-                    return self._status(410, "Expired", "The provided continue parameter is too old")
+                    raise ApiError(410, "Expired", "The provided continue parameter is too old")
                 rv, items = snap
             else:
                 rv = str(st.rv)
-                items = [copy.deepcopy(o) for (ons, _), o in sorted(st.objects[kind].items())
+                items = [copy.deepcopy(o) for (ons, _), o in sorted(st.objects[res.key].items())
                          if (not ns or ons == ns) and sel.matches(o["metadata"].get("labels"))
                          and fsel.matches(o)]
             page, rest = (items[:limit], items[limit:]) if limit > 0 else (items, [])
@@ -627,7 +1086,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 meta["remainingItemCount"] = len(rest)
             if cont:
                 st.snapshots.pop(cont, None)
-        self._send_json(200, {"kind": kind + "List", "apiVersion": gv, "metadata": meta, "items": page})
+        self._send_json(200, {"kind": res.kind + "List", "apiVersion": res.gv, "metadata": meta, "items": page})
 
     # ---- watch ----
     def _chunk(self, data):
@@ -647,9 +1106,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _frame(self, etype, obj):
         self._chunk(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
 
-    def _watch(self, kind, ns, sel, fsel, bookmarks, q):
+    def _watch(self, res, ns, sel, fsel, bookmarks, q):
         st = self.st
-        plural, gv, _ = KINDS[kind]
+        kind, gv = res.key, res.gv
         rv_text = q.get("resourceVersion", "")
         timeout = float(q.get("timeoutSeconds") or 0) or None
         w = Watch(kind, ns, sel, fsel, bookmarks)
@@ -665,7 +1124,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 try:
                     pos_rv = int(rv_text)
                 except ValueError:
-                    return self._status(400, "BadRequest", "invalid resourceVersion %r" % rv_text)
+                    raise bad_request("invalid resourceVersion %r" % rv_text)
                 if pos_rv + 1 < st.floor:
                     gone = status_obj(410, "Expired", "too old resource version: %d (%d)"
                                       % (pos_rv, st.floor - 1))
@@ -673,6 +1132,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         return self._send_json(410, gone)
                     pending.append(("ERROR", gone))
                     pos_rv = None
+                else:
+                    # A version not reached yet: the watch cache waits a while
+                    # for it, then answers with an ERROR frame.
+                    try:
+                        self._wait_for_rv(pos_rv)
+                    except ApiError as e:
+                        pending.append(("ERROR", e.status))
+                        pos_rv = None
             if pos_rv is not None:
                 st.watches.add(w)
         self.send_response(200)
@@ -736,7 +1203,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         return
                 now = time.monotonic()
                 if bookmarks and (now >= next_bookmark or any(a == "bookmark" for a, _ in actions)):
-                    self._frame("BOOKMARK", {"kind": kind, "apiVersion": gv,
+                    self._frame("BOOKMARK", {"kind": res.kind, "apiVersion": gv,
                                              "metadata": {"resourceVersion": str(max(pos_rv, cur_rv))}})
                     next_bookmark = now + st.bookmark_interval
                 if deadline and now >= deadline:
@@ -779,13 +1246,15 @@ def main():
     ap.add_argument("--token", help="require this bearer token (or a client certificate)")
     ap.add_argument("--bookmark-interval", type=float, default=60.0)
     ap.add_argument("--window", type=int, default=100000, help="events retained for watch replay")
+    ap.add_argument("--pod-deletion", choices=("graceful", "immediate"), default="graceful",
+                    help="DELETE of a pod bound to a node: graceful (kube-apiserver's) or immediate")
+    ap.add_argument("--too-large-wait", type=float, default=3.0,
+                    help="seconds a watch or list from a future resourceVersion waits for it")
     ap.add_argument("--parent-pid", type=int, default=0,
                     help="exit once this process is no longer our parent (a test that crashed)")
     args = ap.parse_args()
 
     if args.parent_pid:
-        import os
-
         def watch_parent():
             while os.getppid() == args.parent_pid:
                 time.sleep(0.5)
@@ -793,7 +1262,7 @@ def main():
         threading.Thread(target=watch_parent, daemon=True).start()
 
     srv = Server((args.host, args.port), Handler)
-    srv.state = State(args.window, args.bookmark_interval)
+    srv.state = State(args.window, args.bookmark_interval, args.pod_deletion, args.too_large_wait)
     srv.token = args.token
     if args.tls_cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -802,11 +1271,17 @@ def main():
             ctx.load_verify_locations(args.client_ca)
             ctx.verify_mode = ssl.CERT_OPTIONAL
         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+
+    def reaper():
+        while True:
+            with srv.state.cond:
+                srv.state.reap()
+                srv.state.cond.wait(0.2)
+    threading.Thread(target=reaper, daemon=True).start()
     port = srv.server_address[1]
     if args.port_file:
         with open(args.port_file + ".tmp", "w") as f:
             f.write(str(port))
-        import os
         os.replace(args.port_file + ".tmp", args.port_file)
     print("PORT %d" % port, flush=True)
     try:

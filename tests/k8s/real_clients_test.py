@@ -20,6 +20,20 @@ import kubernetes  # noqa: E402  (python3-kubernetes, run under /usr/bin/python3
 from kubernetes import client, watch  # noqa: E402
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+POD_YAML = """apiVersion: v1
+kind: Pod
+metadata: {name: infer-0, namespace: default, labels: {app: infer}}
+spec:
+  schedulerName: duet
+  containers:
+  - name: server
+    image: registry.example/server:v1
+    resources:
+      limits: {nvidia.com/gpu: 2}
+"""
+SIDECAR_YAML = """  - name: sidecar
+    image: busybox
+"""
 
 
 class Base:
@@ -113,7 +127,93 @@ class Base:
             proc.stdout.close()
             proc.stderr.close()
 
+    def write(self, name, text):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_kubectl_create_apply_validate_against_openapi(self):
+        # No --validate=false: kubectl reads /openapi/v3, sees fieldValidation
+        # and leaves validation to the server.
+        pod = self.write("pod.yaml", POD_YAML)
+        self.assertIn("pod/infer-0 created", self.kubectl("create", "-f", pod))
+        posts = [r for r in self.fake.requests() if r["method"] == "POST"]
+        self.assertIn("fieldValidation=Strict", posts[-1]["path"])
+        self.assertIn("/openapi/v3", [r["path"].split("?")[0] for r in self.fake.requests()])
+        bad = self.write("bad.yaml", POD_YAML.replace("infer-0", "infer-1").replace("image:", "imagee:"))
+        r = subprocess.run(self.kubectl_args("create", "-f", bad), capture_output=True, text=True,
+                           env=dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp), timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('strict decoding error: unknown field "spec.containers[0].imagee"', r.stderr)
+
+        # Client-side apply: create, then a strategic merge patch with kubectl's directives.
+        two = self.write("two.yaml", POD_YAML.replace("infer-0", "infer-2") + SIDECAR_YAML)
+        self.assertIn("created", self.kubectl("apply", "-f", two))
+        self.write("two.yaml", POD_YAML.replace("infer-0", "infer-2").replace("server:v1", "server:v2")
+                   + SIDECAR_YAML)
+        self.assertIn("configured", self.kubectl("apply", "-f", two))
+        images = self.kubectl("get", "pod", "infer-2", "-o", "jsonpath={.spec.containers[*].image}")
+        self.assertEqual(images.split(), ["registry.example/server:v2", "busybox"])
+        patches = [r for r in self.fake.requests() if r["method"] == "PATCH"]
+        self.assertEqual(patches[-1]["content_type"], "application/strategic-merge-patch+json")
+        self.assertIn("$setElementOrder/containers", patches[-1]["body"])
+
+        # Server-side apply.
+        self.assertIn("serverside-applied", self.kubectl("apply", "--server-side", "-f", pod))
+        self.assertIn("kubectl", self.kubectl("get", "pod", "infer-0", "-o",
+                                              "jsonpath={.metadata.managedFields[*].manager}").split())
+
+    def test_kubectl_namespaces_events_leases_graceful_delete(self):
+        # kubectl's typed commands send protobuf; the fake decodes a Namespace.
+        self.assertIn("namespace/ml created", self.kubectl("create", "namespace", "ml"))
+        posts = [r for r in self.fake.requests() if r["method"] == "POST"]
+        self.assertEqual(posts[-1]["content_type"], "application/vnd.kubernetes.protobuf")
+        self.assertEqual(self.kubectl("get", "ns", "ml", "-o", "jsonpath={.status.phase}"), "Active")
+        ns = self.write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml2}\n")
+        self.assertIn("namespace/ml2 created", self.kubectl("create", "-f", ns))
+        self.assertIn('namespace "ml2" deleted', self.kubectl("delete", "-f", ns))
+        # Other typed commands get a clear 415 (tests/fakes/README.md).
+        r = subprocess.run(self.kubectl_args("create", "priorityclass", "p", "--value=1"), capture_output=True,
+                           text=True, env=dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp), timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(self.kubectl("get", "ns", "-o", "name").split(),
+                         ["namespace/default", "namespace/kube-node-lease", "namespace/kube-public",
+                          "namespace/kube-system", "namespace/ml"])
+        self.fake.put({"kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
+                       "metadata": {"name": "duet-bridge", "namespace": "ml"},
+                       "spec": {"holderIdentity": "duet-bridge-0"}})
+        self.fake.put({"kind": "Event", "apiVersion": "events.k8s.io/v1",
+                       "metadata": {"name": "e1", "namespace": "ml"}, "reason": "DuetRefused",
+                       "note": "no free GPU", "type": "Warning", "action": "Scheduling",
+                       "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "duet.dev/bridge",
+                       "reportingInstance": "b-0", "regarding": {"kind": "Pod", "name": "p", "namespace": "ml"}})
+        self.assertEqual(self.kubectl("get", "leases", "-A", "-o", "jsonpath={.items[*].spec.holderIdentity}"),
+                         "duet-bridge-0")
+        self.assertEqual(self.kubectl("get", "events.events.k8s.io", "-A", "-o", "jsonpath={.items[*].note}"),
+                         "no free GPU")
+        self.fake.put(fh.pod("bound-0", node_name="gpu-node-1"))
+        self.assertIn("deleted", self.kubectl("delete", "pod", "bound-0", "--wait=false"))
+        self.assertEqual(self.kubectl("get", "pod", "bound-0", "-o", "jsonpath={.metadata.deletionGracePeriodSeconds}"),
+                         "30")
+        self.kubectl("delete", "pod", "bound-0", "--grace-period=0", "--force")
+        r = subprocess.run(self.kubectl_args("get", "pod", "bound-0"), capture_output=True, text=True,
+                           env=dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp), timeout=30)
+        self.assertIn('pods "bound-0" not found', r.stderr)
+
     # ---- python3-kubernetes ----
+    def test_python_json_patch_and_future_watch(self):
+        v1 = client.CoreV1Api(self.api())
+        p = v1.patch_namespaced_pod("trainer-0", "default", [
+            {"op": "add", "path": "/metadata/annotations", "value": {"duet.dev/devices": "gpu:3"}}])
+        self.assertEqual(p.metadata.annotations["duet.dev/devices"], "gpu:3")
+        patches = [r for r in self.fake.requests() if r["method"] == "PATCH"]
+        self.assertEqual(patches[-1]["content_type"], "application/json-patch+json")
+        rv = int(v1.list_node().metadata.resource_version)
+        with self.assertRaises(kubernetes.client.exceptions.ApiException) as e:
+            v1.list_node(resource_version=str(rv + 10))
+        self.assertEqual(e.exception.status, 504)
+
     def test_python_list_node(self):
         v1 = client.CoreV1Api(self.api())
         nodes = v1.list_node()  # full deserialization of the golden shapes
