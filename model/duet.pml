@@ -11,6 +11,10 @@
  *   MAXSCANCEL      placeholders an admin cancels in Slurm (default 1)
  *   MAXBIND         bind attempts kube-scheduler makes per pod (default 2)
  *   BIND_HANDLERS   extender bind requests served at once (default 1)
+ *   RELIST          the pod watch may list again at any time (default 0)
+ *   NO_I1, NO_I2, NO_I3   leave that invariant's monitor out
+ *   I2_STRICT, I2C_AT_LIST   stricter readings of I2 that the code does not
+ *                   meet (model/README.md, "What the model found")
  * Mutations, each removing one safeguard the code has (model/README.md):
  *   BUG_NO_FENCE, BUG_EARLY_ANSWER, BUG_RELEASE_ON_TERMINATING,
  *   BUG_SYNC_NO_LIVENESS, BUG_STALE_NO_LIVENESS
@@ -441,6 +445,8 @@ inline watch_event(p) {
  * follows for it). */
 #define WATCH_EVENT(p) (EVENT_VIEW(p) != view[p] && !(kp[p] == P_GONE && view[p] == V_UNSEEN))
 
+#define SWEEP_DUE(p) (view[p] == V_UNSEEN && kp[p] == P_GONE && HELD(PH(p)) && !pend[p])
+
 proctype PodWatch() {
   byte p, ep;
   bit had;
@@ -466,6 +472,10 @@ end_idle:
        od;
        p = 0
      }
+  /* The periodic sweep on the current view: holdings of pods the view
+   * does not know are released (the grace keeps it from a pod that exists). */
+  :: atomic { up == SERVING && synced && SWEEP_DUE(0) -> pend[0] = 1 }
+  :: atomic { up == SERVING && synced && NP > 1 && SWEEP_DUE(NP - 1) -> pend[NP - 1] = 1 }
   :: atomic {
        up == SERVING && (pend[0] || pend[NP - 1]) ->
        ep = epoch;
@@ -494,6 +504,11 @@ end_idle:
           :: else
           fi;
           pend[p] = 0;
+          /* Released: a deleted pod is forgotten (Lookup: not seen). */
+          if
+          :: kp[p] == P_GONE -> view[p] = V_UNSEEN
+          :: else
+          fi;
           p = 0; ep = 0; had = 0
         }
      :: atomic { epoch != ep -> p = 0; ep = 0; had = 0 }
@@ -509,18 +524,36 @@ end_idle:
  * Repair); cancel placeholders of gone pods; import live jobs the ledger
  * lacks.
  * ======================================================================== */
+#ifdef I2C_AT_LIST
+/* I2's reconcile clause for pods known gone when the pass listed (stricter:
+ * see model/README.md, "What the model found"). */
+#define I2C_GONE(k) (gone_at_list & PH(k))
+#define SYNC_REST ep = 0; d = 0; k = 0; ok = 0; lsl[0] = 0; lsl[1] = 0; snap[0] = 0; snap[1] = 0; \
+                  gone_at_list = 0
+#else
+/* I2's reconcile clause for pods the pass knows are gone when it ends. */
+#define I2C_GONE(k) POD_GONE(k)
 #define SYNC_REST ep = 0; d = 0; k = 0; ok = 0; lsl[0] = 0; lsl[1] = 0; snap[0] = 0; snap[1] = 0
+#endif
 
 proctype Sync() {
   byte ep, d, k, lsl[ND], snap[ND];
   bit ok;
+#ifdef I2C_AT_LIST
+  byte gone_at_list;   /* PH bits of pods known gone when the pass listed */
+#endif
 end_idle:
   do
   :: d_step {
        up != DOWN ->
        ep = epoch;
        lsl[0] = sl[0]; lsl[1] = sl[1];
-       snap[0] = led[0]; snap[1] = led[1]
+       snap[0] = led[0]; snap[1] = led[1];
+#ifdef I2C_AT_LIST
+       gone_at_list = (POD_GONE(0) -> PH(0) : 0) | (POD_GONE(NP - 1) -> PH(NP - 1) : 0)
+#else
+       skip
+#endif
      };
      /* Then, in one step: release holdings granted before the list whose
       * Slurm job the list does not show (a lost placeholder of a pod not
@@ -608,7 +641,7 @@ end_idle:
           do
           :: k < NP ->
              if
-             :: POD_GONE(k) && binding[k] == 0 && !pend[k] &&
+             :: I2C_GONE(k) && binding[k] == 0 && !pend[k] &&
                 (SLURM_RUNS(PHID(k)) || HELD(PH(k))) -> i2c_bad = 1
              :: else
              fi;
@@ -711,10 +744,11 @@ end_watch:
 #endif
 
 /* I2 (model/README.md): (a) while the bridge is up, a running pod's device
- * is held in the ledger by the pod's group, and no other device is; (b) a
- * running pod has its placeholder on that device in Slurm, unless an admin
- * cancelled it and the repair has not happened yet; (c) a reconcile pass
- * leaves no placeholder (Slurm or ledger) of a pod it knew had ended. */
+ * is held in the ledger by the pod's group; (b) a running pod's device is
+ * covered in Slurm by its placeholder, or fenced by the ledger or journal;
+ * (c) a complete reconcile pass leaves no placeholder (Slurm or ledger) of a
+ * pod it knows has ended, unless its release is queued or a bind of it is in
+ * flight (i2c_bad, set by Sync). */
 #ifdef I2_STRICT
 /* Also: no other device is held for the pod, and Slurm lacks the
  * placeholder only after an admin cancelled it (model/README.md, "What the

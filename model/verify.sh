@@ -75,7 +75,7 @@ echo "$label: states stored ${stored:-?}, transitions ${transitions:-?}, depth $
      "memory ${memory:-?} MB, ${seconds} s, errors ${errors:-?}"
 
 incomplete=0
-if grep -qE 'Search not completed|reached -DMEMLIM bound|max search depth too small' pan.out; then
+if [[ "${errors:-1}" == 0 ]] && grep -qE 'Search not completed|reached -DMEMLIM bound|max search depth too small' pan.out; then
   incomplete=1
   grep -E 'Search not completed|MEMLIM|max search depth' pan.out >&2 || true
 fi
@@ -87,12 +87,12 @@ if [[ "${errors:-1}" != 0 && -f duet.pml.trail ]]; then
   violated=$(grep -oE '\(CheckI[0-9]:[0-9]+\)[^[]*\[assert' trail.out | head -1 | grep -oE 'I[0-9]' || true)
   if [[ -z "$violated" ]] && grep -q 'invalid end state' pan.out; then violated="end state"; fi
   echo "$label: counterexample violates ${violated:-?} after $(grep -oE '^ *[0-9]+:' trail.out | sort -u | wc -l) steps;" \
-       "the steps that change the protocol's state:"
+       "its last steps that change the protocol's state:"
   # The steps that touch Slurm, the ledger, the journal, pods, steps, the
   # bridge's state and the calls; bookkeeping of locals is left out.
   grep -E '^ *[0-9]+:[[:space:]]+proc' trail.out | grep -vE 'Check|:init:' |
-    grep -E '(sl|led|jrn|kp|prun|srun|view|pend|lost|jans)\[[^]]*\] = |up = |epoch = |[?!]' |
-    sed -E 's/ *\(state [0-9]+\)//; s/duet\.pml:[0-9]+ *//' | head -80 | sed 's/^/  /'
+    grep -E '[[](sl|led|jrn|kp|prun|srun|view|pend|lost|jans)\[[^]]*\] = |[[](up|epoch) = |(breq|hreq\[[a-z0-9]+\])[?!][a-z0-9]' |
+    sed -E "s/ *\(state [0-9]+\)//; s/duet\.pml:[0-9]+ *//" | tail -60 | sed "s/^/  /"
   grep -A40 '^#processes' trail.out | grep -E '^\s+[a-z_]+(\[[0-9]+\])? = ' | grep -v ' = 0$' |
     sed 's/^\s*/  final: /' || true
 fi
