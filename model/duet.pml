@@ -387,7 +387,8 @@ bind_idle:
      fi;
      /* Extender::Hold waits for durability (a reused holding: for every
       * change so far), then Bind POSTs the Binding; BUG_EARLY_ANSWER: no
-      * wait. A POST for a pod that is gone fails, and the bind rolls back. */
+      * wait. A POST for a pod that is gone fails, and the bind rolls back;
+      * one for a pod already bound (to the one node) succeeds. */
      if
      :: atomic {
 #ifdef BUG_EARLY_ANSWER
@@ -397,6 +398,10 @@ bind_idle:
 #endif
           if
           :: kp[p] == P_PENDING -> kp[p] = P_BOUND; granted = granted | (PH(p) & (led[0] | led[1])); BIND_REST; goto bind_idle
+          :: kp[p] != P_PENDING && kp[p] != P_GONE ->
+             /* 409, and GetPod shows it bound to this node (another
+              * attempt bound it): success, nothing rolled back. */
+             BIND_REST; goto bind_idle
           :: else
           fi
         }
