@@ -23,7 +23,7 @@ EventRecorder::EventRecorder(KubeClient* client, EventRecorderOptions options)
   {
     absl::MutexLock l(&mu_);
     tokens_ = std::max(1, options_.burst);
-    refilled_at_ = absl::Now();
+    refilled_at_ = options_.clock->Now();
   }
   thread_ = std::thread([this] { Run(); });
 }
@@ -31,7 +31,7 @@ EventRecorder::EventRecorder(KubeClient* client, EventRecorderOptions options)
 EventRecorder::~EventRecorder() { Stop(); }
 
 void EventRecorder::Record(const EventSpec& event) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   absl::MutexLock l(&mu_);
   ++stats_.recorded;
   if (stopping_ || options_.events_per_minute <= 0) {
@@ -98,16 +98,16 @@ void EventRecorder::Run() {
       if (stopping_) return;
       // Wait for a token (or Stop).
       while (true) {
-        Refill(absl::Now());
+        Refill(options_.clock->Now());
         if (tokens_ >= 1) break;
         const absl::Duration wait = absl::Seconds((1 - tokens_) / per_second);
-        if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait)) return;
+        if (options_.clock->AwaitWithTimeout(&mu_, absl::Condition(&stopping_), wait)) return;
       }
       tokens_ -= 1;
       event = std::move(queue_.front());
       queue_.pop_front();
     }
-    absl::Status s = PostEvent(*client_, event, absl::Now());
+    absl::Status s = PostEvent(*client_, event, options_.clock->Now());
     absl::MutexLock l(&mu_);
     if (s.ok()) {
       ++stats_.posted;

@@ -32,6 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "bridge/common/clock.h"
 #include "k8s_adapter/kube_api.h"
 #include "k8s_adapter/kube_client.h"
 
@@ -48,6 +49,8 @@ struct EventRecorderOptions {
   size_t queue_capacity = 256;
   // Reporting instance written into each event (the bridge's pod name).
   std::string instance;
+  // Times the bucket and the dedupe window, and stamps the events.
+  const Clock* clock = Clock::Real();
 };
 
 struct EventRecorderStats {

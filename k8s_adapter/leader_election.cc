@@ -43,19 +43,19 @@ std::string LeaderElector::observed_holder() const {
 
 bool LeaderElector::Sleep(absl::Duration d) {
   absl::MutexLock l(&mu_);
-  mu_.AwaitWithTimeout(absl::Condition(&stopping_), d);
+  options_.clock->AwaitWithTimeout(&mu_, absl::Condition(&stopping_), d);
   return !stopping_;
 }
 
 void LeaderElector::Run() {
-  absl::Time last_renew = absl::Now();
+  absl::Time last_renew = options_.clock->Now();
   while (true) {
     absl::Status s = TryAcquireOrRenew();
     {
       absl::MutexLock l(&mu_);
       if (stopping_) break;
     }
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     if (s.ok()) {
       last_renew = now;
       if (!leader_.exchange(true)) {
@@ -80,7 +80,7 @@ void LeaderElector::Run() {
 }
 
 absl::Status LeaderElector::TryAcquireOrRenew() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   const std::string now_text = FormatMicroTime(now);
   const int64_t duration_s = std::max<int64_t>(1, absl::ToInt64Seconds(options_.lease_duration));
   absl::StatusOr<std::string> got = client_->Get(Path(true));
@@ -151,7 +151,7 @@ void LeaderElector::Release() {
     // free at once.
     lease["spec"]["holderIdentity"] = "";
     lease["spec"]["leaseDurationSeconds"] = 1;
-    lease["spec"]["renewTime"] = FormatMicroTime(absl::Now());
+    lease["spec"]["renewTime"] = FormatMicroTime(options_.clock->Now());
   } catch (const nlohmann::json::exception&) {
     return;
   }

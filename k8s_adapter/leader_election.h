@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "bridge/common/clock.h"
 #include "k8s_adapter/kube_client.h"
 
 namespace duet {
@@ -33,6 +34,8 @@ struct LeaderElectionOptions {
   absl::Duration retry_period = absl::Seconds(2);
   // On Stop, a leader gives the lease up so a standby takes over at once.
   bool release_on_stop = true;
+  // Times the retries and the lease's expiry, and stamps renewTime.
+  const Clock* clock = Clock::Real();
 };
 
 // Thread-safe. Callbacks run on the elector's thread, one at a time.

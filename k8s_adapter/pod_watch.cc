@@ -167,19 +167,20 @@ void PodWatch::Forget(const std::string& uid, PodReleaseReason reason) {
 // ---- worker ----
 
 void PodWatch::Run() {
-  absl::Time next_periodic = absl::Now() + options_.sweep_period;
+  const Clock* const clock = options_.clock;
+  absl::Time next_periodic = clock->Now() + options_.sweep_period;
   while (true) {
     bool sweep = false, pending = false;
     {
       absl::MutexLock l(&mu_);
-      mu_.AwaitWithDeadline(absl::Condition(this, &PodWatch::HasWork), next_periodic);
+      clock->AwaitWithDeadline(&mu_, absl::Condition(this, &PodWatch::HasWork), next_periodic);
       if (stopping_) return;
       sweep = sweep_requested_;
       pending = pending_requested_;
       sweep_requested_ = pending_requested_ = false;
     }
-    const bool periodic = absl::Now() >= next_periodic;
-    if (periodic) next_periodic = absl::Now() + options_.sweep_period;
+    const bool periodic = clock->Now() >= next_periodic;
+    if (periodic) next_periodic = clock->Now() + options_.sweep_period;
     if (pending || periodic) ReleasePending();
     if (sweep) {
       // Right after a complete list the view is current.

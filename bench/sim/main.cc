@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -23,8 +24,10 @@ namespace duet::sim {
 namespace {
 
 struct Flags {
-  std::string nodes = DUET_TRACE_DIR "/openb_node_list_gpu_node.csv";
-  std::string pods = DUET_TRACE_DIR "/openb_pod_list_default.csv";
+  // Where the full trace is; --nodes and --pods default to its files.
+  std::string trace_dir = DUET_TRACE_DIR;
+  std::string nodes;
+  std::string pods;
   uint64_t seed = 42;
   int runs = 1;
   double max_arrival = 1.3;
@@ -34,12 +37,11 @@ struct Flags {
   std::string out = "sim-out";
   double coverage = 0.95;
   bool quick = false;
+  // Keep every n-th node of the node list (--quick: 12).
+  size_t node_stride = 1;
   bool plot = true;
   int jobs = 1;
 };
-
-// Exit code ctest reads as "skipped" (the trace is not present).
-constexpr int kSkip = 77;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -85,10 +87,10 @@ int Run(const Flags& flags) {
     return 2;
   }
 
-  absl::StatusOr<Trace> trace = LoadTrace(flags.nodes, flags.pods, flags.quick ? 12 : 1);
+  absl::StatusOr<Trace> trace = LoadTrace(flags.nodes, flags.pods, flags.node_stride);
   if (!trace.ok()) {
     std::cerr << trace.status().message() << "\n";
-    return flags.quick && absl::IsNotFound(trace.status()) ? kSkip : 1;
+    return 1;
   }
   std::vector<placement::PodRequest> requests;
   for (const TracePod& p : trace->pods) requests.push_back(p.request);
@@ -256,8 +258,9 @@ int Run(const Flags& flags) {
 int main(int argc, char** argv) {
   duet::sim::Flags flags;
   CLI::App app{"duet-sim: replay a GPU trace through duet's ledger and placement policies"};
-  app.add_option("--nodes", flags.nodes, "node list CSV")->capture_default_str();
-  app.add_option("--pods", flags.pods, "pod list CSV")->capture_default_str();
+  app.add_option("--trace-dir", flags.trace_dir, "the full trace's folder")->capture_default_str();
+  app.add_option("--nodes", flags.nodes, "node list CSV (default: in --trace-dir)");
+  app.add_option("--pods", flags.pods, "pod list CSV (default: in --trace-dir)");
   app.add_option("--seed", flags.seed, "first shuffle seed")->capture_default_str();
   app.add_option("--runs", flags.runs, "seeds seed..seed+runs-1; results are medians")
       ->capture_default_str();
@@ -274,13 +277,30 @@ int main(int argc, char** argv) {
   app.add_option("--coverage", flags.coverage, "workload shapes cover this share of pods")
       ->capture_default_str();
   app.add_option("--jobs", flags.jobs, "replays run in parallel")->capture_default_str();
-  app.add_flag("--quick", flags.quick, "CI size: every 12th node, one seed");
+  app.add_flag("--quick", flags.quick,
+               "CI size: every 12th node, one seed; without the full trace, the excerpt in "
+               "bench/sim/testdata");
   app.add_flag("!--no-plot", flags.plot, "skip running gnuplot");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (flags.quick) flags.runs = 1;
+  const bool trace_files = flags.nodes.empty() && flags.pods.empty();
+  if (flags.nodes.empty()) flags.nodes = flags.trace_dir + "/openb_node_list_gpu_node.csv";
+  if (flags.pods.empty()) flags.pods = flags.trace_dir + "/openb_pod_list_default.csv";
+  if (flags.quick) {
+    flags.runs = 1;
+    flags.node_stride = 12;
+    // A fresh clone has no full trace: the excerpt shipped in the repository
+    // is already the quick cluster (every 12th node), taken whole.
+    if (trace_files && !std::filesystem::exists(flags.nodes)) {
+      std::cout << "no trace at " << flags.nodes << "; replaying the excerpt in "
+                << DUET_SIM_TESTDATA << "\n";
+      flags.nodes = DUET_SIM_TESTDATA "/openb_node_list_gpu_node.csv";
+      flags.pods = DUET_SIM_TESTDATA "/openb_pod_list_default.csv";
+      flags.node_stride = 1;
+    }
+  }
   return duet::sim::Run(flags);
 }

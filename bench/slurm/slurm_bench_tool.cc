@@ -36,7 +36,7 @@
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/slurm_sync.h"
 #include "slurm_plugin/bridge_client.h"
-#include "tests/slurm/test_ledger_server.h"
+#include "tests/fakes/ledger_server.h"
 
 namespace duet {
 namespace {
@@ -190,7 +190,7 @@ int Serve(const std::string& socket, int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (!ledger.UpsertNode(GpuNode(argv[i], 8)).ok()) return 1;
   }
-  testing::TestLedgerServer server(&ledger, "unix://" + socket);
+  fakes::LedgerServer server(&ledger, "unix://" + socket);
   if (!server.ok()) return 1;
   sigset_t set;
   sigemptyset(&set);

@@ -140,18 +140,26 @@ SlurmSync::~SlurmSync() { Stop(); }
 
 void SlurmSync::Start() {
   if (thread_.joinable()) return;
-  stop_ = std::make_unique<absl::Notification>();
+  {
+    absl::MutexLock l(&stop_mu_);
+    stopping_ = false;
+  }
   thread_ = std::thread([this] {
-    do {
+    while (true) {
       absl::Status s = RunOnce();
       if (!s.ok()) spdlog::warn("slurm sync: {}", s.ToString());
-    } while (!stop_->WaitForNotificationWithTimeout(options_.period));
+      absl::MutexLock l(&stop_mu_);
+      if (clock_->AwaitWithTimeout(&stop_mu_, absl::Condition(&stopping_), options_.period)) return;
+    }
   });
 }
 
 void SlurmSync::Stop() {
   if (!thread_.joinable()) return;
-  stop_->Notify();
+  {
+    absl::MutexLock l(&stop_mu_);
+    stopping_ = true;
+  }
   thread_.join();
 }
 

@@ -60,7 +60,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "bridge/common/clock.h"
 #include "bridge/ledger/ledger.h"
@@ -230,7 +229,8 @@ class SlurmSync {
   SlurmSync(const SlurmSync&) = delete;
   SlurmSync& operator=(const SlurmSync&) = delete;
 
-  // Runs passes every `period` on a thread until Stop(). Idempotent.
+  // Runs passes every `period` (by the clock) on a thread until Stop().
+  // Idempotent.
   void Start();
   void Stop();
 
@@ -304,7 +304,9 @@ class SlurmSync {
   mutable absl::Mutex stats_mu_;
   SlurmSyncStats stats_ ABSL_GUARDED_BY(stats_mu_);
 
-  std::unique_ptr<absl::Notification> stop_;
+  // Ends the wait between passes (on clock_) at Stop.
+  absl::Mutex stop_mu_;
+  bool stopping_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread thread_;
 };
 

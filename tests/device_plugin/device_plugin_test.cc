@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -24,6 +25,7 @@
 #include "k8s/deviceplugin/v1beta1/deviceplugin.grpc.pb.h"
 #include "k8s/podresources/v1/podresources.grpc.pb.h"
 #include "k8s_adapter/device_plugin/node_plugin.h"
+#include "tests/fakes/wait.h"
 #include "tests/k8s/fake_server.h"
 
 namespace duet {
@@ -47,6 +49,16 @@ constexpr char kInventory[] = R"(nodes:
 )";
 
 // kubelet's side: Registration and PodResources.
+// The value of the unlabelled series `name` in Prometheus text; -1 if absent.
+double Metric(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
 class TestKubelet {
  public:
   explicit TestKubelet(std::string plugin_dir, std::string pod_resources_socket)
@@ -102,6 +114,11 @@ class TestKubelet {
     absl::MutexLock lock(&pod_resources_.mu);
     pod_resources_.response = r;
   }
+  // PodResources List calls answered so far.
+  int pod_resource_lists() {
+    absl::MutexLock lock(&pod_resources_.mu);
+    return pod_resources_.lists;
+  }
   // kubelet's allocatable devices per resource (every plugin's, as
   // GetAllocatableResources answers).
   void SetAllocatable(const std::string& resource, std::vector<std::string> ids) {
@@ -132,6 +149,7 @@ class TestKubelet {
                       ::v1::ListPodResourcesResponse* resp) override {
       absl::MutexLock lock(&mu);
       *resp = response;
+      ++lists;
       return grpc::Status::OK;
     }
     grpc::Status GetAllocatableResources(grpc::ServerContext*,
@@ -143,6 +161,7 @@ class TestKubelet {
     }
     absl::Mutex mu;
     ::v1::ListPodResourcesResponse response ABSL_GUARDED_BY(mu);
+    int lists ABSL_GUARDED_BY(mu) = 0;
     ::v1::AllocatableResourcesResponse allocatable ABSL_GUARDED_BY(mu);
   };
 
@@ -392,7 +411,10 @@ TEST_F(DevicePluginTest, SlurmTakingDevicesTurnsFreeSlotsUnhealthy) {
   dev->add_device_ids("gpu-slot-2");
   dev->add_device_ids("gpu-slot-3");
   kubelet_->SetPodResources(pr);
-  absl::SleepFor(absl::Milliseconds(300));  // a PodResources refresh or two
+  // Two more reads: the first one after the change has been applied.
+  const int lists = kubelet_->pod_resource_lists();
+  ASSERT_TRUE(fakes::WaitFor([&] { return kubelet_->pod_resource_lists() >= lists + 2; },
+                             fakes::kWaitTimeout, "two PodResources refreshes"));
 
   auto stub = Plugin("duet-gpu.sock");
   grpc::ClientContext ctx;
@@ -485,9 +507,13 @@ TEST_F(DevicePluginTest, InitContainerSlotsPassedOnGetTheSameDevices) {
             grpc::StatusCode::FAILED_PRECONDITION);
   // Once the pod's placeholder is gone, its slot means nothing any more.
   ASSERT_TRUE(bridge_->ledger()->Release("gke-a", Owner::Placeholder(3, "with-init")).ok());
-  absl::SleepFor(absl::Milliseconds(200));  // the watch delivers the release
-  EXPECT_EQ(Allocate(stub.get(), {"gpu-slot-1"}, &other).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  // Refused as soon as the watch has delivered the release.
+  EXPECT_TRUE(fakes::WaitFor(
+      [&] {
+        return Allocate(stub.get(), {"gpu-slot-1"}, &other).error_code() ==
+               grpc::StatusCode::FAILED_PRECONDITION;
+      },
+      fakes::kWaitTimeout, "Allocate of the released pod's slot to be refused"));
 }
 
 TEST_F(DevicePluginTest, TpuNodeGetsChipsAndTpuVariables) {
@@ -612,7 +638,10 @@ TEST_F(DevicePluginTest, TalksToABridgeThatRequiresClientCertificates) {
   // Without a client certificate the bridge refuses: no node, no plugin.
   auto refused = NodePlugin::Start(o, nullptr);
   ASSERT_TRUE(refused.ok()) << refused.status();
-  absl::SleepFor(absl::Milliseconds(500));
+  // Its watch of the bridge was tried and ended.
+  ASSERT_TRUE(fakes::WaitFor(
+      [&] { return Metric((*refused)->RenderMetrics(), "duet_node_bridge_watch_restarts_total") >= 1; },
+      fakes::kWaitTimeout, "the refused watch to end"));
   EXPECT_FALSE((*refused)->have_node());
   EXPECT_TRUE(kubelet_->registrations().empty());
   refused->reset();

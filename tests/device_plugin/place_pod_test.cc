@@ -14,44 +14,13 @@
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "proto/duet/v1/error_reason.h"
+#include "tests/fakes/fake_slurm.h"
+#include "tests/fakes/ledger_server.h"
 
 namespace duet {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Answers AllocatePlaceholder from a script; records what it was asked.
-class ScriptedSlurm final : public SlurmClient {
- public:
-  absl::Status Ping() override { return absl::OkStatus(); }
-  absl::StatusOr<std::vector<SlurmNodeInfo>> ListNodes() override {
-    return std::vector<SlurmNodeInfo>();
-  }
-  absl::StatusOr<std::optional<SlurmNodeInfo>> GetNode(const std::string&) override {
-    return std::optional<SlurmNodeInfo>();
-  }
-  absl::Status CreateNode(const SlurmNodeConfig&) override { return absl::OkStatus(); }
-  absl::Status UpdateNode(const SlurmNodeUpdate&) override { return absl::OkStatus(); }
-  absl::Status DeleteNode(const std::string&) override { return absl::OkStatus(); }
-  absl::StatusOr<SlurmAllocation> AllocatePlaceholder(const SlurmAllocRequest& r) override {
-    asked.push_back(r);
-    return next;
-  }
-  absl::Status KillJob(uint32_t job) override {
-    killed.push_back(job);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() override {
-    return std::vector<SlurmJobInfo>();
-  }
-  absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t) override {
-    return std::optional<SlurmJobInfo>();
-  }
-
-  absl::StatusOr<SlurmAllocation> next = absl::UnavailableError("not scripted");
-  std::vector<SlurmAllocRequest> asked;
-  std::vector<uint32_t> killed;
-};
 
 class PlacePodTest : public ::testing::Test {
  protected:
@@ -65,6 +34,7 @@ class PlacePodTest : public ::testing::Test {
       n.devices.push_back(d);
     }
     ASSERT_TRUE(ledger_.UpsertNode(n).ok());
+    slurm_.set_allocation(absl::UnavailableError("not scripted"));
     if (with_slurm) placeholders_.emplace(&ledger_, &slurm_);
     LedgerService::Options o;
     o.placeholders = with_slurm ? &*placeholders_ : nullptr;
@@ -72,19 +42,12 @@ class PlacePodTest : public ::testing::Test {
     o.pod_holds.on_placeholder = [this](const std::string& node, const placement::NodeLoad& l) {
       told_.emplace_back(node, l);
     };
-    service_ = std::make_unique<LedgerService>(&ledger_, durability_.get(), &hub_, nullptr, o);
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(service_.get());
-    server_ = b.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    stub_ = v1::Ledger::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                    grpc::InsecureChannelCredentials()));
+    server_ = std::make_unique<fakes::LedgerServer>(&ledger_, "127.0.0.1:0", o);
+    ASSERT_TRUE(server_->ok());
+    stub_ = v1::Ledger::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
   }
-  void TearDown() override {
-    if (server_) server_->Shutdown();
-  }
+  void TearDown() override { server_.reset(); }
 
   grpc::Status Place(uint32_t gpus, uint32_t tpus, v1::Holding* out,
                      const std::string& uid = "u1") {
@@ -104,12 +67,10 @@ class PlacePodTest : public ::testing::Test {
   Ledger ledger_;
   placement::NodeLoad load_;  // what the node's Slurm jobs hold (SlurmNodeLoads)
   std::vector<std::pair<std::string, placement::NodeLoad>> told_;  // placeholders' loads
-  ScriptedSlurm slurm_;
+  // Answers AllocatePlaceholder from a script; records what it was asked.
+  fakes::FakeSlurmClient slurm_;
   std::optional<Placeholders> placeholders_;
-  std::unique_ptr<Durability> durability_ = NewImmediateDurability();
-  WatchHub hub_;
-  std::unique_ptr<LedgerService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<fakes::LedgerServer> server_;
   std::unique_ptr<v1::Ledger::Stub> stub_;
 };
 
@@ -119,7 +80,7 @@ TEST_F(PlacePodTest, WithSlurmRecordsTheDevicesSlurmChose) {
   a.job_id = 314;
   a.devices.node = "gke-a";
   a.devices.gpus = {1, 2};
-  slurm_.next = a;
+  slurm_.set_allocation(a);
   v1::Holding h;
   grpc::Status st = Place(2, 0, &h);
   ASSERT_TRUE(st.ok()) << st.error_message();
@@ -128,16 +89,16 @@ TEST_F(PlacePodTest, WithSlurmRecordsTheDevicesSlurmChose) {
   ASSERT_EQ(h.devices_size(), 2);
   EXPECT_EQ(h.devices(0).index(), 1u);
   EXPECT_EQ(h.devices(1).index(), 2u);
-  ASSERT_EQ(slurm_.asked.size(), 1u);
-  EXPECT_EQ(slurm_.asked[0].gpus, 2u);
-  EXPECT_EQ(slurm_.asked[0].cpus, 2u);
-  EXPECT_EQ(slurm_.asked[0].memory_mib, 4096u);
-  EXPECT_EQ(slurm_.asked[0].node, "gke-a");
+  ASSERT_EQ(slurm_.asked().size(), 1u);
+  EXPECT_EQ(slurm_.asked()[0].gpus, 2u);
+  EXPECT_EQ(slurm_.asked()[0].cpus, 2u);
+  EXPECT_EQ(slurm_.asked()[0].memory_mib, 4096u);
+  EXPECT_EQ(slurm_.asked()[0].node, "gke-a");
   // Asked again (a retried Allocate): the same holding, no second job.
   v1::Holding again;
   ASSERT_TRUE(Place(2, 0, &again).ok());
   EXPECT_EQ(again.owner().placeholder().job_id(), 314u);
-  EXPECT_EQ(slurm_.asked.size(), 1u);
+  EXPECT_EQ(slurm_.asked().size(), 1u);
 }
 
 // What broke: PlacePod made placeholders the per-node CPU/memory loads never
@@ -149,7 +110,7 @@ TEST_F(PlacePodTest, WithSlurmTellsTheNodeLoadsAndCountsThemFirst) {
   a.job_id = 315;
   a.devices.node = "gke-a";
   a.devices.gpus = {0};
-  slurm_.next = a;
+  slurm_.set_allocation(a);
   v1::Holding h;
   grpc::Status st = Place(1, 0, &h);
   ASSERT_TRUE(st.ok()) << st.error_message();
@@ -165,12 +126,12 @@ TEST_F(PlacePodTest, WithSlurmTellsTheNodeLoadsAndCountsThemFirst) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(v1::ReasonOf(st), v1::reason::kNoRoom);
   EXPECT_THAT(st.error_message(), HasSubstr("pod ml/rogue on gke-a: "));
-  EXPECT_EQ(slurm_.asked.size(), 1u);
+  EXPECT_EQ(slurm_.asked().size(), 1u);
 }
 
 TEST_F(PlacePodTest, WithSlurmNoRoomIsResourceExhaustedAndRecordsNothing) {
   Start(true);
-  slurm_.next = absl::ResourceExhaustedError("Requested node configuration is not available");
+  slurm_.set_allocation(absl::ResourceExhaustedError("Requested node configuration is not available"));
   v1::Holding h;
   grpc::Status st = Place(2, 0, &h);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);

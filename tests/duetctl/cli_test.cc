@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/duetctl/fake_bridge.h"
+#include "tests/fakes/wait.h"
 
 extern char** environ;
 
@@ -354,8 +355,8 @@ TEST_F(CliTest, BinaryWatchRedrawsAfterAHoldAndStopsOnCtrlC) {
   std::string out;
   ASSERT_TRUE(ReadUntil(c.out, kTable, absl::Seconds(20), &out)) << out;
   // Wait for the stream itself, so the hold below arrives as an update.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (bridge_.open_watches() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(fakes::WaitFor([&] { return bridge_.open_watches() != 0; }, fakes::kWaitTimeout,
+                             "the watch stream"));
   ASSERT_EQ(bridge_.open_watches(), 1);
 
   ASSERT_TRUE(bridge_.ledger().Hold(HoldDevices("gke-a", Owner::SlurmJob(20), {3})).ok());
@@ -383,8 +384,8 @@ TEST_F(CliTest, BinaryWatchEndsWhenTheServerEndsTheStream) {
   std::string out;
   ASSERT_TRUE(ReadUntil(c.out, "\n", absl::Seconds(20), &out)) << out;
   EXPECT_EQ(nlohmann::json::parse(out)["summary"]["nodes"], 2);  // one document per line
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (bridge_.open_watches() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(fakes::WaitFor([&] { return bridge_.open_watches() != 0; }, fakes::kWaitTimeout,
+                             "the watch stream"));
   bridge_.EndWatches();
   std::string err;
   ReadUntil(c.err, std::string(1, '\0'), absl::Seconds(20), &err);
@@ -408,13 +409,18 @@ TEST_F(CliTest, BinaryCtrlCOutsideAWatchStopsAtOnce) {
   Child c = Spawn({"--server", absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), "--timeout",
                    "60s", "nodes"},
                   {});
-  absl::SleepFor(absl::Milliseconds(500));
+  // Its call is in flight once it has connected.
+  pollfd incoming = {s, POLLIN, 0};
+  ASSERT_EQ(poll(&incoming, 1, 30'000), 1) << "duetctl did not connect";
+  const int conn = accept(s, nullptr, nullptr);
+  ASSERT_GE(conn, 0);
   const absl::Time start = absl::Now();
   kill(c.pid, SIGINT);
   EXPECT_EQ(WaitExit(c.pid), 128 + SIGINT);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   close(c.out);
   close(c.err);
+  close(conn);
   close(s);
 }
 

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "k8s_adapter/extender/extender.h"
 #include "tests/extender/cluster.h"
+#include "tests/fakes/fake_slurm.h"
 #include "tests/k8s/fake_server.h"
 
 namespace duet {
@@ -71,67 +72,6 @@ class TestPodApi final : public PodApi {
  private:
   FakeApiServer* fake_;
   std::unique_ptr<PodApi> real_;
-};
-
-// Allocates the lowest free GPUs of the node (its own table, like Slurm's),
-// kills jobs, counts calls.
-class FakeSlurm final : public SlurmClient {
- public:
-  absl::Status Ping() override { return absl::OkStatus(); }
-  absl::StatusOr<std::vector<SlurmNodeInfo>> ListNodes() override { return std::vector<SlurmNodeInfo>{}; }
-  absl::StatusOr<std::optional<SlurmNodeInfo>> GetNode(const std::string&) override {
-    return std::optional<SlurmNodeInfo>();
-  }
-  absl::Status CreateNode(const SlurmNodeConfig&) override { return absl::OkStatus(); }
-  absl::Status UpdateNode(const SlurmNodeUpdate&) override { return absl::OkStatus(); }
-  absl::Status DeleteNode(const std::string&) override { return absl::OkStatus(); }
-  absl::StatusOr<SlurmAllocation> AllocatePlaceholder(const SlurmAllocRequest& r) override {
-    absl::MutexLock l(&mu_);
-    ++allocations;
-    last = r;
-    std::set<uint32_t>& used = used_[r.node];
-    SlurmAllocation a;
-    a.job_id = next_job_++;
-    a.devices.node = r.node;
-    for (uint32_t i = 0; i < 8 && a.devices.gpus.size() < r.gpus; ++i) {
-      if (!used.count(i)) a.devices.gpus.push_back(i);
-    }
-    if (a.devices.gpus.size() < r.gpus) return absl::ResourceExhaustedError("Requested node configuration is not available");
-    for (uint32_t g : a.devices.gpus) used.insert(g);
-    jobs_[a.job_id] = a.devices;
-    return a;
-  }
-  absl::Status KillJob(uint32_t job_id) override {
-    absl::MutexLock l(&mu_);
-    ++kills;
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) {
-      for (uint32_t g : it->second.gpus) used_[it->second.node].erase(g);
-      jobs_.erase(it);
-    }
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() override { return std::vector<SlurmJobInfo>{}; }
-  absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t) override { return std::optional<SlurmJobInfo>(); }
-  // Marks GPUs used by "other Slurm jobs" (kept in step with the ledger).
-  void Use(const std::string& node, uint32_t first, uint32_t n) {
-    absl::MutexLock l(&mu_);
-    for (uint32_t i = first; i < first + n; ++i) used_[node].insert(i);
-  }
-  size_t live_jobs() {
-    absl::MutexLock l(&mu_);
-    return jobs_.size();
-  }
-
-  int allocations = 0;
-  int kills = 0;
-  SlurmAllocRequest last;
-
- private:
-  absl::Mutex mu_;
-  uint32_t next_job_ = 5000;
-  std::map<std::string, std::set<uint32_t>> used_;
-  std::map<uint32_t, SlurmJobNodeDevices> jobs_;
 };
 
 class BindTest : public ::testing::Test {
@@ -316,7 +256,7 @@ TEST_F(BindTest, ConcurrentBindsForTheLastFreeGpusExactlyOneWins) {
 }
 
 TEST_F(BindTest, SlurmPlaceholderIsMadeAndCancelledOnFailure) {
-  FakeSlurm slurm;
+  fakes::FakeSlurmClient slurm;
   slurm.Use(kNode1, 0, 6);  // Slurm job 101 of the cluster
   Placeholders placeholders(&ledger_, &slurm);
   auto ext = Make(&placeholders);
@@ -324,17 +264,17 @@ TEST_F(BindTest, SlurmPlaceholderIsMadeAndCancelledOnFailure) {
   BindingArgs a = Pod("slurm-pod", 2, kNode1);
   api_->fail_binds_ = 1;
   EXPECT_FALSE(ext->Bind(a).ok());
-  EXPECT_EQ(slurm.allocations, 1);
-  EXPECT_EQ(slurm.kills, 1);  // Placeholders::Cancel
+  EXPECT_EQ(slurm.asked().size(), 1u);
+  EXPECT_EQ(slurm.killed().size(), 1u);  // Placeholders::Cancel
   EXPECT_EQ(slurm.live_jobs(), 0u);
   EXPECT_TRUE(PodHoldings(kNode1).empty());
 
   ASSERT_TRUE(ext->Bind(a).ok());
-  EXPECT_EQ(slurm.allocations, 2);
-  EXPECT_EQ(slurm.last.gpus, 2u);
-  EXPECT_EQ(slurm.last.cpus, 4u);
-  EXPECT_EQ(slurm.last.memory_mib, 32u * 1024);
-  EXPECT_THAT(slurm.last.comment, HasSubstr(a.pod_uid));
+  EXPECT_EQ(slurm.asked().size(), 2u);
+  EXPECT_EQ(slurm.asked().back().gpus, 2u);
+  EXPECT_EQ(slurm.asked().back().cpus, 4u);
+  EXPECT_EQ(slurm.asked().back().memory_mib, 32u * 1024);
+  EXPECT_THAT(slurm.asked().back().comment, HasSubstr(a.pod_uid));
   std::vector<Holding> h = PodHoldings(kNode1);
   ASSERT_EQ(h.size(), 1u);
   EXPECT_EQ(h[0].owner.kind, OwnerKind::kPlaceholder);
@@ -351,11 +291,11 @@ TEST_F(BindTest, SlurmPlaceholderIsMadeAndCancelledOnFailure) {
 
   // A retry: no second placeholder.
   ASSERT_TRUE(ext->Bind(a).ok());
-  EXPECT_EQ(slurm.allocations, 2);
+  EXPECT_EQ(slurm.asked().size(), 2u);
   // Another pod: the node is full in the ledger; Slurm is not even asked.
   BindingArgs b = Pod("slurm-pod-2", 1, kNode1);
   EXPECT_EQ(ext->Bind(b).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(slurm.allocations, 2);
+  EXPECT_EQ(slurm.asked().size(), 2u);
   EXPECT_TRUE(ledger_.CheckInvariants().ok());
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "tests/fakes/wait.h"
 
 extern char** environ;
 
@@ -140,12 +141,7 @@ nlohmann::json GoldenNode(const std::string& golden, const std::string& name,
 }
 
 bool WaitFor(const std::function<bool()>& done, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
+  return static_cast<bool>(fakes::WaitFor(done, timeout));
 }
 
 }  // namespace testing

@@ -68,7 +68,7 @@ class FakeApiServer {
 nlohmann::json GoldenNode(const std::string& golden, const std::string& name,
                           const nlohmann::json& extra_labels = nlohmann::json::object());
 
-// Polls `done` every 10 ms until true or `timeout`.
+// fakes::WaitFor (tests/fakes/wait.h) as a bool.
 bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(10));
 
 }  // namespace testing

@@ -364,8 +364,14 @@ TEST_F(InformerTest, StopIsPromptAndFinal) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
   informer_->Stop();  // idempotent
   const int syncs = mirror_.syncs();
+  // A second informer is the witness: once it has the node, the server has
+  // sent it to every open watch.
+  Mirror witness;
+  Informer second(client_.get(), options_, &witness);
+  ASSERT_TRUE(second.Start().ok());
   fake_->Put(Node("after"));
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(WaitFor([&] { return witness.names().count("after") == 1; }));
+  second.Stop();
   EXPECT_EQ(mirror_.names().count("after"), 0u);
   EXPECT_EQ(mirror_.syncs(), syncs);
 }

@@ -137,8 +137,14 @@ TEST(KubeNodeInventoryTest, NodesFlowToTheSink) {
 
   inv.Stop();
   const size_t n = sink.calls().size();
+  // A second inventory is the witness: once it sees the deletion, the
+  // server has sent it to every open watch.
+  KubeNodeInventory witness(client->get(), o);
+  RecordingSink witness_sink;
+  ASSERT_TRUE(witness.Start(&witness_sink).ok());
   fake.Delete("Node", "tpu-1");
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(WaitFor([&] { return witness_sink.Has("remove:tpu-1"); }));
+  witness.Stop();
   EXPECT_EQ(sink.calls().size(), n);  // nothing after Stop
 }
 

@@ -17,6 +17,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/wait.h"
 
 namespace duet {
 namespace {
@@ -307,11 +308,13 @@ TEST_F(BridgeTest, InventoryFileChangesReachTheLedger) {
   Start();
   ASSERT_TRUE(Hold(StepCount("gke-a", 5, 2)).ok());
   // gke-a leaves the file while held: it turns GONE; gke-t leaves and goes.
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto written = std::filesystem::last_write_time(dir_ / "nodes.yaml");
   std::ofstream(dir_ / "nodes.yaml") << "nodes:\n  - name: gke-new\n    gpus: {count: 2}\n";
-  for (int i = 0; i < 100 && bridge_->ledger()->GetNode("gke-new") == nullptr; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  // The reload looks at the mtime: make it differ whatever the file
+  // system's timestamp granularity.
+  std::filesystem::last_write_time(dir_ / "nodes.yaml", written + std::chrono::seconds(1));
+  ASSERT_TRUE(fakes::WaitFor([&] { return bridge_->ledger()->GetNode("gke-new") != nullptr; },
+                             fakes::kWaitTimeout, "the reloaded inventory"));
   ASSERT_NE(bridge_->ledger()->GetNode("gke-new"), nullptr);
   EXPECT_EQ(bridge_->ledger()->GetNode("gke-t"), nullptr);
   ASSERT_NE(bridge_->ledger()->GetNode("gke-a"), nullptr);

@@ -18,15 +18,12 @@
 #include "gtest/gtest.h"
 #include "slurm_plugin/bridge_client.h"
 #include "slurm_plugin/plugin_config.h"
+#include "tests/fakes/fake_clock.h"
 
 namespace duet {
 namespace {
 
-class FakeClock : public Clock {
- public:
-  absl::Time Now() const override { return now; }
-  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
-};
+using fakes::FakeClock;
 
 Owner Step(uint32_t job, uint32_t step) { return Owner::SlurmStep(job, step); }
 Owner Job(uint32_t job) { return Owner::SlurmJob(job); }
@@ -62,7 +59,7 @@ class SlurmKeyTest : public ::testing::Test {
                    const std::string& key_path = "") {
     auto key = slurm_key::LoadDerivedKey(key_path.empty() ? key_path_ : key_path);
     EXPECT_TRUE(key.ok()) << key.status();
-    auto c = slurm_key::Make(*key, node, job, step, method, absl::ToUnixSeconds(clock_.now - age));
+    auto c = slurm_key::Make(*key, node, job, step, method, absl::ToUnixSeconds(clock_.Now() - age));
     EXPECT_TRUE(c.ok()) << c.status();
     return *c;
   }
@@ -75,7 +72,7 @@ class SlurmKeyTest : public ::testing::Test {
 TEST_F(SlurmKeyTest, ThePluginsCredentialIsAcceptedOnceForItsOwnCall) {
   auto auth = Auth();
   // The plugin's own function (reads the key as root, stamps real time).
-  clock_.now = absl::Now();
+  clock_.SetNow(absl::Now());
   auto c = spank::SlurmKeyCredential(key_path_, "gke-a", 12, 0, "Hold");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(absl::StartsWith(*c, slurm_key::kPrefix)) << *c;
@@ -176,7 +173,7 @@ TEST_F(SlurmKeyTest, TheReplayMemoryIsBoundedAndForgetsExpiredCredentials) {
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
   EXPECT_EQ(why, SlurmKeyAuth::Why::kFull);
   // Once the first two have expired their nonces are forgotten.
-  clock_.now += absl::Minutes(5) + absl::Seconds(1);
+  clock_.Advance(absl::Minutes(5) + absl::Seconds(1));
   EXPECT_TRUE(auth->Check(Cred("n", 1, 2, "Hold"), "Hold", "n", Step(1, 2)).ok());
 }
 

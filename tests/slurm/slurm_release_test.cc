@@ -7,6 +7,7 @@
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/slurm_sync.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/fake_slurm.h"
 
 namespace duet {
 namespace {
@@ -56,39 +57,12 @@ TEST(SlurmReleaseTest, BuiltReleaseIsOneItServes) {
   EXPECT_TRUE(ControllerSupported(BuiltSlurmRelease(), BuiltSlurmRelease()));
 }
 
-// What LibSlurmClient::Ping answers for a slurmctld of an unsupported release;
-// any other call would be a bug in SlurmSync.
-class WrongReleaseSlurm final : public SlurmClient {
- public:
-  absl::Status Ping() override {
-    return absl::FailedPreconditionError(UnsupportedControllerMessage({24, 11}, "26.05.5"));
-  }
-  absl::StatusOr<std::vector<SlurmNodeInfo>> ListNodes() override { return Called(); }
-  absl::StatusOr<std::optional<SlurmNodeInfo>> GetNode(const std::string&) override {
-    return Called();
-  }
-  absl::Status CreateNode(const SlurmNodeConfig&) override { return Called(); }
-  absl::Status UpdateNode(const SlurmNodeUpdate&) override { return Called(); }
-  absl::Status DeleteNode(const std::string&) override { return Called(); }
-  absl::StatusOr<SlurmAllocation> AllocatePlaceholder(const SlurmAllocRequest&) override {
-    return Called();
-  }
-  absl::Status KillJob(uint32_t) override { return Called(); }
-  absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() override { return Called(); }
-  absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t) override { return Called(); }
-
-  int other_calls = 0;
-
- private:
-  absl::Status Called() {
-    ++other_calls;
-    return absl::InternalError("called past a refused Ping");
-  }
-};
-
 TEST(SlurmReleaseTest, SyncAgainstAnUnsupportedControllerIsDegradedAndCounted) {
   Ledger ledger;
-  WrongReleaseSlurm slurm;
+  // What LibSlurmClient::Ping answers for a slurmctld of an unsupported
+  // release; any other call would be a bug in SlurmSync.
+  fakes::FakeSlurmClient slurm;
+  slurm.set_ping(absl::FailedPreconditionError(UnsupportedControllerMessage({24, 11}, "26.05.5")));
   SlurmSync sync(SlurmSyncOptions{}, &ledger, &slurm, Clock::Real());
   absl::Status s = sync.RunOnce();
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
@@ -97,7 +71,7 @@ TEST(SlurmReleaseTest, SyncAgainstAnUnsupportedControllerIsDegradedAndCounted) {
   EXPECT_TRUE(absl::IsFailedPrecondition(sync.RunOnce()));
   EXPECT_EQ(sync.stats().version_refusals, 2u);
   EXPECT_EQ(sync.stats().failed_passes, 2u);
-  EXPECT_EQ(slurm.other_calls, 0);
+  EXPECT_EQ(slurm.calls_but_ping(), 0);
 }
 
 }  // namespace

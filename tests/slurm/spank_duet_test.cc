@@ -11,13 +11,12 @@
 #include "bridge/ledger/ledger.h"
 #include "gtest/gtest.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
-#include "tests/slurm/test_ledger_server.h"
+#include "tests/fakes/ledger_server.h"
 
 namespace duet {
 namespace {
 
 using ::duet::testing::CmdResult;
-using ::duet::testing::TestLedgerServer;
 using ::duet::testing::TestSlurmCluster;
 using ::duet::testing::WaitFor;
 
@@ -56,7 +55,7 @@ class SpankDuetTest : public ::testing::Test {
     o.spank = absl::StrCat(DUET_SPANK_SO, ":bridge=unix://", Socket(), " timeout_ms=2000 tpu=yes");
     cluster_ = TestSlurmCluster::Get(o);
     ASSERT_TRUE(cluster_->ok());
-    server_ = std::make_unique<TestLedgerServer>(&ledger_, "unix://" + Socket());
+    server_ = std::make_unique<fakes::LedgerServer>(&ledger_, "unix://" + Socket());
     ASSERT_TRUE(server_->ok());
   }
   void TearDown() override {
@@ -90,7 +89,7 @@ class SpankDuetTest : public ::testing::Test {
 
   Ledger ledger_;
   TestSlurmCluster* cluster_ = nullptr;
-  std::unique_ptr<TestLedgerServer> server_;
+  std::unique_ptr<fakes::LedgerServer> server_;
 };
 
 TEST_F(SpankDuetTest, HelpListsTheOption) {

@@ -1,16 +1,19 @@
 // The event recorder against the fake API server: Events are POSTed from
 // the worker, at most the token bucket's rate, repeats are dropped, a full
-// queue drops and counts, and Record never waits on a slow API server.
+// queue drops and counts, and Record never waits on a slow API server. The
+// window and the bucket run on a fake clock the tests advance.
 
 #include "k8s_adapter/event_recorder.h"
 
 #include "gtest/gtest.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/k8s/fake_server.h"
 
 namespace duet {
 namespace k8s {
 namespace {
 
+using fakes::FakeClock;
 using testing::FakeApiServer;
 using testing::WaitFor;
 
@@ -47,6 +50,7 @@ class EventRecorderTest : public ::testing::Test {
     return e;
   }
 
+  FakeClock clock_;
   FakeApiServer fake_;
   std::unique_ptr<KubeClient> client_;
 };
@@ -84,7 +88,7 @@ TEST_F(EventRecorderTest, RepeatsWithinTheWindowAreDroppedAndCounted) {
   rec.Record(PodEvent("web-1", "no free GPU on n2"));  // another message: its own event
   rec.Record(PodEvent("web-2", "no free GPU on n1"));  // another object
   ASSERT_TRUE(WaitFor([&] { return rec.stats().posted == 3; }));
-  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(rec.stats().queued, 0u);  // nothing else left to post
   EXPECT_EQ(Posted(), 3);
   EventRecorderStats s = rec.stats();
   EXPECT_EQ(s.recorded, 12u);
@@ -95,11 +99,12 @@ TEST_F(EventRecorderTest, RepeatsWithinTheWindowAreDroppedAndCounted) {
 TEST_F(EventRecorderTest, RepeatAfterTheWindowIsPostedAgain) {
   EventRecorderOptions o;
   o.dedupe_window = absl::Milliseconds(300);
+  o.clock = &clock_;
   EventRecorder rec(client_.get(), o);
   rec.Record(PodEvent("web-1", "m"));
   rec.Record(PodEvent("web-1", "m"));
   ASSERT_TRUE(WaitFor([&] { return rec.stats().posted == 1; }));
-  absl::SleepFor(absl::Milliseconds(350));
+  clock_.Advance(o.dedupe_window);
   rec.Record(PodEvent("web-1", "m"));
   ASSERT_TRUE(WaitFor([&] { return rec.stats().posted == 2; }));
   EXPECT_EQ(rec.stats().deduplicated, 1u);
@@ -109,19 +114,29 @@ TEST_F(EventRecorderTest, TokenBucketLimitsTheRate) {
   EventRecorderOptions o;
   o.events_per_minute = 600;  // 10 a second
   o.burst = 5;
+  o.clock = &clock_;
   EventRecorder rec(client_.get(), o);
-  const absl::Time t0 = absl::Now();
+  const absl::Time real_t0 = absl::Now();
+  const absl::Time t0 = clock_.Now();
   for (int i = 0; i < 20; ++i) rec.Record(PodEvent("p" + std::to_string(i), "m"));
-  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(100));  // Record never waits
-  absl::SleepFor(absl::Milliseconds(500));
-  // The burst, plus what 10/s earns in the time elapsed.
-  const double elapsed = absl::ToDoubleSeconds(absl::Now() - t0);
-  const int posted_early = Posted();
-  EXPECT_GE(posted_early, 5);
-  EXPECT_LE(posted_early, 5 + static_cast<int>(elapsed * 10) + 1);
-  ASSERT_TRUE(WaitFor([&] { return rec.stats().posted == 20; }, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - real_t0, absl::Milliseconds(100));  // Record never waits
+  // The burst goes at once; then the worker waits for a token.
+  ASSERT_TRUE(WaitFor([&] { return rec.stats().posted == 5; }));
+  ASSERT_TRUE(clock_.AwaitSleepers(1));
+  EXPECT_EQ(Posted(), 5);
+  // Then what 10/s earns in the time elapsed, never more.
+  for (int i = 0; i < 30 && rec.stats().posted < 20; ++i) {
+    clock_.Advance(absl::Milliseconds(100));
+    ASSERT_TRUE(WaitFor([&] { return clock_.sleepers() == 1 || rec.stats().posted == 20; }));
+    const double elapsed = absl::ToDoubleSeconds(clock_.Now() - t0);
+    const int posted = static_cast<int>(rec.stats().posted);
+    EXPECT_GE(posted, 5);
+    EXPECT_LE(posted, 5 + static_cast<int>(elapsed * 10) + 1);
+  }
+  ASSERT_EQ(rec.stats().posted, 20u);
   // 15 beyond the burst at 10/s take at least 1.5 s.
-  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(1400));
+  EXPECT_GE(clock_.Now() - t0, absl::Milliseconds(1400));
+  EXPECT_LE(clock_.Now() - t0, absl::Milliseconds(1600));
   EXPECT_EQ(Posted(), 20);
 }
 
@@ -163,7 +178,8 @@ TEST_F(EventRecorderTest, ZeroRateDisablesEvents) {
   o.events_per_minute = 0;
   EventRecorder rec(client_.get(), o);
   rec.Record(PodEvent("a", "m"));
-  absl::SleepFor(absl::Milliseconds(100));
+  // Dropped by Record itself: nothing was queued for the worker.
+  EXPECT_EQ(rec.stats().queued, 0u);
   EXPECT_EQ(rec.stats().dropped, 1u);
   EXPECT_EQ(Posted(), 0);
 }

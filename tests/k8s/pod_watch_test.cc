@@ -1,7 +1,8 @@
 // The pod watch (invariant I2) against the fake API server
 // (tests/fakes/fake_apiserver.py) with a real ledger and a release action
 // that records what it is asked and can be made to fail like an unreachable
-// Slurm.
+// Slurm. The pod watch and the ledger run on a fake clock: sweep periods and
+// the grace pass when the test advances it, never by sleeping.
 
 #include "k8s_adapter/pod_watch.h"
 
@@ -9,14 +10,22 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/k8s/fake_server.h"
 
 namespace duet {
 namespace k8s {
 namespace {
 
+using fakes::FakeClock;
 using testing::FakeApiServer;
 using testing::WaitFor;
+
+Ledger::Options OnClock(const Clock* clock) {
+  Ledger::Options o;
+  o.clock = clock;
+  return o;
+}
 
 // LedgerPodReleaser plus a log of calls; fails with UNAVAILABLE while
 // `unavailable` is set (as Placeholders::Cancel does when Slurm is down).
@@ -71,6 +80,7 @@ class PodWatchTest : public ::testing::Test {
     options_.sweep_period = absl::Milliseconds(150);
     options_.informer.min_backoff = absl::Milliseconds(50);
     options_.informer.max_backoff = absl::Milliseconds(200);
+    options_.clock = &clock_;
   }
   void TearDown() override {
     if (watch_ != nullptr) watch_->Stop();
@@ -85,7 +95,7 @@ class PodWatchTest : public ::testing::Test {
     r.owner = kind == OwnerKind::kPlaceholder ? Owner::Placeholder(job, uid)
                                               : Owner::Pod(uid, "team", "p-" + uid);
     r.count = CountSelector{DeviceKind::kGpu, 1, 0, ""};
-    if (age > absl::ZeroDuration()) r.granted_at = absl::Now() - age;
+    if (age > absl::ZeroDuration()) r.granted_at = clock_.Now() - age;
     auto got = ledger_.Hold(r);
     ASSERT_TRUE(got.ok()) << got.status();
   }
@@ -100,10 +110,15 @@ class PodWatchTest : public ::testing::Test {
     ASSERT_TRUE(watch_->Start().ok());
   }
   size_t ViewSize() { return watch_->stats().pods; }
+  // `periods` sweep periods pass, each one's sweep done before the next.
+  ::testing::AssertionResult Periods(int periods) {
+    return clock_.Step(options_.sweep_period, periods, /*sleepers=*/1);
+  }
 
+  FakeClock clock_;
   FakeApiServer fake_;
   std::unique_ptr<KubeClient> client_;
-  Ledger ledger_;
+  Ledger ledger_{OnClock(&clock_)};
   RecordingReleaser releaser_{&ledger_};
   PodWatchOptions options_;
   std::unique_ptr<PodWatch> watch_;
@@ -148,7 +163,7 @@ TEST_F(PodWatchTest, SucceededAndFailedPodsAreReleased) {
   // The finished pod is later deleted: nothing left to release, nothing counted.
   fake_.Delete("Pod", "job-a", "team");
   ASSERT_TRUE(WaitFor([&] { return ViewSize() == 1; }));
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Periods(2));
   EXPECT_EQ(releaser_.calls().size(), 2u);
 }
 
@@ -156,15 +171,17 @@ TEST_F(PodWatchTest, UnknownPodIsReleasedOnlyAfterTheGrace) {
   fake_.Put(PodObject("alive", "uid-alive"));
   Hold("uid-alive", 300, absl::Hours(1));
   Hold("uid-ghost", 301);  // granted now, for a pod Kubernetes does not have
-  const absl::Time granted = absl::Now();
+  const absl::Time granted = clock_.Now();
   StartWatch();
   // The first sync's sweep and the periodic ones leave it while young.
-  absl::SleepFor(absl::Milliseconds(350));
+  ASSERT_TRUE(Periods(3));
   EXPECT_TRUE(Held("uid-ghost"));
   EXPECT_GE(watch_->stats().sweeps, 2u);
-  ASSERT_TRUE(WaitFor([&] { return !Held("uid-ghost"); }, absl::Seconds(5)));
-  EXPECT_GE(absl::Now() - granted, options_.grace);
-  EXPECT_LT(absl::Now() - granted, options_.grace + absl::Seconds(2));
+  // Then the first sweep past the grace releases it.
+  for (int i = 0; i < 10 && Held("uid-ghost"); ++i) ASSERT_TRUE(Periods(1));
+  EXPECT_FALSE(Held("uid-ghost"));
+  EXPECT_GE(clock_.Now() - granted, options_.grace);
+  EXPECT_LE(clock_.Now() - granted, options_.grace + options_.sweep_period);
   EXPECT_TRUE(Held("uid-alive"));
   auto calls = releaser_.calls();
   ASSERT_EQ(calls.size(), 1u);
@@ -193,7 +210,9 @@ TEST_F(PodWatchTest, AlivePodsAreNeverReleased) {
   a["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
   fake_.Put(a);
   Hold("uid-c", 503);  // granted after the list: found by the watch
-  ASSERT_TRUE(WaitFor([&] { return watch_->stats().sweeps >= 6; }, absl::Seconds(5)));
+  ASSERT_TRUE(WaitFor([&] { return watch_->stats().informer.events >= 1; }));
+  ASSERT_TRUE(Periods(6));
+  ASSERT_GE(watch_->stats().sweeps, 6u);
   EXPECT_TRUE(Held("uid-a"));
   EXPECT_TRUE(Held("uid-b"));
   EXPECT_TRUE(Held("uid-c"));
@@ -203,7 +222,7 @@ TEST_F(PodWatchTest, AlivePodsAreNeverReleased) {
   r.node = "n1";
   r.owner = Owner::SlurmJob(77);
   r.count = CountSelector{DeviceKind::kGpu, 1, 0, ""};
-  r.granted_at = absl::Now() - absl::Hours(1);
+  r.granted_at = clock_.Now() - absl::Hours(1);
   ASSERT_TRUE(ledger_.Hold(r).ok());
   ASSERT_TRUE(watch_->SweepNow());
   EXPECT_TRUE(ledger_.FindHolding("n1", Owner::SlurmJob(77)).has_value());
@@ -219,7 +238,7 @@ TEST_F(PodWatchTest, ReusedNameWithNewUidReleasesTheOldPod) {
   fake_.Put(PodObject("web", "uid-new"));
   Hold("uid-new", 602);
   ASSERT_TRUE(WaitFor([&] { return !Held("uid-old"); }, absl::Seconds(5)));
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(Periods(2));
   EXPECT_TRUE(Held("uid-new"));
 }
 
@@ -237,6 +256,7 @@ TEST_F(PodWatchTest, BrokenWatchReleasesNothingWrongly) {
 
   fake_.Control("drop");
   ASSERT_TRUE(WaitFor([&] { return watch_->stats().informer.failures >= 1; }));
+  ASSERT_TRUE(Periods(1));  // a periodic sweep right after the failure: skipped
   // Resumed (same resourceVersion, no relist) before the next blow.
   ASSERT_TRUE(WaitFor([&] {
     return watch_->stats().informer.watches >= 2 && fake_.OpenWatches() == 1;
@@ -248,11 +268,17 @@ TEST_F(PodWatchTest, BrokenWatchReleasesNothingWrongly) {
   // journal): the stale view does not have it, yet it must be kept.
   fake_.Put(PodObject("new", "uid-new"));
   Hold("uid-new", 703, absl::Hours(1));
+  const uint64_t failures = watch_->stats().informer.failures;
+  ASSERT_TRUE(WaitFor([&] { return watch_->stats().informer.failures > failures; }));
+  // A periodic sweep in the outage does not trust the stale view.
+  ASSERT_TRUE(Periods(1));
+  EXPECT_TRUE(Held("uid-new"));
   fake_.Control("delete", {{"kind", "Pod"}, {"namespace", "team"}, {"name", "lost"}});
   const uint64_t lists = watch_->stats().informer.lists;
   ASSERT_TRUE(WaitFor([&] { return watch_->stats().informer.lists > lists; }, absl::Seconds(10)));
   ASSERT_TRUE(WaitFor([&] { return !Held("uid-lost"); }, absl::Seconds(5)));
-  absl::SleepFor(absl::Milliseconds(400));
+  // Periodic sweeps on the current view keep what is alive.
+  ASSERT_TRUE(Periods(3));
   EXPECT_TRUE(Held("uid-keep"));
   EXPECT_TRUE(Held("uid-new"));
   PodWatchStats s = watch_->stats();
@@ -271,11 +297,17 @@ TEST_F(PodWatchTest, SlurmUnavailableKeepsTheHoldingAndRetries) {
   releaser_.unavailable = true;
   StartWatch();
   fake_.Delete("Pod", "p", "team");
-  ASSERT_TRUE(WaitFor([&] { return watch_->stats().release_failures >= 4; }, absl::Seconds(5)));
+  // The first sync's sweep tries the orphan, the deletion tries the pod.
+  ASSERT_TRUE(WaitFor([&] { return watch_->stats().release_failures >= 2; }));
+  // Each period retries both.
+  ASSERT_TRUE(Periods(2));
+  EXPECT_GE(watch_->stats().release_failures, 4u);
   EXPECT_TRUE(Held("uid-p"));
   EXPECT_TRUE(Held("uid-orphan"));
   releaser_.unavailable = false;
-  ASSERT_TRUE(WaitFor([&] { return !Held("uid-p") && !Held("uid-orphan"); }, absl::Seconds(5)));
+  ASSERT_TRUE(Periods(1));
+  EXPECT_FALSE(Held("uid-p"));
+  EXPECT_FALSE(Held("uid-orphan"));
   PodWatchStats s = watch_->stats();
   EXPECT_GE(s.released_deleted + s.released_orphaned, 2u);
 }

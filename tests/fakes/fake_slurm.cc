@@ -1,0 +1,126 @@
+#include "tests/fakes/fake_slurm.h"
+
+#include <utility>
+
+namespace duet {
+namespace fakes {
+
+FakeSlurmClient::FakeSlurmClient(uint32_t gpus_per_node, uint32_t first_job_id)
+    : gpus_per_node_(gpus_per_node), next_job_(first_job_id) {}
+
+absl::Status FakeSlurmClient::Ping() {
+  absl::MutexLock l(&mu_);
+  return ping_;
+}
+
+absl::StatusOr<std::vector<SlurmNodeInfo>> FakeSlurmClient::ListNodes() {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  return std::vector<SlurmNodeInfo>();
+}
+
+absl::StatusOr<std::optional<SlurmNodeInfo>> FakeSlurmClient::GetNode(const std::string&) {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  return std::optional<SlurmNodeInfo>();
+}
+
+absl::Status FakeSlurmClient::CreateNode(const SlurmNodeConfig&) {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  return absl::OkStatus();
+}
+
+absl::Status FakeSlurmClient::UpdateNode(const SlurmNodeUpdate&) {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  return absl::OkStatus();
+}
+
+absl::Status FakeSlurmClient::DeleteNode(const std::string&) {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SlurmAllocation> FakeSlurmClient::AllocatePlaceholder(const SlurmAllocRequest& r) {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  asked_.push_back(r);
+  if (allocation_.has_value()) return *allocation_;
+  std::set<uint32_t>& used = used_[r.node];
+  SlurmAllocation a;
+  a.devices.node = r.node;
+  for (uint32_t i = 0; i < gpus_per_node_ && a.devices.gpus.size() < r.gpus; ++i) {
+    if (used.count(i) == 0) a.devices.gpus.push_back(i);
+  }
+  if (a.devices.gpus.size() < r.gpus) {
+    return absl::ResourceExhaustedError("Requested node configuration is not available");
+  }
+  a.job_id = next_job_++;
+  for (uint32_t g : a.devices.gpus) used.insert(g);
+  jobs_[a.job_id] = a.devices;
+  return a;
+}
+
+absl::Status FakeSlurmClient::KillJob(uint32_t job_id) {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  killed_.push_back(job_id);
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) {
+    for (uint32_t g : it->second.gpus) used_[it->second.node].erase(g);
+    jobs_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SlurmJobInfo>> FakeSlurmClient::ListJobs() {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  return std::vector<SlurmJobInfo>();
+}
+
+absl::StatusOr<std::optional<SlurmJobInfo>> FakeSlurmClient::GetJob(uint32_t) {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  return std::optional<SlurmJobInfo>();
+}
+
+void FakeSlurmClient::Use(const std::string& node, uint32_t first, uint32_t n) {
+  absl::MutexLock l(&mu_);
+  for (uint32_t i = first; i < first + n; ++i) used_[node].insert(i);
+}
+
+void FakeSlurmClient::set_allocation(absl::StatusOr<SlurmAllocation> result) {
+  absl::MutexLock l(&mu_);
+  allocation_ = std::move(result);
+}
+
+void FakeSlurmClient::set_ping(absl::Status status) {
+  absl::MutexLock l(&mu_);
+  ping_ = std::move(status);
+}
+
+size_t FakeSlurmClient::live_jobs() const {
+  absl::MutexLock l(&mu_);
+  return jobs_.size();
+}
+
+std::vector<SlurmAllocRequest> FakeSlurmClient::asked() const {
+  absl::MutexLock l(&mu_);
+  return asked_;
+}
+
+std::vector<uint32_t> FakeSlurmClient::killed() const {
+  absl::MutexLock l(&mu_);
+  return killed_;
+}
+
+int FakeSlurmClient::calls_but_ping() const {
+  absl::MutexLock l(&mu_);
+  return calls_;
+}
+
+}  // namespace fakes
+}  // namespace duet
