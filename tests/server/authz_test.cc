@@ -356,6 +356,46 @@ TEST_F(AuthzTest, TokensTravelOverTlsOnlyAndTheUnixSocketIsTrusted) {
   EXPECT_EQ(Holdings(), 0u);
 }
 
+// The authorizer alone: its cache keeps at most cache_size tokens, and an
+// entry is reviewed again once cache_ttl has passed.
+TEST_F(AuthzTest, TheReviewCacheIsBounded) {
+  class StepClock final : public Clock {
+   public:
+    absl::Time Now() const override { return now; }
+    absl::Time now = absl::FromUnixSeconds(1000);
+  } clock;
+  auth::CallAuthorizer::Options o;
+  o.config = BaseConfig().auth;
+  o.config.cache_size = 2;
+  o.clock = &clock;
+  std::vector<std::string> refused;
+  o.on_refusal = [&](const std::string& m, const std::string& why) { refused.push_back(why); };
+  auth::CallAuthorizer authz(
+      fake_.control(), [](const Owner&) { return auth::PodBinding{true, "gke-h100-a"}; }, o);
+  auth::CallerInfo caller;
+  caller.tls = true;
+  const Owner pod = Owner::Pod(pod_a_, "ml", "web-a");
+  for (const char* t : {"node-a-token", "admin-token", "other-token", "forged"}) {
+    caller.bearer = t;
+    (void)authz.Check(caller, "Hold", "gke-h100-a", pod);
+    EXPECT_LE(authz.cached(), 2u);
+  }
+  EXPECT_EQ(refused, (std::vector<std::string>{"not_allowed", "invalid_token"}));
+  // A revoked token stays accepted until its entry expires, then is refused.
+  caller.bearer = "node-a-token";
+  ASSERT_TRUE(authz.Check(caller, "Hold", "gke-h100-a", pod).ok());
+  fake_.Control("token", {{"token", "node-a-token"}, {"revoke", true}});
+  EXPECT_TRUE(authz.Check(caller, "Hold", "gke-h100-a", pod).ok());
+  clock.now += absl::Seconds(11);
+  absl::Status s = authz.Check(caller, "Hold", "gke-h100-a", pod);
+  EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+  // No caller identity at all, and a unix-socket caller.
+  caller.bearer.clear();
+  EXPECT_TRUE(absl::IsUnauthenticated(authz.Check(caller, "Hold", "gke-h100-a", pod)));
+  caller.local = true;
+  EXPECT_TRUE(authz.Check(caller, "Hold", "gke-h100-a", pod).ok());
+}
+
 TEST(AuthConfigTest, TokenModeNamesWhatItNeeds) {
   Config c;
   c.auth.mode = "tokens";
