@@ -83,6 +83,7 @@ PodSeen PodWatch::Lookup(const std::string& uid) const {
     out.state = it->second.terminal ? PodSeen::kEnded : PodSeen::kRunning;
     out.ns = it->second.ns;
     out.name = it->second.name;
+    out.node = it->second.node;
     return out;
   }
   for (const Pending& p : pending_) {
@@ -90,6 +91,7 @@ PodSeen PodWatch::Lookup(const std::string& uid) const {
     out.state = PodSeen::kEnded;
     out.ns = p.pod.ns;
     out.name = p.pod.name;
+    out.node = p.pod.node;
   }
   return out;
 }

@@ -112,6 +112,7 @@ struct PodSeen {
   bool synced = false;  // the first complete list has been seen
   std::string ns;
   std::string name;
+  std::string node;  // spec.nodeName as last seen
 };
 
 struct PodWatchStats {

@@ -21,6 +21,7 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.Check());
     DUET_YAML(s.String("listen", &c->grpc.listen));
     DUET_YAML(s.String("unix_socket", &c->grpc.unix_socket));
+    DUET_YAML(s.String("plaintext_listen", &c->grpc.plaintext_listen));
     DUET_YAML(s.Int("max_message_bytes", &c->grpc.max_message_bytes));
     DUET_YAML(s.Int("max_concurrent_streams", &c->grpc.max_concurrent_streams));
     DUET_YAML(s.Int("max_watch_streams", &c->grpc.max_watch_streams));
@@ -31,6 +32,20 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(t.String("key_file", &c->grpc.tls.key_file));
     DUET_YAML(t.String("client_ca_file", &c->grpc.tls.client_ca_file));
     DUET_YAML(t.Finish());
+    DUET_YAML(s.Finish());
+  }
+  {
+    Section s(top.Child("auth"), "auth");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.String("mode", &c->auth.mode));
+    if (s.Child("audiences")) c->auth.audiences.clear();  // the list replaces the default
+    DUET_YAML(s.StringList("audiences", &c->auth.audiences));
+    DUET_YAML(s.String("node_service_account", &c->auth.node_service_account));
+    DUET_YAML(s.StringList("operator_users", &c->auth.operator_users));
+    DUET_YAML(s.StringList("operator_groups", &c->auth.operator_groups));
+    DUET_YAML(s.Duration("cache_ttl", &c->auth.cache_ttl));
+    DUET_YAML(s.Int("cache_size", &c->auth.cache_size));
+    DUET_YAML(s.Bool("allow_plaintext_tokens", &c->auth.allow_plaintext_tokens));
     DUET_YAML(s.Finish());
   }
   {
@@ -143,6 +158,46 @@ absl::Status CheckHostPort(const std::string& field, const std::string& addr) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateAuth(const Config& c) {
+  const AuthConfig& a = c.auth;
+  if (a.mode == "none") return absl::OkStatus();
+  if (a.mode != "token") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("auth.mode: \"", a.mode, "\" must be none or token"));
+  }
+  if (a.audiences.empty()) {
+    return absl::InvalidArgumentError("auth.audiences: name at least one (e.g. duet-bridge)");
+  }
+  for (size_t i = 0; i < a.audiences.size(); ++i) {
+    if (a.audiences[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("auth.audiences[", i, "]: must not be empty"));
+    }
+  }
+  static constexpr char kSaPrefix[] = "system:serviceaccount:";
+  const std::string& sa = a.node_service_account;
+  const std::vector<std::string> parts = absl::StrSplit(sa, ':');
+  if (sa.rfind(kSaPrefix, 0) != 0 || parts.size() != 4 || parts[2].empty() || parts[3].empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "auth.node_service_account: \"", sa,
+        "\" must be duet-node's ServiceAccount as system:serviceaccount:NAMESPACE:NAME"));
+  }
+  if (a.cache_ttl < absl::ZeroDuration() || a.cache_ttl > absl::Minutes(5)) {
+    return absl::InvalidArgumentError("auth.cache_ttl: must be 0s..5m");
+  }
+  if (a.cache_size < 1 || a.cache_size > 1000000) {
+    return absl::InvalidArgumentError("auth.cache_size: must be 1..1000000");
+  }
+  if (c.kubernetes.request_timeout < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("kubernetes.request_timeout: must be at least 1s");
+  }
+  if (c.slurm.enabled && c.slurm.EffectiveCredential() == "none") {
+    return absl::InvalidArgumentError(
+        "auth.mode: token with slurm.credential none would leave Slurm-owned Hold/Release "
+        "unauthenticated: set slurm.credential to munge or slurm_key");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text) {
@@ -176,6 +231,7 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError("grpc: one of listen and unix_socket must be set");
   }
   DUET_YAML(CheckHostPort("grpc.listen", c.grpc.listen));
+  DUET_YAML(CheckHostPort("grpc.plaintext_listen", c.grpc.plaintext_listen));
   DUET_YAML(CheckHostPort("metrics.listen", c.metrics.listen));
   if (c.grpc.max_message_bytes < 1024 || c.grpc.max_message_bytes > (64 << 20)) {
     return absl::InvalidArgumentError("grpc.max_message_bytes: must be 1024..67108864");
@@ -195,6 +251,7 @@ absl::Status ValidateConfig(const Config& c) {
   if (!c.grpc.tls.client_ca_file.empty() && c.grpc.tls.cert_file.empty()) {
     return absl::InvalidArgumentError("grpc.tls.client_ca_file: needs cert_file and key_file");
   }
+  DUET_YAML(ValidateAuth(c));
   if (c.journal.dir.empty()) return absl::InvalidArgumentError("journal.dir: must be set");
   if (c.inventory.source == "file") {
     if (c.inventory.file.empty()) {

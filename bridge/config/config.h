@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,6 +25,11 @@ struct TlsConfig {
 struct GrpcConfig {
   // TCP address, "host:port". Empty: no TCP listener.
   std::string listen = "127.0.0.1:50151";
+  // A second TCP address served in plaintext even when `tls` is set: for
+  // kubelet's gRPC readiness probe (which speaks no TLS) and the SPANK
+  // plugin (whose Slurm-owned calls carry their own credential). Tokens are
+  // not accepted on it (auth.allow_plaintext_tokens). Empty: none.
+  std::string plaintext_listen;
   // Unix socket path (node-local clients: the SPANK plugin, duet-node).
   // Empty: no unix listener.
   std::string unix_socket;
@@ -197,8 +203,40 @@ struct ExtenderConfig {
   int threads = 2;
 };
 
+// Who may make the mutating gRPC calls (Hold, Release, PlacePod) for pods
+// and placeholders (bridge/auth/authz.h). Slurm-owned Hold/Release keep
+// their own credential (slurm.credential); reads are not checked.
+struct AuthConfig {
+  //  "none":  anyone who reaches the gRPC port (development, `--dev`).
+  //  "token": a Kubernetes ServiceAccount token in the call's
+  //           `authorization: Bearer` metadata, checked with a TokenReview
+  //           against the API server (needs the `kubernetes` connection).
+  //           duet-node's ServiceAccount may act only for pods bound to the
+  //           node its token is bound to; operators for any owner. Calls
+  //           over grpc.unix_socket are trusted (file permissions).
+  std::string mode = "none";
+  // Audiences the token must carry (TokenReview spec.audiences); duet-node's
+  // projected token asks for one of them.
+  std::vector<std::string> audiences = {"duet-bridge"};
+  // duet-node's ServiceAccount as the API server names it:
+  // "system:serviceaccount:NAMESPACE:NAME". Required in mode token.
+  std::string node_service_account;
+  // Users and groups (TokenReview status.user) that may make any mutating
+  // call for any pod or placeholder owner (operators, duetctl).
+  std::vector<std::string> operator_users;
+  std::vector<std::string> operator_groups;
+  // How long a TokenReview answer is reused for the same token, and how many
+  // tokens are remembered at most.
+  absl::Duration cache_ttl = absl::Seconds(10);
+  int cache_size = 4096;
+  // Accept tokens on a plaintext TCP listener (tests; a token sent in clear
+  // can be replayed until it expires). Off: such a call is UNAUTHENTICATED.
+  bool allow_plaintext_tokens = false;
+};
+
 struct Config {
   GrpcConfig grpc;
+  AuthConfig auth;
   MetricsConfig metrics;
   JournalConfig journal;
   InventoryConfig inventory;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -164,6 +165,28 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
   return Credentials(tls);
 }
 
+std::unique_ptr<auth::CallAuthorizer> NewCallAuthorizer(
+    const AuthConfig& config, k8s::KubeClient* kube, const std::atomic<k8s::PodWatch*>* pods,
+    Metrics* metrics) {
+  // The pod watch's view first (no API call for a pod it knows), then the API.
+  auto view = [pods](const std::string& uid) -> std::optional<auth::PodBinding> {
+    k8s::PodWatch* watch = pods == nullptr ? nullptr : pods->load();
+    if (watch == nullptr) return std::nullopt;
+    k8s::PodSeen seen = watch->Lookup(uid);
+    if (seen.state != k8s::PodSeen::kRunning) return std::nullopt;
+    return auth::PodBinding{true, seen.node};
+  };
+  auth::CallAuthorizer::Options o;
+  o.config = config;
+  if (metrics != nullptr) {
+    o.on_refusal = [metrics](const std::string& method, const std::string& why) {
+      metrics->CountAuthRefusal(method, why);
+    };
+  }
+  return std::make_unique<auth::CallAuthorizer>(kube, auth::PodBindingFrom(view, kube),
+                                                std::move(o));
+}
+
 Bridge::Bridge(const Config& config) : config_(config) {}
 
 PodLivenessFn Bridge::PodLivenessFromWatch() {
@@ -221,8 +244,10 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
       [m](double seconds, size_t records, size_t bytes) { m->ObserveFsync(seconds, records, bytes); });
   b->ledger_.AddListener(&b->hub_);
 
-  // The Kubernetes API: for the Node watch, and for the extender's bindings.
-  if (config.inventory.source == "kubernetes" || !config.extender.listen.empty()) {
+  // The Kubernetes API: for the Node watch, the extender's bindings and the
+  // callers' TokenReviews (auth.mode token).
+  if (config.inventory.source == "kubernetes" || !config.extender.listen.empty() ||
+      config.auth.mode == "token") {
     absl::StatusOr<k8s::KubeConfig> kc =
         k8s::ResolveKubeConfig(config.kubernetes.kubeconfig, config.kubernetes.context);
     if (!kc.ok()) return kc.status();
@@ -382,6 +407,22 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
         "whoever reaches the gRPC port can hold or release for any Slurm job");
   }
   // --- end Slurm owner authentication ---
+  // --- Caller authorization (auth.mode token) ---
+  if (config.auth.mode == "token") {
+    b->authorizer_ = NewCallAuthorizer(config.auth, b->kube_client_.get(), &b->pod_view_, m);
+    auth::CallAuthorizer* authz = b->authorizer_.get();
+    sopts.authorize_call = [authz](const grpc::CallbackServerContext& ctx, const char* method,
+                                   const std::string& node, const Owner& owner) {
+      return authz->Check(auth::CallerFromContext(ctx), method, node, owner);
+    };
+  } else if (!config.grpc.listen.empty() &&
+             !absl::StartsWith(config.grpc.listen, "127.0.0.1:") &&
+             !absl::StartsWith(config.grpc.listen, "localhost:") &&
+             !absl::StartsWith(config.grpc.listen, "[::1]:")) {
+    spdlog::warn("auth.mode: none: whoever reaches grpc.listen {} can hold and release devices "
+                 "for any pod", config.grpc.listen);
+  }
+  // --- end caller authorization ---
   // --- PlacePod (device plugin): Slurm placeholders when Slurm is on ---
   // It holds like the extender's bind (pods::PodHolds): the same policy, and
   // the same Slurm CPU/memory loads, told of every placeholder it makes.
@@ -423,6 +464,10 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   if (!config.grpc.listen.empty()) {
     builder.AddListeningPort(config.grpc.listen, *creds, &b->grpc_port_);
   }
+  if (!config.grpc.plaintext_listen.empty()) {
+    builder.AddListeningPort(config.grpc.plaintext_listen, grpc::InsecureServerCredentials(),
+                             &b->grpc_plaintext_port_);
+  }
   if (!config.grpc.unix_socket.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(
@@ -437,10 +482,14 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   }
   builder.RegisterService(b->service_.get());
   b->server_ = builder.BuildAndStart();
-  if (b->server_ == nullptr || (!config.grpc.listen.empty() && b->grpc_port_ == 0)) {
+  if (b->server_ == nullptr || (!config.grpc.listen.empty() && b->grpc_port_ == 0) ||
+      (!config.grpc.plaintext_listen.empty() && b->grpc_plaintext_port_ == 0)) {
     return absl::UnavailableError(absl::StrCat(
         "grpc: cannot listen on ",
         config.grpc.listen.empty() ? "" : absl::StrCat("grpc.listen ", config.grpc.listen, " "),
+        config.grpc.plaintext_listen.empty()
+            ? ""
+            : absl::StrCat("grpc.plaintext_listen ", config.grpc.plaintext_listen, " "),
         config.grpc.unix_socket.empty() ? ""
                                         : absl::StrCat("grpc.unix_socket ", config.grpc.unix_socket),
         " (address in use or not permitted?)"));

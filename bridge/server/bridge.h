@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "bridge/auth/authz.h"
 #include "bridge/config/config.h"
 #include "bridge/inventory/inventory.h"
 #include "bridge/journal/journal.h"
@@ -54,6 +55,8 @@ class Bridge {
 
   // The bound TCP port (useful with "host:0"), or 0 without a TCP listener.
   int grpc_port() const { return grpc_port_; }
+  // The bound grpc.plaintext_listen port, or 0 without one.
+  int grpc_plaintext_port() const { return grpc_plaintext_port_; }
   // The bound metrics port, or 0 without a metrics endpoint.
   int metrics_port() const;
   // The scheduler extender's bound port, or 0 when extender.listen is empty.
@@ -106,11 +109,14 @@ class Bridge {
   std::unique_ptr<k8s::PodReleaser> pod_releaser_;
   std::unique_ptr<k8s::PodWatch> pod_watch_;
   // ---- end pod lifecycle ----
+  // auth.mode token: who may make mutating calls. Null otherwise.
+  std::unique_ptr<auth::CallAuthorizer> authorizer_;
   // Mirrors slurm_sync_->degraded() into the "duet.slurm" health status.
   std::thread health_thread_;
   absl::Mutex health_mu_;
   bool stopping_ ABSL_GUARDED_BY(health_mu_) = false;
   int grpc_port_ = 0;
+  int grpc_plaintext_port_ = 0;
   bool shut_down_ = false;
   // The scheduler extender (extender.listen). Last, so they go first: they
   // use the ledger, the placeholders and the Kubernetes client.
@@ -129,5 +135,12 @@ int Run(const Config& config);
 // Errors name the file that cannot be read.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
     const TlsConfig& tls);
+
+// The CallAuthorizer of auth.mode token: TokenReviews and pod lookups through
+// `kube`, the pod watch in `pods` (may hold null) as the first word on where
+// a pod runs, refusals counted on `metrics` (may be null).
+std::unique_ptr<auth::CallAuthorizer> NewCallAuthorizer(
+    const AuthConfig& config, k8s::KubeClient* kube, const std::atomic<k8s::PodWatch*>* pods,
+    Metrics* metrics);
 
 }  // namespace duet

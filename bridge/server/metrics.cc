@@ -178,6 +178,11 @@ Metrics::Metrics(const Ledger* ledger)
                         .Register(*registry_);
   stale_retries_->Add({{"result", "granted"}});
   stale_retries_->Add({{"result", "refused"}});
+  auth_refusals_ = &BuildCounter()
+                        .Name("duet_grpc_auth_refusals_total")
+                        .Help("Mutating gRPC calls for pods and placeholders refused for their "
+                              "caller (auth.mode token), by method and reason; nothing changed")
+                        .Register(*registry_);
   credential_refusals_ = &BuildCounter()
                               .Name("duet_slurm_credential_refusals_total")
                               .Help(
@@ -238,6 +243,10 @@ void Metrics::CountRelease(const Owner& owner) {
 
 void Metrics::CountRefusal(absl::StatusCode code) {
   refusals_->Add({{"reason", CodeLabel(code)}}).Increment();
+}
+
+void Metrics::CountAuthRefusal(const std::string& method, const std::string& why) {
+  auth_refusals_->Add({{"method", method}, {"reason", why}}).Increment();
 }
 
 void Metrics::CountCredentialRefusal(const std::string& credential, const std::string& why) {

@@ -52,6 +52,9 @@ class Metrics {
   // why ("missing", "malformed", "bad_mac", "expired", "replayed", "full",
   // "rejected", "wrong_owner", "unavailable").
   void CountCredentialRefusal(const std::string& credential, const std::string& why);
+  // A mutating call refused by auth.mode token (bridge/auth/authz.h): the
+  // method and why (missing_token, invalid_token, wrong_node, ...).
+  void CountAuthRefusal(const std::string& method, const std::string& why);
   void ObserveFsync(double seconds, size_t records, size_t bytes);
   void SetWatchStreams(int streams);
   void SetServing(bool serving);
@@ -88,6 +91,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* conflicts_;
   prometheus::Family<prometheus::Counter>* stale_retries_;
   prometheus::Family<prometheus::Counter>* credential_refusals_;
+  prometheus::Family<prometheus::Counter>* auth_refusals_;
   prometheus::Histogram* fsync_latency_;
   prometheus::Histogram* fsync_batch_;
   prometheus::Counter* journal_bytes_;

@@ -279,12 +279,18 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartStandbyGrpc(const Config& con
   builder.RegisterService(ledger);
   int port = 0;
   if (!config.grpc.listen.empty()) builder.AddListeningPort(config.grpc.listen, *creds, &port);
+  int plaintext_port = 0;
+  if (!config.grpc.plaintext_listen.empty()) {
+    builder.AddListeningPort(config.grpc.plaintext_listen, grpc::InsecureServerCredentials(),
+                             &plaintext_port);
+  }
   if (!config.grpc.unix_socket.empty()) {
     ::unlink(config.grpc.unix_socket.c_str());
     builder.AddListeningPort("unix:" + config.grpc.unix_socket, grpc::InsecureServerCredentials());
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || (!config.grpc.listen.empty() && port == 0)) {
+  if (server == nullptr || (!config.grpc.listen.empty() && port == 0) ||
+      (!config.grpc.plaintext_listen.empty() && plaintext_port == 0)) {
     return absl::UnavailableError(
         absl::StrCat("standby: cannot listen on grpc.listen ", config.grpc.listen));
   }

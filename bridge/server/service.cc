@@ -239,6 +239,15 @@ std::optional<HolderClass> LedgerService::BlockingClass(const HoldRequest& reque
   return out;
 }
 
+absl::Status LedgerService::AuthorizeCall(const grpc::CallbackServerContext& ctx,
+                                          const char* method, const std::string& node,
+                                          const Owner& owner) const {
+  if (!options_.authorize_call || owner.holder_class() == HolderClass::kSlurm) {
+    return absl::OkStatus();  // Slurm owners: authorize_slurm_owner
+  }
+  return options_.authorize_call(ctx, method, node, owner);
+}
+
 void LedgerService::Answer(grpc::ServerUnaryReactor* reactor, const char* method,
                            absl::Time start, const absl::Status& status) {
   if (metrics_ != nullptr) {
@@ -328,6 +337,9 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
     if (!auth.ok()) return refuse(auth);
   }
   // --- end Slurm owner authentication ---
+  if (absl::Status a = AuthorizeCall(*ctx, "Hold", request->node, request->owner); !a.ok()) {
+    return refuse(a);
+  }
   absl::StatusOr<HoldResult> result = ledger_->Hold(*request);
   if (!result.ok() && absl::IsResourceExhausted(result.status()) &&
       request->owner.holder_class() == HolderClass::kSlurm && options_.resolve_slurm_conflict &&
@@ -377,6 +389,10 @@ grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ct
     }
   }
   // --- end Slurm owner authentication ---
+  if (absl::Status a = AuthorizeCall(*ctx, "Release", req->node(), *owner); !a.ok()) {
+    Answer(reactor, "Release", start, a);
+    return reactor;
+  }
   absl::StatusOr<ReleaseResult> result = ledger_->Release(req->node(), *owner);
   if (!result.ok()) {
     Answer(reactor, "Release", start, result.status());
@@ -457,6 +473,7 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
         absl::StrCat("pod: ", v.ok() ? "uid must be set" : v.message())));
   }
   if (req->node().empty()) return refuse(absl::InvalidArgumentError("node: must be set"));
+  if (absl::Status a = AuthorizeCall(*ctx, "PlacePod", req->node(), pod); !a.ok()) return refuse(a);
   if (req->gpus() == 0 && req->tpus() == 0) {
     return refuse(absl::InvalidArgumentError("gpus, tpus: at least one must be non-zero"));
   }

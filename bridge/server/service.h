@@ -68,6 +68,15 @@ class LedgerService final : public v1::Ledger::CallbackService {
                                const std::string& node, const Owner& owner)>
         authorize_slurm_owner;
     // --- end Slurm owner authentication ---
+    // --- Caller authorization (auth.mode token; bridge/auth/authz.h) ---
+    // Set: Hold and Release for a pod or placeholder owner, and PlacePod,
+    // must pass it first. Arguments: the call's context, the method, the
+    // request's node and owner. A refusal is answered as is; nothing in the
+    // ledger changes.
+    std::function<absl::Status(const grpc::CallbackServerContext& ctx, const char* method,
+                               const std::string& node, const Owner& owner)>
+        authorize_call;
+    // --- end caller authorization ---
     // --- PlacePod (device plugin) ---
     // PlacePod holds through pods::PodHolds, as the extender's bind does.
     // The Slurm side (duet-bridge: bridge/slurm's Placeholders); null when
@@ -124,6 +133,9 @@ class LedgerService final : public v1::Ledger::CallbackService {
   // node (pod if any is a pod's), nullopt when none does (a Hold of "any N"
   // that found no room, or the holder left since).
   std::optional<HolderClass> BlockingClass(const HoldRequest& request) const;
+  // Options::authorize_call for a pod or placeholder owner; OK otherwise.
+  absl::Status AuthorizeCall(const grpc::CallbackServerContext& ctx, const char* method,
+                             const std::string& node, const Owner& owner) const;
   // Finishes `reactor` with `status`, recording latency and code.
   void Answer(grpc::ServerUnaryReactor* reactor, const char* method, absl::Time start,
               const absl::Status& status);

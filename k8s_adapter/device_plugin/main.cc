@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
                  "PEM CA of the bridge's TLS certificate (turns TLS on; default: system roots)");
   app.add_option("--bridge-cert", o.bridge_cert_file, "PEM client certificate for the bridge");
   app.add_option("--bridge-key", o.bridge_key_file, "PEM key of --bridge-cert");
+  app.add_option("--bridge-token-file", o.bridge_token_file,
+                 "ServiceAccount token file sent to the bridge on every call (a projected token "
+                 "with the bridge's audience; re-read on every call)");
   app.add_option("--node-name", o.node_name, "This node's name (default: $NODE_NAME)");
   app.add_option("--plugin-dir", o.plugin_dir, "kubelet's device-plugin directory")
       ->capture_default_str();

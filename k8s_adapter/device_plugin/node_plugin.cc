@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bridge/slurm/slurm_client.h"
@@ -141,6 +142,19 @@ class NodePlugin::Service final : public v1beta1::DevicePlugin::Service {
 
 // ---------------------------------------------------------------------------
 
+void NodePlugin::AddBridgeToken(grpc::ClientContext* ctx) const {
+  if (options_.bridge_token_file.empty()) return;
+  absl::StatusOr<std::string> token = ReadPem("--bridge-token-file", options_.bridge_token_file);
+  std::string t = token.ok() ? std::string(absl::StripAsciiWhitespace(*token)) : "";
+  if (t.empty()) {
+    // The bridge refuses the call with a reason that names the missing token.
+    spdlog::warn("no bridge token to send: {}",
+                 token.ok() ? "--bridge-token-file is empty" : token.status().ToString());
+    return;
+  }
+  ctx->AddMetadata("authorization", absl::StrCat("Bearer ", t));
+}
+
 absl::Status ValidateOptions(const NodePluginOptions& o) {
   if (o.bridge.empty()) return absl::InvalidArgumentError("--bridge: must be set");
   if (o.node_name.empty()) {
@@ -161,6 +175,11 @@ absl::Status ValidateOptions(const NodePluginOptions& o) {
   if ((!o.bridge_ca_file.empty() || !o.bridge_cert_file.empty()) &&
       o.bridge.rfind("unix:", 0) == 0) {
     return absl::InvalidArgumentError("--bridge-ca: the bridge's unix socket has no TLS");
+  }
+  if (!o.bridge_token_file.empty() && o.bridge_ca_file.empty() && o.bridge_cert_file.empty() &&
+      o.bridge.rfind("unix:", 0) != 0) {
+    return absl::InvalidArgumentError(
+        "--bridge-token-file: the token would travel in clear: give --bridge-ca (TLS) too");
   }
   if (o.device_dir.empty()) return absl::InvalidArgumentError("--device-dir: must be set");
   if (o.bridge_timeout <= absl::ZeroDuration()) {
@@ -340,6 +359,7 @@ void NodePlugin::WatchLoop() {
       if (stopping_) return;
       watch_ctx_ = &ctx;
     }
+    AddBridgeToken(&ctx);
     v1::WatchNodesRequest req;
     req.add_names(options_.node_name);
     std::unique_ptr<grpc::ClientReader<v1::NodeEvent>> reader = bridge_->WatchNodes(&ctx, req);
@@ -707,6 +727,7 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.bridge_timeout));
+    AddBridgeToken(&ctx);
     v1::ListHoldingsRequest lreq;
     lreq.set_node(options_.node_name);
     v1::ListHoldingsResponse lresp;
@@ -815,6 +836,7 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
       preq.set_memory_mib(bypass->memory_mib);
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.bridge_timeout));
+      AddBridgeToken(&ctx);
       v1::Holding placed;
       grpc::Status st = bridge_->PlacePod(&ctx, preq, &placed);
       placed_->Add({{"resource", KindLabel(kind)}, {"result", st.ok() ? "placed" : "refused"}})

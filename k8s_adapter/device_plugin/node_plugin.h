@@ -58,6 +58,11 @@ struct NodePluginOptions {
   std::string bridge_ca_file;
   std::string bridge_cert_file;
   std::string bridge_key_file;
+  // A ServiceAccount token file (a projected token with the bridge's
+  // audience) sent on every call to the bridge as `authorization: Bearer`;
+  // re-read on every call, so kubelet's rotations are picked up. Empty: no
+  // token (the bridge's auth.mode none, or its unix socket).
+  std::string bridge_token_file;
   // This node's name in the ledger (and Kubernetes).
   std::string node_name;
   // kubelet's device-plugin directory: kubelet.sock is there, ours go there.
@@ -156,6 +161,8 @@ class NodePlugin {
                                              const std::vector<PodClaim>& claims,
                                              const std::optional<std::vector<PendingPod>>& pending);
   void CountRefusal(DeviceKind kind, const absl::Status& s);
+  // Adds the bridge token (bridge_token_file) to a call to the bridge.
+  void AddBridgeToken(grpc::ClientContext* ctx) const;
   // The container's answer for `devices` of `uid`: device nodes, variables,
   // GPU mounts, annotations. FAILED_PRECONDITION for a missing device node.
   absl::StatusOr<v1beta1::ContainerAllocateResponse> Answer(DeviceKind kind,

@@ -255,7 +255,8 @@ def deserialize(obj):
     """python3-kubernetes model for obj; ValueError on missing required fields."""
     api = client.ApiClient()
     model = "V1" + obj["kind"]
-    assert obj["apiVersion"] in ("v1", "apps/v1", "rbac.authorization.k8s.io/v1", "policy/v1"), \
+    assert obj["apiVersion"] in ("v1", "apps/v1", "rbac.authorization.k8s.io/v1", "policy/v1",
+                                 "networking.k8s.io/v1"), \
         f"{obj['kind']}: unexpected apiVersion {obj['apiVersion']}"
     typed = api._ApiClient__deserialize(copy.deepcopy(obj), model)
     return typed, api.sanitize_for_serialization(typed)
@@ -359,7 +360,8 @@ class ModelTest(unittest.TestCase):
                     probe = c.get("readinessProbe", {})
                     if "grpc" in probe:
                         self.assertEqual(set(probe["grpc"]), {"port"})
-                        ports = {p["containerPort"] for p in c["ports"] if p["name"] == "grpc"}
+                        # The plaintext gRPC port (the probe speaks no TLS).
+                        ports = {p["containerPort"] for p in c["ports"] if p["name"] == "grpc-plain"}
                         self.assertEqual(ports, {probe["grpc"]["port"]})
 
     def test_names_fit(self):
@@ -412,7 +414,8 @@ class ReferenceTest(unittest.TestCase):
         for name in RENDERED:
             dep = one(name, "Deployment", "duet-bridge")
             c = pod_spec(dep)["containers"][0]
-            grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
+            # The plaintext gRPC port: kubelet's gRPC probe speaks no TLS.
+            grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc-plain")
             # Ready only when grpc.health.v1 says SERVING (the leader) ...
             self.assertEqual(c["readinessProbe"]["grpc"], {"port": grpc_port})
             # ... alive whenever the metrics port accepts (the standby too).
@@ -496,6 +499,78 @@ class ReferenceTest(unittest.TestCase):
         self.assertEqual(ca["secret"]["items"], [{"key": "ca.crt", "path": "ca.crt"}])
         tpu = one("tpu-only", "Deployment", "duet-scheduler")
         self.assertNotIn("extender-ca", [v["name"] for v in pod_spec(tpu)["volumes"]])
+
+
+class WhoMayCallTest(unittest.TestCase):
+    """By default: TLS on the gRPC port, duet-node's projected token, the
+    bridge checking tokens (auth.mode token), a NetworkPolicy."""
+
+    def test_bridge_serves_tls_and_checks_tokens(self):
+        cfg = yaml.safe_load(one("defaults", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
+        self.assertEqual(cfg["grpc"]["listen"], "0.0.0.0:50151")
+        self.assertEqual(cfg["grpc"]["plaintext_listen"], "0.0.0.0:50152")
+        self.assertEqual(cfg["grpc"]["tls"], {"cert_file": "/etc/duet/grpc-tls/tls.crt",
+                                              "key_file": "/etc/duet/grpc-tls/tls.key"})
+        self.assertEqual(cfg["auth"], {"mode": "token", "audiences": ["duet-bridge"],
+                                       "node_service_account": "system:serviceaccount:duet:duet-node",
+                                       "operator_users": [], "operator_groups": []})
+        dep = one("defaults", "Deployment", "duet-bridge")
+        vol = next(v for v in pod_spec(dep)["volumes"] if v["name"] == "grpc-tls")
+        self.assertEqual(vol["secret"]["secretName"], "duet-extender-tls")
+        mounts = {m["name"]: m["mountPath"] for m in pod_spec(dep)["containers"][0]["volumeMounts"]}
+        self.assertEqual(mounts["grpc-tls"], "/etc/duet/grpc-tls")
+
+    def test_duet_node_sends_a_projected_token_over_tls(self):
+        spec = pod_spec(one("defaults", "DaemonSet", "duet-node"))
+        args = spec["containers"][0]["args"]
+        self.assertIn("--bridge-ca=/etc/duet/bridge-ca/ca.crt", args)
+        self.assertIn("--bridge-token-file=/var/run/secrets/duet/token", args)
+        vols = {v["name"]: v for v in spec["volumes"]}
+        token = vols["bridge-token"]["projected"]["sources"][0]["serviceAccountToken"]
+        self.assertEqual(token, {"audience": "duet-bridge", "expirationSeconds": 3600, "path": "token"})
+        self.assertEqual(vols["bridge-ca"]["secret"]["items"], [{"key": "ca.crt", "path": "ca.crt"}])
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        self.assertEqual(mounts["bridge-token"]["mountPath"], "/var/run/secrets/duet")
+        self.assertTrue(mounts["bridge-token"]["readOnly"])
+        # An inline CA bundle becomes a ConfigMap of its own.
+        tpu = pod_spec(one("tpu-only", "DaemonSet", "duet-node"))
+        ca = next(v for v in tpu["volumes"] if v["name"] == "bridge-ca")
+        cm = one("tpu-only", "ConfigMap", ca["configMap"]["name"])
+        self.assertEqual(cm["data"]["ca.crt"].strip(), CA_PEM.strip())
+
+    def test_network_policy_admits_only_the_callers(self):
+        np = one("defaults", "NetworkPolicy", "duet-bridge")
+        dep = one("defaults", "Deployment", "duet-bridge")
+        self.assertEqual(np["spec"]["podSelector"]["matchLabels"], dep["spec"]["selector"]["matchLabels"])
+        self.assertEqual(np["spec"]["policyTypes"], ["Ingress"])
+        by_port = {r["ports"][0]["port"]: r.get("from") for r in np["spec"]["ingress"]}
+        node = one("defaults", "DaemonSet", "duet-node")
+        sched = one("defaults", "Deployment", "duet-scheduler")
+        self.assertEqual(by_port["grpc"], [{"podSelector": {"matchLabels": node["spec"]["selector"]["matchLabels"]}}])
+        self.assertEqual(by_port["extender"],
+                         [{"podSelector": {"matchLabels": sched["spec"]["selector"]["matchLabels"]}}])
+        self.assertEqual(by_port["grpc-plain"],
+                         [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "slurm"}}}])
+        self.assertIsNone(by_port["metrics"])  # Prometheus, wherever it runs
+        # Every port it names is a named port of the bridge.
+        named = {p["name"] for p in pod_spec(dep)["containers"][0]["ports"]}
+        self.assertLessEqual(set(by_port), named)
+        # Without duet-node and the scheduler in the release, their rules go.
+        slurm = one("slurm", "NetworkPolicy", "duet-bridge")
+        self.assertEqual({r["ports"][0]["port"] for r in slurm["spec"]["ingress"]},
+                         {"grpc-plain", "metrics"})
+
+    def test_auth_none_renders_no_token_and_no_tokenreview_rule(self):
+        proc = render([example("values-minimal.yaml"), write_values("bridge: {auth: {mode: none}}\n")])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        objs = [o for o in yaml.safe_load_all(proc.stdout) if o]
+        ds = next(o for o in objs if o["kind"] == "DaemonSet")
+        self.assertNotIn("bridge-token", [v["name"] for v in pod_spec(ds)["volumes"]])
+        self.assertFalse(any(a.startswith("--bridge-token-file") for a in pod_spec(ds)["containers"][0]["args"]))
+        role = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "duet-bridge")
+        self.assertNotIn("tokenreviews", [r for rule in role["rules"] for r in rule["resources"]])
+        cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "duet-bridge")
+        self.assertEqual(yaml.safe_load(cm["data"]["bridge.yaml"])["auth"], {"mode": "none"})
 
 
 class SchedulerConfigTest(unittest.TestCase):
@@ -591,6 +666,7 @@ class RbacTest(unittest.TestCase):
             (("",), ("pods",), ("get", "list", "patch", "watch")),
             (("",), ("pods/binding",), ("create",)),
             (("",), ("events",), ("create", "patch")),
+            (("authentication.k8s.io",), ("tokenreviews",), ("create",)),
         ]))
         role = one("defaults", "Role", "duet-bridge-leader-election")
         self.assertEqual(role["metadata"]["namespace"], NAMESPACE)
@@ -738,7 +814,10 @@ class PlugstackTest(unittest.TestCase):
         words, args = self.parse("defaults")
         self.assertEqual(words[:2], ["required", "/usr/lib/duet/spank_duet.so"])
         svc = one("defaults", "Service", "duet-bridge")
-        self.assertEqual(args["bridge"], f"duet-bridge.duet.svc:{svc['spec']['ports'][0]['port']}")
+        # The plaintext port: spank_duet speaks no TLS (its calls carry munge
+        # or the slurm.key credential).
+        plain = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc-plain")
+        self.assertEqual(args["bridge"], f"duet-bridge.duet.svc:{plain}")
         self.assertEqual(args, {"bridge": args["bridge"], "timeout_ms": "2000",
                                 "on_unreachable": "fail", "tpu": "auto", "auth": "munge"})
 
@@ -777,6 +856,12 @@ class RefusalTest(unittest.TestCase):
          "bridge.slurm.slurmKey.secretName: a Secret with the cluster's slurm.key is required"),
         ("unknown plugin credential", "slurmPlugin: {auth: kerberos}\n",
          'slurmPlugin.auth: "kerberos" must be munge, slurm_key or none'),
+        ("unknown auth mode", "bridge: {auth: {mode: mtls}}\n",
+         'bridge.auth.mode: "mtls" must be token or none'),
+        ("tokens in clear", "bridge: {grpc: {tls: {enabled: false}}}\n",
+         "bridge.auth.mode: token needs bridge.grpc.tls.enabled"),
+        ("chart-owned auth key", "bridge: {config: {auth: {mode: none}}}\n",
+         "bridge.config.auth.mode: set by the chart"),
     ]
 
     def test_refusals(self):

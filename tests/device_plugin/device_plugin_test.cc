@@ -662,6 +662,86 @@ TEST_F(DevicePluginTest, TalksToABridgeThatRequiresClientCertificates) {
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("--bridge-cert: cannot read"));
 }
 
+// auth.mode token end to end: duet-node sends its projected ServiceAccount
+// token (re-read on every call) over TLS; the bridge reviews it with the API
+// server. A token bound to another node is refused and changes nothing; the
+// node's own token (after a rotation of the file) places the pod.
+TEST_F(DevicePluginTest, BypassPodIsPlacedOnlyWithItsOwnNodesToken) {
+  const std::string certs = (dir_ / "certs").string();
+  std::filesystem::create_directories(certs);
+  k8s::testing::TlsFiles tls = k8s::testing::MakeTestCerts(certs);
+  ASSERT_FALSE(tls.ca.empty()) << "openssl failed";
+  api_ = std::make_unique<k8s::testing::FakeApiServer>();
+  ASSERT_TRUE(api_->ok());
+  k8s::KubeConfig kc;
+  kc.server = api_->url();
+  auto client = k8s::NewCurlKubeClient(kc);
+  ASSERT_TRUE(client.ok());
+  kube_ = std::move(*client);
+  const std::string sa = "system:serviceaccount:duet-system:duet-node";
+  for (const char* node : {"gke-a", "gke-t"}) {
+    api_->Control("token", {{"token", std::string("token-of-") + node},
+                            {"username", sa},
+                            {"audiences", {"duet-bridge"}},
+                            {"extra", {{"authentication.kubernetes.io/node-name", {node}}}}});
+  }
+  api_->Put(PendingPod("rogue", "uid-rogue", "nvidia.com/gpu", 2));
+  std::ofstream(dir_ / "kubeconfig") << "apiVersion: v1\nkind: Config\n"
+                                     << "clusters: [{name: f, cluster: {server: \"" << api_->url()
+                                     << "\"}}]\nusers: [{name: u, user: {}}]\n"
+                                     << "contexts: [{name: f, context: {cluster: f, user: u}}]\n"
+                                     << "current-context: f\n";
+  Config c;
+  c.grpc.listen = "127.0.0.1:0";
+  c.metrics.listen = "";
+  c.grpc.tls.cert_file = tls.cert;
+  c.grpc.tls.key_file = tls.key;
+  c.journal.dir = (dir_ / "journal-auth").string();
+  c.journal.fsync = false;
+  c.inventory.source = "file";
+  c.inventory.file = (dir_ / "nodes.yaml").string();
+  c.kubernetes.kubeconfig = (dir_ / "kubeconfig").string();
+  c.auth.mode = "token";
+  c.auth.node_service_account = sa;
+  ASSERT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c);
+  auto b = Bridge::Start(c);
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  const std::string token_file = (dir_ / "token").string();
+  std::ofstream(token_file) << "token-of-gke-t\n";  // another node's token
+  NodePluginOptions o;
+  o.bridge = "127.0.0.1:" + std::to_string((*b)->grpc_port());
+  o.node_name = "gke-a";
+  o.plugin_dir = (dir_ / "plugins").string();
+  o.pod_resources_socket = (dir_ / "pr" / "kubelet.sock").string();
+  o.pod_resources_period = absl::Milliseconds(100);
+  o.device_dir = (dir_ / "dev").string();
+  o.bridge_ca_file = tls.ca;
+  o.bridge_token_file = token_file;
+  o.bridge_timeout = absl::Seconds(5);
+  auto p = NodePlugin::Start(o, kube_.get());
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(kubelet_->WaitRegistrations(1));
+  auto stub = Plugin("duet-gpu.sock");
+  v1beta1::AllocateResponse resp;
+  grpc::Status st = Allocate(stub.get(), {"gpu-slot-0", "gpu-slot-1"}, &resp);
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.error_message(), HasSubstr("may not act on node gke-a"));
+  EXPECT_EQ((*b)->ledger()->holding_count(), 0u);
+  EXPECT_THAT((*b)->metrics()->Render(),
+              HasSubstr("duet_grpc_auth_refusals_total{method=\"PlacePod\",reason=\"wrong_node\"} 1"));
+
+  std::ofstream(token_file) << "token-of-gke-a\n";  // kubelet rotated the file
+  resp.Clear();
+  st = Allocate(stub.get(), {"gpu-slot-0", "gpu-slot-1"}, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  std::optional<Holding> h = (*b)->ledger()->FindHolding("gke-a", Owner::Pod("uid-rogue"));
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->devices.size(), 2u);
+  p->reset();
+  b->reset();
+}
+
 // The real binary: flags wired through main, registration, clean SIGTERM.
 TEST_F(DevicePluginTest, TheBinaryRegistersAndStopsCleanlyOnSigterm) {
   const std::string bridge = "127.0.0.1:" + std::to_string(bridge_->grpc_port());
@@ -722,6 +802,13 @@ TEST(ValidateOptionsTest, NamesTheFlag) {
   o.bridge_ca_file = "ca.pem";
   EXPECT_THAT(std::string(ValidateOptions(o).message()), HasSubstr("unix socket has no TLS"));
   o.bridge_ca_file.clear();
+  o.bridge = "127.0.0.1:1";
+  o.bridge_token_file = "/var/run/secrets/duet/token";
+  EXPECT_THAT(std::string(ValidateOptions(o).message()), HasSubstr("--bridge-token-file"));
+  o.bridge_ca_file = "ca.pem";
+  EXPECT_TRUE(ValidateOptions(o).ok());
+  o.bridge_ca_file.clear();
+  o.bridge_token_file.clear();
   o.node_name.clear();
   EXPECT_THAT(std::string(ValidateOptions(o).message()), HasSubstr("--node-name"));
 }

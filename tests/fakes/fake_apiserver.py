@@ -64,6 +64,14 @@ Control API (tests drive the fake through it; JSON bodies):
   POST /_fake/fail      {"count": N, "code": 500} fail the next N API requests
   GET  /_fake/requests  the API requests seen: [{"method","path","auth","body"}]
   GET  /_fake/stats     {"watches": open watches, "resourceVersion": N}
+  POST /_fake/token     register a bearer token for TokenReview (below)
+
+TokenReview (authentication.k8s.io/v1, POST /apis/authentication.k8s.io/v1/tokenreviews):
+tokens are registered by the test with POST /_fake/token {"token", "username",
+"groups", "extra", "audiences", "expires_in"} ({"token", "revoke": true} forgets
+one). A review answers authenticated only for a registered, unexpired token
+whose audiences meet spec.audiences (status.audiences is the intersection),
+with the error messages the API server uses otherwise.
 
 Usage: fake_apiserver.py [--port 0] [--port-file F] [--tls-cert C --tls-key K]
        [--client-ca CA] [--token T] [--bookmark-interval S] [--window N]
@@ -536,6 +544,61 @@ def watch_event(w, etype, obj, old):
     return None
 
 
+# ---- TokenReview (authentication.k8s.io/v1) ----
+# A self-contained block: the tokens the test registered, and the review.
+TOKENREVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+
+
+def token_control(server, body):
+    """POST /_fake/token: register (or with "revoke" forget) a bearer token."""
+    tokens = server.__dict__.setdefault("tokens", {})
+    token = body.get("token", "")
+    if not token:
+        return 400, status_obj(400, "BadRequest", "token: required")
+    if body.get("revoke"):
+        tokens.pop(token, None)
+        return 200, {}
+    expires_in = body.get("expires_in")
+    tokens[token] = {
+        "username": body.get("username", ""),
+        "uid": body.get("uid", str(uuid.uuid4())),
+        "groups": list(body.get("groups", [])),
+        "extra": {k: list(v) for k, v in (body.get("extra") or {}).items()},
+        "audiences": list(body.get("audiences", ["https://kubernetes.default.svc"])),
+        "expires": None if expires_in is None else time.time() + float(expires_in),
+    }
+    return 200, {}
+
+
+def token_review(server, raw):
+    """The TokenReview create: 201 with the status filled in (never stored)."""
+    try:
+        review = json.loads(raw.decode() or "null")
+        spec = review["spec"]
+        token = spec["token"]
+    except (ValueError, KeyError, TypeError):
+        return 400, status_obj(400, "BadRequest", "TokenReview.spec.token: Required value")
+    if review.get("kind") != "TokenReview" or review.get("apiVersion") != "authentication.k8s.io/v1":
+        return 400, status_obj(400, "BadRequest", "expected an authentication.k8s.io/v1 TokenReview")
+    wanted = spec.get("audiences") or ["https://kubernetes.default.svc"]
+    t = server.__dict__.get("tokens", {}).get(token)
+    status = {"authenticated": False, "user": {}}
+    if t is None:
+        status["error"] = "[invalid bearer token, token lookup failed]"
+    elif t["expires"] is not None and time.time() >= t["expires"]:
+        status["error"] = "[invalid bearer token, service account token has expired]"
+    else:
+        both = [a for a in wanted if a in t["audiences"]]
+        if not both:
+            status["error"] = "[invalid bearer token, token audiences %s is invalid for the target audiences %s]" % (
+                json.dumps(t["audiences"]), json.dumps(wanted))
+        else:
+            status = {"authenticated": True, "audiences": both, "user": {
+                "username": t["username"], "uid": t["uid"], "groups": t["groups"], "extra": t["extra"]}}
+    out = {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+           "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
+    return 201, out
+# ---- end TokenReview ----
 
 
 class DropConnection(Exception):
@@ -699,6 +762,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body, _ = self._json_body()
         body = body or {}
         with st.cond:
+            if what == "token":
+                return self._send_json(*token_control(self.server, body))
             try:
                 if what == "put":
                     code, obj = st.put(body)
@@ -790,6 +855,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if doc is not None:
                 return self._send_json(200, doc)
 
+        if path == TOKENREVIEW_PATH and method == "POST":
+            return self._send_json(*token_review(self.server, raw))
         m = re.match(r"^/api/v1/namespaces/([^/]+)/bindings$", path)
         if m and method == "POST":
             # The Binding resource (what client libraries post): the pod is

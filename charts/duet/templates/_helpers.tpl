@@ -75,6 +75,26 @@ name the extender certificate must carry. */}}
 {{- printf "%s.%s.svc" (include "duet.extender.service" .) .Release.Namespace -}}
 {{- end -}}
 
+{{/* gRPC target of the leader over the plaintext port: the SPANK plugin. */}}
+{{- define "duet.bridge.plaintextTarget" -}}
+{{- printf "%s.%s.svc:%d" (include "duet.bridge.name" .) .Release.Namespace (int .Values.bridge.grpc.plaintextPort) -}}
+{{- end -}}
+
+{{- define "duet.bridge.grpcTlsSecret" -}}
+{{- default (include "duet.extender.tlsSecret" .) .Values.bridge.grpc.tls.secretName -}}
+{{- end -}}
+
+{{- define "duet.auth.mode" -}}
+{{- $m := .Values.bridge.auth.mode -}}
+{{- if not (has $m (list "token" "none")) -}}
+{{- fail (printf "bridge.auth.mode: %q must be token or none" (toString $m)) -}}
+{{- end -}}
+{{- if and (eq $m "token") (not .Values.bridge.grpc.tls.enabled) -}}
+{{- fail "bridge.auth.mode: token needs bridge.grpc.tls.enabled: duet-node's token must not travel in clear" -}}
+{{- end -}}
+{{- $m -}}
+{{- end -}}
+
 {{/* gRPC target of the leader (the Service only lists the Ready replica). */}}
 {{- define "duet.bridge.grpcTarget" -}}
 {{- printf "%s.%s.svc:%d" (include "duet.bridge.name" .) .Release.Namespace (int .Values.bridge.grpc.port) -}}
@@ -98,6 +118,9 @@ name the extender certificate must carry. */}}
 {{/* Mount points inside the bridge container. */}}
 {{- define "duet.paths.config" -}}/etc/duet/config{{- end -}}
 {{- define "duet.paths.extenderTls" -}}/etc/duet/extender-tls{{- end -}}
+{{- define "duet.paths.grpcTls" -}}/etc/duet/grpc-tls{{- end -}}
+{{- define "duet.paths.nodeToken" -}}/var/run/secrets/duet{{- end -}}
+{{- define "duet.paths.nodeBridgeCa" -}}/etc/duet/bridge-ca{{- end -}}
 {{- define "duet.paths.journal" -}}/var/lib/duet/journal{{- end -}}
 {{- define "duet.paths.slurmConf" -}}/etc/slurm/slurm.conf{{- end -}}
 {{- define "duet.paths.mungeSocketDir" -}}/run/munge{{- end -}}
@@ -112,7 +135,7 @@ bridge.config is an error rather than silently replaced.
 {{- define "duet.bridge.config" -}}
 {{- $v := .Values.bridge -}}
 {{- $cfg := deepCopy (default dict $v.config) -}}
-{{- $owned := list "grpc.listen" "grpc.unix_socket" "metrics.listen" "journal.dir" "inventory" "kubernetes.kubeconfig" "kubernetes.context" "kubernetes.shared_node_selector" "kubernetes.leader_election" "extender.listen" "extender.url_prefix" "extender.tls" "slurm.enabled" "slurm.conf_path" -}}
+{{- $owned := list "grpc.listen" "grpc.unix_socket" "grpc.plaintext_listen" "grpc.tls" "auth.mode" "auth.audiences" "auth.node_service_account" "auth.operator_users" "auth.operator_groups" "metrics.listen" "journal.dir" "inventory" "kubernetes.kubeconfig" "kubernetes.context" "kubernetes.shared_node_selector" "kubernetes.leader_election" "extender.listen" "extender.url_prefix" "extender.tls" "slurm.enabled" "slurm.conf_path" -}}
 {{- range $path := $owned -}}
 {{- $parts := splitList "." $path -}}
 {{- if eq (len $parts) 1 -}}
@@ -127,7 +150,21 @@ bridge.config is an error rather than silently replaced.
 {{- $grpc := default dict (get $cfg "grpc") -}}
 {{- $_ := set $grpc "listen" (printf "0.0.0.0:%d" (int $v.grpc.port)) -}}
 {{- $_ := set $grpc "unix_socket" "" -}}
+{{- $_ := set $grpc "plaintext_listen" (printf "0.0.0.0:%d" (int $v.grpc.plaintextPort)) -}}
+{{- if $v.grpc.tls.enabled -}}
+{{- $gdir := include "duet.paths.grpcTls" . -}}
+{{- $_ := set $grpc "tls" (dict "cert_file" (printf "%s/tls.crt" $gdir) "key_file" (printf "%s/tls.key" $gdir)) -}}
+{{- end -}}
 {{- $_ := set $cfg "grpc" $grpc -}}
+{{- $auth := default dict (get $cfg "auth") -}}
+{{- $_ := set $auth "mode" (include "duet.auth.mode" .) -}}
+{{- if eq $auth.mode "token" -}}
+{{- $_ := set $auth "audiences" (list $v.auth.audience) -}}
+{{- $_ := set $auth "node_service_account" (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "duet.node.name" .)) -}}
+{{- $_ := set $auth "operator_users" (default list $v.auth.operatorUsers) -}}
+{{- $_ := set $auth "operator_groups" (default list $v.auth.operatorGroups) -}}
+{{- end -}}
+{{- $_ := set $cfg "auth" $auth -}}
 {{- $_ := set $cfg "metrics" (merge (dict "listen" (printf "0.0.0.0:%d" (int $v.metrics.port))) (default dict (get $cfg "metrics"))) -}}
 {{- $journal := default dict (get $cfg "journal") -}}
 {{- $_ := set $journal "dir" (include "duet.paths.journal" .) -}}

@@ -42,6 +42,14 @@ inline constexpr char kStandby[] = "STANDBY";
 // UNAVAILABLE: the bridge stopped granting (its journal failed, or it is
 // shutting down).
 inline constexpr char kNotServing[] = "NOT_SERVING";
+// UNAUTHENTICATED: a mutating call for a pod or placeholder owner without a
+// caller identity the bridge accepts (auth.mode token: no token, a token
+// the API server rejects, or one sent in clear). Metadata: why.
+inline constexpr char kNotAuthenticated[] = "NOT_AUTHENTICATED";
+// PERMISSION_DENIED: the caller is known but not entitled to act for that
+// owner on that node (duet-node of another node, a pod bound elsewhere, an
+// identity that is neither duet-node nor an operator). Metadata: why, node.
+inline constexpr char kNotPermitted[] = "NOT_PERMITTED";
 }  // namespace reason
 
 }  // namespace duet::v1
