@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
 #include "bridge/config/yaml_section.h"
+#include "bridge/placement/placement.h"
 #include "yaml-cpp/yaml.h"
 
 namespace duet {
@@ -283,12 +284,10 @@ absl::Status ValidateConfig(const Config& c) {
       return absl::InvalidArgumentError("slurm.credential_ttl: must be at least 1s");
     }
   }
-  static const std::set<std::string> kPolicies = {"duet", "spread", "least-allocated",
-                                                   "most-allocated", "best-fit", "fgd"};
-  if (!kPolicies.count(c.placement.policy)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("placement.policy: \"", c.placement.policy,
-                     "\" must be duet, spread, most-allocated, best-fit or fgd"));
+  // Placement's own registry decides (the name Bridge::Start then parses).
+  if (!placement::ParsePolicy(c.placement.policy).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("placement.policy: \"", c.placement.policy,
+                                                   "\" must be ", placement::PolicyNamesText()));
   }
   if (!c.extender.listen.empty()) {
     DUET_YAML(CheckHostPort("extender.listen", c.extender.listen));

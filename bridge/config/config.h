@@ -175,7 +175,8 @@ struct SlurmConfig {
 
 struct PlacementConfig {
   // How the extender scores nodes and how Slurm node weights are derived:
-  // duet | spread | most-allocated | best-fit | fgd (placement::ParsePolicy).
+  // duet | spread | most-allocated | best-fit | fgd: a name in placement's
+  // registry (placement::RegisteredPolicies), which validation asks.
   std::string policy = "duet";
 };
 

@@ -1,5 +1,7 @@
 #include "bridge/config/config.h"
 
+#include "absl/strings/str_cat.h"
+#include "bridge/placement/placement.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -100,6 +102,25 @@ kubernetes: {kubeconfig: /root/.kube/config, context: dev, shared_node_selector:
   EXPECT_TRUE(ValidateConfig(*c).ok());
   EXPECT_THAT(ParseConfig("kubernetes: {kube_config: x}").status().message(),
               HasSubstr("kubernetes.kube_config: unknown key"));
+}
+
+// Config validation asks placement's registry: a policy placement knows is
+// never refused by validation, and the message lists exactly the registry.
+TEST(ConfigTest, EveryRegisteredPlacementPolicyValidates) {
+  ASSERT_FALSE(placement::RegisteredPolicies().empty());
+  for (const placement::PolicyEntry& e : placement::RegisteredPolicies()) {
+    for (const char* name : {e.name, e.alias}) {
+      if (name == nullptr) continue;
+      auto c = ParseConfig(absl::StrCat("placement: {policy: ", name, "}"));
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_TRUE(ValidateConfig(*c).ok()) << name << ": " << ValidateConfig(*c);
+      EXPECT_EQ(*placement::ParsePolicy(c->placement.policy), e.policy) << name;
+    }
+  }
+  auto c = ParseConfig("placement: {policy: random}");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(ValidateConfig(*c).message(),
+            "placement.policy: \"random\" must be duet, spread, most-allocated, best-fit or fgd");
 }
 
 TEST(ConfigTest, PlacementAndExtenderSections) {
