@@ -10,7 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "bridge/config/config.h"
 #include "bridge/server/bridge.h"
-#include "bridge/server/podlife.h"
+#include "bridge/server/leadership.h"
+#include "bridge/server/sync_events.h"
 #include "gtest/gtest.h"
 #include "tests/k8s/fake_server.h"
 
