@@ -308,15 +308,9 @@ absl::Status Bridge::StartSlurm() {
   co.call_timeout = config_.slurm.call_timeout;
   slurm_ = std::make_unique<LibSlurmClient>(co);
   SlurmSyncOptions so;
-  so.period = config_.slurm.sync_period;
-  so.manage_nodes = config_.slurm.manage_nodes;
+  static_cast<SlurmSyncSettings&>(so) = config_.slurm;  // the configured settings, as they are
   DUET_ASSIGN_OR_RETURN(so.node_mode,
                         ParseSlurmNodeMode(config_.slurm.nodes));  // ValidateConfig checked it
-  so.manage_weights = config_.slurm.manage_weights;
-  so.import_jobs = config_.slurm.import_jobs;
-  so.node_addr_label = config_.slurm.node_addr_label;
-  so.managed_feature = config_.slurm.managed_feature;
-  so.release_grace = config_.slurm.release_grace;
   if (events_ != nullptr) {
     so.on_drain = NodeDrainEvents(events_.get());
     so.on_placeholder_lost = PlaceholderLossEvents(events_.get());

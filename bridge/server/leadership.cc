@@ -33,7 +33,7 @@ std::string LeaderIdentity(const LeaderElectionConfig& c) {
 }
 
 std::string LeaderNamespace(const LeaderElectionConfig& c, const k8s::KubeConfig& kube) {
-  if (!c.namespace_.empty()) return c.namespace_;
+  if (!c.lease_namespace.empty()) return c.lease_namespace;
   if (!kube.namespace_.empty()) return kube.namespace_;
   return "default";
 }
@@ -174,13 +174,9 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
     return 1;
   }
 
-  k8s::LeaderElectionOptions lo;
+  k8s::LeaderElectionOptions lo = le;  // the configured settings, as they are
   lo.lease_namespace = LeaderNamespace(le, *kc);
-  lo.lease_name = le.lease_name;
   lo.identity = LeaderIdentity(le);
-  lo.lease_duration = le.lease_duration;
-  lo.renew_deadline = le.renew_deadline;
-  lo.retry_period = le.retry_period;
   lo.release_on_stop = true;
   spdlog::info("duet-bridge standby: campaigning for lease {}/{} as {}", lo.lease_namespace,
                lo.lease_name, lo.identity);

@@ -14,7 +14,7 @@ namespace duet {
 
 // `identity`, else $POD_NAME, else the hostname.
 std::string LeaderIdentity(const LeaderElectionConfig& config);
-// `namespace_`, else the client config's namespace (in-cluster: the service
+// `lease_namespace`, else the client config's namespace (in-cluster: the service
 // account's namespace file; a kubeconfig context's), else "default".
 std::string LeaderNamespace(const LeaderElectionConfig& config, const k8s::KubeConfig& kube);
 

@@ -145,7 +145,7 @@ void SlurmSync::Start() {
     do {
       absl::Status s = RunOnce();
       if (!s.ok()) spdlog::warn("slurm sync: {}", s.ToString());
-    } while (!stop_->WaitForNotificationWithTimeout(options_.period));
+    } while (!stop_->WaitForNotificationWithTimeout(options_.sync_period));
   });
 }
 

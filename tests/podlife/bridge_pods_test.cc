@@ -166,7 +166,7 @@ TEST(PodLifecycleConfigTest, KeysParseWithDefaultsAndValidateWithFieldPaths) {
   EXPECT_EQ(c->kubernetes.pod_sweep_period, absl::Seconds(5));
   const LeaderElectionConfig& le = c->kubernetes.leader_election;
   EXPECT_TRUE(le.enabled);
-  EXPECT_EQ(le.namespace_, "ops");
+  EXPECT_EQ(le.lease_namespace, "ops");
   EXPECT_EQ(le.lease_name, "duet-x");
   EXPECT_EQ(le.identity, "me");
   EXPECT_EQ(le.lease_duration, absl::Seconds(30));
@@ -213,7 +213,7 @@ TEST(PodLifecycleConfigTest, LeaderIdentityAndNamespaceFallBacks) {
   EXPECT_EQ(LeaderNamespace(le, kc), "default");
   kc.namespace_ = "duet-system";  // in-cluster: the service account's namespace file
   EXPECT_EQ(LeaderNamespace(le, kc), "duet-system");
-  le.namespace_ = "ops";
+  le.lease_namespace = "ops";
   EXPECT_EQ(LeaderNamespace(le, kc), "ops");
 }
 
