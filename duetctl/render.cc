@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bridge/api/convert.h"
+#include "bridge/ledger/usage.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace duet::ctl {
@@ -45,23 +47,6 @@ const char* ClassText(HolderClass c) {
   return "unknown";
 }
 
-// Owners in one nesting group share a device; a group counts once.
-std::string GroupKey(const v1::Owner& owner) {
-  switch (owner.kind_case()) {
-    case v1::Owner::kSlurmJob:
-      return absl::StrCat("job:", owner.slurm_job().job_id());
-    case v1::Owner::kSlurmStep:
-      return absl::StrCat("job:", owner.slurm_step().job_id());
-    case v1::Owner::kPod:
-      return absl::StrCat("pod:", owner.pod().uid());
-    case v1::Owner::kPlaceholder:
-      return absl::StrCat("pod:", owner.placeholder().pod_uid());
-    case v1::Owner::KIND_NOT_SET:
-      break;
-  }
-  return "none";
-}
-
 int64_t Capacity(const v1::Device& d) {
   return d.capacity_milli() == 0 ? kWhole : static_cast<int64_t>(d.capacity_milli());
 }
@@ -71,25 +56,20 @@ struct DeviceCount {
   int64_t pods = 0;
 };
 
+// Counted as the bridge counts (owner groups, shares over the device's
+// capacity: bridge/ledger/usage.h), on the holders the answer lists.
 DeviceCount CountDevice(const v1::Device& d) {
-  const int64_t cap = Capacity(d);
-  std::map<std::string, int64_t> groups[2];
+  const uint32_t cap = static_cast<uint32_t>(Capacity(d));
+  std::vector<DeviceUse> uses;
+  uses.reserve(static_cast<size_t>(d.holders_size()));
   for (const v1::DeviceHolder& h : d.holders()) {
-    const HolderClass c = ClassOf(h.owner());
-    if (c == HolderClass::kNone) continue;
-    const int64_t milli = h.milli() == 0 ? cap : static_cast<int64_t>(h.milli());
-    int64_t& m = groups[c == HolderClass::kSlurm ? 0 : 1][GroupKey(h.owner())];
-    m = std::max(m, milli);
+    absl::StatusOr<Owner> owner = FromProto(h.owner());
+    if (!owner.ok()) continue;  // no owner kind: counts for nobody
+    uses.push_back(
+        {std::make_shared<const Owner>(*std::move(owner)), h.milli() == 0 ? cap : h.milli()});
   }
-  int64_t sums[2] = {0, 0};
-  for (int i = 0; i < 2; ++i) {
-    for (const auto& [key, milli] : groups[i]) sums[i] += milli;
-  }
-  // A ledger never over-commits a device; clamp so a bad answer cannot print
-  // negative free counts.
-  const int64_t slurm = std::min(sums[0], cap);
-  const int64_t pods = std::min(sums[1], cap - slurm);
-  return {slurm * kWhole / cap, pods * kWhole / cap};
+  const ClassUse use = UseByClass(uses, cap);
+  return {duet::MilliDevices(use.slurm_milli, cap), duet::MilliDevices(use.pod_milli, cap)};
 }
 
 // Display width of UTF-8 text: code points, not bytes ("…" is one column).

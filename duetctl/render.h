@@ -9,7 +9,8 @@
 // "pods". Owners nest in groups (a job with its steps, a pod with its
 // placeholder), so a device held by job 12 and by its step 0 counts once.
 // Shares count as milli/capacity of a device, so two 500m holders on one GPU
-// count as 1 and a single 500m holder as 0.5. Counts are kept in
+// count as 1 and a single 500m holder as 0.5 (the bridge's one definition,
+// bridge/ledger/usage.h, which duet_devices follows too). Counts are kept in
 // milli-devices (1000 = one device) and printed as decimals ("0.5", "2.25").
 //
 // JSON (documented shape, not protobuf's JSON mapping; keys in this order):

@@ -19,24 +19,10 @@
 #include "absl/time/time.h"
 #include "bridge/common/clock.h"
 #include "k8s_adapter/kube_client.h"
+#include "k8s_adapter/leader_election_options.h"
 
 namespace duet {
 namespace k8s {
-
-struct LeaderElectionOptions {
-  std::string lease_namespace;
-  std::string lease_name = "duet-bridge";
-  // Unique per replica (pod name + a random suffix).
-  std::string identity;
-  absl::Duration lease_duration = absl::Seconds(15);
-  // A leader that cannot renew for this long steps down (< lease_duration).
-  absl::Duration renew_deadline = absl::Seconds(10);
-  absl::Duration retry_period = absl::Seconds(2);
-  // On Stop, a leader gives the lease up so a standby takes over at once.
-  bool release_on_stop = true;
-  // Times the retries and the lease's expiry, and stamps renewTime.
-  const Clock* clock = Clock::Real();
-};
 
 // Thread-safe. Callbacks run on the elector's thread, one at a time.
 class LeaderElector {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
 #include "bridge/config/yaml_section.h"
+#include "bridge/placement/placement.h"
 #include "yaml-cpp/yaml.h"
 
 namespace duet {
@@ -77,7 +78,6 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.String("context", &c->kubernetes.context));
     DUET_YAML(s.String("shared_node_selector", &c->kubernetes.shared_node_selector));
     DUET_YAML(s.Duration("request_timeout", &c->kubernetes.request_timeout));
-    // ---- pod lifecycle keys (pod-lifecycle helper) ----
     DUET_YAML(s.Bool("watch_pods", &c->kubernetes.watch_pods));
     DUET_YAML(s.Duration("pod_release_grace", &c->kubernetes.pod_release_grace));
     DUET_YAML(s.Duration("pod_sweep_period", &c->kubernetes.pod_sweep_period));
@@ -87,7 +87,7 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
       Section l(s.Child("leader_election"), "kubernetes.leader_election");
       DUET_YAML(l.Check());
       DUET_YAML(l.Bool("enabled", &le.enabled));
-      DUET_YAML(l.String("namespace", &le.namespace_));
+      DUET_YAML(l.String("namespace", &le.lease_namespace));
       DUET_YAML(l.String("lease_name", &le.lease_name));
       DUET_YAML(l.String("identity", &le.identity));
       DUET_YAML(l.Duration("lease_duration", &le.lease_duration));
@@ -95,7 +95,6 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
       DUET_YAML(l.Duration("retry_period", &le.retry_period));
       DUET_YAML(l.Finish());
     }
-    // ---- end pod lifecycle keys ----
     DUET_YAML(s.Finish());
   }
   {
@@ -112,14 +111,12 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.String("node_addr_label", &c->slurm.node_addr_label));
     DUET_YAML(s.String("managed_feature", &c->slurm.managed_feature));
     DUET_YAML(s.Duration("release_grace", &c->slurm.release_grace));
-    // --- Slurm owner credentials ---
     DUET_YAML(s.String("credential", &c->slurm.credential));
     DUET_YAML(s.String("key_file", &c->slurm.key_file));
     DUET_YAML(s.Duration("credential_ttl", &c->slurm.credential_ttl));
     DUET_YAML(s.Bool("require_munge", &c->slurm.require_munge));
     DUET_YAML(s.String("munge_socket", &c->slurm.munge_socket));
     DUET_YAML(s.Int("munge_uid", &c->slurm.munge_uid));
-    // --- end Slurm owner credentials ---
     DUET_YAML(s.Finish());
   }
   {
@@ -265,7 +262,6 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(absl::StrCat("inventory.source: \"", c.inventory.source,
                                                    "\" must be kubernetes, file or embedded"));
   }
-  // ---- pod lifecycle (pod-lifecycle helper) ----
   if (c.kubernetes.pod_release_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("kubernetes.pod_release_grace: must not be negative");
   }
@@ -276,26 +272,12 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError("kubernetes.events_per_minute: must be at most 60000");
   }
   if (const LeaderElectionConfig& le = c.kubernetes.leader_election; le.enabled) {
-    if (le.lease_name.empty()) {
-      return absl::InvalidArgumentError("kubernetes.leader_election.lease_name: must be set");
-    }
-    if (le.retry_period < absl::Milliseconds(10)) {
-      return absl::InvalidArgumentError(
-          "kubernetes.leader_election.retry_period: must be at least 10ms");
-    }
-    if (le.renew_deadline <= le.retry_period) {
-      return absl::InvalidArgumentError(
-          "kubernetes.leader_election.renew_deadline: must be longer than retry_period");
-    }
-    if (le.lease_duration <= le.renew_deadline) {
-      return absl::InvalidArgumentError(
-          "kubernetes.leader_election.lease_duration: must be longer than renew_deadline");
-    }
+    // The elector's own settings: the elector says what it accepts.
+    DUET_YAML(le.Validate("kubernetes.leader_election."));
     if (c.kubernetes.request_timeout < absl::Seconds(1)) {
       return absl::InvalidArgumentError("kubernetes.request_timeout: must be at least 1s");
     }
   }
-  // ---- end pod lifecycle ----
   if (c.inventory.reload_period < absl::Milliseconds(100)) {
     return absl::InvalidArgumentError("inventory.reload_period: must be at least 100ms");
   }
@@ -303,9 +285,8 @@ absl::Status ValidateConfig(const Config& c) {
     if (c.slurm.call_timeout < absl::Milliseconds(100)) {
       return absl::InvalidArgumentError("slurm.call_timeout: must be at least 100ms");
     }
-    if (c.slurm.sync_period < absl::Milliseconds(100)) {
-      return absl::InvalidArgumentError("slurm.sync_period: must be at least 100ms");
-    }
+    // The sync's own settings: the sync says what it accepts.
+    DUET_YAML(c.slurm.SlurmSyncSettings::Validate("slurm."));
     if (c.slurm.nodes != "create" && c.slurm.nodes != "adopt") {
       return absl::InvalidArgumentError(absl::StrCat(
           "slurm.nodes: \"", c.slurm.nodes,
@@ -317,12 +298,6 @@ absl::Status ValidateConfig(const Config& c) {
           "slurm.nodes: adopt needs slurm.manage_nodes: true (adopt drains, resumes, weighs and "
           "checks the GRES of the nodes slurmd registered; manage_nodes: false leaves Slurm's "
           "nodes alone): set one of them");
-    }
-    if (c.slurm.managed_feature.empty()) {
-      return absl::InvalidArgumentError("slurm.managed_feature: must be set");
-    }
-    if (c.slurm.release_grace < absl::ZeroDuration()) {
-      return absl::InvalidArgumentError("slurm.release_grace: must not be negative");
     }
   }
   {
@@ -340,12 +315,10 @@ absl::Status ValidateConfig(const Config& c) {
       return absl::InvalidArgumentError("slurm.credential_ttl: must be at least 1s");
     }
   }
-  static const std::set<std::string> kPolicies = {"duet", "spread", "least-allocated",
-                                                   "most-allocated", "best-fit", "fgd"};
-  if (!kPolicies.count(c.placement.policy)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("placement.policy: \"", c.placement.policy,
-                     "\" must be duet, spread, most-allocated, best-fit or fgd"));
+  // Placement's own registry decides (the name Bridge::Start then parses).
+  if (!placement::ParsePolicy(c.placement.policy).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("placement.policy: \"", c.placement.policy,
+                                                   "\" must be ", placement::PolicyNamesText()));
   }
   if (!c.extender.listen.empty()) {
     DUET_YAML(CheckHostPort("extender.listen", c.extender.listen));

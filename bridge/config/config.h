@@ -11,6 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "bridge/slurm/sync_settings.h"
+#include "k8s_adapter/leader_election_options.h"
 
 namespace duet {
 
@@ -70,21 +72,15 @@ struct InventoryConfig {
 };
 
 // Active/standby replicas of duet-bridge on a coordination.k8s.io/v1 Lease.
-struct LeaderElectionConfig {
+// The elector's settings are k8s::LeaderElectionOptions
+// (k8s_adapter/leader_election_options.h), embedded with their defaults and
+// checked by its Validate(). Here lease_namespace (YAML `namespace`) empty
+// means the in-cluster namespace file, else "default"; identity empty means
+// $POD_NAME, else the hostname; a leader that cannot renew exits;
+// release_on_stop is not read from the file.
+struct LeaderElectionConfig : k8s::LeaderElectionOptions {
   // Off: the bridge serves at once (one replica).
   bool enabled = false;
-  // Namespace of the Lease; empty: the in-cluster namespace file, else
-  // "default".
-  std::string namespace_;
-  std::string lease_name = "duet-bridge";
-  // This replica's identity; empty: $POD_NAME, else the hostname.
-  std::string identity;
-  // A standby takes over a lease not renewed for this long.
-  absl::Duration lease_duration = absl::Seconds(15);
-  // A leader that cannot renew for this long steps down (and exits).
-  absl::Duration renew_deadline = absl::Seconds(10);
-  // Time between attempts to acquire or renew.
-  absl::Duration retry_period = absl::Seconds(2);
 };
 
 struct KubernetesConfig {
@@ -99,7 +95,7 @@ struct KubernetesConfig {
   // Deadline of every non-watch request.
   absl::Duration request_timeout = absl::Seconds(60);
 
-  // ---- pod lifecycle (invariant I2), events, leader election ----
+  // Pod lifecycle (invariant I2), events, leader election.
   // Watch pods and release the holdings (placeholders) of pods that are
   // deleted, finished (Succeeded/Failed) or unknown to Kubernetes. Used when
   // the bridge talks to Kubernetes (inventory.source kubernetes).
@@ -115,19 +111,18 @@ struct KubernetesConfig {
   LeaderElectionConfig leader_election;
 };
 
-struct SlurmConfig {
+// The `slurm` section. The sync's own settings (sync_period, manage_nodes,
+// manage_weights, import_jobs, node_addr_label, managed_feature,
+// release_grace) are SlurmSyncSettings (bridge/slurm/sync_settings.h),
+// embedded with their defaults and checked by its Validate().
+struct SlurmConfig : SlurmSyncSettings {
   // Off: duet-bridge does not talk to Slurm (the ledger still serves).
   bool enabled = false;
   // slurm.conf for libslurm; empty: $SLURM_CONF, else Slurm's default path.
   std::string conf_path;
   // Deadline of every call to slurmctld.
   absl::Duration call_timeout = absl::Seconds(5);
-  // Time between sync passes (nodes, job import, weights).
-  absl::Duration sync_period = absl::Seconds(10);
-  // Off: duet leaves Slurm's nodes alone (no create, drain, resume or GRES
-  // check); `nodes` is then unused and must stay "create".
-  bool manage_nodes = true;
-  // With manage_nodes, how ledger nodes meet Slurm nodes:
+  // With manage_nodes (false: `nodes` is unused and must stay "create"), how ledger nodes meet Slurm nodes:
   //  "create": duet creates/updates/drains/deletes a dynamic Slurm node per
   //            ledger node (slurmd started against it, e.g. `slurmd -Z -N`).
   //  "adopt":  a slurmd registers its own dynamic node (Slinky NodeSet
@@ -135,17 +130,6 @@ struct SlurmConfig {
   //            to it by name, never creates, deletes or recreates one, and
   //            still drains/resumes, weighs, adds features and checks GRES.
   std::string nodes = "create";
-  // Feed node weights back to Slurm so it packs like the extender.
-  bool manage_weights = true;
-  // Import Slurm's jobs into the ledger and release ended ones.
-  bool import_jobs = true;
-  // Node label whose value is the Slurm NodeAddr (default: the node name).
-  std::string node_addr_label = "duet.dev/slurm-node-addr";
-  // Feature that marks the Slurm nodes duet created; only those are deleted.
-  std::string managed_feature = "duet";
-  // Holdings younger than this are not released by a job import.
-  absl::Duration release_grace = absl::Seconds(5);
-  // --- Slurm owner credentials (DESIGN.md §9) ---
   // While `enabled`: what a Hold/Release over gRPC for a Slurm owner
   // (slurm_job, slurm_step) must carry to show that slurmstepd of that job on
   // that node is calling; else UNAUTHENTICATED / PERMISSION_DENIED and the
@@ -170,7 +154,6 @@ struct SlurmConfig {
   std::string munge_socket;
   // Accepted credential uid besides root (Slurm's SlurmUser).
   uint32_t munge_uid = 0;
-  // --- end Slurm owner credentials ---
 
   // `credential`, or what it defaults to: munge, none when !require_munge.
   std::string EffectiveCredential() const {
@@ -181,7 +164,8 @@ struct SlurmConfig {
 
 struct PlacementConfig {
   // How the extender scores nodes and how Slurm node weights are derived:
-  // duet | spread | most-allocated | best-fit | fgd (placement::ParsePolicy).
+  // duet | spread | most-allocated | best-fit | fgd: a name in placement's
+  // registry (placement::RegisteredPolicies), which validation asks.
   std::string policy = "duet";
 };
 

@@ -1,14 +1,10 @@
 #include "bridge/journal/journal.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <filesystem>
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -24,8 +20,6 @@
 
 namespace duet {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr size_t kHeaderBytes = 8;
 // No record comes near this (a node of 1024 devices is ~100 KiB); a larger
@@ -61,6 +55,72 @@ void AppendFrame(const std::string& payload, std::string* out) {
   out->append(payload);
 }
 
+// The frame reader: one parser for both kinds of file (log segments and
+// snapshots). What a frame at `off` of `data` is, or what is wrong with it.
+enum class FrameError {
+  kNone,
+  kShortHeader,  // fewer than kHeaderBytes left
+  kBadLength,    // a length outside FrameLimits
+  kPastEnd,      // the payload runs past the end of the data
+  kBadCrc,
+};
+struct Frame {
+  FrameError error = FrameError::kNone;
+  uint32_t length = 0;  // from the header (0 for kShortHeader)
+  const char* payload = nullptr;
+  // Offset just past the frame; 0 unless the frame fits in the data.
+  size_t end = 0;
+};
+// Lengths a frame may have. A log record is never empty and never near
+// kMaxRecordBytes, so either is corruption (or zeroed space); a snapshot
+// frame is judged by its content.
+struct FrameLimits {
+  uint32_t min_length;
+  uint32_t max_length;
+};
+constexpr FrameLimits kLogFrames{1, kMaxRecordBytes};
+constexpr FrameLimits kSnapshotFrames{0, UINT32_MAX};
+
+Frame ReadFrame(const std::string& data, size_t off, FrameLimits limits) {
+  Frame f;
+  const size_t left = data.size() - off;
+  if (left < kHeaderBytes) {
+    f.error = FrameError::kShortHeader;
+    return f;
+  }
+  f.length = GetFixed32(data.data() + off);
+  if (f.length < limits.min_length || f.length > limits.max_length) {
+    f.error = FrameError::kBadLength;
+    return f;
+  }
+  if (f.length > left - kHeaderBytes) {
+    f.error = FrameError::kPastEnd;
+    return f;
+  }
+  f.payload = data.data() + off + kHeaderBytes;
+  f.end = off + kHeaderBytes + f.length;
+  if (GetFixed32(data.data() + off + 4) != Crc(f.payload, f.length)) f.error = FrameError::kBadCrc;
+  return f;
+}
+
+// What is wrong with `f`, for the corrupt-file error; `noun` is what the file
+// calls a frame ("record" in a log segment, "frame" in a snapshot).
+std::string FrameErrorText(const Frame& f, const char* noun) {
+  switch (f.error) {
+    case FrameError::kShortHeader:
+      return absl::StrCat("incomplete ", noun, " header");
+    case FrameError::kBadLength:
+      return absl::StrCat("bad ", noun, " length ", f.length);
+    case FrameError::kPastEnd:
+      return absl::StrCat(noun, " of ", f.length, " bytes runs past the end of the file");
+    case FrameError::kBadCrc:
+      return "crc mismatch";
+    case FrameError::kNone:
+      break;
+  }
+  return "";
+}
+
 std::string SegmentName(uint64_t first_seq) {
   return absl::StrFormat("%s%020d%s", kSegmentPrefix, first_seq, kSegmentSuffix);
 }
@@ -80,70 +140,16 @@ bool ParseName(const std::string& name, const char* prefix, const char* suffix, 
   return absl::SimpleAtoi(digits, seq);
 }
 
-absl::Status Errno(int err, const std::string& what) {
-  // Callers treat every I/O failure as "cannot persist".
-  return absl::UnavailableError(absl::StrCat(what, ": ", strerror(err)));
-}
-
-absl::Status ReadFile(const std::string& path, std::string* out) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, absl::StrCat("open ", path));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return Errno(err, absl::StrCat("stat ", path));
-  }
-  out->resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < out->size()) {
-    const ssize_t n = read(fd, out->data() + done, out->size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      return Errno(err, absl::StrCat("read ", path));
-    }
-    if (n == 0) break;  // shrank meanwhile
-    done += static_cast<size_t>(n);
-  }
-  out->resize(done);
-  close(fd);
-  return absl::OkStatus();
-}
-
-absl::Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Errno(errno, absl::StrCat("write ", path));
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status FsyncDir(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, absl::StrCat("open ", dir));
-  const int rc = fsync(fd);
-  const int err = errno;
-  close(fd);
-  if (rc != 0) return Errno(err, absl::StrCat("fsync ", dir));
-  return absl::OkStatus();
-}
-
 struct DirListing {
   std::vector<std::pair<uint64_t, std::string>> segments;   // sorted by seq
   std::vector<std::pair<uint64_t, std::string>> snapshots;  // sorted by seq
   std::vector<std::string> tmp;
 };
 
-absl::StatusOr<DirListing> ListDir(const std::string& dir) {
+absl::StatusOr<DirListing> ListDir(FileLayer* files, const std::string& dir) {
   DirListing out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
+  DUET_ASSIGN_OR_RETURN(std::vector<std::string> names, files->ListDir(dir));
+  for (const std::string& name : names) {
     uint64_t seq = 0;
     if (ParseName(name, kSegmentPrefix, kSegmentSuffix, &seq)) {
       out.segments.emplace_back(seq, name);
@@ -153,7 +159,6 @@ absl::StatusOr<DirListing> ListDir(const std::string& dir) {
       out.tmp.push_back(name);
     }
   }
-  if (ec) return absl::UnavailableError(absl::StrCat("list ", dir, ": ", ec.message()));
   std::sort(out.segments.begin(), out.segments.end());
   std::sort(out.snapshots.begin(), out.snapshots.end());
   return out;
@@ -292,7 +297,10 @@ struct NodeOwnerKey {
 
 }  // namespace
 
-Journal::Journal(const Options& options, Ledger* ledger) : options_(options), ledger_(ledger) {}
+Journal::Journal(const Options& options, Ledger* ledger)
+    : options_(options),
+      ledger_(ledger),
+      files_(options.files != nullptr ? options.files : FileLayer::Posix()) {}
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const Options& options, Ledger* ledger) {
   if (options.dir.empty()) return absl::InvalidArgumentError("journal dir: must be set");
@@ -316,19 +324,17 @@ Journal::~Journal() {
   }
   if (snapshotter_.joinable()) snapshotter_.join();
   if (writer_.joinable()) writer_.join();
-  if (segment_fd_ >= 0) close(segment_fd_);
+  segment_.reset();
 }
 
 absl::Status Journal::Recover() {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string& dir = options_.dir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("create ", dir, ": ", ec.message()));
-  DUET_ASSIGN_OR_RETURN(DirListing listing, ListDir(dir));
+  DUET_RETURN_IF_ERROR(files_->CreateDir(dir));
+  DUET_ASSIGN_OR_RETURN(DirListing listing, ListDir(files_, dir));
   for (const std::string& tmp : listing.tmp) {
     // A snapshot that was never renamed into place: not part of the state.
-    unlink((dir + "/" + tmp).c_str());
+    files_->Remove(dir + "/" + tmp).IgnoreError();
   }
 
   uint64_t snapshot_seq = 0;
@@ -336,7 +342,7 @@ absl::Status Journal::Recover() {
     const auto& [seq, name] = listing.snapshots.back();
     const std::string path = dir + "/" + name;
     std::string data;
-    DUET_RETURN_IF_ERROR(ReadFile(path, &data));
+    DUET_RETURN_IF_ERROR(files_->ReadFile(path, &data));
     auto corrupt = [&](size_t offset, const std::string& why) {
       return absl::DataLossError(absl::StrCat("journal snapshot ", path, " at byte offset ", offset,
                                               ": ", why, "; refusing to start"));
@@ -347,14 +353,9 @@ absl::Status Journal::Recover() {
     size_t off = 0;
     bool ended = false;
     while (off < data.size() && !ended) {
-      if (data.size() - off < kHeaderBytes) return corrupt(off, "incomplete frame header");
-      const uint32_t len = GetFixed32(data.data() + off);
-      if (len > data.size() - off - kHeaderBytes) {
-        return corrupt(off, absl::StrCat("frame of ", len, " bytes runs past the end of the file"));
-      }
-      const char* payload = data.data() + off + kHeaderBytes;
-      if (GetFixed32(data.data() + off + 4) != Crc(payload, len)) return corrupt(off, "crc mismatch");
-      if (!chunk.ParseFromArray(payload, static_cast<int>(len))) {
+      const Frame f = ReadFrame(data, off, kSnapshotFrames);
+      if (f.error != FrameError::kNone) return corrupt(off, FrameErrorText(f, "frame"));
+      if (!chunk.ParseFromArray(f.payload, static_cast<int>(f.length))) {
         return corrupt(off, "unparsable snapshot chunk");
       }
       if (chunk.seq() != seq) {
@@ -365,7 +366,7 @@ absl::Status Journal::Recover() {
       } else if (absl::Status s = RestoreSnapshot(chunk, ledger_); !s.ok()) {
         return corrupt(off, absl::StrCat("refused by the ledger: ", s.ToString()));
       }
-      off += kHeaderBytes + len;
+      off = f.end;
     }
     if (!ended) return corrupt(off, "no end marker (truncated snapshot)");
     if (off != data.size()) return corrupt(off, "data after the end marker");
@@ -380,38 +381,37 @@ absl::Status Journal::Recover() {
   for (size_t i = 0; i < listing.segments.size(); ++i) {
     const bool is_last = i + 1 == listing.segments.size();
     const std::string path = dir + "/" + listing.segments[i].second;
-    DUET_RETURN_IF_ERROR(ReadFile(path, &data));
+    DUET_RETURN_IF_ERROR(files_->ReadFile(path, &data));
     size_t off = 0;
     while (off < data.size()) {
-      const size_t left = data.size() - off;
+      const Frame f = ReadFrame(data, off, kLogFrames);
+      const bool ends_file = f.end == data.size();
       std::string bad;
       bool torn = false;  // could be the unfinished tail of the last write
-      uint32_t len = 0;
-      if (left < kHeaderBytes) {
-        bad = "incomplete record header";
-        torn = is_last;
-      } else {
-        len = GetFixed32(data.data() + off);
-        const uint32_t crc = GetFixed32(data.data() + off + 4);
-        const bool ends_file = len <= left - kHeaderBytes && off + kHeaderBytes + len == data.size();
-        if (len == 0 || len > kMaxRecordBytes) {
-          bad = absl::StrCat("bad record length ", len);
-          torn = is_last && AllZero(data, off);
-        } else if (len > left - kHeaderBytes) {
-          bad = absl::StrCat("record of ", len, " bytes runs past the end of the file");
+      switch (f.error) {
+        case FrameError::kShortHeader:
+        case FrameError::kPastEnd:
           torn = is_last;
-        } else if (crc != Crc(data.data() + off + kHeaderBytes, len)) {
-          bad = "crc mismatch";
+          break;
+        case FrameError::kBadLength:
+          torn = is_last && AllZero(data, off);
+          break;
+        case FrameError::kBadCrc:
           torn = is_last && (ends_file || AllZero(data, off));
-        } else if (PeekSeq(data.data() + off + kHeaderBytes, len) <= snapshot_seq) {
-          // Covered by the snapshot (the segment is not compacted yet): skip
-          // the full parse, which is most of the cost of reading a record.
-          off += kHeaderBytes + len;
-          continue;
-        } else if (!rec.ParseFromArray(data.data() + off + kHeaderBytes, static_cast<int>(len))) {
-          bad = "unparsable record";
-          torn = is_last && ends_file;
-        }
+          break;
+        case FrameError::kNone:
+          break;
+      }
+      if (f.error != FrameError::kNone) {
+        bad = FrameErrorText(f, "record");
+      } else if (PeekSeq(f.payload, f.length) <= snapshot_seq) {
+        // Covered by the snapshot (the segment is not compacted yet): skip
+        // the full parse, which is most of the cost of reading a record.
+        off = f.end;
+        continue;
+      } else if (!rec.ParseFromArray(f.payload, static_cast<int>(f.length))) {
+        bad = "unparsable record";
+        torn = is_last && ends_file;
       }
       if (!bad.empty()) {
         if (!torn) {
@@ -419,18 +419,8 @@ absl::Status Journal::Recover() {
                                                   ": ", bad, "; refusing to start"));
         }
         spdlog::warn("journal: dropping torn last record in {} at byte offset {} ({}; {} bytes)",
-                     path, off, bad, left);
-        if (truncate(path.c_str(), static_cast<off_t>(off)) != 0) {
-          return Errno(errno, absl::StrCat("truncate ", path));
-        }
-        if (options_.fsync) {
-          const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-          if (fd < 0) return Errno(errno, absl::StrCat("open ", path));
-          const int rc = fdatasync(fd);
-          const int err = errno;
-          close(fd);
-          if (rc != 0) return Errno(err, absl::StrCat("fdatasync ", path));
-        }
+                     path, off, bad, data.size() - off);
+        DUET_RETURN_IF_ERROR(files_->Truncate(path, off, options_.fsync));
         break;
       }
       const uint64_t seq = rec.seq();
@@ -450,7 +440,7 @@ absl::Status Journal::Recover() {
         last = seq;
         ++replayed;
       }
-      off += kHeaderBytes + len;
+      off = f.end;
     }
   }
   ledger_->RestoreSeq(last);
@@ -547,32 +537,24 @@ void Journal::SetFsyncObserver(std::function<void(double, size_t, size_t)> obser
 }
 
 absl::Status Journal::OpenSegment(uint64_t first_seq) {
-  if (segment_fd_ >= 0) {
-    close(segment_fd_);  // every batch in it was already synced
-    segment_fd_ = -1;
-  }
-  const std::string path = options_.dir + "/" + SegmentName(first_seq);
-  // O_TRUNC: a file of that name can only be an empty or torn leftover, since
-  // every record already recovered has a smaller seq.
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(errno, absl::StrCat("create ", path));
-  segment_fd_ = fd;
+  segment_.reset();  // every batch in it was already synced
+  // Created empty (truncated): a file of that name can only be an empty or
+  // torn leftover, since every record already recovered has a smaller seq.
+  DUET_ASSIGN_OR_RETURN(segment_,
+                        files_->NewWritableFile(options_.dir + "/" + SegmentName(first_seq)));
   segment_size_ = 0;
   // The new name must be durable before records in it are acknowledged.
-  if (options_.fsync) DUET_RETURN_IF_ERROR(FsyncDir(options_.dir));
+  if (options_.fsync) DUET_RETURN_IF_ERROR(files_->SyncDir(options_.dir));
   return absl::OkStatus();
 }
 
 absl::Status Journal::WriteBatch(const std::string& batch, uint64_t first_seq, bool rotate) {
-  if (segment_fd_ < 0 || rotate || segment_size_ >= options_.segment_bytes) {
+  if (segment_ == nullptr || rotate || segment_size_ >= options_.segment_bytes) {
     DUET_RETURN_IF_ERROR(OpenSegment(first_seq));
   }
-  const std::string path = SegmentName(first_seq);
-  DUET_RETURN_IF_ERROR(WriteAll(segment_fd_, batch.data(), batch.size(), path));
+  DUET_RETURN_IF_ERROR(segment_->Append(batch));
   segment_size_ += batch.size();
-  if (options_.fsync && fdatasync(segment_fd_) != 0) {
-    return Errno(errno, absl::StrCat("fdatasync ", options_.dir, "/", path));
-  }
+  if (options_.fsync) DUET_RETURN_IF_ERROR(segment_->SyncData());
   return absl::OkStatus();
 }
 
@@ -736,22 +718,21 @@ absl::Status Journal::WriteSnapshot() {
   const std::string path = options_.dir + "/" + name;
   const std::string tmp = path + kTmpSuffix;
   {
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return Errno(errno, absl::StrCat("create ", tmp));
-    absl::Status s = WriteAll(fd, data.data(), data.size(), tmp);
-    if (s.ok() && options_.fsync && fsync(fd) != 0) s = Errno(errno, absl::StrCat("fsync ", tmp));
-    close(fd);
+    absl::StatusOr<std::unique_ptr<WritableFile>> file = files_->NewWritableFile(tmp);
+    if (!file.ok()) return file.status();
+    absl::Status s = (*file)->Append(data);
+    if (s.ok() && options_.fsync) s = (*file)->Sync();
+    file->reset();
     if (!s.ok()) {
-      unlink(tmp.c_str());
+      files_->Remove(tmp).IgnoreError();
       return s;
     }
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return Errno(err, absl::StrCat("rename ", tmp));
+  if (absl::Status s = files_->Rename(tmp, path); !s.ok()) {
+    files_->Remove(tmp).IgnoreError();
+    return s;
   }
-  if (options_.fsync) DUET_RETURN_IF_ERROR(FsyncDir(options_.dir));
+  if (options_.fsync) DUET_RETURN_IF_ERROR(files_->SyncDir(options_.dir));
   {
     absl::MutexLock lock(&mu_);
     ++stats_.snapshots;
@@ -765,7 +746,7 @@ absl::Status Journal::WriteSnapshot() {
 }
 
 void Journal::Compact(uint64_t seq) {
-  absl::StatusOr<DirListing> listing = ListDir(options_.dir);
+  absl::StatusOr<DirListing> listing = ListDir(files_, options_.dir);
   if (!listing.ok()) {
     spdlog::warn("journal {}: compaction skipped: {}", options_.dir, listing.status().ToString());
     return;
@@ -777,16 +758,14 @@ void Journal::Compact(uint64_t seq) {
   const auto& segs = listing->segments;
   for (size_t i = 0; i + 1 < segs.size(); ++i) {
     if (segs[i + 1].first > seq + 1) break;
-    const std::string path = options_.dir + "/" + segs[i].second;
-    if (unlink(path.c_str()) != 0) {
-      spdlog::warn("journal: cannot delete {}: {}", path, strerror(errno));
+    if (absl::Status s = files_->Remove(options_.dir + "/" + segs[i].second); !s.ok()) {
+      spdlog::warn("journal: {}", std::string(s.message()));
     }
   }
   for (const auto& [snap_seq, name] : listing->snapshots) {
     if (snap_seq >= seq) continue;
-    const std::string path = options_.dir + "/" + name;
-    if (unlink(path.c_str()) != 0) {
-      spdlog::warn("journal: cannot delete {}: {}", path, strerror(errno));
+    if (absl::Status s = files_->Remove(options_.dir + "/" + name); !s.ok()) {
+      spdlog::warn("journal: {}", std::string(s.message()));
     }
   }
 }

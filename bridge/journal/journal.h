@@ -27,7 +27,7 @@
 // Thread-safety: every public method may be called from any thread. `mu_`
 // guards the append buffer, the durability watermark, the failure status, the
 // stats and the writer's segment bookkeeping; `snapshot_mu_` serializes
-// snapshots. I/O is never done while holding `mu_`. Lock order: the ledger's
+// snapshots. I/O (through the FileLayer) is never done while holding `mu_`. Lock order: the ledger's
 // lock, then `mu_` (OnChange); `snapshot_mu_` before the ledger's lock, and
 // never `mu_` while calling into the ledger.
 
@@ -44,7 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "bridge/common/clock.h"
+#include "bridge/journal/file_layer.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/ledger/types.h"
 
@@ -63,9 +63,9 @@ class Journal final : public ChangeListener {
     uint64_t snapshot_every = 100000;
     // A segment grows to about this size before the writer starts a new one.
     uint64_t segment_bytes = 64ull << 20;
-    // Unused by the journal itself today (replay keeps each holding's own
-    // granted_at); kept so callers can pass the daemon's clock.
-    const Clock* clock = Clock::Real();
+    // The file operations; null: FileLayer::Posix(). Tests pass a faulty
+    // layer here. Not owned; must outlive the journal.
+    FileLayer* files = nullptr;
   };
 
   struct Stats {
@@ -165,8 +165,10 @@ class Journal final : public ChangeListener {
   bool capturing_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::pair<uint64_t, Holding>> captured_releases_ ABSL_GUARDED_BY(mu_);
 
+  FileLayer* const files_;
+
   // The writer thread's own state (only it touches these after Open).
-  int segment_fd_ = -1;
+  std::unique_ptr<WritableFile> segment_;
   uint64_t segment_size_ = 0;
 
   absl::Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);

@@ -9,26 +9,10 @@
 #include "absl/strings/str_join.h"
 #include "bridge/common/reason.h"
 #include "bridge/common/status_macros.h"
+#include "bridge/ledger/usage.h"
 
 namespace duet {
 namespace {
-
-// Sum over owner groups of each group's largest share. `uses` is tiny (one
-// entry per holder of one device), so quadratic is the fast choice.
-uint32_t GroupedUse(const std::vector<DeviceUse>& uses) {
-  uint32_t total = 0;
-  for (size_t i = 0; i < uses.size(); ++i) {
-    bool seen = false;
-    for (size_t j = 0; j < i && !seen; ++j) seen = uses[j].owner->SameGroup(*uses[i].owner);
-    if (seen) continue;
-    uint32_t group_max = uses[i].milli;
-    for (size_t j = i + 1; j < uses.size(); ++j) {
-      if (uses[j].owner->SameGroup(*uses[i].owner)) group_max = std::max(group_max, uses[j].milli);
-    }
-    total += group_max;
-  }
-  return total;
-}
 
 // "gpu 3": a device on its node, as ErrorInfo metadata.
 std::string DeviceRef(DeviceKind kind, uint32_t index) {
@@ -43,31 +27,22 @@ const char* HeldByReason(const Owner& holder) {
 }
 
 // What `owner` adding a share of `milli` would bring the device's use to.
-// Returns the first holder of another group when it does not fit. No
-// allocation: this runs for every candidate device of every hold.
+// Returns the first holder of another group when it does not fit. Counted
+// as everywhere (usage.h); `uses` is tiny (one entry per holder of one
+// device), so quadratic is the fast choice.
 const Owner* Blocker(const DeviceState& d, const Owner& owner, uint32_t milli,
                      uint32_t* used_after) {
-  const std::vector<DeviceUse>& uses = d.uses;
   uint32_t own = 0;
   uint32_t others = 0;
   const Owner* first_other = nullptr;
-  for (size_t i = 0; i < uses.size(); ++i) {
-    const Owner& o = *uses[i].owner;
-    if (o.SameGroup(owner)) {
-      own = std::max(own, uses[i].milli);
-      continue;
+  ForEachOwnerGroup(d.uses, [&](const DeviceUse& first, uint32_t group_milli) {
+    if (first.owner->SameGroup(owner)) {
+      own = group_milli;
+      return;
     }
-    if (first_other == nullptr) first_other = &o;
-    // Count each other group once, at its first use, with its largest share.
-    bool seen = false;
-    for (size_t j = 0; j < i && !seen; ++j) seen = uses[j].owner->SameGroup(o);
-    if (seen) continue;
-    uint32_t group_max = uses[i].milli;
-    for (size_t j = i + 1; j < uses.size(); ++j) {
-      if (uses[j].owner->SameGroup(o)) group_max = std::max(group_max, uses[j].milli);
-    }
-    others += group_max;
-  }
+    if (first_other == nullptr) first_other = first.owner.get();
+    others += group_milli;
+  });
   const uint32_t after = others + std::max(own, milli);
   if (used_after != nullptr) *used_after = after;
   if (after <= d.spec.capacity_milli) return nullptr;

@@ -149,7 +149,8 @@ struct DeviceUse {
 struct DeviceState {
   // Hot state first (read by every hold), then the spec (kind, index and
   // capacity lead it).
-  // Sum over owner groups of each group's largest share.
+  // Sum over owner groups of each group's largest share (GroupedUse,
+  // bridge/ledger/usage.h).
   uint32_t used_milli = 0;
   std::vector<DeviceUse> uses;
   DeviceSpec spec;

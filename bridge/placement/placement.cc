@@ -265,31 +265,43 @@ std::vector<HeldDevice> ToHeld(const NodeFree& node, const PodRequest& request,
 
 }  // namespace
 
+absl::Span<const PolicyEntry> RegisteredPolicies() {
+  static constexpr PolicyEntry kPolicies[] = {
+      {Policy::kDuet, "duet", nullptr},
+      {Policy::kLeastAllocated, "spread", "least-allocated"},
+      {Policy::kMostAllocated, "most-allocated", nullptr},
+      {Policy::kBestFit, "best-fit", nullptr},
+      {Policy::kFgd, "fgd", nullptr},
+  };
+  return kPolicies;
+}
+
+std::string PolicyNamesText() {
+  std::string out;
+  const absl::Span<const PolicyEntry> all = RegisteredPolicies();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i > 0) out += i + 1 == all.size() ? " or " : ", ";
+    out += all[i].name;
+  }
+  return out;
+}
+
 const char* PolicyName(Policy policy) {
-  switch (policy) {
-    case Policy::kDuet:
-      return "duet";
-    case Policy::kLeastAllocated:
-      return "spread";
-    case Policy::kMostAllocated:
-      return "most-allocated";
-    case Policy::kBestFit:
-      return "best-fit";
-    case Policy::kFgd:
-      return "fgd";
+  for (const PolicyEntry& e : RegisteredPolicies()) {
+    if (e.policy == policy) return e.name;
   }
   return "unknown";
 }
 
 absl::StatusOr<Policy> ParsePolicy(absl::string_view name) {
-  for (Policy p : {Policy::kDuet, Policy::kLeastAllocated, Policy::kMostAllocated,
-                   Policy::kBestFit, Policy::kFgd}) {
-    if (name == PolicyName(p)) return p;
+  for (const PolicyEntry& e : RegisteredPolicies()) {
+    if (name == e.name || (e.alias != nullptr && name == e.alias)) return e.policy;
   }
-  if (name == "least-allocated") return Policy::kLeastAllocated;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown policy \"", name,
-                   "\"; one of duet, spread, most-allocated, best-fit, fgd"));
+  std::string names;
+  for (const PolicyEntry& e : RegisteredPolicies()) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", e.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown policy \"", name, "\"; one of ", names));
 }
 
 bool Fits(const NodeView& view, const NodeLoad& load, const PodRequest& request,

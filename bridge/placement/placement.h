@@ -54,9 +54,26 @@ enum class Policy : uint8_t {
   kFgd,
 };
 
+// The policy registry: every policy placement can score with, under its
+// name (`placement.policy` in duet-bridge's config, duet-sim's --policy). The
+// one list that both placement and config validation read: a policy added to
+// Policy is added here, and is then accepted everywhere.
+struct PolicyEntry {
+  Policy policy;
+  // The name PolicyName gives and ParsePolicy accepts.
+  const char* name;
+  // Another accepted name, or null.
+  const char* alias;
+};
+// In the order they are documented; the first is the default.
+absl::Span<const PolicyEntry> RegisteredPolicies();
+// "duet, spread, most-allocated, best-fit or fgd": the names, for messages.
+std::string PolicyNamesText();
+
 // "duet", "spread", "most-allocated", "best-fit", "fgd".
 const char* PolicyName(Policy policy);
-// Accepts the names above (and "least-allocated" for kLeastAllocated).
+// Accepts the registered names and aliases ("least-allocated" for
+// kLeastAllocated); INVALID_ARGUMENT naming the accepted ones otherwise.
 absl::StatusOr<Policy> ParsePolicy(absl::string_view name);
 
 // Filter: true when `request` can be placed on the node now: node ready,

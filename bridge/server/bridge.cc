@@ -17,11 +17,15 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
-#include "bridge/slurm/munge_auth.h"  // slurm helper: munge
+#include "bridge/common/status_macros.h"
+#include "bridge/server/leadership.h"
+#include "bridge/server/pod_release.h"
+#include "bridge/server/sync_events.h"
+#include "bridge/server/watch_metrics.h"
+#include "bridge/slurm/munge_auth.h"
 #include "bridge/slurm/slurm_key_auth.h"
 #include "k8s_adapter/kube_config.h"
 #include "k8s_adapter/node_inventory.h"
-#include "bridge/server/podlife.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -208,232 +212,220 @@ PodLivenessFn Bridge::PodLivenessFromWatch() {
 absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
                                                       const BridgeStartOptions& options) {
   std::unique_ptr<Bridge> b(new Bridge(config));
-
-  // 0. The slurm.key for the plugin's credentials, read first: a missing or
-  // unreadable key stops the bridge here with the file named, before libslurm
-  // (which needs the same key) or anything else starts; never a bridge that
-  // would refuse every step later.
-  const std::string credential = config.slurm.EffectiveCredential();
-  std::shared_ptr<SlurmKeyAuth> key_auth;
-  if (config.slurm.enabled && credential == "slurm_key") {
-    absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> made = SlurmKeyAuth::Create(
-        {config.slurm.key_file, config.slurm.conf_path, config.slurm.credential_ttl});
-    if (!made.ok()) {
-      return absl::Status(made.status().code(),
-                          absl::StrCat("slurm.credential: slurm_key: ", made.status().message()));
-    }
-    key_auth = std::move(*made);
-  }
-
-  // 1. The journal restores the ledger (I3/I4) before anything can change it.
-  Journal::Options jopts;
-  jopts.dir = config.journal.dir;
-  jopts.fsync = config.journal.fsync;
-  jopts.snapshot_every = config.journal.snapshot_every;
-  absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(jopts, &b->ledger_);
-  if (!journal.ok()) return journal.status();
-  b->journal_ = std::move(*journal);
-  spdlog::info("journal {}: recovered {} nodes and {} holdings", config.journal.dir,
+  DUET_RETURN_IF_ERROR(b->LoadSlurmKey());
+  DUET_RETURN_IF_ERROR(b->OpenJournal());
+  DUET_RETURN_IF_ERROR(b->ConnectKubernetes());
+  DUET_RETURN_IF_ERROR(b->StartInventory());
+  b->StartEvents();
+  DUET_RETURN_IF_ERROR(b->StartSlurm());
+  DUET_RETURN_IF_ERROR(b->StartPodWatch());
+  DUET_RETURN_IF_ERROR(b->ServeMetrics(options));
+  DUET_RETURN_IF_ERROR(b->ServeGrpc());
+  DUET_RETURN_IF_ERROR(b->ServeExtender());
+  b->metrics_->SetServing(true);
+  spdlog::info("duet-bridge serving: grpc {} unix {} metrics {} extender {}; {} nodes, {} holdings",
+               config.grpc.listen.empty() ? "-" : absl::StrCat("port ", b->grpc_port_),
+               config.grpc.unix_socket.empty() ? "-" : config.grpc.unix_socket,
+               config.metrics.listen.empty() ? "-" : config.metrics.listen,
+               b->extender_server_ == nullptr
+                   ? "-"
+                   : absl::StrCat(b->extender_server_->tls() ? "https" : "http", " port ",
+                                  b->extender_port()),
                b->ledger_.node_count(), b->ledger_.holding_count());
-  Journal* j = b->journal_.get();
-  b->durability_ = NewWaitingDurability([j](uint64_t seq) { return j->WaitDurable(seq); });
+  return b;
+}
 
-  b->metrics_ = std::make_unique<Metrics>(&b->ledger_);
-  Metrics* m = b->metrics_.get();
-  b->journal_->SetFsyncObserver(
-      [m](double seconds, size_t records, size_t bytes) { m->ObserveFsync(seconds, records, bytes); });
-  b->ledger_.AddListener(&b->hub_);
-
-  // The Kubernetes API: for the Node watch, the extender's bindings and the
-  // callers' TokenReviews (auth.mode token).
-  if (config.inventory.source == "kubernetes" || !config.extender.listen.empty() ||
-      config.auth.mode == "token") {
-    absl::StatusOr<k8s::KubeConfig> kc =
-        k8s::ResolveKubeConfig(config.kubernetes.kubeconfig, config.kubernetes.context);
-    if (!kc.ok()) return kc.status();
-    k8s::KubeClientOptions ko;
-    ko.request_timeout = config.kubernetes.request_timeout;
-    absl::StatusOr<std::unique_ptr<k8s::KubeClient>> client = k8s::NewCurlKubeClient(*kc, ko);
-    if (!client.ok()) return client.status();
-    b->kube_client_ = std::move(*client);
+absl::Status Bridge::LoadSlurmKey() {
+  // Read first: a missing or unreadable key stops the bridge here with the
+  // file named, before libslurm (which needs the same key) or anything else
+  // starts; never a bridge that would refuse every step later.
+  if (!config_.slurm.enabled || config_.slurm.EffectiveCredential() != "slurm_key") {
+    return absl::OkStatus();
   }
-  absl::StatusOr<placement::Policy> policy = placement::ParsePolicy(config.placement.policy);
+  absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> made = SlurmKeyAuth::Create(
+      {config_.slurm.key_file, config_.slurm.conf_path, config_.slurm.credential_ttl});
+  if (!made.ok()) {
+    return absl::Status(made.status().code(),
+                        absl::StrCat("slurm.credential: slurm_key: ", made.status().message()));
+  }
+  key_auth_ = std::move(*made);
+  return absl::OkStatus();
+}
+
+absl::Status Bridge::OpenJournal() {
+  // The journal restores the ledger (I3/I4) before anything can change it.
+  Journal::Options jopts;
+  jopts.dir = config_.journal.dir;
+  jopts.fsync = config_.journal.fsync;
+  jopts.snapshot_every = config_.journal.snapshot_every;
+  DUET_ASSIGN_OR_RETURN(journal_, Journal::Open(jopts, &ledger_));
+  spdlog::info("journal {}: recovered {} nodes and {} holdings", config_.journal.dir,
+               ledger_.node_count(), ledger_.holding_count());
+  Journal* j = journal_.get();
+  durability_ = NewWaitingDurability([j](uint64_t seq) { return j->WaitDurable(seq); });
+
+  metrics_ = std::make_unique<Metrics>(&ledger_);
+  Metrics* m = metrics_.get();
+  journal_->SetFsyncObserver(
+      [m](double seconds, size_t records, size_t bytes) { m->ObserveFsync(seconds, records, bytes); });
+  ledger_.AddListener(&hub_);
+  return absl::OkStatus();
+}
+
+absl::Status Bridge::ConnectKubernetes() {
+  // For the Node watch, the extender's bindings and the callers'
+  // TokenReviews (auth.mode token).
+  if (config_.inventory.source != "kubernetes" && config_.extender.listen.empty() &&
+      config_.auth.mode != "token") {
+    return absl::OkStatus();
+  }
+  DUET_ASSIGN_OR_RETURN(k8s::KubeConfig kc, k8s::ResolveKubeConfig(config_.kubernetes.kubeconfig,
+                                                                   config_.kubernetes.context));
+  k8s::KubeClientOptions ko;
+  ko.request_timeout = config_.kubernetes.request_timeout;
+  DUET_ASSIGN_OR_RETURN(kube_client_, k8s::NewCurlKubeClient(kc, ko));
+  return absl::OkStatus();
+}
+
+absl::Status Bridge::StartInventory() {
+  absl::StatusOr<placement::Policy> policy = placement::ParsePolicy(config_.placement.policy);
   if (!policy.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("placement.policy: ", policy.status().message()));
   }
-
-  // 2. The inventory.
-  if (config.inventory.source == "embedded") {
-    b->inventory_ = NewStaticInventory(EmbeddedInventoryYaml());
-  } else if (config.inventory.source == "kubernetes") {
+  policy_ = *policy;
+  if (config_.inventory.source == "embedded") {
+    inventory_ = NewStaticInventory(EmbeddedInventoryYaml());
+  } else if (config_.inventory.source == "kubernetes") {
     // The shared pools' Nodes, listed then watched. Start() returns after the
     // first complete list.
     k8s::NodeInventoryOptions no;
-    no.label_selector = config.kubernetes.shared_node_selector;
-    b->inventory_ = std::make_unique<k8s::KubeNodeInventory>(b->kube_client_.get(), no);
+    no.label_selector = config_.kubernetes.shared_node_selector;
+    inventory_ = std::make_unique<k8s::KubeNodeInventory>(kube_client_.get(), no);
   } else {
-    b->inventory_ = NewFileInventory(config.inventory.file, config.inventory.reload_period);
+    inventory_ = NewFileInventory(config_.inventory.file, config_.inventory.reload_period);
   }
-  b->sink_ = std::make_unique<LedgerInventorySink>(&b->ledger_);
-  absl::Status inv = b->inventory_->Start(b->sink_.get());
+  sink_ = std::make_unique<LedgerInventorySink>(&ledger_);
+  absl::Status inv = inventory_->Start(sink_.get());
   if (!inv.ok()) {
-    return absl::Status(inv.code(), absl::StrCat("inventory (", config.inventory.source,
+    return absl::Status(inv.code(), absl::StrCat("inventory (", config_.inventory.source,
                                                  "): ", inv.message()));
   }
+  return absl::OkStatus();
+}
 
-  // ---- pod lifecycle (pod-lifecycle helper) ----
-  // 2b. Kubernetes Events (rate-limited, asynchronous), when the bridge talks
-  // to Kubernetes: pod releases, duet's node drains (below), refusals.
-  if (b->kube_client_ != nullptr && config.kubernetes.events_per_minute > 0) {
-    k8s::EventRecorderOptions eo;
-    eo.events_per_minute = config.kubernetes.events_per_minute;
-    eo.instance = LeaderIdentity(config.kubernetes.leader_election);
-    b->events_ = std::make_unique<k8s::EventRecorder>(b->kube_client_.get(), eo);
-    k8s::EventRecorder* ev = b->events_.get();
-    m->AddCollector([ev] { return EventFamilies(ev->stats()); });
+void Bridge::StartEvents() {
+  // Kubernetes Events (rate-limited, asynchronous), when the bridge talks to
+  // Kubernetes: pod releases, duet's node drains, refusals.
+  if (kube_client_ == nullptr || config_.kubernetes.events_per_minute <= 0) return;
+  k8s::EventRecorderOptions eo;
+  eo.events_per_minute = config_.kubernetes.events_per_minute;
+  eo.instance = LeaderIdentity(config_.kubernetes.leader_election);
+  events_ = std::make_unique<k8s::EventRecorder>(kube_client_.get(), eo);
+  k8s::EventRecorder* ev = events_.get();
+  metrics_->AddCollector([ev] { return EventFamilies(ev->stats()); });
+}
+
+absl::Status Bridge::StartSlurm() {
+  // Dynamic nodes, job import, weights, placeholders.
+  if (!config_.slurm.enabled) return absl::OkStatus();
+  LibSlurmClientOptions co;
+  co.conf_path = config_.slurm.conf_path;
+  co.call_timeout = config_.slurm.call_timeout;
+  slurm_ = std::make_unique<LibSlurmClient>(co);
+  SlurmSyncOptions so;
+  static_cast<SlurmSyncSettings&>(so) = config_.slurm;  // the configured settings, as they are
+  DUET_ASSIGN_OR_RETURN(so.node_mode,
+                        ParseSlurmNodeMode(config_.slurm.nodes));  // ValidateConfig checked it
+  if (events_ != nullptr) {
+    so.on_drain = NodeDrainEvents(events_.get());
+    so.on_placeholder_lost = PlaceholderLossEvents(events_.get());
   }
-  // ---- end pod lifecycle ----
+  so.pod_liveness = PodLivenessFromWatch();
+  so.policy = policy_;
+  slurm_loads_ = std::make_unique<SlurmNodeLoads>();
+  so.loads = slurm_loads_.get();
+  slurm_sync_ = std::make_unique<SlurmSync>(so, &ledger_, slurm_.get(), Clock::Real());
+  placeholders_ = std::make_unique<Placeholders>(&ledger_, slurm_.get());
+  stale_holders_ = std::make_unique<StaleHolders>(&ledger_, slurm_.get(), PodLivenessFromWatch());
+  SlurmSync* sync = slurm_sync_.get();
+  metrics_->AddCollector([sync] { return SlurmMetricFamilies(sync->degraded(), sync->stats()); });
+  // A first pass before serving, so Slurm and the ledger agree early. A
+  // Slurm that is down is not fatal: the bridge serves degraded.
+  absl::Status first = sync->RunOnce();
+  if (!first.ok()) spdlog::warn("slurm: first sync pass: {}", first.ToString());
+  sync->Start();
+  return absl::OkStatus();
+}
 
-  // 3. Slurm: dynamic nodes, job import, weights, placeholders.
-  if (config.slurm.enabled) {
-    LibSlurmClientOptions co;
-    co.conf_path = config.slurm.conf_path;
-    co.call_timeout = config.slurm.call_timeout;
-    b->slurm_ = std::make_unique<LibSlurmClient>(co);
-    SlurmSyncOptions so;
-    so.period = config.slurm.sync_period;
-    so.manage_nodes = config.slurm.manage_nodes;
-    absl::StatusOr<SlurmNodeMode> node_mode = ParseSlurmNodeMode(config.slurm.nodes);
-    if (!node_mode.ok()) return node_mode.status();  // ValidateConfig checked it
-    so.node_mode = *node_mode;
-    so.manage_weights = config.slurm.manage_weights;
-    so.import_jobs = config.slurm.import_jobs;
-    so.node_addr_label = config.slurm.node_addr_label;
-    so.managed_feature = config.slurm.managed_feature;
-    so.release_grace = config.slurm.release_grace;
-    if (b->events_ != nullptr) {
-      so.on_drain = NodeDrainEvents(b->events_.get());
-      so.on_placeholder_lost = PlaceholderLossEvents(b->events_.get());
-    }
-    so.pod_liveness = b->PodLivenessFromWatch();
-    so.policy = *policy;
-    b->slurm_loads_ = std::make_unique<SlurmNodeLoads>();
-    so.loads = b->slurm_loads_.get();
-    b->slurm_sync_ = std::make_unique<SlurmSync>(so, &b->ledger_, b->slurm_.get(), Clock::Real());
-    b->placeholders_ = std::make_unique<Placeholders>(&b->ledger_, b->slurm_.get());
-    b->stale_holders_ =
-        std::make_unique<StaleHolders>(&b->ledger_, b->slurm_.get(), b->PodLivenessFromWatch());
-    SlurmSync* sync = b->slurm_sync_.get();
-    m->AddCollector([sync] { return SlurmMetricFamilies(sync->degraded(), sync->stats()); });
-    // A first pass before serving, so Slurm and the ledger agree early. A
-    // Slurm that is down is not fatal: the bridge serves degraded.
-    absl::Status first = sync->RunOnce();
-    if (!first.ok()) spdlog::warn("slurm: first sync pass: {}", first.ToString());
-    sync->Start();
+absl::Status Bridge::StartPodWatch() {
+  // The pod watch (invariant I2), when the bridge talks to Kubernetes. It
+  // releases what deleted/finished/unknown pods held; with Slurm it cancels
+  // their placeholders first.
+  if (kube_client_ == nullptr) return absl::OkStatus();
+  const KubernetesConfig& kc = config_.kubernetes;
+  if (kc.watch_pods) {
+    pod_releaser_ =
+        std::make_unique<BridgePodReleaser>(&ledger_, placeholders_.get(), events_.get());
+    k8s::PodWatchOptions po;
+    po.grace = kc.pod_release_grace;
+    po.sweep_period = kc.pod_sweep_period;
+    pod_watch_ =
+        std::make_unique<k8s::PodWatch>(kube_client_.get(), &ledger_, pod_releaser_.get(), po);
+    DUET_RETURN_IF_ERROR(pod_watch_->Start());
+    pod_view_.store(pod_watch_.get());
+    k8s::PodWatch* watch = pod_watch_.get();
+    metrics_->AddCollector([watch] { return PodWatchFamilies(watch->stats()); });
   }
+  auto* nodes = dynamic_cast<k8s::KubeNodeInventory*>(inventory_.get());
+  k8s::PodWatch* watch = pod_watch_.get();
+  metrics_->AddCollector([nodes, watch] {
+    std::vector<std::pair<std::string, k8s::InformerStats>> by;
+    if (nodes != nullptr) by.emplace_back("nodes", nodes->stats());
+    if (watch != nullptr) by.emplace_back("pods", watch->stats().informer);
+    return InformerFamilies(by);
+  });
+  return absl::OkStatus();
+}
 
-  // ---- pod lifecycle (pod-lifecycle helper) ----
-  // 3b. The pod watch (invariant I2), when the bridge talks to Kubernetes. The pod watch releases what deleted/finished/unknown pods
-  // held; with Slurm it cancels their placeholders first.
-  if (b->kube_client_ != nullptr) {
-    const KubernetesConfig& kc = config.kubernetes;
-    if (kc.watch_pods) {
-      b->pod_releaser_ = std::make_unique<BridgePodReleaser>(&b->ledger_, b->placeholders_.get(),
-                                                             b->events_.get());
-      k8s::PodWatchOptions po;
-      po.grace = kc.pod_release_grace;
-      po.sweep_period = kc.pod_sweep_period;
-      b->pod_watch_ = std::make_unique<k8s::PodWatch>(b->kube_client_.get(), &b->ledger_,
-                                                      b->pod_releaser_.get(), po);
-      absl::Status pw = b->pod_watch_->Start();
-      if (!pw.ok()) return pw;
-      b->pod_view_.store(b->pod_watch_.get());
-      k8s::PodWatch* watch = b->pod_watch_.get();
-      m->AddCollector([watch] { return PodWatchFamilies(watch->stats()); });
-    }
-    auto* nodes = dynamic_cast<k8s::KubeNodeInventory*>(b->inventory_.get());
-    k8s::PodWatch* watch = b->pod_watch_.get();
-    m->AddCollector([nodes, watch] {
-      std::vector<std::pair<std::string, k8s::InformerStats>> by;
-      if (nodes != nullptr) by.emplace_back("nodes", nodes->stats());
-      if (watch != nullptr) by.emplace_back("pods", watch->stats().informer);
-      return InformerFamilies(by);
-    });
-  }
-  // ---- end pod lifecycle ----
-
-  // 4. Metrics.
+absl::Status Bridge::ServeMetrics(const BridgeStartOptions& options) {
   if (options.exposer != nullptr) {
-    m->RegisterOn(options.exposer);
-  } else if (!config.metrics.listen.empty()) {
-    auto exposer = b->metrics_->Serve(config.metrics.listen);
-    if (!exposer.ok()) return exposer.status();
-    b->exposer_ = std::move(*exposer);
+    metrics_->RegisterOn(options.exposer);
+  } else if (!config_.metrics.listen.empty()) {
+    DUET_ASSIGN_OR_RETURN(exposer_, metrics_->Serve(config_.metrics.listen));
   }
+  return absl::OkStatus();
+}
 
-  // 5. gRPC.
+LedgerService::Options Bridge::ServiceOptions() {
   LedgerService::Options sopts;
-  sopts.max_watch_streams = config.grpc.max_watch_streams;
-  // --- Slurm owner authentication (slurm helper) ---
-  if (config.slurm.enabled && credential == "munge") {
-    auto auth = std::make_shared<MungeAuth>(
-        MungeAuthOptions{config.slurm.munge_socket, config.slurm.munge_uid});
-    sopts.authorize_slurm_owner = [auth, m](const SlurmCallerCredentials& c, const char* method,
-                                            const std::string& node, const Owner& owner) {
-      absl::Status s = auth->Check(c.munge, method, node, owner);
-      if (!s.ok()) {
-        m->CountCredentialRefusal(
-            "munge", c.munge.empty()                 ? "missing"
-                     : absl::IsPermissionDenied(s)   ? "wrong_owner"
-                     : absl::IsUnauthenticated(s)    ? "rejected"
-                                                     : "unavailable");
-      }
-      return s;
-    };
-  } else if (key_auth != nullptr) {
-    std::shared_ptr<SlurmKeyAuth> auth = key_auth;
-    spdlog::info("Slurm owners' Hold/Release need a slurm.key credential (key {})",
-                 auth->key_file());
-    sopts.authorize_slurm_owner = [auth, m](const SlurmCallerCredentials& c, const char* method,
-                                            const std::string& node, const Owner& owner) {
-      SlurmKeyAuth::Why why = SlurmKeyAuth::Why::kNone;
-      absl::Status s = auth->Check(c.slurm_key, method, node, owner, &why);
-      if (!s.ok()) m->CountCredentialRefusal("slurm_key", SlurmKeyAuth::WhyName(why));
-      return s;
-    };
-  } else if (config.slurm.enabled) {
-    spdlog::warn(
-        "slurm.credential: none: Hold/Release for Slurm jobs are trusted without a credential; "
-        "whoever reaches the gRPC port can hold or release for any Slurm job");
-  }
-  // --- end Slurm owner authentication ---
-  // --- Caller authorization (auth.mode token) ---
-  if (config.auth.mode == "token") {
-    b->authorizer_ = NewCallAuthorizer(config.auth, b->kube_client_.get(), &b->pod_view_, m);
-    auth::CallAuthorizer* authz = b->authorizer_.get();
+  sopts.max_watch_streams = config_.grpc.max_watch_streams;
+  sopts.authorize_slurm_owner = SlurmOwnerCheck();
+  // auth.mode token: pod-owned Hold/Release and PlacePod need a caller the
+  // API server vouches for (bridge/auth/authz.h).
+  if (config_.auth.mode == "token") {
+    authorizer_ = NewCallAuthorizer(config_.auth, kube_client_.get(), &pod_view_, metrics_.get());
+    auth::CallAuthorizer* authz = authorizer_.get();
     sopts.authorize_call = [authz](const grpc::CallbackServerContext& ctx, const char* method,
                                    const std::string& node, const Owner& owner) {
       return authz->Check(auth::CallerFromContext(ctx), method, node, owner);
     };
-  } else if (!config.grpc.listen.empty() &&
-             !absl::StartsWith(config.grpc.listen, "127.0.0.1:") &&
-             !absl::StartsWith(config.grpc.listen, "localhost:") &&
-             !absl::StartsWith(config.grpc.listen, "[::1]:")) {
+  } else if (!config_.grpc.listen.empty() &&
+             !absl::StartsWith(config_.grpc.listen, "127.0.0.1:") &&
+             !absl::StartsWith(config_.grpc.listen, "localhost:") &&
+             !absl::StartsWith(config_.grpc.listen, "[::1]:")) {
     spdlog::warn("auth.mode: none: whoever reaches grpc.listen {} can hold and release devices "
-                 "for any pod", config.grpc.listen);
+                 "for any pod", config_.grpc.listen);
   }
-  // --- end caller authorization ---
-  // --- PlacePod (device plugin): Slurm placeholders when Slurm is on ---
-  // It holds like the extender's bind (pods::PodHolds): the same policy, and
-  // the same Slurm CPU/memory loads, told of every placeholder it makes.
-  sopts.placeholders = b->placeholders_.get();
-  sopts.pod_holds = b->MakePodHoldsOptions(*policy);
-  // --- end PlacePod ---
+  // PlacePod (device plugin) holds like the extender's bind
+  // (pods::PodHolds): the same policy, and the same Slurm CPU/memory loads,
+  // told of every placeholder it makes; Slurm placeholders when Slurm is on.
+  sopts.placeholders = placeholders_.get();
+  sopts.pod_holds = MakePodHoldsOptions(policy_);
   // A Slurm step refused because another Slurm job, or a placeholder whose
   // pod has ended, holds its devices in the ledger: if Slurm says that job
   // has ended (the ledger lags Slurm), release it and try once more.
-  if (b->stale_holders_ != nullptr) {
-    StaleHolders* stale = b->stale_holders_.get();
+  if (stale_holders_ != nullptr) {
+    StaleHolders* stale = stale_holders_.get();
     sopts.resolve_slurm_conflict = [stale](const HoldRequest& r) {
       if (r.devices.empty()) return false;
       absl::StatusOr<int> n = stale->ReleaseEnded(r.node, r.owner, r.devices);
@@ -445,116 +437,147 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
       return *n > 0;
     };
   }
-  if (b->slurm_loads_ != nullptr) {
-    SlurmNodeLoads* loads = b->slurm_loads_.get();
+  if (slurm_loads_ != nullptr) {
+    SlurmNodeLoads* loads = slurm_loads_.get();
     sopts.slurm_state = [loads](const std::string& node) { return loads->State(node); };
   }
-  b->service_ = std::make_unique<LedgerService>(&b->ledger_, b->durability_.get(), &b->hub_, m,
-                                                sopts);
-  auto creds = Credentials(config.grpc.tls);
-  if (!creds.ok()) return creds.status();
+  return sopts;
+}
+
+Bridge::SlurmOwnerCheckFn Bridge::SlurmOwnerCheck() {
+  // Slurm owners' Hold/Release must carry slurm.credential (DESIGN.md §9).
+  Metrics* m = metrics_.get();
+  if (config_.slurm.enabled && config_.slurm.EffectiveCredential() == "munge") {
+    auto auth = std::make_shared<MungeAuth>(
+        MungeAuthOptions{config_.slurm.munge_socket, config_.slurm.munge_uid});
+    return [auth, m](const SlurmCallerCredentials& c, const char* method, const std::string& node,
+                     const Owner& owner) {
+      absl::Status s = auth->Check(c.munge, method, node, owner);
+      if (!s.ok()) {
+        m->CountCredentialRefusal(
+            "munge", c.munge.empty()                 ? "missing"
+                     : absl::IsPermissionDenied(s)   ? "wrong_owner"
+                     : absl::IsUnauthenticated(s)    ? "rejected"
+                                                     : "unavailable");
+      }
+      return s;
+    };
+  }
+  if (key_auth_ != nullptr) {
+    std::shared_ptr<SlurmKeyAuth> auth = key_auth_;
+    spdlog::info("Slurm owners' Hold/Release need a slurm.key credential (key {})",
+                 auth->key_file());
+    return [auth, m](const SlurmCallerCredentials& c, const char* method, const std::string& node,
+                     const Owner& owner) {
+      SlurmKeyAuth::Why why = SlurmKeyAuth::Why::kNone;
+      absl::Status s = auth->Check(c.slurm_key, method, node, owner, &why);
+      if (!s.ok()) m->CountCredentialRefusal("slurm_key", SlurmKeyAuth::WhyName(why));
+      return s;
+    };
+  }
+  if (config_.slurm.enabled) {
+    spdlog::warn(
+        "slurm.credential: none: Hold/Release for Slurm jobs are trusted without a credential; "
+        "whoever reaches the gRPC port can hold or release for any Slurm job");
+  }
+  return nullptr;
+}
+
+absl::Status Bridge::ServeGrpc() {
+  service_ = std::make_unique<LedgerService>(&ledger_, durability_.get(), &hub_, metrics_.get(),
+                                             ServiceOptions());
+  DUET_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
+                        Credentials(config_.grpc.tls));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(config.grpc.max_message_bytes);
+  builder.SetMaxReceiveMessageSize(config_.grpc.max_message_bytes);
   builder.SetMaxSendMessageSize(64 << 20);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.grpc.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config_.grpc.max_concurrent_streams);
   // gRPC binds with SO_REUSEPORT by default: a second bridge would silently
   // share the port and split the clients between two ledgers.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  if (!config.grpc.listen.empty()) {
-    builder.AddListeningPort(config.grpc.listen, *creds, &b->grpc_port_);
+  if (!config_.grpc.listen.empty()) {
+    builder.AddListeningPort(config_.grpc.listen, creds, &grpc_port_);
   }
-  if (!config.grpc.plaintext_listen.empty()) {
-    builder.AddListeningPort(config.grpc.plaintext_listen, grpc::InsecureServerCredentials(),
-                             &b->grpc_plaintext_port_);
+  if (!config_.grpc.plaintext_listen.empty()) {
+    builder.AddListeningPort(config_.grpc.plaintext_listen, grpc::InsecureServerCredentials(),
+                             &grpc_plaintext_port_);
   }
-  if (!config.grpc.unix_socket.empty()) {
+  const std::string& socket = config_.grpc.unix_socket;
+  if (!socket.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories(
-        std::filesystem::path(config.grpc.unix_socket).parent_path(), ec);
-    if (SocketInUse(config.grpc.unix_socket)) {
-      return absl::UnavailableError(absl::StrCat("grpc.unix_socket ", config.grpc.unix_socket,
-                                                 ": another process is serving on it"));
+    std::filesystem::create_directories(std::filesystem::path(socket).parent_path(), ec);
+    if (SocketInUse(socket)) {
+      return absl::UnavailableError(
+          absl::StrCat("grpc.unix_socket ", socket, ": another process is serving on it"));
     }
-    ::unlink(config.grpc.unix_socket.c_str());  // a stale socket from a previous run
+    ::unlink(socket.c_str());  // a stale socket from a previous run
     // Node-local clients authenticate by file permissions; no TLS on the socket.
-    builder.AddListeningPort("unix:" + config.grpc.unix_socket, grpc::InsecureServerCredentials());
+    builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
   }
-  builder.RegisterService(b->service_.get());
-  b->server_ = builder.BuildAndStart();
-  if (b->server_ == nullptr || (!config.grpc.listen.empty() && b->grpc_port_ == 0) ||
-      (!config.grpc.plaintext_listen.empty() && b->grpc_plaintext_port_ == 0)) {
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || (!config_.grpc.listen.empty() && grpc_port_ == 0) ||
+      (!config_.grpc.plaintext_listen.empty() && grpc_plaintext_port_ == 0)) {
     return absl::UnavailableError(absl::StrCat(
         "grpc: cannot listen on ",
-        config.grpc.listen.empty() ? "" : absl::StrCat("grpc.listen ", config.grpc.listen, " "),
-        config.grpc.plaintext_listen.empty()
+        config_.grpc.listen.empty() ? "" : absl::StrCat("grpc.listen ", config_.grpc.listen, " "),
+        config_.grpc.plaintext_listen.empty()
             ? ""
-            : absl::StrCat("grpc.plaintext_listen ", config.grpc.plaintext_listen, " "),
-        config.grpc.unix_socket.empty() ? ""
-                                        : absl::StrCat("grpc.unix_socket ", config.grpc.unix_socket),
+            : absl::StrCat("grpc.plaintext_listen ", config_.grpc.plaintext_listen, " "),
+        socket.empty() ? "" : absl::StrCat("grpc.unix_socket ", socket),
         " (address in use or not permitted?)"));
   }
-  b->server_->GetHealthCheckService()->SetServingStatus(true);
-  b->server_->GetHealthCheckService()->SetServingStatus("duet", true);
-  if (b->slurm_sync_ != nullptr) {
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  server_->GetHealthCheckService()->SetServingStatus("duet", true);
+  if (slurm_sync_ != nullptr) {
     // "duet.slurm" is NOT_SERVING while Slurm is unreachable; the ledger
     // (service "") keeps serving from what it knows.
-    Bridge* self = b.get();
-    self->health_thread_ = std::thread([self] {
-      absl::MutexLock lock(&self->health_mu_);
+    health_thread_ = std::thread([this] {
+      absl::MutexLock lock(&health_mu_);
       do {
-        self->server_->GetHealthCheckService()->SetServingStatus(
-            "duet.slurm", !self->slurm_sync_->degraded());
-      } while (!self->health_mu_.AwaitWithTimeout(absl::Condition(&self->stopping_),
-                                                  absl::Seconds(1)));
+        server_->GetHealthCheckService()->SetServingStatus("duet.slurm",
+                                                           !slurm_sync_->degraded());
+      } while (!health_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1)));
     });
   }
-  // 6. The scheduler extender.
-  if (!config.extender.listen.empty()) {
-    b->pod_api_ = extender::NewKubePodApi(b->kube_client_.get());
-    extender::ExtenderOptions eo;
-    eo.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
-    // Holds as PlacePod does: the policy, and the CPU/memory that Slurm's
-    // jobs and placeholders hold (each sync pass).
-    const pods::PodHoldsOptions holds = b->MakePodHoldsOptions(*policy);
-    eo.policy = holds.policy;
-    eo.load = holds.load;
-    eo.on_placeholder = holds.on_placeholder;
-    if (b->slurm_loads_ != nullptr) {
-      SlurmNodeLoads* loads = b->slurm_loads_.get();
-      eo.unusable = [loads](const std::string& node) { return loads->Unusable(node); };
-    }
-    // Bind refusals become Warning Events on the pod (rate-limited, async).
-    if (b->events_ != nullptr) {
-      k8s::EventRecorder* ev = b->events_.get();
-      eo.on_refusal = [ev](const k8s::EventSpec& e) { ev->Record(e); };
-    }
-    b->extender_ = std::make_unique<extender::Extender>(&b->ledger_, b->placeholders_.get(),
-                                                        b->pod_api_.get(), std::move(eo));
-    extender::ServerOptions xo;
-    xo.listen = config.extender.listen;
-    xo.url_prefix = config.extender.url_prefix;
-    xo.tls_cert_file = config.extender.tls.cert_file;
-    xo.tls_key_file = config.extender.tls.key_file;
-    xo.max_request_bytes = static_cast<size_t>(config.extender.max_request_bytes);
-    xo.threads = config.extender.threads;
-    xo.registry = m->registry();
-    auto server = extender::ExtenderServer::Start(b->extender_.get(), std::move(xo));
-    if (!server.ok()) return server.status();
-    b->extender_server_ = std::move(*server);
-  }
+  return absl::OkStatus();
+}
 
-  m->SetServing(true);
-  spdlog::info("duet-bridge serving: grpc {} unix {} metrics {} extender {}; {} nodes, {} holdings",
-               config.grpc.listen.empty() ? "-" : absl::StrCat("port ", b->grpc_port_),
-               config.grpc.unix_socket.empty() ? "-" : config.grpc.unix_socket,
-               config.metrics.listen.empty() ? "-" : config.metrics.listen,
-               b->extender_server_ == nullptr
-                   ? "-"
-                   : absl::StrCat(b->extender_server_->tls() ? "https" : "http", " port ",
-                                  b->extender_port()),
-               b->ledger_.node_count(), b->ledger_.holding_count());
-  return b;
+absl::Status Bridge::ServeExtender() {
+  if (config_.extender.listen.empty()) return absl::OkStatus();
+  pod_api_ = extender::NewKubePodApi(kube_client_.get());
+  extender::ExtenderOptions eo;
+  Journal* j = journal_.get();
+  eo.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
+  // Holds as PlacePod does: the policy, and the CPU/memory that Slurm's
+  // jobs and placeholders hold (each sync pass).
+  const pods::PodHoldsOptions holds = MakePodHoldsOptions(policy_);
+  eo.policy = holds.policy;
+  eo.load = holds.load;
+  eo.on_placeholder = holds.on_placeholder;
+  if (slurm_loads_ != nullptr) {
+    SlurmNodeLoads* loads = slurm_loads_.get();
+    eo.unusable = [loads](const std::string& node) { return loads->Unusable(node); };
+  }
+  // Bind refusals become Warning Events on the pod (rate-limited, async).
+  if (events_ != nullptr) {
+    k8s::EventRecorder* ev = events_.get();
+    eo.on_refusal = [ev](const k8s::EventSpec& e) { ev->Record(e); };
+  }
+  extender_ = std::make_unique<extender::Extender>(&ledger_, placeholders_.get(), pod_api_.get(),
+                                                   std::move(eo));
+  extender::ServerOptions xo;
+  xo.listen = config_.extender.listen;
+  xo.url_prefix = config_.extender.url_prefix;
+  xo.tls_cert_file = config_.extender.tls.cert_file;
+  xo.tls_key_file = config_.extender.tls.key_file;
+  xo.max_request_bytes = static_cast<size_t>(config_.extender.max_request_bytes);
+  xo.threads = config_.extender.threads;
+  xo.registry = metrics_->registry();
+  DUET_ASSIGN_OR_RETURN(extender_server_,
+                        extender::ExtenderServer::Start(extender_.get(), std::move(xo)));
+  return absl::OkStatus();
 }
 
 pods::PodHoldsOptions Bridge::MakePodHoldsOptions(placement::Policy policy) const {
@@ -598,10 +621,9 @@ void Bridge::Shutdown() {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + config_.grpc.shutdown_grace));
     server_->Wait();
   }
-  // ---- pod lifecycle: no releases once shutting down ----
+  // No pod releases once shutting down.
   if (pod_watch_ != nullptr) pod_watch_->Stop();
   if (events_ != nullptr) events_->Stop();
-  // ---- end pod lifecycle ----
   if (inventory_ != nullptr) inventory_->Stop();
   if (slurm_sync_ != nullptr) slurm_sync_->Stop();
   durability_.reset();  // answers whatever is still waiting

@@ -18,6 +18,7 @@
 #include "bridge/server/service.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
+#include "bridge/slurm/slurm_key_auth.h"
 #include "bridge/slurm/slurm_sync.h"
 #include "bridge/slurm/stale_holders.h"
 #include "grpcpp/security/server_credentials.h"
@@ -31,20 +32,19 @@
 
 namespace duet {
 
-// ---- pod lifecycle (pod-lifecycle helper) ----
 struct BridgeStartOptions {
   // Non-null: register /metrics on this exposer (the standby's, under leader
   // election) instead of serving metrics.listen.
   prometheus::Exposer* exposer = nullptr;
 };
-// ---- end pod lifecycle ----
 
 // Thread-safety: Start and Shutdown are called from one thread; the parts
 // they own are thread-safe themselves.
 class Bridge {
  public:
-  // Recovers the journal, loads the inventory, binds the listeners. Errors
-  // name what failed (file, offset, address). `config` must be valid.
+  // Recovers the journal, loads the inventory, binds the listeners: the steps
+  // below, in that order. Errors name what failed (file, offset, address).
+  // `config` must be valid.
   static absl::StatusOr<std::unique_ptr<Bridge>> Start(const Config& config,
                                                        const BridgeStartOptions& options = {});
   ~Bridge();
@@ -68,15 +68,43 @@ class Bridge {
   SlurmSync* slurm_sync() { return slurm_sync_.get(); }
   Placeholders* placeholders() { return placeholders_.get(); }
   Metrics* metrics() { return metrics_.get(); }
-  // ---- pod lifecycle (pod-lifecycle helper) ----
   // Null unless the bridge talks to Kubernetes (and kubernetes.watch_pods /
   // events_per_minute > 0).
   k8s::PodWatch* pod_watch() { return pod_watch_.get(); }
   k8s::EventRecorder* events() { return events_.get(); }
-  // ---- end pod lifecycle ----
 
  private:
+  using SlurmOwnerCheckFn = decltype(LedgerService::Options::authorize_slurm_owner);
+
   explicit Bridge(const Config& config);
+
+  // Start's steps, in order. Each sets up one part from config_ and returns
+  // the error that stops the start-up.
+  // slurm.credential slurm_key: reads the key (before libslurm needs it).
+  absl::Status LoadSlurmKey();
+  // The journal recovers the ledger (I3/I4); then durability, metrics and the
+  // watch hub, before anything can change the ledger.
+  absl::Status OpenJournal();
+  // The Kubernetes client, when the inventory or the extender needs it.
+  absl::Status ConnectKubernetes();
+  // placement.policy, then the node inventory (its first list loaded).
+  absl::Status StartInventory();
+  // Kubernetes Events, when the bridge talks to Kubernetes.
+  void StartEvents();
+  // slurm.enabled: libslurm, the sync (one pass now), placeholders.
+  absl::Status StartSlurm();
+  // The pod watch (I2) and the watch metrics, with Kubernetes.
+  absl::Status StartPodWatch();
+  // /metrics on metrics.listen, or on the exposer passed in.
+  absl::Status ServeMetrics(const BridgeStartOptions& options);
+  // The duet.v1.Ledger service and health on grpc.listen / unix_socket.
+  absl::Status ServeGrpc();
+  LedgerService::Options ServiceOptions();
+  // How Slurm owners' Hold/Release are authenticated (slurm.credential);
+  // null for none.
+  SlurmOwnerCheckFn SlurmOwnerCheck();
+  // The scheduler extender, with extender.listen.
+  absl::Status ServeExtender();
 
   const Config config_;
   Ledger ledger_;
@@ -96,6 +124,10 @@ class Bridge {
   std::unique_ptr<SlurmSync> slurm_sync_;
   std::unique_ptr<Placeholders> placeholders_;
   std::unique_ptr<StaleHolders> stale_holders_;
+  // Set by LoadSlurmKey under slurm.credential slurm_key.
+  std::shared_ptr<SlurmKeyAuth> key_auth_;
+  // placement.policy, parsed by StartInventory.
+  placement::Policy policy_ = placement::Policy::kDuet;
   // The pod watch once started (null before, and without Kubernetes), for
   // the Slurm side's PodLivenessFn (set after the Slurm sync starts).
   std::atomic<k8s::PodWatch*> pod_view_{nullptr};
@@ -104,11 +136,9 @@ class Bridge {
   // placement policy and, with Slurm, slurm_loads_ as the load and as the
   // sink of placeholders' CPU/memory. Valid while slurm_loads_ lives.
   pods::PodHoldsOptions MakePodHoldsOptions(placement::Policy policy) const;
-  // ---- pod lifecycle (pod-lifecycle helper) ----
   std::unique_ptr<k8s::EventRecorder> events_;
   std::unique_ptr<k8s::PodReleaser> pod_releaser_;
   std::unique_ptr<k8s::PodWatch> pod_watch_;
-  // ---- end pod lifecycle ----
   // auth.mode token: who may make mutating calls. Null otherwise.
   std::unique_ptr<auth::CallAuthorizer> authorizer_;
   // Mirrors slurm_sync_->degraded() into the "duet.slurm" health status.
@@ -127,7 +157,7 @@ class Bridge {
 
 // Starts the bridge, waits for SIGTERM or SIGINT, shuts down gracefully.
 // Returns the process exit code (0 clean, 1 start-up failure). Under
-// kubernetes.leader_election: RunWithLeaderElection (podlife.h; 3 when the
+// kubernetes.leader_election: RunWithLeaderElection (leadership.h; 3 when the
 // lease is lost).
 int Run(const Config& config);
 

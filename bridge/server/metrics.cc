@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "bridge/ledger/usage.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
@@ -49,8 +50,8 @@ std::string CodeLabel(absl::StatusCode code) {
   return absl::AsciiStrToLower(absl::StatusCodeToString(code));
 }
 
-// Reads a ledger snapshot at scrape time. Shares of a device count as
-// fractions of a device (milli / 1000).
+// Reads a ledger snapshot at scrape time. Devices are counted by owner
+// group, shares as fractions of their device (bridge/ledger/usage.h).
 class Metrics::LedgerCollector final : public prometheus::Collectable {
  public:
   explicit LedgerCollector(const Ledger* ledger) : ledger_(ledger) {}
@@ -64,26 +65,14 @@ class Metrics::LedgerCollector final : public prometheus::Collectable {
     std::map<std::string, int> by_state;
     for (const auto& view : snap.nodes) {
       ++by_state[NodeStateName(view->spec.state)];
-      // (kind, model) -> milli held by slurm, pods, free
+      // (kind, model) -> devices held by slurm, pods, free
       std::map<std::pair<std::string, std::string>, std::tuple<double, double, double>> sums;
       for (const DeviceState& d : view->devices) {
         auto& [slurm, pods, free] = sums[{DeviceKindName(d.spec.kind), d.spec.model}];
-        // Charge each owner group its largest share, to the group's class.
-        std::vector<const DeviceUse*> groups;
-        for (const DeviceUse& u : d.uses) {
-          bool merged = false;
-          for (const DeviceUse*& g : groups) {
-            if (g->owner->SameGroup(*u.owner)) {
-              if (u.milli > g->milli) g = &u;
-              merged = true;
-            }
-          }
-          if (!merged) groups.push_back(&u);
-        }
-        for (const DeviceUse* g : groups) {
-          (g->owner->holder_class() == HolderClass::kSlurm ? slurm : pods) += g->milli / 1000.0;
-        }
-        free += d.free_milli() / 1000.0;
+        const ClassUse use = UseByClass(d);
+        slurm += Devices(use.slurm_milli, use.capacity_milli);
+        pods += Devices(use.pod_milli, use.capacity_milli);
+        free += Devices(use.free_milli(), use.capacity_milli);
       }
       for (const auto& [key, v] : sums) {
         const auto& [slurm, pods, free] = v;

@@ -15,7 +15,6 @@
 namespace duet {
 namespace {
 
-// --- Slurm owner authentication (slurm helper) ---
 std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
   auto it = ctx->client_metadata().find(key);
   if (it == ctx->client_metadata().end()) return "";
@@ -26,38 +25,12 @@ std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
 SlurmCallerCredentials CallerCredentials(const grpc::CallbackServerContext* ctx) {
   return {Metadata(ctx, slurm_munge::kMetadataKey), Metadata(ctx, slurm_key::kMetadataKey)};
 }
-// --- end Slurm owner authentication ---
 
 google::protobuf::Timestamp NowProto() {
   return google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------
-// WatchHub
-
-void WatchHub::Add(Subscriber* s) {
-  absl::MutexLock lock(&mu_);
-  subscribers_.insert(s);
-}
-
-void WatchHub::Remove(Subscriber* s) {
-  absl::MutexLock lock(&mu_);
-  subscribers_.erase(s);
-}
-
-void WatchHub::OnChange(const Change& change) {
-  const v1::NodeEvent::Type type =
-      change.erased ? v1::NodeEvent::TYPE_REMOVED : v1::NodeEvent::TYPE_UPDATED;
-  absl::MutexLock lock(&mu_);
-  for (Subscriber* s : subscribers_) s->Push(type, *change.view);
-}
-
-void WatchHub::CloseAll(const std::string& why) {
-  absl::MutexLock lock(&mu_);
-  for (Subscriber* s : subscribers_) s->Close(why);
-}
 
 // ---------------------------------------------------------------------------
 // WatchNodes: one reactor per stream. Events queue up to a bound; past it the
@@ -330,13 +303,11 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
   }
   absl::StatusOr<HoldRequest> request = FromProto(*req);
   if (!request.ok()) return refuse(request.status());
-  // --- Slurm owner authentication (slurm helper) ---
   if (options_.authorize_slurm_owner && request->owner.holder_class() == HolderClass::kSlurm) {
     absl::Status auth = options_.authorize_slurm_owner(CallerCredentials(ctx), "Hold", request->node,
                                                        request->owner);
     if (!auth.ok()) return refuse(auth);
   }
-  // --- end Slurm owner authentication ---
   if (absl::Status a = AuthorizeCall(*ctx, "Hold", request->node, request->owner); !a.ok()) {
     return refuse(a);
   }
@@ -379,7 +350,6 @@ grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ct
     Answer(reactor, "Release", start, owner.status());
     return reactor;
   }
-  // --- Slurm owner authentication (slurm helper) ---
   if (options_.authorize_slurm_owner && owner->holder_class() == HolderClass::kSlurm) {
     absl::Status auth =
         options_.authorize_slurm_owner(CallerCredentials(ctx), "Release", req->node(), *owner);
@@ -388,7 +358,6 @@ grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ct
       return reactor;
     }
   }
-  // --- end Slurm owner authentication ---
   if (absl::Status a = AuthorizeCall(*ctx, "Release", req->node(), *owner); !a.ok()) {
     Answer(reactor, "Release", start, a);
     return reactor;

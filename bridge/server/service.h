@@ -3,7 +3,7 @@
 // The duet.v1.Ledger gRPC service: a thin boundary that turns protos into
 // ledger calls and Status into gRPC codes. Mutations answer only once their
 // change is durable (Durability). Node changes reach WatchNodes streams
-// through the WatchHub, a ledger ChangeListener.
+// through the WatchHub (watch_hub.h), a ledger ChangeListener.
 
 #include <atomic>
 #include <functional>
@@ -17,34 +17,11 @@
 #include "bridge/ledger/ledger.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
+#include "bridge/server/watch_hub.h"
 #include "bridge/pods/pod_holds.h"
 #include "duet/v1/duet.grpc.pb.h"
 
 namespace duet {
-
-// Fans ledger changes out to watch streams. Lock order: the ledger's lock
-// (held while OnChange runs) before `mu_` before a subscriber's own lock.
-class WatchHub final : public ChangeListener {
- public:
-  class Subscriber {
-   public:
-    virtual ~Subscriber() = default;
-    // Called with the ledger's lock held: must only queue.
-    virtual void Push(v1::NodeEvent::Type type, const std::shared_ptr<const NodeView>& view) = 0;
-    // Ends the stream (shutdown). Must not call back into the hub.
-    virtual void Close(const std::string& why) = 0;
-  };
-  void Add(Subscriber* s) ABSL_LOCKS_EXCLUDED(mu_);
-  // After it returns, `s` gets no more Push calls.
-  void Remove(Subscriber* s) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnChange(const Change& change) override ABSL_LOCKS_EXCLUDED(mu_);
-  // Closes every stream (graceful shutdown).
-  void CloseAll(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
-
- private:
-  absl::Mutex mu_;
-  std::set<Subscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
-};
 
 // What a caller sent to prove it is slurmstepd of a Slurm owner (gRPC
 // metadata x-duet-munge and x-duet-slurm-key-cred; "" when absent).
@@ -59,7 +36,6 @@ class LedgerService final : public v1::Ledger::CallbackService {
     int max_watch_streams = 256;
     // Events queued per watch stream before it is told to resync.
     size_t max_watch_queue = 4096;
-    // --- Slurm owner authentication (slurm helper; DESIGN.md §9) ---
     // Set: Hold and Release for a Slurm owner (slurm_job, slurm_step) must
     // pass it first. Arguments: the call's credentials, the method, the
     // request's node and owner. A refusal is answered as is (and counted as
@@ -67,17 +43,14 @@ class LedgerService final : public v1::Ledger::CallbackService {
     std::function<absl::Status(const SlurmCallerCredentials& credentials, const char* method,
                                const std::string& node, const Owner& owner)>
         authorize_slurm_owner;
-    // --- end Slurm owner authentication ---
-    // --- Caller authorization (auth.mode token; bridge/auth/authz.h) ---
-    // Set: Hold and Release for a pod or placeholder owner, and PlacePod,
+    // auth.mode token (bridge/auth/authz.h). Set: Hold and Release for a pod
+    // or placeholder owner, and PlacePod,
     // must pass it first. Arguments: the call's context, the method, the
     // request's node and owner. A refusal is answered as is; nothing in the
     // ledger changes.
     std::function<absl::Status(const grpc::CallbackServerContext& ctx, const char* method,
                                const std::string& node, const Owner& owner)>
         authorize_call;
-    // --- end caller authorization ---
-    // --- PlacePod (device plugin) ---
     // PlacePod holds through pods::PodHolds, as the extender's bind does.
     // The Slurm side (duet-bridge: bridge/slurm's Placeholders); null when
     // Slurm is off (PlacePod then holds devices in the ledger as owner Pod).

@@ -149,7 +149,7 @@ void SlurmSync::Start() {
       absl::Status s = RunOnce();
       if (!s.ok()) spdlog::warn("slurm sync: {}", s.ToString());
       absl::MutexLock l(&stop_mu_);
-      if (clock_->AwaitWithTimeout(&stop_mu_, absl::Condition(&stopping_), options_.period)) return;
+      if (clock_->AwaitWithTimeout(&stop_mu_, absl::Condition(&stopping_), options_.sync_period)) return;
     }
   });
 }

@@ -67,6 +67,7 @@
 #include "bridge/slurm/placeholders.h"
 #include "bridge/slurm/slurm_client.h"
 #include "bridge/slurm/stale_holders.h"
+#include "bridge/slurm/sync_settings.h"
 
 namespace duet {
 
@@ -138,26 +139,14 @@ inline constexpr char kSlinkyHostnameOverride[] = "nodeset.slinky.slurm.net/host
 // node name up to its first dot.
 std::string SlurmNameFor(const NodeSpec& spec);
 
-struct SlurmSyncOptions {
-  // Time between passes (slurm.sync_period).
-  absl::Duration period = absl::Seconds(10);
-  // Manage Slurm nodes for the ledger's nodes (slurm.manage_nodes): create
-  // and delete them (kCreate) or adopt slurmd's (kAdopt; see the top).
-  bool manage_nodes = true;
+// What the sync is told: the configured settings (SlurmSyncSettings:
+// sync_period, manage_nodes, manage_weights, import_jobs, node_addr_label,
+// managed_feature, release_grace; the `slurm` config section) and what
+// duet-bridge wires in.
+struct SlurmSyncOptions : SlurmSyncSettings {
+  // With manage_nodes: create and delete Slurm nodes for the ledger's nodes
+  // (kCreate) or adopt slurmd's (kAdopt; see the top) (slurm.nodes).
   SlurmNodeMode node_mode = SlurmNodeMode::kCreate;
-  // Feed node weights back to Slurm (slurm.manage_weights).
-  bool manage_weights = true;
-  // Import jobs and reconcile holdings (slurm.import_jobs).
-  bool import_jobs = true;
-  // NodeAddr/NodeHostname of a node come from this label when present
-  // (slurm.node_addr_label); otherwise the node name is used.
-  std::string node_addr_label = "duet.dev/slurm-node-addr";
-  // Marker feature of nodes duet created; only those are ever deleted
-  // (slurm.managed_feature).
-  std::string managed_feature = "duet";
-  // Holdings granted less than this before the job list was read are not
-  // released by it (slurm.release_grace).
-  absl::Duration release_grace = absl::Seconds(5);
   // The placement policy the weights follow (placement.policy).
   placement::Policy policy = placement::Policy::kDuet;
   // What Kubernetes says about a placeholder's pod (the pod watch). Null:

@@ -79,7 +79,8 @@ std::unique_ptr<PodApi> NewKubePodApi(k8s::KubeClient* client);
 struct ExtenderOptions {
   placement::Policy policy = placement::Policy::kDuet;
   // Fragmentation target for kDuet/kFgd; null: each request's own shape.
-  // Not owned.
+  // Not owned. duet-bridge passes none yet: an online workload model is to
+  // feed it (the placement scorer and the simulator already take one).
   const placement::Workload* workload = nullptr;
   // CPU/memory committed on a node; null: zero (see the class comment).
   // duet-bridge passes what Slurm's jobs and placeholders hold

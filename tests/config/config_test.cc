@@ -1,5 +1,7 @@
 #include "bridge/config/config.h"
 
+#include "absl/strings/str_cat.h"
+#include "bridge/placement/placement.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -100,6 +102,57 @@ kubernetes: {kubeconfig: /root/.kube/config, context: dev, shared_node_selector:
   EXPECT_TRUE(ValidateConfig(*c).ok());
   EXPECT_THAT(ParseConfig("kubernetes: {kube_config: x}").status().message(),
               HasSubstr("kubernetes.kube_config: unknown key"));
+}
+
+// Config validation asks placement's registry: a policy placement knows is
+// never refused by validation, and the message lists exactly the registry.
+TEST(ConfigTest, EveryRegisteredPlacementPolicyValidates) {
+  ASSERT_FALSE(placement::RegisteredPolicies().empty());
+  for (const placement::PolicyEntry& e : placement::RegisteredPolicies()) {
+    for (const char* name : {e.name, e.alias}) {
+      if (name == nullptr) continue;
+      auto c = ParseConfig(absl::StrCat("placement: {policy: ", name, "}"));
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_TRUE(ValidateConfig(*c).ok()) << name << ": " << ValidateConfig(*c);
+      EXPECT_EQ(*placement::ParsePolicy(c->placement.policy), e.policy) << name;
+    }
+  }
+  auto c = ParseConfig("placement: {policy: random}");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(ValidateConfig(*c).message(),
+            "placement.policy: \"random\" must be duet, spread, most-allocated, best-fit or fgd");
+}
+
+// The Slurm sync's and the leader elector's settings are declared once, in
+// their subsystems: the config's defaults are theirs, and the subsystem's
+// Validate() decides, named under the config's field path.
+TEST(ConfigTest, SubsystemSettingsAreEmbeddedAndValidatedByTheSubsystem) {
+  const Config c;
+  const SlurmSyncSettings sync;
+  EXPECT_EQ(c.slurm.sync_period, sync.sync_period);
+  EXPECT_EQ(c.slurm.release_grace, sync.release_grace);
+  EXPECT_EQ(c.slurm.managed_feature, sync.managed_feature);
+  EXPECT_EQ(c.slurm.node_addr_label, sync.node_addr_label);
+  const k8s::LeaderElectionOptions elector;
+  EXPECT_EQ(c.kubernetes.leader_election.lease_name, elector.lease_name);
+  EXPECT_EQ(c.kubernetes.leader_election.lease_duration, elector.lease_duration);
+  EXPECT_EQ(c.kubernetes.leader_election.renew_deadline, elector.renew_deadline);
+  EXPECT_EQ(c.kubernetes.leader_election.retry_period, elector.retry_period);
+
+  auto slurm = ParseConfig("slurm: {enabled: true, release_grace: -1s}");
+  ASSERT_TRUE(slurm.ok()) << slurm.status();
+  EXPECT_EQ(ValidateConfig(*slurm).message(),
+            slurm->slurm.SlurmSyncSettings::Validate("slurm.").message());
+  EXPECT_EQ(ValidateConfig(*slurm).message(), "slurm.release_grace: must not be negative");
+
+  auto le = ParseConfig(R"yaml(
+kubernetes:
+  leader_election: {enabled: true, namespace: ops, renew_deadline: 20s}
+)yaml");
+  ASSERT_TRUE(le.ok()) << le.status();
+  EXPECT_EQ(le->kubernetes.leader_election.lease_namespace, "ops");
+  EXPECT_EQ(ValidateConfig(*le).message(),
+            "kubernetes.leader_election.lease_duration: must be longer than renew_deadline");
 }
 
 TEST(ConfigTest, PlacementAndExtenderSections) {

@@ -88,6 +88,24 @@ Workload MixedWorkload() {
   return Workload({{Gpus(1), 0.5}, {Gpus(1, 500), 0.3}, {Gpus(8), 0.2}});
 }
 
+TEST(PolicyRegistryTest, EveryPolicyRoundTripsThroughItsName) {
+  std::vector<std::string> names;
+  for (const PolicyEntry& e : RegisteredPolicies()) {
+    EXPECT_STREQ(PolicyName(e.policy), e.name);
+    absl::StatusOr<Policy> p = ParsePolicy(e.name);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(*p, e.policy);
+    if (e.alias != nullptr) {
+      EXPECT_EQ(*ParsePolicy(e.alias), e.policy);
+    }
+    names.push_back(e.name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"duet", "spread", "most-allocated", "best-fit", "fgd"}));
+  EXPECT_EQ(PolicyNamesText(), "duet, spread, most-allocated, best-fit or fgd");
+  EXPECT_THAT(std::string(ParsePolicy("random").status().message()),
+              HasSubstr("one of duet, spread, most-allocated, best-fit, fgd"));
+}
+
 TEST(PackingTest, OneGpuPodGoesToTheFullerNode) {
   const Workload w = MixedWorkload();
   for (Policy p : {Policy::kDuet, Policy::kMostAllocated, Policy::kBestFit, Policy::kFgd}) {

@@ -10,7 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "bridge/config/config.h"
 #include "bridge/server/bridge.h"
-#include "bridge/server/podlife.h"
+#include "bridge/server/leadership.h"
+#include "bridge/server/sync_events.h"
 #include "gtest/gtest.h"
 #include "tests/k8s/fake_server.h"
 
@@ -165,7 +166,7 @@ TEST(PodLifecycleConfigTest, KeysParseWithDefaultsAndValidateWithFieldPaths) {
   EXPECT_EQ(c->kubernetes.pod_sweep_period, absl::Seconds(5));
   const LeaderElectionConfig& le = c->kubernetes.leader_election;
   EXPECT_TRUE(le.enabled);
-  EXPECT_EQ(le.namespace_, "ops");
+  EXPECT_EQ(le.lease_namespace, "ops");
   EXPECT_EQ(le.lease_name, "duet-x");
   EXPECT_EQ(le.identity, "me");
   EXPECT_EQ(le.lease_duration, absl::Seconds(30));
@@ -212,7 +213,7 @@ TEST(PodLifecycleConfigTest, LeaderIdentityAndNamespaceFallBacks) {
   EXPECT_EQ(LeaderNamespace(le, kc), "default");
   kc.namespace_ = "duet-system";  // in-cluster: the service account's namespace file
   EXPECT_EQ(LeaderNamespace(le, kc), "duet-system");
-  le.namespace_ = "ops";
+  le.lease_namespace = "ops";
   EXPECT_EQ(LeaderNamespace(le, kc), "ops");
 }
 

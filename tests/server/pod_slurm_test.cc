@@ -5,7 +5,7 @@
 // it is back.
 
 #include "absl/strings/str_cat.h"
-#include "bridge/server/podlife.h"
+#include "bridge/server/pod_release.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
 #include "bridge/slurm/slurm_sync.h"

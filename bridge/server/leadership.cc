@@ -1,4 +1,4 @@
-#include "bridge/server/podlife.h"
+#include "bridge/server/leadership.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,6 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "bridge/api/convert.h"
 #include "bridge/common/reason.h"
 #include "bridge/server/bridge.h"
@@ -24,176 +23,6 @@
 #include "spdlog/spdlog.h"
 
 namespace duet {
-namespace {
-
-using prometheus::ClientMetric;
-using prometheus::MetricFamily;
-using prometheus::MetricType;
-
-MetricFamily NewFamily(std::string name, std::string help, MetricType type) {
-  MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
-}
-
-void AddValue(MetricFamily* f, std::vector<ClientMetric::Label> labels, double value) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (f->type == MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  f->metric.push_back(std::move(m));
-}
-
-}  // namespace
-
-absl::Status BridgePodReleaser::Release(const k8s::PodRelease& r) {
-  const Holding& h = r.holding;
-  absl::Status s;
-  if (h.owner.kind == OwnerKind::kPlaceholder && placeholders_ != nullptr) {
-    s = placeholders_->Cancel(h.node, h.owner.pod_uid);
-  } else {
-    s = ledger_->Release(h.node, h.owner).status();
-  }
-  if (!s.ok()) return s;
-  if (events_ != nullptr && !r.pod_name.empty()) {
-    k8s::EventSpec e;
-    e.object_kind = "Pod";
-    e.object_namespace = r.pod_namespace;
-    e.object_name = r.pod_name;
-    e.object_uid = h.owner.pod_uid;
-    e.type = "Normal";
-    e.reason = "DuetReleased";
-    e.message = absl::StrCat("duet released ", h.devices.size(), " device(s) on node ", h.node,
-                             " held by ", h.owner.ToString(), ": pod ",
-                             r.reason == k8s::PodReleaseReason::kOrphaned
-                                 ? "not found"
-                                 : k8s::PodReleaseReasonName(r.reason));
-    events_->Record(e);
-  }
-  return absl::OkStatus();
-}
-
-std::function<void(const PlaceholderLoss&)> PlaceholderLossEvents(k8s::EventRecorder* events) {
-  return [events](const PlaceholderLoss& loss) {
-    std::vector<std::string> devs;
-    for (const HeldDevice& d : loss.devices) {
-      devs.push_back(absl::StrCat(DeviceKindName(d.kind), " ", d.index));
-    }
-    const std::string what = absl::StrCat(
-        "Slurm placeholder job ", loss.lost_job_id, " of pod ", loss.pod.ns, "/", loss.pod.name,
-        " on node ", loss.node, " (", absl::StrJoin(devs, ", "), ") disappeared from Slurm");
-    k8s::EventSpec e;
-    if (loss.repaired) {
-      e.type = "Normal";
-      e.reason = "DuetPlaceholderRepaired";
-      e.message = absl::StrCat(what, "; re-created as job(s) ",
-                               absl::StrJoin(loss.new_job_ids, ","), " on the same devices");
-    } else {
-      e.type = "Warning";
-      e.reason = "DuetPlaceholderLost";
-      e.message = absl::StrCat(
-          what,
-          ": the devices stay held for the pod and Slurm steps on them are refused until "
-          "duet re-creates the placeholder (",
-          loss.detail, "); delete the pod to give the devices back to Slurm");
-    }
-    if (!loss.pod.name.empty()) {
-      k8s::EventSpec p = e;
-      p.object_kind = "Pod";
-      p.object_namespace = loss.pod.ns;
-      p.object_name = loss.pod.name;
-      p.object_uid = loss.pod.uid;
-      events->Record(p);
-    }
-    e.object_kind = "Node";
-    e.object_name = loss.node;
-    events->Record(e);
-  };
-}
-
-std::function<void(const std::string&, bool, const std::string&)> NodeDrainEvents(
-    k8s::EventRecorder* events) {
-  return [events](const std::string& node, bool drained, const std::string& reason) {
-    k8s::EventSpec e;
-    e.object_kind = "Node";
-    e.object_name = node;
-    e.type = "Normal";
-    if (drained) {
-      e.reason = "DuetDrained";
-      e.message = absl::StrCat("duet drained Slurm node ", node, " (", reason,
-                               "): no new Slurm jobs start on it");
-    } else {
-      e.reason = "DuetResumed";
-      e.message = absl::StrCat("duet resumed Slurm node ", node, " (was: ", reason, ")");
-    }
-    events->Record(e);
-  };
-}
-
-std::vector<MetricFamily> PodWatchFamilies(const k8s::PodWatchStats& s) {
-  std::vector<MetricFamily> out;
-  MetricFamily rel = NewFamily("duet_pod_releases_total",
-                               "Pod holdings (placeholders) released by the pod watch, by reason",
-                               MetricType::Counter);
-  AddValue(&rel, {{"reason", "deleted"}}, static_cast<double>(s.released_deleted));
-  AddValue(&rel, {{"reason", "terminal"}}, static_cast<double>(s.released_terminal));
-  AddValue(&rel, {{"reason", "orphaned"}}, static_cast<double>(s.released_orphaned));
-  out.push_back(std::move(rel));
-  MetricFamily fail = NewFamily("duet_pod_release_failures_total",
-                                "Pod holding releases that failed and were kept for a retry",
-                                MetricType::Counter);
-  AddValue(&fail, {}, static_cast<double>(s.release_failures));
-  out.push_back(std::move(fail));
-  MetricFamily sweeps = NewFamily("duet_pod_sweeps_total",
-                                  "Sweeps of the ledger against the pod view, by result",
-                                  MetricType::Counter);
-  AddValue(&sweeps, {{"result", "done"}}, static_cast<double>(s.sweeps));
-  AddValue(&sweeps, {{"result", "skipped"}}, static_cast<double>(s.sweeps_skipped));
-  out.push_back(std::move(sweeps));
-  MetricFamily pods = NewFamily("duet_pod_watch_pods", "Pods in the pod watch's view",
-                                MetricType::Gauge);
-  AddValue(&pods, {}, static_cast<double>(s.pods));
-  out.push_back(std::move(pods));
-  return out;
-}
-
-std::vector<MetricFamily> InformerFamilies(
-    const std::vector<std::pair<std::string, k8s::InformerStats>>& by_resource) {
-  MetricFamily events = NewFamily("duet_k8s_watch_events_total",
-                                  "Kubernetes watch events applied, by resource",
-                                  MetricType::Counter);
-  MetricFamily relists = NewFamily("duet_k8s_watch_relists_total",
-                                   "Kubernetes relists after the first list (410 Gone, bad frames)",
-                                   MetricType::Counter);
-  MetricFamily failures = NewFamily("duet_k8s_watch_failures_total",
-                                    "Failed Kubernetes list or watch attempts, by resource",
-                                    MetricType::Counter);
-  for (const auto& [resource, s] : by_resource) {
-    AddValue(&events, {{"resource", resource}}, static_cast<double>(s.events));
-    AddValue(&relists, {{"resource", resource}},
-             static_cast<double>(s.lists > 0 ? s.lists - 1 : 0));
-    AddValue(&failures, {{"resource", resource}}, static_cast<double>(s.failures));
-  }
-  return {std::move(events), std::move(relists), std::move(failures)};
-}
-
-std::vector<MetricFamily> EventFamilies(const k8s::EventRecorderStats& s) {
-  MetricFamily total = NewFamily("duet_k8s_events_total", "Kubernetes Events recorded, by result",
-                                 MetricType::Counter);
-  AddValue(&total, {{"result", "posted"}}, static_cast<double>(s.posted));
-  AddValue(&total, {{"result", "failed"}}, static_cast<double>(s.failed));
-  AddValue(&total, {{"result", "deduplicated"}}, static_cast<double>(s.deduplicated));
-  AddValue(&total, {{"result", "dropped"}}, static_cast<double>(s.dropped));
-  MetricFamily queued = NewFamily("duet_k8s_events_queued", "Kubernetes Events waiting to be posted",
-                                  MetricType::Gauge);
-  AddValue(&queued, {}, static_cast<double>(s.queued));
-  return {std::move(total), std::move(queued)};
-}
 
 std::string LeaderIdentity(const LeaderElectionConfig& c) {
   if (!c.identity.empty()) return c.identity;
@@ -204,7 +33,7 @@ std::string LeaderIdentity(const LeaderElectionConfig& c) {
 }
 
 std::string LeaderNamespace(const LeaderElectionConfig& c, const k8s::KubeConfig& kube) {
-  if (!c.namespace_.empty()) return c.namespace_;
+  if (!c.lease_namespace.empty()) return c.lease_namespace;
   if (!kube.namespace_.empty()) return kube.namespace_;
   return "default";
 }
@@ -351,13 +180,9 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
     return 1;
   }
 
-  k8s::LeaderElectionOptions lo;
+  k8s::LeaderElectionOptions lo = le;  // the configured settings, as they are
   lo.lease_namespace = LeaderNamespace(le, *kc);
-  lo.lease_name = le.lease_name;
   lo.identity = LeaderIdentity(le);
-  lo.lease_duration = le.lease_duration;
-  lo.renew_deadline = le.renew_deadline;
-  lo.retry_period = le.retry_period;
   lo.release_on_stop = true;
   spdlog::info("duet-bridge standby: campaigning for lease {}/{} as {}", lo.lease_namespace,
                lo.lease_name, lo.identity);

@@ -1,0 +1,146 @@
+#include "bridge/journal/file_layer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace duet {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::Status Errno(int err, absl::string_view op, const std::string& path) {
+  return absl::UnavailableError(absl::StrCat(op, " ", path, ": ", strerror(err)));
+}
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixWritableFile() override { close(fd_); }
+
+  absl::Status Append(absl::string_view data) override {
+    const char* p = data.data();
+    size_t n = data.size();
+    while (n > 0) {
+      const ssize_t w = write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return Errno(errno, "write", path_);
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status SyncData() override {
+    if (fdatasync(fd_) != 0) return Errno(errno, "fdatasync", path_);
+    return absl::OkStatus();
+  }
+  absl::Status Sync() override {
+    if (fsync(fd_) != 0) return Errno(errno, "fsync", path_);
+    return absl::OkStatus();
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  const int fd_;
+  const std::string path_;
+};
+
+class PosixFileLayer final : public FileLayer {
+ public:
+  absl::Status CreateDir(const std::string& dir) override {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat("create ", dir, ": ", ec.message()));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) override {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      names.push_back(it->path().filename().string());
+    }
+    if (ec) return absl::UnavailableError(absl::StrCat("list ", dir, ": ", ec.message()));
+    return names;
+  }
+
+  absl::Status ReadFile(const std::string& path, std::string* out) override {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Errno(errno, "open", path);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      const int err = errno;
+      close(fd);
+      return Errno(err, "stat", path);
+    }
+    out->resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < out->size()) {
+      const ssize_t n = read(fd, out->data() + done, out->size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        close(fd);
+        return Errno(err, "read", path);
+      }
+      if (n == 0) break;  // shrank meanwhile
+      done += static_cast<size_t>(n);
+    }
+    out->resize(done);
+    close(fd);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno(errno, "create", path);
+    return std::make_unique<PosixWritableFile>(fd, path);
+  }
+
+  absl::Status Truncate(const std::string& path, uint64_t size, bool sync) override {
+    if (truncate(path.c_str(), static_cast<off_t>(size)) != 0) return Errno(errno, "truncate", path);
+    if (!sync) return absl::OkStatus();
+    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return Errno(errno, "open", path);
+    const int rc = fdatasync(fd);
+    const int err = errno;
+    close(fd);
+    if (rc != 0) return Errno(err, "fdatasync", path);
+    return absl::OkStatus();
+  }
+
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    if (rename(from.c_str(), to.c_str()) != 0) return Errno(errno, "rename", from);
+    return absl::OkStatus();
+  }
+
+  absl::Status Remove(const std::string& path) override {
+    if (unlink(path.c_str()) != 0) return Errno(errno, "delete", path);
+    return absl::OkStatus();
+  }
+
+  absl::Status SyncDir(const std::string& dir) override {
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Errno(errno, "open", dir);
+    const int rc = fsync(fd);
+    const int err = errno;
+    close(fd);
+    if (rc != 0) return Errno(err, "fsync", dir);
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+FileLayer* FileLayer::Posix() {
+  static PosixFileLayer* const layer = new PosixFileLayer();
+  return layer;
+}
+
+}  // namespace duet

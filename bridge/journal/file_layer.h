@@ -1,0 +1,64 @@
+#pragma once
+
+// The journal's file operations, behind an interface (the seam leveldb's Env
+// is), so that tests can put a faulty layer under a real journal: ENOSPC or
+// EIO on a write, a failing fsync, a lost rename. The journal uses
+// FileLayer::Posix() unless told otherwise (Journal::Options::files).
+//
+// Every failure is UNAVAILABLE with the operation and the path named
+// ("fdatasync /var/lib/duet/journal/wal-...log: Input/output error"): to the
+// journal every I/O failure means "cannot persist".
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace duet {
+
+// A file open for writing. Not thread-safe: one user at a time.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Appends all of `data` (retrying short writes).
+  virtual absl::Status Append(absl::string_view data) = 0;
+  // The data written so far is on disk (fdatasync).
+  virtual absl::Status SyncData() = 0;
+  // The data and the file's metadata are on disk (fsync).
+  virtual absl::Status Sync() = 0;
+  // The path it was opened with.
+  virtual const std::string& path() const = 0;
+};
+
+// Thread-safe: the journal's writer, snapshot and opening threads call it
+// concurrently (never on the same file).
+class FileLayer {
+ public:
+  virtual ~FileLayer() = default;
+
+  // The real one (POSIX calls); lives for the whole process.
+  static FileLayer* Posix();
+
+  // Creates `dir` and its parents if missing.
+  virtual absl::Status CreateDir(const std::string& dir) = 0;
+  // The names (not paths) of the entries of `dir`, in no order.
+  virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) = 0;
+  // The whole file.
+  virtual absl::Status ReadFile(const std::string& path, std::string* out) = 0;
+  // Creates `path`, or empties an existing one, for appending.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) = 0;
+  // Cuts `path` to `size` bytes; with `sync`, makes that durable.
+  virtual absl::Status Truncate(const std::string& path, uint64_t size, bool sync) = 0;
+  virtual absl::Status Rename(const std::string& from, const std::string& to) = 0;
+  virtual absl::Status Remove(const std::string& path) = 0;
+  // Makes the directory's entries (created, renamed, removed files) durable.
+  virtual absl::Status SyncDir(const std::string& dir) = 0;
+};
+
+}  // namespace duet

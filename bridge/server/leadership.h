@@ -1,0 +1,30 @@
+#pragma once
+
+// duet-bridge under kubernetes.leader_election: a standby until this replica
+// holds the Lease, then the full Bridge.
+
+#include <signal.h>
+
+#include <string>
+
+#include "bridge/config/config.h"
+#include "k8s_adapter/kube_config.h"
+
+namespace duet {
+
+// `identity`, else $POD_NAME, else the hostname.
+std::string LeaderIdentity(const LeaderElectionConfig& config);
+// `lease_namespace`, else the client config's namespace (in-cluster: the service
+// account's namespace file; a kubeconfig context's), else "default".
+std::string LeaderNamespace(const LeaderElectionConfig& config, const k8s::KubeConfig& kube);
+
+// Exit status of a leader that lost its lease (the Deployment restarts it).
+inline constexpr int kExitLostLease = 3;
+
+// Run() under kubernetes.leader_election: a standby (health NOT_SERVING,
+// duet_leader 0) until this replica holds the Lease, then the full Bridge;
+// exits kExitLostLease when the lease is lost, 0 on SIGTERM/SIGINT (from
+// `signals`, already blocked in every thread), 1 when it cannot start.
+int RunWithLeaderElection(const Config& config, const sigset_t& signals);
+
+}  // namespace duet

@@ -1,0 +1,53 @@
+#pragma once
+
+// The Slurm sync's settings that come from configuration, declared once:
+// SlurmSyncOptions (slurm_sync.h) extends this struct, and duet-bridge's
+// config embeds it (SlurmConfig, the `slurm` section, same key names), so a
+// default lives in one place and config validation asks Validate() below.
+// Header-only (no libslurm), so the config library can include it.
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace duet {
+
+struct SlurmSyncSettings {
+  // Time between sync passes (nodes, job import, weights).
+  absl::Duration sync_period = absl::Seconds(10);
+  // Off: duet leaves Slurm's nodes alone (no create, drain, resume or GRES
+  // check). On: create and delete them, or adopt slurmd's (SlurmNodeMode).
+  bool manage_nodes = true;
+  // Feed node weights back to Slurm so it packs like the extender.
+  bool manage_weights = true;
+  // Import Slurm's jobs into the ledger and release ended ones.
+  bool import_jobs = true;
+  // Node label whose value is the Slurm NodeAddr/NodeHostname (default: the
+  // node name).
+  std::string node_addr_label = "duet.dev/slurm-node-addr";
+  // Feature that marks the Slurm nodes duet created; only those are deleted.
+  std::string managed_feature = "duet";
+  // Holdings granted less than this before the job list was read are not
+  // released by a job import.
+  absl::Duration release_grace = absl::Seconds(5);
+
+  // OK, or INVALID_ARGUMENT naming the field under `prefix` ("slurm.").
+  absl::Status Validate(const std::string& prefix = "") const {
+    if (sync_period < absl::Milliseconds(100)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "sync_period: must be at least 100ms"));
+    }
+    if (managed_feature.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, "managed_feature: must be set"));
+    }
+    if (release_grace < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "release_grace: must not be negative"));
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace duet
