@@ -62,7 +62,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/placement.h"
 #include "bridge/slurm/placeholders.h"

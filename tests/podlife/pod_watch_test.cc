@@ -3,7 +3,7 @@
 // that records what it is asked and can be made to fail like an unreachable
 // Slurm.
 
-#include "k8s_adapter/pod_watch.h"
+#include "k8s_adapter/reconcile/pod_watch.h"
 
 #include <atomic>
 #include <vector>

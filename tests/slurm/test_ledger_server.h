@@ -13,7 +13,7 @@
 #include <string>
 
 #include "bridge/api/convert.h"
-#include "bridge/common/reason.h"
+#include "common/reason.h"
 #include "bridge/ledger/ledger.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
