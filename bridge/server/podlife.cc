@@ -312,7 +312,7 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
   if (!config.metrics.listen.empty()) {
     auto served = ServeMetrics("metrics.listen", config.metrics.listen);
     if (!served.ok()) {
-      spdlog::critical("duet-bridge cannot start: {}", served.status().message());
+      spdlog::critical("duet-bridge cannot start: {}", std::string(served.status().message()));
       return 1;
     }
     exposer = *std::move(served);
