@@ -9,23 +9,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc/tls.h"
 #include "proto/duet/v1/error_reason.h"
 
 namespace duet::ctl {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path, ": ",
-                                                   errno != 0 ? std::strerror(errno) : "error"));
-  }
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
-  return s.str();
-}
 
 std::string CodeName(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
@@ -54,19 +42,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& 
   if (options.ca_file.empty()) {
     creds = grpc::InsecureChannelCredentials();
   } else {
-    grpc::SslCredentialsOptions ssl;
-    auto ca = ReadFile(options.ca_file, "--ca-file");
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *std::move(ca);
-    if (!options.cert_file.empty()) {
-      auto cert = ReadFile(options.cert_file, "--cert-file");
-      if (!cert.ok()) return cert.status();
-      auto key = ReadFile(options.key_file, "--key-file");
-      if (!key.ok()) return key.status();
-      ssl.pem_cert_chain = *std::move(cert);
-      ssl.pem_private_key = *std::move(key);
-    }
-    creds = grpc::SslCredentials(ssl);
+    auto tls = TlsChannelCredentials({options.ca_file, "--ca-file"},
+                                     {options.cert_file, "--cert-file"},
+                                     {options.key_file, "--key-file"},
+                                     absl::StatusCode::kInvalidArgument);
+    if (!tls.ok()) return tls.status();
+    creds = *std::move(tls);
   }
   grpc::ChannelArguments args;
   // ListNodes of a large cluster is bigger than gRPC's 4 MiB default.

@@ -2,7 +2,7 @@
 # drive the renderers, the client and the whole command line in-process.
 duet_library(NAME duet_ctl ALIAS duet::ctl
   SRCS render.cc client.cc cli.cc
-  DEPS duet::api duet::ledger duet::proto CLI11::CLI11 nlohmann_json::nlohmann_json
+  DEPS duet::api duet::ledger duet::grpc_common duet::proto CLI11::CLI11 nlohmann_json::nlohmann_json
        absl::status absl::statusor absl::strings absl::synchronization absl::time)
 target_compile_definitions(duet_ctl PRIVATE DUET_VERSION="${PROJECT_VERSION}")
 

@@ -32,7 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "k8s_adapter/kube_api.h"
 #include "k8s_adapter/kube_client.h"
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "common/file.h"
 #include "nlohmann/json.hpp"
 
 namespace duet {
@@ -32,14 +33,6 @@ void SetPem(CURL* curl, const std::string& pem, const std::string& file, CURLopt
     return;
   }
   if (type_opt) curl_easy_setopt(curl, *type_opt, "PEM");
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 void GlobalInit() {
@@ -270,7 +263,8 @@ class CurlKubeClient final : public KubeClient {
   std::string Token() {
     absl::MutexLock l(&mu_);
     if (!config_.token_file.empty() && absl::Now() - token_read_ >= options_.token_reload) {
-      absl::StatusOr<std::string> t = ReadFile(config_.token_file);
+      absl::StatusOr<std::string> t =
+          ReadFileToString(config_.token_file, absl::StatusCode::kInvalidArgument);
       // A failed re-read keeps the last good token.
       if (t.ok()) token_ = std::string(absl::StripAsciiWhitespace(*t));
       token_read_ = absl::Now();
@@ -371,7 +365,7 @@ absl::StatusOr<std::unique_ptr<KubeClient>> NewCurlKubeClient(KubeConfig config,
   if (config.server.empty()) return absl::InvalidArgumentError("kubernetes server: must be set");
   for (const std::string* f : {&config.ca_file, &config.client_cert_file, &config.client_key_file}) {
     if (!f->empty()) {
-      absl::StatusOr<std::string> text = ReadFile(*f);
+      absl::StatusOr<std::string> text = ReadFileToString(*f, absl::StatusCode::kInvalidArgument);
       if (!text.ok()) return text.status();
     }
   }

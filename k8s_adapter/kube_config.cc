@@ -7,19 +7,12 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/file.h"
 #include "yaml-cpp/yaml.h"
 
 namespace duet {
 namespace k8s {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string Resolve(const std::string& base_dir, const std::string& path) {
   if (path.empty() || path[0] == '/' || base_dir.empty()) return path;
@@ -128,12 +121,12 @@ absl::StatusOr<KubeConfig> InClusterConfig(const std::string& sa_dir) {
   if (h.find(':') != std::string::npos) h = absl::StrCat("[", h, "]");  // IPv6
   c.server = absl::StrCat("https://", h, ":", port);
   c.token_file = sa_dir + "/token";
-  absl::StatusOr<std::string> token = ReadFile(c.token_file);
+  absl::StatusOr<std::string> token = ReadFileToString(c.token_file);
   if (!token.ok()) return token.status();
   c.token = std::string(absl::StripAsciiWhitespace(*token));
   c.ca_file = sa_dir + "/ca.crt";
-  if (!ReadFile(c.ca_file).ok()) return absl::NotFoundError(absl::StrCat("cannot read ", c.ca_file));
-  absl::StatusOr<std::string> ns = ReadFile(sa_dir + "/namespace");
+  if (!ReadFileToString(c.ca_file).ok()) return absl::NotFoundError(absl::StrCat("cannot read ", c.ca_file));
+  absl::StatusOr<std::string> ns = ReadFileToString(sa_dir + "/namespace");
   if (ns.ok()) c.namespace_ = std::string(absl::StripAsciiWhitespace(*ns));
   return c;
 }
@@ -148,7 +141,7 @@ absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text, const s
 }
 
 absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::string& context) {
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) return text.status();
   std::string dir;
   if (size_t slash = path.rfind('/'); slash != std::string::npos) dir = path.substr(0, slash);

@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "k8s_adapter/kube_client.h"
 #include "k8s_adapter/leader_election_options.h"
 

@@ -2,9 +2,12 @@
 # k8s_adapter/CMakeLists.txt.
 find_package(CURL REQUIRED)  # Debian: libcurl4-openssl-dev
 
-duet_library(NAME duet_k8s ALIAS duet::k8s
-  SRCS kube_config.cc kube_client.cc informer.cc node_inventory.cc kube_api.cc leader_election.cc
-       pod_watch.cc event_recorder.cc token_review.cc
-  DEPS duet::k8s_common duet::inventory duet::ledger CURL::libcurl nlohmann_json::nlohmann_json yaml-cpp
-       spdlog::spdlog absl::status absl::statusor absl::strings absl::synchronization
-       absl::random_random absl::flat_hash_map absl::time)
+# duet::kube: the generic Kubernetes client (kubeconfig, the curl client,
+# informers, typed calls, leader election, Events). Nothing of the ledger:
+# duet-node links it. yaml-cpp reads kubeconfig files only.
+duet_library(NAME duet_kube ALIAS duet::kube
+  SRCS kube_config.cc kube_client.cc informer.cc kube_api.cc leader_election.cc event_recorder.cc
+       token_review.cc
+  DEPS duet::common CURL::libcurl nlohmann_json::nlohmann_json yaml-cpp spdlog::spdlog absl::status
+       absl::statusor absl::strings absl::synchronization absl::random_random absl::flat_hash_map
+       absl::time)

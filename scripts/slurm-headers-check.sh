@@ -37,7 +37,7 @@ for e in json.load(open(sys.argv[1])):
         print(f"echo 'compiled {e['file']}'")
 PY
 printf '%s\n' \
-  "printf '#include \"bridge/slurm/slurm_compat.h\"\\nstatic_assert(SLURM_VERSION_NUMBER == $NUM, \"headers\");\\n' |" \
+  "printf '#include \"common/slurm/slurm_compat.h\"\\nstatic_assert(SLURM_VERSION_NUMBER == $NUM, \"headers\");\\n' |" \
   "  c++ -x c++ -std=c++17 -I/opt/slurm-headers-check -I/src -fsyntax-only -" \
   "echo 'slurm_compat.h saw SLURM_VERSION_NUMBER $NUM'" >>"$ROOT/tmp/slurm-headers-check.sh"
 mkdir -p "$ROOT/src"

@@ -12,27 +12,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "bridge/common/reason.h"
-#include "bridge/slurm/munge_payload.h"
-#include "bridge/slurm/slurm_key_cred.h"
+#include "common/reason.h"
+#include "common/credential/munge_payload.h"
+#include "common/credential/slurm_key_cred.h"
+#include "common/grpc/status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/duet/v1/error_reason.h"
 
 namespace duet::spank {
 namespace {
-
-// The bridge's reason (google.rpc.ErrorInfo) comes along as a payload:
-// callers decide on ReasonOf, never on the message.
-absl::Status FromGrpc(const grpc::Status& s, const char* what) {
-  if (s.ok()) return absl::OkStatus();
-  absl::Status out(static_cast<absl::StatusCode>(s.error_code()),
-                   absl::StrCat(what, ": ", s.error_message()));
-  google::rpc::ErrorInfo info;
-  if (!v1::ErrorInfoOf(s, &info)) return out;
-  return WithReason(std::move(out), info.reason(),
-                    std::map<std::string, std::string>(info.metadata().begin(),
-                                                       info.metadata().end()));
-}
 
 void SetOwner(uint32_t job_id, uint32_t step_id, v1::Owner* owner) {
   owner->mutable_slurm_step()->set_job_id(job_id);

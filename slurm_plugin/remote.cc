@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bridge/common/reason.h"
-#include "bridge/slurm/slurm_client.h"
-#include "bridge/slurm/slurm_compat.h"
+#include "common/reason.h"
+#include "common/slurm/slurm_format.h"
+#include "common/slurm/slurm_compat.h"
 #include "slurm_plugin/bridge_client.h"
 #include "slurm_plugin/step_devices.h"
 

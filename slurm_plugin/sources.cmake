@@ -46,7 +46,8 @@ target_include_directories(duet_spank_core SYSTEM PUBLIC ${SLURM_SPANK_INCLUDE_D
                            ${MUNGE_INCLUDE_DIR})
 target_compile_options(duet_spank_core PRIVATE ${DUET_WARNINGS} -fvisibility=hidden
                        $<$<COMPILE_LANGUAGE:CXX>:-fvisibility-inlines-hidden>)
-target_link_libraries(duet_spank_core PUBLIC duet::slurm_format duet::slurm_key_cred duet::proto gRPC::grpc++
+target_link_libraries(duet_spank_core PUBLIC duet::common duet::slurm_format duet::credential duet::device
+                      duet::proto gRPC::grpc++
                       absl::strings absl::status absl::statusor ${MUNGE_LIBRARY})
 
 # The plugin: C only, no C++ runtime, nothing but libc (and libdl's dlopen).
@@ -81,8 +82,9 @@ add_library(duet_spank_client MODULE
   ${CMAKE_CURRENT_SOURCE_DIR}/plugin_config.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/step_devices.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/bridge_client.cc
-  ${PROJECT_SOURCE_DIR}/bridge/slurm/slurm_format.cc
-  ${PROJECT_SOURCE_DIR}/bridge/slurm/slurm_key_cred.cc
+  ${PROJECT_SOURCE_DIR}/common/slurm/slurm_format.cc
+  ${PROJECT_SOURCE_DIR}/common/credential/slurm_key_cred.cc
+  ${PROJECT_SOURCE_DIR}/common/device/device.cc
   ${_duet_client_gen})
 add_dependencies(duet_spank_client duet_proto)  # runs protoc first
 set_target_properties(duet_spank_client PROPERTIES PREFIX "" OUTPUT_NAME duet_spank_client

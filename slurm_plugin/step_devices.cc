@@ -1,7 +1,7 @@
 #include "slurm_plugin/step_devices.h"
 
 #include "absl/strings/str_cat.h"
-#include "bridge/slurm/slurm_client.h"
+#include "common/slurm/slurm_format.h"
 
 namespace duet::spank {
 
@@ -17,27 +17,6 @@ absl::StatusOr<std::vector<uint32_t>> GpusFromEnv(const char* step_gpus, const c
     return parsed;
   }
   return std::vector<uint32_t>();
-}
-
-std::string TpuChipBounds(size_t n) {
-  switch (n) {
-    case 1: return "1,1,1";
-    case 2: return "1,2,1";
-    case 4: return "2,2,1";
-    case 8: return "2,4,1";
-    default: return absl::StrCat("1,", n, ",1");
-  }
-}
-
-std::vector<std::pair<std::string, std::string>> DeviceEnv(const StepDevices& d) {
-  std::vector<std::pair<std::string, std::string>> env;
-  if (!d.gpus.empty()) env.emplace_back("CUDA_VISIBLE_DEVICES", FormatIndexList(d.gpus));
-  if (!d.tpus.empty()) {
-    env.emplace_back("TPU_VISIBLE_CHIPS", FormatIndexList(d.tpus));
-    env.emplace_back("TPU_CHIPS_PER_PROCESS_BOUNDS", TpuChipBounds(d.tpus.size()));
-    env.emplace_back("TPU_PROCESS_BOUNDS", "1,1,1");
-  }
-  return env;
 }
 
 }  // namespace duet::spank

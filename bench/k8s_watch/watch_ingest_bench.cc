@@ -32,7 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "k8s_adapter/informer.h"
-#include "k8s_adapter/node_inventory.h"
+#include "k8s_adapter/reconcile/node_inventory.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 

@@ -1,8 +1,8 @@
 #include "bridge/api/convert.h"
 
 #include "absl/strings/str_cat.h"
-#include "bridge/common/reason.h"
-#include "bridge/common/status_macros.h"
+#include "common/reason.h"
+#include "common/status_macros.h"
 #include "proto/duet/v1/error_reason.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -261,13 +261,6 @@ absl::StatusOr<HoldRequest> FromProto(const v1::HoldRequest& request) {
       return absl::InvalidArgumentError("one of devices and count must be set");
   }
   return out;
-}
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return v1::StatusWithReason(static_cast<grpc::StatusCode>(status.code()),
-                              std::string(status.message()), ReasonOf(status),
-                              ReasonMetadata(status));
 }
 
 }  // namespace duet

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/ledger/types.h"
+#include "common/grpc/status.h"  // ToGrpc: every duet.v1.Ledger server answers through it
 #include "duet/v1/duet.pb.h"
 #include "grpcpp/support/status.h"
 
@@ -36,11 +37,5 @@ void ToProto(const NodeView& view, v1::Node* out);
 
 // A HoldRequest from the wire, checked for shape (the ledger checks the rest).
 absl::StatusOr<HoldRequest> FromProto(const v1::HoldRequest& request);
-
-// A Status for the wire: same code and message; a reason attached with
-// WithReason (bridge/common/reason.h) becomes a google.rpc.ErrorInfo in the
-// grpc-status-details-bin trailer (proto/duet/v1/error_reason.h). Every
-// duet.v1.Ledger server answers through this.
-grpc::Status ToGrpc(const absl::Status& status);
 
 }  // namespace duet

@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "bridge/common/reason.h"
+#include "common/reason.h"
 #include "grpcpp/server_context.h"
 #include "k8s_adapter/token_review.h"
 #include "nlohmann/json.hpp"

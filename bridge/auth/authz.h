@@ -41,7 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "bridge/config/config.h"
 #include "bridge/ledger/types.h"
 #include "k8s_adapter/kube_client.h"

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bridge/api/convert.h"
-#include "bridge/common/status_macros.h"
+#include "common/status_macros.h"
 #include "duet/internal/journal.pb.h"
 #include "spdlog/spdlog.h"
 

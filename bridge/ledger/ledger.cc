@@ -7,8 +7,8 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bridge/common/reason.h"
-#include "bridge/common/status_macros.h"
+#include "common/reason.h"
+#include "common/status_macros.h"
 #include "bridge/ledger/usage.h"
 
 namespace duet {

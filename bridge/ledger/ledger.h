@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "bridge/ledger/types.h"
 
 namespace duet {

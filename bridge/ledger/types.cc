@@ -6,16 +6,6 @@
 
 namespace duet {
 
-const char* DeviceKindName(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kGpu:
-      return "gpu";
-    case DeviceKind::kTpu:
-      return "tpu";
-  }
-  return "device";
-}
-
 const char* NodeStateName(NodeState state) {
   switch (state) {
     case NodeState::kReady:

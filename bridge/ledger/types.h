@@ -11,16 +11,12 @@
 
 #include "absl/hash/hash.h"
 #include "absl/time/time.h"
+#include "common/device/device.h"  // DeviceKind, DeviceKindName
 
 namespace duet {
 
 // 1000 milli-units are one whole device.
 inline constexpr uint32_t kWholeDevice = 1000;
-
-enum class DeviceKind : uint8_t { kGpu = 1, kTpu = 2 };
-
-// "gpu" / "tpu".
-const char* DeviceKindName(DeviceKind kind);
 
 struct Topology {
   std::string nvlink_domain;

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "bridge/common/reason.h"
+#include "common/reason.h"
 
 namespace duet {
 namespace pods {

@@ -9,7 +9,7 @@
 //               false; nothing new is made.
 //  Refusals     placement (placement::Fits / Scorer::Evaluate, against the
 //               node's CPU/memory less `load`) decides before anything is
-//               made; each refusal carries a reason (bridge/common/reason.h):
+//               made; each refusal carries a reason (common/reason.h):
 //               NOT_FOUND NODE_NOT_SHARED (node not in the ledger),
 //               FAILED_PRECONDITION NODE_GONE / NODE_NOT_READY, and
 //               RESOURCE_EXHAUSTED NO_ROOM (placement's words as message).

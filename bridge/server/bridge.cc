@@ -14,10 +14,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc/tls.h"
+#include "common/metrics/metrics.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
-#include "bridge/common/status_macros.h"
+#include "common/status_macros.h"
 #include "bridge/server/leadership.h"
 #include "bridge/server/pod_release.h"
 #include "bridge/server/sync_events.h"
@@ -25,36 +27,11 @@
 #include "bridge/slurm/munge_auth.h"
 #include "bridge/slurm/slurm_key_auth.h"
 #include "k8s_adapter/kube_config.h"
-#include "k8s_adapter/node_inventory.h"
+#include "k8s_adapter/reconcile/node_inventory.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& field, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(field, ": cannot read ", path));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
-
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const TlsConfig& tls) {
-  if (tls.cert_file.empty()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions opts;
-  auto cert = ReadFile("grpc.tls.cert_file", tls.cert_file);
-  if (!cert.ok()) return cert.status();
-  auto key = ReadFile("grpc.tls.key_file", tls.key_file);
-  if (!key.ok()) return key.status();
-  opts.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!tls.client_ca_file.empty()) {
-    auto ca = ReadFile("grpc.tls.client_ca_file", tls.client_ca_file);
-    if (!ca.ok()) return ca.status();
-    opts.pem_root_certs = *ca;
-    opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  return grpc::SslServerCredentials(opts);
-}
 
 // True when a process accepts connections on the unix socket at `path`.
 bool SocketInUse(const std::string& path) {
@@ -71,17 +48,8 @@ bool SocketInUse(const std::string& path) {
 
 prometheus::MetricFamily Family(const std::string& name, const std::string& help,
                                 prometheus::MetricType type, double value) {
-  prometheus::MetricFamily f;
-  f.name = name;
-  f.help = help;
-  f.type = type;
-  prometheus::ClientMetric m;
-  if (type == prometheus::MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  f.metric.push_back(m);
+  prometheus::MetricFamily f = NewFamily(name, help, type);
+  AddValue(&f, {}, value);
   return f;
 }
 
@@ -166,7 +134,9 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
     const TlsConfig& tls) {
-  return Credentials(tls);
+  return TlsServerCredentials({tls.cert_file, "grpc.tls.cert_file"},
+                              {tls.key_file, "grpc.tls.key_file"},
+                              {tls.client_ca_file, "grpc.tls.client_ca_file"});
 }
 
 std::unique_ptr<auth::CallAuthorizer> NewCallAuthorizer(
@@ -487,7 +457,7 @@ absl::Status Bridge::ServeGrpc() {
   service_ = std::make_unique<LedgerService>(&ledger_, durability_.get(), &hub_, metrics_.get(),
                                              ServiceOptions());
   DUET_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
-                        Credentials(config_.grpc.tls));
+                        GrpcServerCredentials(config_.grpc.tls));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(config_.grpc.max_message_bytes);

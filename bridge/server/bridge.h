@@ -27,7 +27,7 @@
 #include "k8s_adapter/extender/extender.h"
 #include "k8s_adapter/extender/server.h"
 #include "k8s_adapter/kube_client.h"
-#include "k8s_adapter/pod_watch.h"
+#include "k8s_adapter/reconcile/pod_watch.h"
 #include "prometheus/exposer.h"
 
 namespace duet {

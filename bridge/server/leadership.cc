@@ -9,7 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "bridge/api/convert.h"
-#include "bridge/common/reason.h"
+#include "common/metrics/metrics.h"
+#include "common/reason.h"
 #include "bridge/server/bridge.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -163,15 +164,13 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
           .Add({});
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!config.metrics.listen.empty()) {
-    // prometheus-cpp (civetweb) throws when the port cannot be bound.
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(config.metrics.listen, 2);
-      exposer->RegisterCollectable(registry);
-    } catch (const std::exception& e) {
-      spdlog::critical("duet-bridge cannot start: metrics.listen {}: {}", config.metrics.listen,
-                       e.what());
+    auto served = ServeMetrics("metrics.listen", config.metrics.listen);
+    if (!served.ok()) {
+      spdlog::critical("duet-bridge cannot start: {}", std::string(served.status().message()));
       return 1;
     }
+    exposer = *std::move(served);
+    exposer->RegisterCollectable(registry);
   }
   StandbyLedger standby_ledger;
   absl::StatusOr<std::unique_ptr<grpc::Server>> standby = StartStandbyGrpc(config, &standby_ledger);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bridge/ledger/usage.h"
+#include "common/metrics/metrics.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
@@ -28,22 +29,6 @@ const char* OwnerKindLabel(const Owner& o) {
   return "unknown";
 }
 
-prometheus::MetricFamily GaugeFamily(std::string name, std::string help) {
-  prometheus::MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = prometheus::MetricType::Gauge;
-  return f;
-}
-
-void AddGauge(prometheus::MetricFamily* f, std::vector<prometheus::ClientMetric::Label> labels,
-              double value) {
-  prometheus::ClientMetric m;
-  m.label = std::move(labels);
-  m.gauge.value = value;
-  f->metric.push_back(std::move(m));
-}
-
 }  // namespace
 
 std::string CodeLabel(absl::StatusCode code) {
@@ -58,10 +43,12 @@ class Metrics::LedgerCollector final : public prometheus::Collectable {
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     LedgerSnapshot snap = ledger_->Snapshot();
-    auto devices = GaugeFamily("duet_devices",
-                               "Devices by node, kind, model and holder class (slurm, pod, free); "
-                               "shared devices count as fractions");
-    auto nodes = GaugeFamily("duet_nodes", "Nodes in the ledger by state");
+    using prometheus::MetricType;
+    auto devices = NewFamily("duet_devices",
+                             "Devices by node, kind, model and holder class (slurm, pod, free); "
+                             "shared devices count as fractions",
+                             MetricType::Gauge);
+    auto nodes = NewFamily("duet_nodes", "Nodes in the ledger by state", MetricType::Gauge);
     std::map<std::string, int> by_state;
     for (const auto& view : snap.nodes) {
       ++by_state[NodeStateName(view->spec.state)];
@@ -77,18 +64,19 @@ class Metrics::LedgerCollector final : public prometheus::Collectable {
       for (const auto& [key, v] : sums) {
         const auto& [slurm, pods, free] = v;
         const std::string& node = view->spec.name;
-        AddGauge(&devices, {{"node", node}, {"kind", key.first}, {"model", key.second}, {"holder", "slurm"}}, slurm);
-        AddGauge(&devices, {{"node", node}, {"kind", key.first}, {"model", key.second}, {"holder", "pod"}}, pods);
-        AddGauge(&devices, {{"node", node}, {"kind", key.first}, {"model", key.second}, {"holder", "free"}}, free);
+        AddValue(&devices, {{"node", node}, {"kind", key.first}, {"model", key.second}, {"holder", "slurm"}}, slurm);
+        AddValue(&devices, {{"node", node}, {"kind", key.first}, {"model", key.second}, {"holder", "pod"}}, pods);
+        AddValue(&devices, {{"node", node}, {"kind", key.first}, {"model", key.second}, {"holder", "free"}}, free);
       }
     }
     for (const char* state : {"ready", "cordoned", "not-ready", "gone"}) {
-      AddGauge(&nodes, {{"state", state}}, by_state[state]);
+      AddValue(&nodes, {{"state", state}}, by_state[state]);
     }
-    auto holdings = GaugeFamily("duet_holdings", "Live holdings in the ledger");
-    AddGauge(&holdings, {}, static_cast<double>(ledger_->holding_count()));
-    auto seq = GaugeFamily("duet_ledger_sequence", "Sequence number of the last ledger change");
-    AddGauge(&seq, {}, static_cast<double>(snap.seq));
+    auto holdings = NewFamily("duet_holdings", "Live holdings in the ledger", MetricType::Gauge);
+    AddValue(&holdings, {}, static_cast<double>(ledger_->holding_count()));
+    auto seq = NewFamily("duet_ledger_sequence", "Sequence number of the last ledger change",
+                         MetricType::Gauge);
+    AddValue(&seq, {}, static_cast<double>(snap.seq));
     return {std::move(devices), std::move(nodes), std::move(holdings), std::move(seq)};
   }
 
@@ -278,15 +266,10 @@ void Metrics::RegisterOn(prometheus::Exposer* exposer) {
 }
 
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> Metrics::Serve(const std::string& listen) {
-  // prometheus-cpp (civetweb) throws when the port cannot be bound.
-  try {
-    auto exposer = std::make_unique<prometheus::Exposer>(listen, 2);
-    RegisterOn(exposer.get());
-    return exposer;
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics.listen ", listen, ": cannot serve /metrics: ", e.what()));
-  }
+  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> exposer =
+      ServeMetrics("metrics.listen", listen);
+  if (exposer.ok()) RegisterOn(exposer->get());
+  return exposer;
 }
 
 }  // namespace duet

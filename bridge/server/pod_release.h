@@ -7,7 +7,7 @@
 #include "bridge/ledger/ledger.h"
 #include "bridge/slurm/placeholders.h"
 #include "k8s_adapter/event_recorder.h"
-#include "k8s_adapter/pod_watch.h"
+#include "k8s_adapter/reconcile/pod_watch.h"
 
 namespace duet {
 

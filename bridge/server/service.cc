@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "bridge/api/convert.h"
-#include "bridge/common/reason.h"
-#include "bridge/slurm/munge_payload.h"
-#include "bridge/slurm/slurm_key_cred.h"
+#include "common/reason.h"
+#include "common/credential/munge_payload.h"
+#include "common/credential/slurm_key_cred.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace duet {

@@ -1,30 +1,13 @@
 #include "bridge/server/watch_metrics.h"
 
+#include "common/metrics/metrics.h"
+
 namespace duet {
 namespace {
 
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
-
-MetricFamily NewFamily(std::string name, std::string help, MetricType type) {
-  MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
-}
-
-void AddValue(MetricFamily* f, std::vector<ClientMetric::Label> labels, double value) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (f->type == MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  f->metric.push_back(std::move(m));
-}
 
 }  // namespace
 

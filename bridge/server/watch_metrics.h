@@ -9,7 +9,7 @@
 
 #include "k8s_adapter/event_recorder.h"
 #include "k8s_adapter/informer.h"
-#include "k8s_adapter/pod_watch.h"
+#include "k8s_adapter/reconcile/pod_watch.h"
 #include "prometheus/metric_family.h"
 
 namespace duet {

@@ -18,7 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 
-#include "bridge/slurm/slurm_compat.h"
+#include "common/slurm/slurm_compat.h"
 
 namespace duet {
 namespace {

@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "bridge/slurm/munge_payload.h"
+#include "common/credential/munge_payload.h"
 
 namespace duet {
 

@@ -28,20 +28,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/slurm/slurm_format.h"
 
 namespace duet {
-
-// One GRES entry of a node, e.g. gpu:nvidia-h100-80gb:8 (type may be empty).
-struct SlurmGres {
-  std::string name;  // "gpu" / "tpu"
-  std::string type;  // model; may be empty
-  uint32_t count = 0;
-
-  bool operator==(const SlurmGres& o) const {
-    return name == o.name && type == o.type && count == o.count;
-  }
-  bool operator!=(const SlurmGres& o) const { return !(*this == o); }
-};
 
 // What duet wants a Slurm node to be.
 struct SlurmNodeConfig {
@@ -100,15 +89,6 @@ struct SlurmAllocRequest {
   // Extra "NAME=value" entries for the job's SPANK environment (prolog).
   std::vector<std::string> spank_env;
 };
-
-// A job's devices on one of its nodes, read from the job's GRES detail.
-struct SlurmJobNodeDevices {
-  std::string node;
-  std::vector<uint32_t> gpus;  // sorted indices
-  std::vector<uint32_t> tpus;
-};
-
-enum class SlurmJobState { kPending, kRunning, kSuspended, kCompleting, kFinished, kOther };
 
 struct SlurmJobInfo {
   uint32_t job_id = 0;
@@ -175,29 +155,5 @@ class SlurmClient {
   // `scontrol reconfigure`. The default is UNIMPLEMENTED (fakes).
   virtual absl::Status Reconfigure() { return absl::UnimplementedError("Reconfigure"); }
 };
-
-// ---- Pure helpers (slurm_format.cc), shared with tests and the plugin ----
-
-// "gpu:h100:8,tpu:4" -> entries. Entries with "(...)" suffixes (gres_used)
-// keep only the count. Unparsable entries are skipped.
-std::vector<SlurmGres> ParseGres(const std::string& gres);
-// Entries -> "gpu:h100:8,tpu:v5e:4" (zero counts are left out).
-std::string FormatGres(const std::vector<SlurmGres>& gres);
-
-// One GRES detail string of a job on one node, e.g.
-// "gpu:h100:2(IDX:0-1),tpu:v5e:2(IDX:0,2)". Fills `gpus` and `tpus`.
-// INVALID_ARGUMENT for an index list it cannot read.
-absl::Status ParseGresDetail(const std::string& detail, SlurmJobNodeDevices* out);
-
-// "0-2,5" -> {0,1,2,5}. INVALID_ARGUMENT on junk.
-absl::StatusOr<std::vector<uint32_t>> ParseIndexList(const std::string& list);
-// {0,1,2,5} -> "0,1,2,5".
-std::string FormatIndexList(const std::vector<uint32_t>& indices);
-
-// Turns a label value into a valid Slurm feature name: lower case, anything
-// but [a-z0-9._-] becomes '_'. Empty in, empty out.
-std::string SanitizeFeature(const std::string& value);
-
-const char* SlurmJobStateName(SlurmJobState state);
 
 }  // namespace duet

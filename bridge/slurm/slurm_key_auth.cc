@@ -3,7 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "bridge/slurm/slurm_key_cred.h"
+#include "common/credential/slurm_key_cred.h"
 
 namespace duet {
 

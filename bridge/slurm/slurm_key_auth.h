@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "bridge/ledger/types.h"
 
 namespace duet {

@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bridge/common/status_macros.h"
+#include "common/status_macros.h"
 #include "bridge/placement/placement.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"

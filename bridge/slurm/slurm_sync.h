@@ -61,7 +61,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/placement.h"
 #include "bridge/slurm/placeholders.h"

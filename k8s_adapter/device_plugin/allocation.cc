@@ -9,10 +9,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bridge/slurm/slurm_client.h"
+#include "common/slurm/slurm_format.h"
 #include "google/protobuf/util/time_util.h"
 #include "k8s_adapter/common/pod_request.h"
-#include "slurm_plugin/step_devices.h"
 
 namespace duet {
 namespace node {
@@ -317,9 +316,9 @@ absl::StatusOr<v1beta1::ContainerAllocateResponse> ContainerResponse(
     for (uint32_t i : devices) {
       if (auto s = add(absl::StrCat("accel", i), true); !s.ok()) return s;
     }
-    spank::StepDevices step;
-    step.tpus = devices;
-    for (const auto& [k, v] : spank::DeviceEnv(step)) (*r.mutable_envs())[k] = v;
+    HostDevices tpus;
+    tpus.tpus = devices;
+    for (const auto& [k, v] : DeviceEnv(tpus)) (*r.mutable_envs())[k] = v;
   }
   return r;
 }

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bridge/ledger/types.h"
+#include "common/device/device.h"
 #include "duet/v1/duet.pb.h"
 #include "k8s/deviceplugin/v1beta1/deviceplugin.pb.h"
 #include "nlohmann/json.hpp"

@@ -14,7 +14,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bridge/slurm/slurm_client.h"
+#include "common/grpc/status.h"
+#include "common/grpc/tls.h"
+#include "common/metrics/metrics.h"
+#include "common/slurm/slurm_format.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
@@ -43,47 +46,16 @@ std::string SocketIdentity(const std::string& path) {
   return absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_ctim.tv_sec, ".", st.st_ctim.tv_nsec);
 }
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
-}
-
 std::string KindLabel(DeviceKind kind) { return ResourceFor(kind).resource_name; }
-
-absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> BridgeCredentials(
     const NodePluginOptions& o) {
   if (o.bridge_ca_file.empty() && o.bridge_cert_file.empty() && o.bridge_key_file.empty()) {
     return grpc::InsecureChannelCredentials();
   }
-  grpc::SslCredentialsOptions ssl;
-  if (!o.bridge_ca_file.empty()) {
-    auto ca = ReadPem("--bridge-ca", o.bridge_ca_file);
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *ca;
-  }
-  if (!o.bridge_cert_file.empty()) {
-    auto cert = ReadPem("--bridge-cert", o.bridge_cert_file);
-    if (!cert.ok()) return cert.status();
-    auto key = ReadPem("--bridge-key", o.bridge_key_file);
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *cert;
-    ssl.pem_private_key = *key;
-  }
-  return grpc::SslCredentials(ssl);
+  return TlsChannelCredentials({o.bridge_ca_file, "--bridge-ca"},
+                               {o.bridge_cert_file, "--bridge-cert"},
+                               {o.bridge_key_file, "--bridge-key"});
 }
 
 }  // namespace
@@ -283,13 +255,10 @@ absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOp
   if (!creds.ok()) return creds.status();
   std::unique_ptr<NodePlugin> p(new NodePlugin(options, kube, *creds));
   if (!options.metrics_listen.empty()) {
-    try {
-      p->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_listen);
-      p->exposer_->RegisterCollectable(p->registry_);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("--metrics-listen ", options.metrics_listen, ": ", e.what()));
-    }
+    auto exposer = ServeMetrics("--metrics-listen", options.metrics_listen);
+    if (!exposer.ok()) return exposer.status();
+    p->exposer_ = *std::move(exposer);
+    p->exposer_->RegisterCollectable(p->registry_);
   }
   std::error_code ec;
   std::filesystem::create_directories(options.plugin_dir, ec);

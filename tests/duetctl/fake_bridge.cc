@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bridge/api/convert.h"
-#include "bridge/common/reason.h"
+#include "common/reason.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "google/protobuf/util/time_util.h"
 

@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/wait.h"
 

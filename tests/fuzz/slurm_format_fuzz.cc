@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "bridge/slurm/slurm_client.h"
+#include "common/slurm/slurm_format.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzzes the slurm.key credential (bridge/slurm/slurm_key_cred.h) the bridge
+// Fuzzes the slurm.key credential (common/credential/slurm_key_cred.h) the bridge
 // reads from gRPC metadata. The input's first line is the credential; the
 // rest, if any, is the node name. Checks: Parse never crashes and refuses
 // with INVALID_ARGUMENT; what it accepts has a 32-hex-digit nonce and a
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "bridge/slurm/slurm_key_cred.h"
+#include "common/credential/slurm_key_cred.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "bridge/common/status_macros.h"
+#include "common/status_macros.h"
 #include "bridge/journal/file_layer.h"
 #include "bridge/journal/journal.h"
 #include "bridge/ledger/ledger.h"

@@ -8,7 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "k8s_adapter/node_inventory.h"
+#include "k8s_adapter/reconcile/node_inventory.h"
 #include "tests/k8s/fake_server.h"
 
 namespace duet {

@@ -3,7 +3,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "k8s_adapter/node_inventory.h"
+#include "k8s_adapter/reconcile/node_inventory.h"
 
 namespace duet {
 namespace k8s {

@@ -4,7 +4,7 @@
 // Slurm. The pod watch and the ledger run on a fake clock: sweep periods and
 // the grace pass when the test advances it, never by sleeping.
 
-#include "k8s_adapter/pod_watch.h"
+#include "k8s_adapter/reconcile/pod_watch.h"
 
 #include <atomic>
 #include <vector>

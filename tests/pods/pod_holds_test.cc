@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "bridge/common/reason.h"
+#include "common/reason.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

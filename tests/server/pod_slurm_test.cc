@@ -10,7 +10,7 @@
 #include "bridge/slurm/placeholders.h"
 #include "bridge/slurm/slurm_sync.h"
 #include "gtest/gtest.h"
-#include "k8s_adapter/pod_watch.h"
+#include "k8s_adapter/reconcile/pod_watch.h"
 #include "tests/k8s/fake_server.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "bridge/config/config.h"
-#include "bridge/slurm/munge_payload.h"
+#include "common/credential/munge_payload.h"
 #include "gtest/gtest.h"
 #include "slurm_plugin/bridge_client.h"
 #include "tests/slurm/slurm_cluster_fixture.h"

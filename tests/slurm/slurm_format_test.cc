@@ -1,5 +1,5 @@
 #include "gtest/gtest.h"
-#include "bridge/slurm/slurm_client.h"
+#include "common/slurm/slurm_format.h"
 
 namespace duet {
 namespace {

@@ -14,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bridge/config/config.h"
-#include "bridge/slurm/slurm_key_cred.h"
+#include "common/credential/slurm_key_cred.h"
 #include "gtest/gtest.h"
 #include "slurm_plugin/bridge_client.h"
 #include "slurm_plugin/plugin_config.h"

@@ -2,7 +2,7 @@
 // talk to (label: unit; no cluster).
 
 #include "absl/strings/match.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/slurm_sync.h"

@@ -1,4 +1,4 @@
-#include "k8s_adapter/node_inventory.h"
+#include "k8s_adapter/reconcile/node_inventory.h"
 
 #include <cmath>
 #include <utility>

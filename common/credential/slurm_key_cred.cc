@@ -1,4 +1,4 @@
-#include "bridge/slurm/slurm_key_cred.h"
+#include "common/credential/slurm_key_cred.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "bridge/slurm/munge_payload.h"
+#include "common/credential/munge_payload.h"
 
 namespace duet::slurm_key {
 namespace {

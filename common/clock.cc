@@ -1,4 +1,4 @@
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 
 namespace duet {
 namespace {

@@ -39,7 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "bridge/common/clock.h"
+#include "common/clock.h"
 #include "bridge/ledger/ledger.h"
 #include "k8s_adapter/informer.h"
 #include "k8s_adapter/kube_client.h"

@@ -1,3 +1,5 @@
+#include "common/slurm/slurm_format.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -9,7 +11,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "bridge/slurm/slurm_client.h"
 
 namespace duet {
 namespace {

@@ -1,4 +1,4 @@
-#include "k8s_adapter/pod_watch.h"
+#include "k8s_adapter/reconcile/pod_watch.h"
 
 #include <utility>
 
