@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "k8s_adapter/kube_client.h"
-#include "k8s_adapter/leader_election_options.h"
+#include "common/leader_election_options.h"
 
 namespace duet {
 namespace k8s {

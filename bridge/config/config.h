@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "bridge/slurm/sync_settings.h"
-#include "k8s_adapter/leader_election_options.h"
+#include "bridge/config/slurm_sync_settings.h"
+#include "common/leader_election_options.h"
 
 namespace duet {
 
@@ -73,7 +73,7 @@ struct InventoryConfig {
 
 // Active/standby replicas of duet-bridge on a coordination.k8s.io/v1 Lease.
 // The elector's settings are k8s::LeaderElectionOptions
-// (k8s_adapter/leader_election_options.h), embedded with their defaults and
+// (common/leader_election_options.h), embedded with their defaults and
 // checked by its Validate(). Here lease_namespace (YAML `namespace`) empty
 // means the in-cluster namespace file, else "default"; identity empty means
 // $POD_NAME, else the hostname; a leader that cannot renew exits;
@@ -113,7 +113,7 @@ struct KubernetesConfig {
 
 // The `slurm` section. The sync's own settings (sync_period, manage_nodes,
 // manage_weights, import_jobs, node_addr_label, managed_feature,
-// release_grace) are SlurmSyncSettings (bridge/slurm/sync_settings.h),
+// release_grace) are SlurmSyncSettings (bridge/config/slurm_sync_settings.h),
 // embedded with their defaults and checked by its Validate().
 struct SlurmConfig : SlurmSyncSettings {
   // Off: duet-bridge does not talk to Slurm (the ledger still serves).

@@ -67,7 +67,7 @@
 #include "bridge/slurm/placeholders.h"
 #include "bridge/slurm/slurm_client.h"
 #include "bridge/slurm/stale_holders.h"
-#include "bridge/slurm/sync_settings.h"
+#include "bridge/config/slurm_sync_settings.h"
 
 namespace duet {
 

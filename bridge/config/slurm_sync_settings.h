@@ -4,7 +4,8 @@
 // SlurmSyncOptions (slurm_sync.h) extends this struct, and duet-bridge's
 // config embeds it (SlurmConfig, the `slurm` section, same key names), so a
 // default lives in one place and config validation asks Validate() below.
-// Header-only (no libslurm), so the config library can include it.
+// Header-only (no libslurm), and in the core's config folder: bridge/slurm
+// depends inward on it, never the config on bridge/slurm.
 
 #include <string>
 

@@ -4,8 +4,8 @@
 // once: LeaderElector takes them, and duet-bridge's config embeds them
 // (kubernetes.leader_election, same key names but `namespace`), so a
 // default lives in one place and config validation asks Validate() below.
-// Header-only, so the config library can include it without the Kubernetes
-// client.
+// Header-only and in the shared leaf: the config (core) and the Kubernetes
+// client (k8s_adapter) both include it, and neither may include the other.
 
 #include <string>
 
