@@ -144,9 +144,10 @@ int Run(const Flags& f) {
     if (!ledger.Hold(h).ok()) return 1;
   }
   NoApi api;
-  const placement::Workload workload = SyntheticWorkload(f.shapes);
+  const auto workload =
+      std::make_shared<const placement::Workload>(SyntheticWorkload(f.shapes));
   ExtenderOptions eo;
-  if (f.shapes > 0) eo.workload = &workload;
+  if (f.shapes > 0) eo.workload = [workload] { return workload; };
   Extender extender(&ledger, nullptr, &api, eo);
   ServerOptions so;
   so.threads = f.threads;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "bridge/placement/workload_model.h"
 
 namespace duet {
 
@@ -177,6 +178,10 @@ struct PlacementConfig {
   // How the extender scores nodes and how Slurm node weights are derived:
   // duet | spread | most-allocated | best-fit | fgd (placement::ParsePolicy).
   std::string policy = "duet";
+  // The workload the fragmentation-aware policies score against, learned
+  // from the pods and Slurm jobs the bridge sees (placement.workload.*;
+  // docs/config.md says how to tune it).
+  placement::WorkloadModelOptions workload;
 };
 
 struct ExtenderConfig {

@@ -169,9 +169,14 @@ double CpuFreeFraction(const NodeFree& node) {
   return static_cast<double>(std::max<int64_t>(node.cpu_free, 0)) / node.cpu_capacity;
 }
 
+// Fragmented milli, rounded to a millionth of a milli so that equal
+// fragmentations computed along different paths compare equal (a tie then
+// goes to the node or device seen first, not to rounding noise).
 double Frag(const NodeFree& node, const PodRequest& request, const Workload* workload) {
-  if (workload == nullptr || workload->empty()) return internal::ShapeFragmentation(node, request);
-  return internal::WorkloadFragmentation(node, *workload);
+  const double f = workload == nullptr || workload->empty()
+                       ? internal::ShapeFragmentation(node, request)
+                       : internal::WorkloadFragmentation(node, *workload);
+  return std::round(f * 1e6) / 1e6;
 }
 
 // Fragmentation-aware device choice for a shared pod: the device whose use

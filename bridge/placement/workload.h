@@ -6,6 +6,8 @@
 // device capacity is fragmented for a shape when the shape cannot use it.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "bridge/ledger/types.h"
@@ -63,6 +65,12 @@ class Workload {
   std::vector<Group> groups_;
   double no_device_weight_[4] = {0, 0, 0, 0};
 };
+
+// Where a component gets the workload it scores against, at the moment it
+// scores: duet-bridge passes its WorkloadModel's current snapshot
+// (workload_model.h). A null function, or a null or empty result: each
+// request is measured against its own shape.
+using WorkloadFn = std::function<std::shared_ptr<const Workload>()>;
 
 // Expected fragmented device milli-units on a node for `workload`: for each
 // shape, all the node's free milli when the shape cannot run there (too few

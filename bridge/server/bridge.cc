@@ -21,6 +21,7 @@
 #include "k8s_adapter/kube_config.h"
 #include "k8s_adapter/node_inventory.h"
 #include "bridge/server/podlife.h"
+#include "bridge/server/workload.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -220,6 +221,13 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   b->journal_->SetFsyncObserver(
       [m](double seconds, size_t records, size_t bytes) { m->ObserveFsync(seconds, records, bytes); });
   b->ledger_.AddListener(&b->hub_);
+  // The learned workload: fed by the extender, the pod watch and the Slurm
+  // sync below, read by every scoring path.
+  b->workload_model_ = std::make_unique<placement::WorkloadModel>(config.placement.workload);
+  {
+    placement::WorkloadModel* model = b->workload_model_.get();
+    m->AddCollector([model] { return WorkloadFamilies(model->stats(absl::Now())); });
+  }
 
   // The Kubernetes API: for the Node watch, and for the extender's bindings.
   if (config.inventory.source == "kubernetes" || !config.extender.listen.empty()) {
@@ -292,6 +300,14 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     }
     so.pod_liveness = b->PodLivenessFromWatch();
     so.policy = *policy;
+    so.workload = b->LearnedWorkload();
+    {
+      placement::WorkloadModel* model = b->workload_model_.get();
+      const Ledger* ledger = &b->ledger_;
+      so.on_live_job = [model, ledger](const SlurmJobInfo& job) {
+        ObserveSlurmJob(model, *ledger, job, absl::Now());
+      };
+    }
     b->slurm_loads_ = std::make_unique<SlurmNodeLoads>();
     so.loads = b->slurm_loads_.get();
     b->slurm_sync_ = std::make_unique<SlurmSync>(so, &b->ledger_, b->slurm_.get(), Clock::Real());
@@ -318,6 +334,13 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
       k8s::PodWatchOptions po;
       po.grace = kc.pod_release_grace;
       po.sweep_period = kc.pod_sweep_period;
+      {
+        placement::WorkloadModel* model = b->workload_model_.get();
+        const Ledger* ledger = &b->ledger_;
+        po.on_pod = [model, ledger](const nlohmann::json& pod) {
+          ObserveBoundPod(model, *ledger, pod, absl::Now());
+        };
+      }
       b->pod_watch_ = std::make_unique<k8s::PodWatch>(b->kube_client_.get(), &b->ledger_,
                                                       b->pod_releaser_.get(), po);
       absl::Status pw = b->pod_watch_->Start();
@@ -387,6 +410,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   // the same Slurm CPU/memory loads, told of every placeholder it makes.
   sopts.placeholders = b->placeholders_.get();
   sopts.pod_holds = b->MakePodHoldsOptions(*policy);
+  sopts.workload = b->workload_model_.get();
   // --- end PlacePod ---
   // A Slurm step refused because another Slurm job, or a placeholder whose
   // pod has ended, holds its devices in the ledger: if Slurm says that job
@@ -469,6 +493,13 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
     // jobs and placeholders hold (each sync pass).
     const pods::PodHoldsOptions holds = b->MakePodHoldsOptions(*policy);
     eo.policy = holds.policy;
+    eo.workload = holds.workload;
+    {
+      placement::WorkloadModel* model = b->workload_model_.get();
+      eo.observe = [model](const std::string& key, const placement::PodRequest& req) {
+        model->Observe(key, req, absl::Now());
+      };
+    }
     eo.load = holds.load;
     eo.on_placeholder = holds.on_placeholder;
     if (b->slurm_loads_ != nullptr) {
@@ -511,12 +542,18 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
 pods::PodHoldsOptions Bridge::MakePodHoldsOptions(placement::Policy policy) const {
   pods::PodHoldsOptions o;
   o.policy = policy;
+  o.workload = LearnedWorkload();
   if (slurm_loads_ != nullptr) {
     SlurmNodeLoads* loads = slurm_loads_.get();
     o.load = [loads](const NodeView& v) { return loads->Get(v.spec.name); };
     o.on_placeholder = [loads](const std::string& node, const placement::NodeLoad& l) { loads->Add(node, l); };
   }
   return o;
+}
+
+placement::WorkloadFn Bridge::LearnedWorkload() const {
+  const placement::WorkloadModel* model = workload_model_.get();
+  return [model] { return model->Current(absl::Now()); };
 }
 
 int Bridge::extender_port() const {
