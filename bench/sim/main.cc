@@ -34,6 +34,7 @@ struct Flags {
   std::string out = "sim-out";
   double coverage = 0.95;
   std::string workload = "online";
+  std::string ties = "random";
   double half_life = 0;
   size_t max_shapes = 128;
   bool quick = false;
@@ -88,6 +89,10 @@ int Run(const Flags& flags) {
     return 2;
   }
   const bool online = flags.workload == "online";
+  if (flags.ties != "random" && flags.ties != "first") {
+    std::cerr << "--ties: must be random or first, got " << flags.ties << "\n";
+    return 2;
+  }
   if (flags.step <= 0 || flags.max_arrival <= 0 || flags.runs < 1 || flags.jobs < 1) {
     std::cerr << "--step, --max-arrival, --runs and --jobs must be positive\n";
     return 2;
@@ -117,6 +122,7 @@ int Run(const Flags& flags) {
                                       ")")
                        : std::string("oracle (the whole trace's shapes, known in advance)"))
             << "\n"
+            << "ties between equally scored nodes: " << flags.ties << "\n"
             << "mapping: " << mapping->Describe() << "\n";
 
   // Every (seed, policy) replay is independent: run them on --jobs threads.
@@ -128,6 +134,7 @@ int Run(const Flags& flags) {
   options.max_arrival = flags.max_arrival;
   options.step = flags.step;
   options.online_workload = online;
+  options.random_ties = flags.ties == "random";
   options.half_life_arrivals = flags.half_life;
   options.max_shapes = flags.max_shapes;
   options.coverage = flags.coverage;
@@ -136,8 +143,10 @@ int Run(const Flags& flags) {
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t t; (t = next.fetch_add(1)) < tasks;) {
+      ReplayOptions o = options;
+      o.tie_seed = seeds[t / policies.size()];
       results[t] = Replay(*trace, arrivals[t / policies.size()], workload,
-                          policies[t % policies.size()], options);
+                          policies[t % policies.size()], o);
     }
   };
   std::vector<std::thread> threads;
@@ -304,6 +313,10 @@ int main(int argc, char** argv) {
   app.add_option("--workload", flags.workload,
                  "online: the policies score against a model learned from the arrivals so far "
                  "(what duet-bridge does); oracle: against the whole trace's shapes")
+      ->capture_default_str();
+  app.add_option("--ties", flags.ties,
+                 "Kubernetes pods: random (kube-scheduler's choice among equal scores) or first "
+                 "(the lowest node index)")
       ->capture_default_str();
   app.add_option("--half-life", flags.half_life,
                  "online model: half-life in arrivals (0: no decay)")

@@ -265,6 +265,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     slurm_order.insert({weight[i], i});
   }
 
+  uint64_t tie_state = options.tie_seed;
   std::vector<double> decision_us;
   decision_us.reserve(arrivals.size());
   double requested = 0;
@@ -315,7 +316,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     std::optional<placement::NodeChoice> choice;
     if (world == World::kKubernetes) {
       choice = placement::SelectNode(views, loads, req, scorer,
-                                     k8s_nodes.has_value() ? &*k8s_nodes : nullptr);
+                                     k8s_nodes.has_value() ? &*k8s_nodes : nullptr,
+                                     options.random_ties ? &tie_state : nullptr);
     } else {
       for (const auto& [w, i] : slurm_order) {
         if (!placement::Fits(*views[i], loads[i], req)) continue;

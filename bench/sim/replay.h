@@ -99,6 +99,10 @@ struct ReplayOptions {
   // model every this many arrivals (the bridge's periodic weight feedback);
   // the node a placement changed is recomputed at once either way.
   size_t weight_refresh = 100;
+  // Kubernetes pods: equally scored nodes are drawn at random (seeded by
+  // `tie_seed`), as kube-scheduler does; false: the first node wins.
+  bool random_ties = true;
+  uint64_t tie_seed = 0;
   // Per-decision timing (adds two clock reads per pod).
   bool time_decisions = true;
 };
