@@ -34,7 +34,7 @@ struct Flags {
   std::string out = "sim-out";
   double coverage = 0.95;
   std::string workload = "online";
-  std::string ties = "random";
+  std::string ties = "first";
   double half_life = 0;
   size_t max_shapes = 128;
   bool quick = false;
@@ -315,8 +315,8 @@ int main(int argc, char** argv) {
                  "(what duet-bridge does); oracle: against the whole trace's shapes")
       ->capture_default_str();
   app.add_option("--ties", flags.ties,
-                 "Kubernetes pods: random (kube-scheduler's choice among equal scores) or first "
-                 "(the lowest node index)")
+                 "Kubernetes pods: first (the lowest node index wins a tie) or random (drawn, as "
+                 "kube-scheduler draws among equal totals)")
       ->capture_default_str();
   app.add_option("--half-life", flags.half_life,
                  "online model: half-life in arrivals (0: no decay)")
