@@ -285,6 +285,10 @@ int RunCli(const std::vector<std::string>& args, const CliEnv& env) {
   node->add_option("name", flags.node, "node name")->required();
   node->add_flag("--json", flags.json, "print JSON");
 
+  CLI::App* workload = app.add_subcommand(
+      "workload", "the pod/job shapes placement scores against, as duet-bridge learned them");
+  workload->add_flag("--json", flags.json, "print JSON");
+
   CLI::App* version = app.add_subcommand("version", "print duetctl's version");
 
   std::vector<const char*> argv = {"duetctl"};
@@ -321,6 +325,16 @@ int RunCli(const std::vector<std::string>& args, const CliEnv& env) {
   }
   if (holds->parsed()) return Holds(client, flags, env);
   if (node->parsed()) return NodeDetail(client, flags, env);
+  if (workload->parsed()) {
+    auto response = client.GetWorkload();
+    if (!response.ok()) return FailStatus(env, response.status());
+    if (flags.json) {
+      PrintJson(env, WorkloadJson(*response));
+    } else {
+      *env.out << RenderWorkloadTable(*response);
+    }
+    return kExitOk;
+  }
   return Fail(env, kExitUsage, "no command given (duetctl --help lists them)");
 }
 

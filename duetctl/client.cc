@@ -257,6 +257,15 @@ absl::StatusOr<v1::ListHoldingsResponse> Client::ListHoldings(const std::string&
   return response;
 }
 
+absl::StatusOr<v1::WorkloadResponse> Client::GetWorkload() {
+  v1::WorkloadResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  grpc::Status s = stub_->GetWorkload(&context, v1::GetWorkloadRequest(), &response);
+  if (!s.ok()) return ExplainRpcError(s, options_, "GetWorkload", "");
+  return response;
+}
+
 std::unique_ptr<NodeWatch> Client::WatchNodes(const std::vector<std::string>& names) {
   std::unique_ptr<NodeWatch> watch(new NodeWatch());
   watch->reactor_ = std::make_unique<NodeWatch::Reactor>(watch.get(), options_);

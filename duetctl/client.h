@@ -94,6 +94,7 @@ class Client {
   absl::StatusOr<v1::Node> GetNode(const std::string& name);
   // Empty `node`: every node.
   absl::StatusOr<v1::ListHoldingsResponse> ListHoldings(const std::string& node);
+  absl::StatusOr<v1::WorkloadResponse> GetWorkload();
   // Starts a watch; errors (unreachable server, ...) arrive through it.
   std::unique_ptr<NodeWatch> WatchNodes(const std::vector<std::string>& names);
 

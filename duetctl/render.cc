@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bridge/api/convert.h"
 #include "bridge/ledger/usage.h"
@@ -486,6 +487,56 @@ Json NodesJson(const v1::ListNodesResponse& response) {
     summary["kinds"].push_back(std::move(jk));
   }
   out["summary"] = std::move(summary);
+  return out;
+}
+
+std::string RenderWorkloadTable(const v1::WorkloadResponse& response) {
+  std::string out = absl::StrFormat(
+      "%d shapes exported of %d tracked, covering %.1f%% of %.1f arrivals (half-life %s; %d "
+      "counted, %d seen again, %d shapes dropped).\n",
+      response.shapes_size(), response.tracked(), 100 * response.coverage(),
+      response.total_weight(), response.half_life(), response.arrivals(), response.duplicates(),
+      response.evictions());
+  if (response.shapes().empty()) return out + "No shapes learned yet.\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"SHARE", "KIND", "DEVICES", "PER-DEVICE", "MODELS", "CPU", "MEMORY"}};
+  for (const v1::WorkloadShape& s : response.shapes()) {
+    rows.push_back({absl::StrFormat("%.1f%%", 100 * s.share()), KindText(s.kind()),
+                    absl::StrCat(s.count()),
+                    s.count() == 0 ? "-"
+                    : s.milli() == 0 || s.milli() >= kWhole
+                        ? "whole"
+                        : absl::StrCat(s.milli(), "m"),
+                    s.models().empty() ? "any" : absl::StrJoin(s.models(), ","),
+                    absl::StrCat(s.cpu_milli(), "m"),
+                    s.memory_mib() == 0 ? "-" : absl::StrCat(s.memory_mib(), "Mi")});
+  }
+  return out + FormatTable(rows);
+}
+
+Json WorkloadJson(const v1::WorkloadResponse& response) {
+  Json out = Json::object();
+  out["shapes"] = Json::array();
+  for (const v1::WorkloadShape& s : response.shapes()) {
+    Json j = Json::object();
+    j["kind"] = KindText(s.kind());
+    j["count"] = s.count();
+    j["milli"] = s.milli();
+    j["models"] = Json::array();
+    for (const std::string& m : s.models()) j["models"].push_back(m);
+    j["cpu_milli"] = s.cpu_milli();
+    j["memory_mib"] = s.memory_mib();
+    j["weight"] = s.weight();
+    j["share"] = s.share();
+    out["shapes"].push_back(std::move(j));
+  }
+  out["tracked"] = response.tracked();
+  out["coverage"] = response.coverage();
+  out["total_weight"] = response.total_weight();
+  out["arrivals"] = response.arrivals();
+  out["duplicates"] = response.duplicates();
+  out["evictions"] = response.evictions();
+  out["half_life"] = response.half_life();
   return out;
 }
 

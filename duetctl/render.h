@@ -84,6 +84,14 @@ std::string RenderNodeDetail(const v1::Node& node);
 
 Json NodesJson(const v1::ListNodesResponse& response);
 Json HoldsJson(const v1::ListHoldingsResponse& response);
+
+// The `duetctl workload` table: the learned workload's exported shapes,
+// heaviest first, and a summary line; and its JSON form
+// {"shapes": [{"kind", "count", "milli", "models", "cpu_milli",
+// "memory_mib", "weight", "share"}], "tracked", "coverage", "total_weight",
+// "arrivals", "duplicates", "evictions", "half_life"}.
+std::string RenderWorkloadTable(const v1::WorkloadResponse& response);
+Json WorkloadJson(const v1::WorkloadResponse& response);
 Json NodeJson(const v1::Node& node);
 
 // Building blocks, exposed for tests.

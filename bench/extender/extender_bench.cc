@@ -12,7 +12,11 @@
 // kube-scheduler does.
 //
 //   extender_bench [--nodes 5000] [--names 5000,500] [--decisions 2000]
-//                  [--threads 2] [--clients 2]
+//                  [--threads 2] [--clients 2] [--shapes 0]
+//
+// --shapes N > 0 scores against a workload of N pod shapes (Zipf-weighted:
+// whole GPUs 1..8 and shares of one GPU, with CPU requests), as duet-bridge
+// does with the workload it learns; 0 scores each pod against its own shape.
 //
 // Per configuration it prints one JSON line: per-call p50/p99 of filter,
 // prioritize and echo (one client, closed loop), decisions/s with one
@@ -61,7 +65,24 @@ struct Flags {
   int decisions = 2000;
   int threads = 2;
   int clients = 2;
+  int shapes = 0;
 };
+
+// `n` distinct shapes, the i-th with weight 1 / (i + 1).
+placement::Workload SyntheticWorkload(int n) {
+  std::vector<placement::Workload::Shape> shapes;
+  const uint32_t counts[] = {1, 2, 4, 8, 0, 3, 6};
+  for (int i = 0; static_cast<int>(shapes.size()) < n; ++i) {
+    placement::PodRequest r;
+    r.kind = DeviceKind::kGpu;
+    r.count = counts[i % 7];
+    // Every third single-GPU shape is a share (100..900 milli).
+    r.milli = r.count == 1 && (i / 7) % 3 == 1 ? 100 * (1 + (i / 21) % 9) : kWholeDevice;
+    r.cpu_milli = 1000 * static_cast<uint64_t>(i / 7 % 24);
+    shapes.push_back({r, 1.0 / (shapes.size() + 1)});
+  }
+  return placement::Workload(std::move(shapes));
+}
 
 double Pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -123,7 +144,11 @@ int Run(const Flags& f) {
     if (!ledger.Hold(h).ok()) return 1;
   }
   NoApi api;
-  Extender extender(&ledger, nullptr, &api, ExtenderOptions{});
+  const auto workload =
+      std::make_shared<const placement::Workload>(SyntheticWorkload(f.shapes));
+  ExtenderOptions eo;
+  if (f.shapes > 0) eo.workload = [workload] { return workload; };
+  Extender extender(&ledger, nullptr, &api, eo);
   ServerOptions so;
   so.threads = f.threads;
   so.enable_echo = true;
@@ -225,6 +250,7 @@ int Run(const Flags& f) {
     const double multi_rate = f.decisions / absl::ToDoubleSeconds(absl::Now() - start);
 
     json out = {{"nodes", f.nodes},
+                {"shapes", f.shapes},
                 {"names", n},
                 {"body_bytes", filter_body.size()},
                 {"server_threads", f.threads},
@@ -259,6 +285,8 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &f.decisions);
     } else if (k == "--threads") {
       ok = absl::SimpleAtoi(v, &f.threads);
+    } else if (k == "--shapes") {
+      ok = absl::SimpleAtoi(v, &f.shapes) && f.shapes >= 0;
     } else if (k == "--clients") {
       ok = absl::SimpleAtoi(v, &f.clients);
     } else if (k == "--names") {

@@ -36,6 +36,10 @@ struct Flags {
   std::string policies = "duet,fgd,best-fit,most-allocated,spread,static,static-duet";
   std::string out = "sim-out";
   double coverage = 0.95;
+  std::string workload = "online";
+  std::string ties = "first";
+  double half_life = 0;
+  size_t max_shapes = 128;
   bool quick = false;
   // Keep every n-th node of the node list (--quick: 12).
   size_t node_stride = 1;
@@ -82,6 +86,15 @@ int Run(const Flags& flags) {
     }
     policies.push_back(*p);
   }
+  if (flags.workload != "online" && flags.workload != "oracle") {
+    std::cerr << "--workload: must be online or oracle, got " << flags.workload << "\n";
+    return 2;
+  }
+  const bool online = flags.workload == "online";
+  if (flags.ties != "random" && flags.ties != "first") {
+    std::cerr << "--ties: must be random or first, got " << flags.ties << "\n";
+    return 2;
+  }
   if (flags.step <= 0 || flags.max_arrival <= 0 || flags.runs < 1 || flags.jobs < 1) {
     std::cerr << "--step, --max-arrival, --runs and --jobs must be positive\n";
     return 2;
@@ -100,6 +113,18 @@ int Run(const Flags& flags) {
   std::cout << "cluster: " << trace->nodes.size() << " nodes, " << gpus << " GPUs; trace: "
             << trace->pods.size() << " pods; workload: " << workload.shapes().size()
             << " shapes cover " << flags.coverage * 100 << "% of pods\n"
+            << "workload the policies score against: "
+            << (online ? absl::StrCat("online (a model learned from the arrivals so far, at most ",
+                                      flags.max_shapes, " shapes covering ",
+                                      flags.coverage * 100, "%, ",
+                                      flags.half_life > 0
+                                          ? absl::StrCat("half-life ", flags.half_life,
+                                                         " arrivals")
+                                          : std::string("no decay"),
+                                      ")")
+                       : std::string("oracle (the whole trace's shapes, known in advance)"))
+            << "\n"
+            << "ties between equally scored nodes: " << flags.ties << "\n"
             << "mapping: " << mapping->Describe() << "\n";
 
   // Every (seed, policy) replay is independent: run them on --jobs threads.
@@ -110,13 +135,20 @@ int Run(const Flags& flags) {
   ReplayOptions options;
   options.max_arrival = flags.max_arrival;
   options.step = flags.step;
+  options.online_workload = online;
+  options.random_ties = flags.ties == "random";
+  options.half_life_arrivals = flags.half_life;
+  options.max_shapes = flags.max_shapes;
+  options.coverage = flags.coverage;
   const size_t tasks = seeds.size() * policies.size();
   std::vector<absl::StatusOr<ReplayResult>> results(tasks, absl::UnknownError("not run"));
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t t; (t = next.fetch_add(1)) < tasks;) {
+      ReplayOptions o = options;
+      o.tie_seed = seeds[t / policies.size()];
       results[t] = Replay(*trace, arrivals[t / policies.size()], workload,
-                          policies[t % policies.size()], options);
+                          policies[t % policies.size()], o);
     }
   };
   std::vector<std::thread> threads;
@@ -129,7 +161,11 @@ int Run(const Flags& flags) {
     }
   }
 
-  const std::string prefix = absl::StrCat("alibaba_", mapping->name);
+  // Oracle results get files of their own, so both can sit side by side.
+  const std::string prefix =
+      absl::StrCat("alibaba_", mapping->name, online ? "" : "_oracle");
+  const std::string workload_note =
+      online ? "workload learned online" : "oracle workload (whole trace in advance)";
   std::string mkdir = absl::StrCat("mkdir -p '", flags.out, "'");
   if (std::system(mkdir.c_str()) != 0) {
     std::cerr << "cannot create " << flags.out << "\n";
@@ -159,7 +195,7 @@ int Run(const Flags& flags) {
   // Medians over seeds, per policy and step.
   const auto steps = static_cast<size_t>(std::floor(flags.max_arrival / flags.step + 1e-9));
   std::string csv = absl::StrCat("# ", mapping->Describe(), "; seeds ", seeds.front(), "..",
-                                 seeds.back(), "; medians over seeds\n", header);
+                                 seeds.back(), "; medians over seeds; ", workload_note, "\n", header);
   std::string table;
   for (size_t p = 0; p < policies.size(); ++p) {
     for (size_t k = 1; k <= steps; ++k) {
@@ -225,7 +261,8 @@ int Run(const Flags& flags) {
       "set terminal pngcairo size 900,600 noenhanced\n", "set output '", png_path, "'\n",
       "set datafile separator ','\n",
       "set title \"Alibaba GPU trace, ", trace->nodes.size(), " nodes: allocated GPU share vs arrivals\\n",
-      mapping->Describe(), "; seeds ", seeds.front(), "..", seeds.back(), " (median)\"\n",
+      mapping->Describe(), "; seeds ", seeds.front(), "..", seeds.back(), " (median); ",
+      workload_note, "\"\n",
       "set xlabel 'GPU requests arrived (% of cluster capacity)'\n",
       "set ylabel 'GPUs allocated (% of capacity)'\n", "set key bottom right\n", "set grid\n",
       "set xrange [50:", 100 * flags.max_arrival, "]\n", "set yrange [50:100]\n", "plot ");
@@ -275,6 +312,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--out", flags.out, "output directory")->capture_default_str();
   app.add_option("--coverage", flags.coverage, "workload shapes cover this share of pods")
+      ->capture_default_str();
+  app.add_option("--workload", flags.workload,
+                 "online: the policies score against a model learned from the arrivals so far "
+                 "(what duet-bridge does); oracle: against the whole trace's shapes")
+      ->capture_default_str();
+  app.add_option("--ties", flags.ties,
+                 "Kubernetes pods: first (the lowest node index wins a tie) or random (drawn, as "
+                 "kube-scheduler draws among equal totals)")
+      ->capture_default_str();
+  app.add_option("--half-life", flags.half_life,
+                 "online model: half-life in arrivals (0: no decay)")
+      ->capture_default_str();
+  app.add_option("--max-shapes", flags.max_shapes, "online model: shapes exported at most")
       ->capture_default_str();
   app.add_option("--jobs", flags.jobs, "replays run in parallel")->capture_default_str();
   app.add_flag("--quick", flags.quick,

@@ -12,6 +12,7 @@
 #include "bench/sim/replay.h"
 #include "benchmark/benchmark.h"
 #include "bridge/ledger/ledger.h"
+#include "bridge/placement/node_free.h"
 #include "bridge/placement/placement.h"
 
 namespace duet::sim {
@@ -103,6 +104,50 @@ void BM_SlurmWeight(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_SlurmWeight)->Unit(benchmark::kMicrosecond);
+
+// A workload of the trace's `n` most frequent shapes.
+placement::Workload TopShapes(size_t n) {
+  std::vector<placement::PodRequest> requests;
+  for (const TracePod& p : g_fixture->trace.pods) requests.push_back(p.request);
+  std::vector<placement::Workload::Shape> shapes =
+      placement::Workload::FromPods(requests, 1.0).shapes();
+  if (shapes.size() > n) shapes.resize(n);
+  return placement::Workload(std::move(shapes));
+}
+
+// One node's fragmentation against an n-shape workload, over every node in
+// turn: what scoring runs (shapes grouped by per-device demand, the node's
+// devices scanned once per group) against the definition it replaced (each
+// shape on its own, the devices scanned once per shape), side by side.
+void BM_Fragmentation(benchmark::State& state) {
+  const placement::Workload w = TopShapes(static_cast<size_t>(state.range(0)));
+  const bool grouped = state.range(1) == 1;
+  std::vector<placement::internal::NodeFree> nodes;
+  for (size_t i = 0; i < g_fixture->views.size(); ++i) {
+    nodes.push_back(placement::internal::Summarize(*g_fixture->views[i], g_fixture->loads[i]));
+  }
+  size_t k = 0;
+  for (auto _ : state) {
+    const placement::internal::NodeFree& n = nodes[k++ % nodes.size()];
+    double f = 0;
+    if (grouped) {
+      f = placement::internal::WorkloadFragmentation(n, w);
+    } else {
+      for (const placement::Workload::Shape& s : w.shapes()) {
+        f += s.weight * placement::internal::ShapeFragmentation(n, s.request);
+      }
+    }
+    benchmark::DoNotOptimize(f);
+  }
+  state.SetLabel(absl::StrCat(w.shapes().size(), " shapes in ", w.groups().size(), " groups, ",
+                              grouped ? "grouped" : "per shape"));
+}
+BENCHMARK(BM_Fragmentation)
+    ->Args({35, 0})
+    ->Args({35, 1})
+    ->Args({128, 0})
+    ->Args({128, 1})
+    ->Unit(benchmark::kNanosecond);
 
 }  // namespace
 }  // namespace duet::sim

@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "bridge/ledger/ledger.h"
+#include "bridge/placement/workload_model.h"
 
 namespace duet::sim {
 namespace {
@@ -219,7 +221,24 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
   }
   const double capacity = static_cast<double>(GpuCapacityMilli(trace.nodes));
 
-  const Scorer scorer(spec.policy, &workload);
+  // The workload the policy scores against: the oracle, or the model learned
+  // from the arrivals so far (replaced in `scorer` after every arrival).
+  std::optional<placement::WorkloadModel> model;
+  std::shared_ptr<const placement::Workload> learned;
+  if (options.online_workload) {
+    placement::WorkloadModelOptions mo;
+    mo.half_life = options.half_life_arrivals > 0
+                       ? absl::Seconds(options.half_life_arrivals)
+                       : absl::InfiniteDuration();
+    mo.coverage = options.coverage;
+    mo.max_shapes = options.max_shapes;
+    mo.max_tracked = std::max<size_t>(mo.max_tracked, options.max_shapes);
+    mo.refresh = absl::ZeroDuration();
+    if (absl::Status s = placement::ValidateWorkloadModelOptions(mo); !s.ok()) return s;
+    model.emplace(mo);
+    learned = model->Current(absl::UnixEpoch());
+  }
+  Scorer scorer(spec.policy, options.online_workload ? learned.get() : &workload);
   // Kubernetes candidates: every node, or its part of a static partition.
   std::optional<std::vector<uint32_t>> k8s_nodes;
   std::vector<World> part(n, World::kKubernetes);
@@ -246,6 +265,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     slurm_order.insert({weight[i], i});
   }
 
+  uint64_t tie_state = options.tie_seed;
   std::vector<double> decision_us;
   decision_us.reserve(arrivals.size());
   double requested = 0;
@@ -276,13 +296,28 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     const PodRequest& req = pod.request;
     const World world = arrivals[a].world;
     requested += static_cast<double>(req.device_milli());
+    if (model.has_value()) {
+      const absl::Time now = absl::UnixEpoch() + absl::Seconds(a);
+      model->Observe("", req, now);
+      learned = model->Current(now);
+      scorer = Scorer(spec.policy, learned.get());
+      if (slurm_weighted && options.weight_refresh > 0 && a % options.weight_refresh == 0) {
+        slurm_order.clear();
+        for (uint32_t i = 0; i < n; ++i) {
+          if (spec.static_partition && part[i] != World::kSlurm) continue;
+          weight[i] = scorer.SlurmWeight(*views[i], loads[i]);
+          slurm_order.insert({weight[i], i});
+        }
+      }
+    }
 
     const auto t0 = options.time_decisions ? std::chrono::steady_clock::now()
                                            : std::chrono::steady_clock::time_point();
     std::optional<placement::NodeChoice> choice;
     if (world == World::kKubernetes) {
       choice = placement::SelectNode(views, loads, req, scorer,
-                                     k8s_nodes.has_value() ? &*k8s_nodes : nullptr);
+                                     k8s_nodes.has_value() ? &*k8s_nodes : nullptr,
+                                     options.random_ties ? &tie_state : nullptr);
     } else {
       for (const auto& [w, i] : slurm_order) {
         if (!placement::Fits(*views[i], loads[i], req)) continue;

@@ -83,6 +83,28 @@ std::vector<Arrival> MakeArrivals(const Trace& trace, const Mapping& mapping, ui
 struct ReplayOptions {
   double max_arrival = 1.3;
   double step = 0.05;
+  // Where the fragmentation-aware policies get their workload from. Online
+  // (the product's configuration): a placement::WorkloadModel that has seen
+  // the arrivals so far, this one included, as the bridge would have (each
+  // arrival observed at t0 + its index in seconds). Oracle: the `workload`
+  // argument, the shapes of the whole trace known in advance (the FGD paper's
+  // setting).
+  bool online_workload = true;
+  // The online model: half-life in arrivals (0: no decay), shapes exported
+  // and their coverage, as WorkloadModelOptions.
+  double half_life_arrivals = 0;
+  size_t max_shapes = 128;
+  double coverage = 0.95;
+  // Online: every node's Slurm weight is recomputed against the current
+  // model every this many arrivals (the bridge's periodic weight feedback);
+  // the node a placement changed is recomputed at once either way.
+  size_t weight_refresh = 100;
+  // Kubernetes pods: equally scored nodes are drawn at random (seeded by
+  // `tie_seed`), as kube-scheduler draws among equal totals; false: the first
+  // node wins (duet-sim's default: on the Alibaba trace random ties leave
+  // duet unchanged and lower our FGD, bench/sim/RESULTS.md).
+  bool random_ties = false;
+  uint64_t tie_seed = 0;
   // Per-decision timing (adds two clock reads per pod).
   bool time_decisions = true;
 };
@@ -109,7 +131,9 @@ struct ReplayResult {
   uint64_t slurm_gpus = 0;
 };
 
-// Replays `arrivals` for one policy on a fresh Ledger. INTERNAL if the ledger
+// Replays `arrivals` for one policy on a fresh Ledger. `workload` is the
+// oracle: the policies' input when !options.online_workload, and always the
+// yardstick of Row::fragmented_gpus (so both modes report the same measure). INTERNAL if the ledger
 // refuses a placement the library chose (a bug in one of them).
 absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arrival>& arrivals,
                                     const placement::Workload& workload, const PolicySpec& spec,

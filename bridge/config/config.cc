@@ -123,6 +123,17 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     Section s(top.Child("placement"), "placement");
     DUET_YAML(s.Check());
     DUET_YAML(s.String("policy", &c->placement.policy));
+    Section w(s.Child("workload"), "placement.workload");
+    DUET_YAML(w.Check());
+    placement::WorkloadModelOptions& wo = c->placement.workload;
+    DUET_YAML(w.Duration("half_life", &wo.half_life));
+    DUET_YAML(w.Double("coverage", &wo.coverage));
+    DUET_YAML(w.Int("max_shapes", &wo.max_shapes));
+    DUET_YAML(w.Int("max_tracked", &wo.max_tracked));
+    DUET_YAML(w.Int("memory_granularity_mib", &wo.memory_granularity_mib));
+    DUET_YAML(w.Duration("refresh", &wo.refresh));
+    DUET_YAML(w.Int("max_keys", &wo.max_keys));
+    DUET_YAML(w.Finish());
     DUET_YAML(s.Finish());
   }
   {
@@ -314,6 +325,11 @@ absl::Status ValidateConfig(const Config& c) {
     if (c.slurm.credential_ttl < absl::Seconds(1)) {
       return absl::InvalidArgumentError("slurm.credential_ttl: must be at least 1s");
     }
+  }
+  if (absl::Status w = placement::ValidateWorkloadModelOptions(c.placement.workload,
+                                                               "placement.workload.");
+      !w.ok()) {
+    return w;
   }
   // Placement's own registry decides (the name Bridge::Start then parses).
   if (!placement::ParsePolicy(c.placement.policy).ok()) {

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "bridge/config/slurm_sync_settings.h"
 #include "common/leader_election_options.h"
+#include "bridge/placement/workload_model.h"
 
 namespace duet {
 
@@ -167,6 +168,10 @@ struct PlacementConfig {
   // duet | spread | most-allocated | best-fit | fgd: a name in placement's
   // registry (placement::RegisteredPolicies), which validation asks.
   std::string policy = "duet";
+  // The workload the fragmentation-aware policies score against, learned
+  // from the pods and Slurm jobs the bridge sees (placement.workload.*;
+  // docs/config.md says how to tune it).
+  placement::WorkloadModelOptions workload;
 };
 
 struct ExtenderConfig {

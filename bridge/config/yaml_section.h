@@ -8,6 +8,7 @@
 // yaml-cpp may throw from its accessors; callers wrap their use of a Section
 // in one try/catch (see ParseConfig).
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -72,6 +73,17 @@ class Section {
     }
     if (v < 0) return absl::InvalidArgumentError(Path(key) + ": must not be negative");
     *out = static_cast<T>(v);
+    return absl::OkStatus();
+  }
+
+  absl::Status Double(const std::string& key, double* out) {
+    YAML::Node n = Child(key);
+    if (!n) return absl::OkStatus();
+    double v;
+    if (!n.IsScalar() || !absl::SimpleAtod(n.Scalar(), &v) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(Path(key) + ": must be a number");
+    }
+    *out = v;
     return absl::OkStatus();
   }
 

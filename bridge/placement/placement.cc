@@ -169,9 +169,23 @@ double CpuFreeFraction(const NodeFree& node) {
   return static_cast<double>(std::max<int64_t>(node.cpu_free, 0)) / node.cpu_capacity;
 }
 
+// Fragmented milli, rounded to a millionth of a milli so that equal
+// fragmentations computed along different paths compare equal (a tie then
+// goes to the node or device seen first, not to rounding noise).
+// SplitMix64 (Steele, Lea, Flood 2014): a small, well-mixed generator whose
+// whole state is one word.
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 double Frag(const NodeFree& node, const PodRequest& request, const Workload* workload) {
-  if (workload == nullptr || workload->empty()) return internal::ShapeFragmentation(node, request);
-  return internal::WorkloadFragmentation(node, *workload);
+  const double f = workload == nullptr || workload->empty()
+                       ? internal::ShapeFragmentation(node, request)
+                       : internal::WorkloadFragmentation(node, *workload);
+  return std::round(f * 1e6) / 1e6;
 }
 
 // Fragmentation-aware device choice for a shared pod: the device whose use
@@ -374,16 +388,25 @@ uint32_t SlurmWeight(const NodeView& view, const NodeLoad& load, const Scorer& s
 
 std::optional<NodeChoice> SelectNode(absl::Span<const std::shared_ptr<const NodeView>> nodes,
                                      absl::Span<const NodeLoad> loads, const PodRequest& request,
-                                     const Scorer& scorer, const std::vector<uint32_t>* only) {
+                                     const Scorer& scorer, const std::vector<uint32_t>* only,
+                                     uint64_t* tie_state) {
   std::optional<NodeChoice> best;
   NodeFree best_node;
   Picks best_picks;
+  uint64_t ties = 0;  // nodes seen with the best raw score so far
   auto consider = [&](size_t i) {
     if (nodes[i] == nullptr) return;
     NodeFree node = internal::Summarize(*nodes[i], loads[i]);
     if (!CheckFits(*nodes[i], node, request, nullptr)) return;
     Eval e = EvaluateFree(node, request, scorer.policy(), scorer.workload());
-    if (best.has_value() && !(e.raw > best->placement.raw)) return;
+    if (best.has_value() && e.raw < best->placement.raw) return;
+    if (best.has_value() && e.raw == best->placement.raw) {
+      // Reservoir sampling: the k-th tied node replaces the choice with
+      // probability 1/k.
+      if (tie_state == nullptr || SplitMix64(tie_state) % ++ties != 0) return;
+    } else {
+      ties = 1;
+    }
     best = NodeChoice{i, Placement{{}, e.raw, e.score}};
     best_node = std::move(node);
     best_picks = std::move(e.picks);

@@ -144,13 +144,16 @@ struct NodeChoice {
 };
 
 // The node with the highest raw score among `nodes` (or among the indices in
-// `only`, when non-null) where `request` fits; ties go to the node seen
-// first (the lower index when `only` is sorted).
+// `only`, when non-null) where `request` fits. Ties go to the node seen first
+// (the lower index when `only` is sorted), or, with `tie_state` non-null, to
+// one of the tied nodes drawn uniformly at random from that state (advanced),
+// as kube-scheduler picks among equally scored nodes.
 // `loads` is parallel to `nodes`. Null views are skipped. nullopt when no node
 // fits.
 std::optional<NodeChoice> SelectNode(absl::Span<const std::shared_ptr<const NodeView>> nodes,
                                      absl::Span<const NodeLoad> loads, const PodRequest& request,
                                      const Scorer& scorer,
-                                     const std::vector<uint32_t>* only = nullptr);
+                                     const std::vector<uint32_t>* only = nullptr,
+                                     uint64_t* tie_state = nullptr);
 
 }  // namespace duet::placement

@@ -93,9 +93,32 @@ double ShapeFragmentation(const NodeFree& node, const PodRequest& shape) {
   return static_cast<double>(unusable);
 }
 
+// Per shape s of a group, ShapeFragmentation is the kind's idle milli when s
+// does not fit and idle minus the usable devices' free milli when it does;
+// summed with weights that is  W * idle - W_fit * usable_free  per group.
 double WorkloadFragmentation(const NodeFree& node, const Workload& workload) {
+  uint64_t idle[4] = {0, 0, 0, 0};
+  for (const DeviceFree& d : node.devices) idle[static_cast<uint8_t>(d.kind) & 3] += d.free;
   double f = 0;
-  for (const Workload::Shape& s : workload.shapes()) f += s.weight * ShapeFragmentation(node, s.request);
+  for (DeviceKind k : {DeviceKind::kGpu, DeviceKind::kTpu}) {
+    f += workload.no_device_weight(k) * static_cast<double>(idle[static_cast<uint8_t>(k) & 3]);
+  }
+  for (const Workload::Group& g : workload.groups()) {
+    uint32_t usable = 0;
+    uint64_t usable_free = 0;
+    for (const DeviceFree& d : node.devices) {
+      if (!DeviceUsable(d, g.probe)) continue;
+      ++usable;
+      usable_free += d.free;
+    }
+    double fit = 0;
+    for (const Workload::Group::Member& m : g.members) {
+      if (m.count > usable) break;
+      if (node.cpu_free >= m.cpu_milli && node.mem_free >= m.memory_mib) fit += m.weight;
+    }
+    f += g.weight * static_cast<double>(idle[static_cast<uint8_t>(g.probe.kind) & 3]) -
+         fit * static_cast<double>(usable_free);
+  }
   return f;
 }
 
@@ -110,6 +133,39 @@ Workload::Workload(std::vector<Shape> shapes) {
     if (s.weight <= 0) continue;
     s.weight /= total;
     shapes_.push_back(std::move(s));
+  }
+  Compile();
+}
+
+void Workload::Compile() {
+  using GroupKey = std::tuple<DeviceKind, uint32_t, std::vector<std::string>>;
+  std::map<GroupKey, size_t> index;
+  for (const Shape& s : shapes_) {
+    if (s.request.count == 0) {
+      no_device_weight_[static_cast<uint8_t>(s.request.kind) & 3] += s.weight;
+      continue;
+    }
+    std::vector<std::string> models = s.request.models;
+    std::sort(models.begin(), models.end());
+    auto [it, added] =
+        index.try_emplace(GroupKey{s.request.kind, s.request.milli, models}, groups_.size());
+    if (added) {
+      Group g;
+      g.probe.kind = s.request.kind;
+      g.probe.count = 1;
+      g.probe.milli = s.request.milli;
+      g.probe.models = std::move(models);
+      groups_.push_back(std::move(g));
+    }
+    Group& g = groups_[it->second];
+    g.weight += s.weight;
+    g.members.push_back({s.request.count, static_cast<int64_t>(s.request.cpu_milli),
+                         static_cast<int64_t>(s.request.memory_mib), s.weight});
+  }
+  for (Group& g : groups_) {
+    std::sort(g.members.begin(), g.members.end(), [](const auto& a, const auto& b) {
+      return std::tie(a.count, a.cpu_milli) < std::tie(b.count, b.cpu_milli);
+    });
   }
 }
 

@@ -6,6 +6,8 @@
 // device capacity is fragmented for a shape when the shape cannot use it.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "bridge/ledger/types.h"
@@ -35,9 +37,40 @@ class Workload {
   const std::vector<Shape>& shapes() const { return shapes_; }
   bool empty() const { return shapes_.empty(); }
 
+  // The shapes grouped for fast fragmentation (internal::WorkloadFragmentation):
+  // shapes that ask the same per-device share of the same kind and models
+  // see the same usable devices on a node, so a node's devices are scanned
+  // once per group, not once per shape.
+  struct Group {
+    PodRequest probe;  // kind, milli and models of the group's shapes
+    double weight = 0;  // sum of the group's weights
+    struct Member {
+      uint32_t count;
+      int64_t cpu_milli;
+      int64_t memory_mib;
+      double weight;
+    };
+    std::vector<Member> members;  // by count, then CPU
+  };
+  const std::vector<Group>& groups() const { return groups_; }
+  // Sum of the weights of shapes without devices, per DeviceKind value.
+  double no_device_weight(DeviceKind kind) const {
+    return no_device_weight_[static_cast<uint8_t>(kind) & 3];
+  }
+
  private:
+  void Compile();
+
   std::vector<Shape> shapes_;
+  std::vector<Group> groups_;
+  double no_device_weight_[4] = {0, 0, 0, 0};
 };
+
+// Where a component gets the workload it scores against, at the moment it
+// scores: duet-bridge passes its WorkloadModel's current snapshot
+// (workload_model.h). A null function, or a null or empty result: each
+// request is measured against its own shape.
+using WorkloadFn = std::function<std::shared_ptr<const Workload>()>;
 
 // Expected fragmented device milli-units on a node for `workload`: for each
 // shape, all the node's free milli when the shape cannot run there (too few

@@ -33,8 +33,7 @@ absl::Status Refusal(const NodeView& view, const std::string& why) {
 PodHolds::PodHolds(Ledger* ledger, PlaceholderMaker* placeholders, PodHoldsOptions options)
     : ledger_(ledger),
       placeholders_(placeholders),
-      options_(std::move(options)),
-      scorer_(options_.policy, options_.workload) {}
+      options_(std::move(options)) {}
 
 placement::NodeLoad PodHolds::LoadOf(const NodeView& view) const {
   return options_.load ? options_.load(view) : placement::NodeLoad{};
@@ -98,7 +97,10 @@ absl::StatusOr<PodHold> PodHolds::HoldInLedger(const Owner& pod, const std::stri
     std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
     if (view == nullptr) return UnknownNodeError(node);
     std::string why;
-    std::optional<placement::Placement> p = scorer_.Evaluate(*view, LoadOf(*view), request, &why);
+    const std::shared_ptr<const placement::Workload> workload =
+        options_.workload ? options_.workload() : nullptr;
+    const placement::Scorer scorer(options_.policy, workload.get());
+    std::optional<placement::Placement> p = scorer.Evaluate(*view, LoadOf(*view), request, &why);
     if (!p.has_value()) return Refusal(*view, why);
     HoldRequest hold;
     hold.node = node;

@@ -64,7 +64,7 @@ struct PodHoldsOptions {
   placement::Policy policy = placement::Policy::kDuet;
   // Fragmentation target for kDuet/kFgd; null: each request's own shape.
   // Not owned.
-  const placement::Workload* workload = nullptr;
+  placement::WorkloadFn workload;
   // CPU/memory already committed on a node; null: zero (only the node's
   // capacity is checked). duet-bridge: SlurmNodeLoads::Get.
   std::function<placement::NodeLoad(const NodeView&)> load;
@@ -116,7 +116,6 @@ class PodHolds {
   Ledger* const ledger_;
   PlaceholderMaker* const placeholders_;
   const PodHoldsOptions options_;
-  const placement::Scorer scorer_;
 };
 
 }  // namespace pods

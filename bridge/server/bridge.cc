@@ -24,6 +24,7 @@
 #include "bridge/server/pod_release.h"
 #include "bridge/server/sync_events.h"
 #include "bridge/server/watch_metrics.h"
+#include "bridge/server/workload.h"
 #include "bridge/slurm/munge_auth.h"
 #include "bridge/slurm/slurm_key_auth.h"
 #include "k8s_adapter/kube_config.h"
@@ -239,6 +240,11 @@ absl::Status Bridge::OpenJournal() {
   journal_->SetFsyncObserver(
       [m](double seconds, size_t records, size_t bytes) { m->ObserveFsync(seconds, records, bytes); });
   ledger_.AddListener(&hub_);
+  // The learned workload: fed by the extender, the pod watch and the Slurm
+  // sync, read by every scoring path.
+  workload_model_ = std::make_unique<placement::WorkloadModel>(config_.placement.workload);
+  placement::WorkloadModel* model = workload_model_.get();
+  m->AddCollector([model] { return WorkloadFamilies(model->stats(absl::Now())); });
   return absl::OkStatus();
 }
 
@@ -312,6 +318,14 @@ absl::Status Bridge::StartSlurm() {
   }
   so.pod_liveness = PodLivenessFromWatch();
   so.policy = policy_;
+  so.workload = LearnedWorkload();
+  {
+    placement::WorkloadModel* model = workload_model_.get();
+    const Ledger* ledger = &ledger_;
+    so.on_live_job = [model, ledger](const SlurmJobInfo& job) {
+      ObserveSlurmJob(model, *ledger, job, absl::Now());
+    };
+  }
   slurm_loads_ = std::make_unique<SlurmNodeLoads>();
   so.loads = slurm_loads_.get();
   slurm_sync_ = std::make_unique<SlurmSync>(so, &ledger_, slurm_.get(), Clock::Real());
@@ -339,6 +353,13 @@ absl::Status Bridge::StartPodWatch() {
     k8s::PodWatchOptions po;
     po.grace = kc.pod_release_grace;
     po.sweep_period = kc.pod_sweep_period;
+    {
+      placement::WorkloadModel* model = workload_model_.get();
+      const Ledger* ledger = &ledger_;
+      po.on_pod = [model, ledger](const nlohmann::json& pod) {
+        ObserveBoundPod(model, *ledger, pod, absl::Now());
+      };
+    }
     pod_watch_ =
         std::make_unique<k8s::PodWatch>(kube_client_.get(), &ledger_, pod_releaser_.get(), po);
     DUET_RETURN_IF_ERROR(pod_watch_->Start());
@@ -391,6 +412,7 @@ LedgerService::Options Bridge::ServiceOptions() {
   // told of every placeholder it makes; Slurm placeholders when Slurm is on.
   sopts.placeholders = placeholders_.get();
   sopts.pod_holds = MakePodHoldsOptions(policy_);
+  sopts.workload = workload_model_.get();
   // A Slurm step refused because another Slurm job, or a placeholder whose
   // pod has ended, holds its devices in the ledger: if Slurm says that job
   // has ended (the ledger lags Slurm), release it and try once more.
@@ -524,6 +546,13 @@ absl::Status Bridge::ServeExtender() {
   // jobs and placeholders hold (each sync pass).
   const pods::PodHoldsOptions holds = MakePodHoldsOptions(policy_);
   eo.policy = holds.policy;
+  eo.workload = holds.workload;
+  {
+    placement::WorkloadModel* model = workload_model_.get();
+    eo.observe = [model](const std::string& key, const placement::PodRequest& req) {
+      model->Observe(key, req, absl::Now());
+    };
+  }
   eo.load = holds.load;
   eo.on_placeholder = holds.on_placeholder;
   if (slurm_loads_ != nullptr) {
@@ -553,12 +582,18 @@ absl::Status Bridge::ServeExtender() {
 pods::PodHoldsOptions Bridge::MakePodHoldsOptions(placement::Policy policy) const {
   pods::PodHoldsOptions o;
   o.policy = policy;
+  o.workload = LearnedWorkload();
   if (slurm_loads_ != nullptr) {
     SlurmNodeLoads* loads = slurm_loads_.get();
     o.load = [loads](const NodeView& v) { return loads->Get(v.spec.name); };
     o.on_placeholder = [loads](const std::string& node, const placement::NodeLoad& l) { loads->Add(node, l); };
   }
   return o;
+}
+
+placement::WorkloadFn Bridge::LearnedWorkload() const {
+  const placement::WorkloadModel* model = workload_model_.get();
+  return [model] { return model->Current(absl::Now()); };
 }
 
 int Bridge::extender_port() const {

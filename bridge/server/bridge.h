@@ -13,6 +13,7 @@
 #include "bridge/inventory/inventory.h"
 #include "bridge/journal/journal.h"
 #include "bridge/ledger/ledger.h"
+#include "bridge/placement/workload_model.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
 #include "bridge/server/service.h"
@@ -112,6 +113,9 @@ class Bridge {
   std::unique_ptr<Journal> journal_;
   std::unique_ptr<Durability> durability_;
   std::unique_ptr<Metrics> metrics_;
+  // The learned workload (placement.workload; bridge/server/workload.h).
+  // Before its users, so it is destroyed after them.
+  std::unique_ptr<placement::WorkloadModel> workload_model_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<LedgerService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -136,6 +140,8 @@ class Bridge {
   // placement policy and, with Slurm, slurm_loads_ as the load and as the
   // sink of placeholders' CPU/memory. Valid while slurm_loads_ lives.
   pods::PodHoldsOptions MakePodHoldsOptions(placement::Policy policy) const;
+  // The learned workload's current snapshot, as the scoring components read it.
+  placement::WorkloadFn LearnedWorkload() const;
   std::unique_ptr<k8s::EventRecorder> events_;
   std::unique_ptr<k8s::PodReleaser> pod_releaser_;
   std::unique_ptr<k8s::PodWatch> pod_watch_;

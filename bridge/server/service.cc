@@ -396,6 +396,39 @@ grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContex
   return reactor;
 }
 
+grpc::ServerUnaryReactor* LedgerService::GetWorkload(grpc::CallbackServerContext* ctx,
+                                                     const v1::GetWorkloadRequest* req,
+                                                     v1::WorkloadResponse* resp) {
+  const absl::Time start = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  if (options_.workload == nullptr) {
+    Answer(reactor, "GetWorkload", start,
+           absl::UnimplementedError("this server learns no workload"));
+    return reactor;
+  }
+  const placement::WorkloadModel::Stats s = options_.workload->stats(start);
+  for (const placement::WorkloadModel::ShapeStat& shape : s.shapes) {
+    v1::WorkloadShape* out = resp->add_shapes();
+    out->set_kind(shape.shape.kind == DeviceKind::kTpu ? v1::DEVICE_KIND_TPU : v1::DEVICE_KIND_GPU);
+    out->set_count(shape.shape.count);
+    out->set_milli(shape.shape.milli);
+    for (const std::string& m : shape.shape.models) out->add_models(m);
+    out->set_cpu_milli(shape.shape.cpu_milli);
+    out->set_memory_mib(shape.shape.memory_mib);
+    out->set_weight(shape.weight);
+    out->set_share(shape.share);
+  }
+  resp->set_tracked(static_cast<uint32_t>(s.tracked));
+  resp->set_coverage(s.coverage);
+  resp->set_total_weight(s.total_weight);
+  resp->set_arrivals(s.arrivals);
+  resp->set_duplicates(s.duplicates);
+  resp->set_evictions(s.evictions);
+  resp->set_half_life(absl::FormatDuration(options_.workload->options().half_life));
+  Answer(reactor, "GetWorkload", start, absl::OkStatus());
+  return reactor;
+}
+
 grpc::ServerWriteReactor<v1::NodeEvent>* LedgerService::WatchNodes(
     grpc::CallbackServerContext* ctx, const v1::WatchNodesRequest* req) {
   std::set<std::string> names(req->names().begin(), req->names().end());

@@ -15,6 +15,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "bridge/ledger/ledger.h"
+#include "bridge/placement/workload_model.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
 #include "bridge/server/watch_hub.h"
@@ -67,6 +68,9 @@ class LedgerService final : public v1::Ledger::CallbackService {
     // Slurm's state and reason of a node for ListNodes/GetNode answers
     // (Node.slurm_state/slurm_reason); null when Slurm is off.
     std::function<std::pair<std::string, std::string>(const std::string& node)> slurm_state;
+    // GetWorkload's answer (duet-bridge: its WorkloadModel); null: the
+    // service answers UNIMPLEMENTED.
+    const placement::WorkloadModel* workload = nullptr;
   };
   // All pointers must outlive the service. `metrics` may be null.
   LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub, Metrics* metrics,
@@ -97,6 +101,9 @@ class LedgerService final : public v1::Ledger::CallbackService {
   // scheduler, so it is rare.
   grpc::ServerUnaryReactor* PlacePod(grpc::CallbackServerContext* ctx,
                                      const v1::PlacePodRequest* req, v1::Holding* resp) override;
+  grpc::ServerUnaryReactor* GetWorkload(grpc::CallbackServerContext* ctx,
+                                        const v1::GetWorkloadRequest* req,
+                                        v1::WorkloadResponse* resp) override;
 
  private:
   class WatchReactor;

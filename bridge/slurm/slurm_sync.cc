@@ -129,7 +129,9 @@ SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& optio
 uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options) {
   // One implementation: the placement library's policy decides Slurm's node
   // order too (fuller nodes weigh less, so Slurm's first fit packs).
-  return placement::Scorer(options.policy).SlurmWeight(view, placement::NodeLoad{});
+  const std::shared_ptr<const placement::Workload> workload =
+      options.workload ? options.workload() : nullptr;
+  return placement::Scorer(options.policy, workload.get()).SlurmWeight(view, placement::NodeLoad{});
 }
 
 SlurmSync::SlurmSync(SlurmSyncOptions options, Ledger* ledger, SlurmClient* slurm,
@@ -538,6 +540,8 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
     if (!job.live()) continue;
     if (std::optional<PlaceholderPod> pod = ParsePlaceholderComment(job.comment)) {
       placeholders_seen_[job.job_id] = {*pod, job.cpus, job.memory_mib};
+    } else if (options_.on_live_job) {
+      options_.on_live_job(job);
     }
   }
   // First release holdings of jobs Slurm no longer runs. Only what was granted before the

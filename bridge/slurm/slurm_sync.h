@@ -147,8 +147,14 @@ struct SlurmSyncOptions : SlurmSyncSettings {
   // With manage_nodes: create and delete Slurm nodes for the ledger's nodes
   // (kCreate) or adopt slurmd's (kAdopt; see the top) (slurm.nodes).
   SlurmNodeMode node_mode = SlurmNodeMode::kCreate;
-  // The placement policy the weights follow (placement.policy).
+  // The placement policy the weights follow (placement.policy), and the
+  // workload it scores against (the learned one in duet-bridge; null: none).
   placement::Policy policy = placement::Policy::kDuet;
+  placement::WorkloadFn workload;
+  // Told of every live Slurm job each pass reads that is not a pod's
+  // placeholder (the learned workload counts it once). Called from the sync
+  // thread; must not block. Null: none.
+  std::function<void(const SlurmJobInfo& job)> on_live_job;
   // What Kubernetes says about a placeholder's pod (the pod watch). Null:
   // nothing is known (kUnknown): placeholders are then cancelled only when
   // their pod releases, and a lost one is always kept and repaired.

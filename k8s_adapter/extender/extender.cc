@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "k8s_adapter/common/pod_request.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -62,7 +63,6 @@ Extender::Extender(Ledger* ledger, pods::PlaceholderMaker* placeholders, PodApi*
     : ledger_(ledger),
       api_(api),
       options_(std::move(options)),
-      scorer_(options_.policy, options_.workload),
       holds_(ledger, placeholders,
              pods::PodHoldsOptions{options_.policy, options_.workload, options_.load,
                                    options_.on_placeholder}) {}
@@ -76,6 +76,13 @@ FilterResult Extender::Filter(const ExtenderArgs& args) const {
     const std::string msg = absl::StrCat("duet: ", req.status().message());
     for (const std::string& n : args.node_names) out.failed_unresolvable[n] = msg;
     return out;
+  }
+  if (options_.observe) {
+    const nlohmann::json* md = k8s::Field(args.pod, "metadata");
+    const nlohmann::json* uid = md == nullptr ? nullptr : k8s::Field(*md, "uid");
+    if (uid != nullptr && uid->is_string() && !uid->get_ref<const std::string&>().empty()) {
+      options_.observe(absl::StrCat("pod/", uid->get_ref<const std::string&>()), *req);
+    }
   }
   out.node_names.reserve(args.node_names.size());
   std::string reason;
@@ -123,10 +130,13 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
   std::vector<std::pair<size_t, double>> raw;
   raw.reserve(out.size());
   const std::vector<std::shared_ptr<const NodeView>> views = ledger_->GetNodes(args.node_names);
+  const std::shared_ptr<const placement::Workload> workload =
+      options_.workload ? options_.workload() : nullptr;
+  const placement::Scorer scorer(options_.policy, workload.get());
   for (size_t i = 0; i < out.size(); ++i) {
     const NodeView* view = views[i].get();
     if (view == nullptr) continue;
-    std::optional<placement::Placement> p = scorer_.Evaluate(*view, LoadOf(*view), *req);
+    std::optional<placement::Placement> p = scorer.Evaluate(*view, LoadOf(*view), *req);
     if (p.has_value()) raw.emplace_back(i, p->raw);
   }
   if (raw.empty()) return out;

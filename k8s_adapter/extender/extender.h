@@ -78,10 +78,14 @@ std::unique_ptr<PodApi> NewKubePodApi(k8s::KubeClient* client);
 
 struct ExtenderOptions {
   placement::Policy policy = placement::Policy::kDuet;
-  // Fragmentation target for kDuet/kFgd; null: each request's own shape.
-  // Not owned. duet-bridge passes none yet: an online workload model is to
-  // feed it (the placement scorer and the simulator already take one).
-  const placement::Workload* workload = nullptr;
+  // Fragmentation target for kDuet/kFgd, read at each prioritize and bind
+  // (duet-bridge: the workload it learns, placement::WorkloadModel); null:
+  // each request's own shape.
+  placement::WorkloadFn workload;
+  // Told of every pod the filter reads (its key "pod/<uid>" and request), so
+  // the learned workload counts the pods that arrive; null: none. Called
+  // concurrently; must not block.
+  std::function<void(const std::string& key, const placement::PodRequest&)> observe;
   // CPU/memory committed on a node; null: zero (see the class comment).
   // duet-bridge passes what Slurm's jobs and placeholders hold
   // (SlurmNodeLoads, refreshed by every Slurm sync pass).
@@ -141,7 +145,6 @@ class Extender {
   Ledger* const ledger_;
   PodApi* const api_;
   const ExtenderOptions options_;
-  const placement::Scorer scorer_;
   pods::PodHolds holds_;
 
   std::atomic<uint64_t> bound_{0};

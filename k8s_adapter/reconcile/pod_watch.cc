@@ -116,6 +116,7 @@ void PodWatch::OnUpsert(const nlohmann::json& object) {
     return;
   }
   if (uid.empty() || name.empty()) return;
+  if (options_.on_pod) options_.on_pod(object);
   const std::string key = absl::StrCat(ns, "/", name);
   absl::MutexLock l(&mu_);
   auto k = uid_by_key_.find(key);

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -96,6 +97,10 @@ struct PodWatchOptions {
   absl::Duration grace = absl::Seconds(30);
   // Time between periodic sweeps (and retries of failed releases).
   absl::Duration sweep_period = absl::Seconds(30);
+  // Told of every pod the watch reads (each add and update; on the
+  // informer's thread, must not block). duet-bridge counts it in the learned
+  // workload (once per UID). Null: none.
+  std::function<void(const nlohmann::json& pod)> on_pod;
   // Tuning of the pod list+watch (path and selectors are filled in).
   InformerOptions informer;
   const Clock* clock = Clock::Real();

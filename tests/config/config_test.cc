@@ -202,6 +202,46 @@ extender:
   bad("extender: {listen: \"0.0.0.0:8443\", threads: 0}", "extender.threads");
 }
 
+TEST(ConfigTest, LearnedWorkloadSection) {
+  auto d = ParseConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->placement.workload.half_life, absl::Hours(6));
+  EXPECT_EQ(d->placement.workload.max_shapes, 128u);
+  EXPECT_DOUBLE_EQ(d->placement.workload.coverage, 0.95);
+
+  auto c = ParseConfig(R"yaml(
+placement:
+  workload: {half_life: inf, coverage: 0.9, max_shapes: 64, max_tracked: 256,
+             memory_granularity_mib: 4096, refresh: 250ms, max_keys: 1000}
+)yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const placement::WorkloadModelOptions& w = c->placement.workload;
+  EXPECT_EQ(w.half_life, absl::InfiniteDuration());
+  EXPECT_DOUBLE_EQ(w.coverage, 0.9);
+  EXPECT_EQ(w.max_shapes, 64u);
+  EXPECT_EQ(w.max_tracked, 256u);
+  EXPECT_EQ(w.memory_granularity_mib, 4096u);
+  EXPECT_EQ(w.refresh, absl::Milliseconds(250));
+  EXPECT_EQ(w.max_keys, 1000u);
+  EXPECT_TRUE(ValidateConfig(*c).ok()) << ValidateConfig(*c);
+
+  EXPECT_THAT(ParseConfig("placement: {workload: {coverage: most}}").status().message(),
+              HasSubstr("placement.workload.coverage: must be a number"));
+  EXPECT_THAT(ParseConfig("placement: {workload: {halflife: 1h}}").status().message(),
+              HasSubstr("placement.workload.halflife: unknown key"));
+  auto invalid = [](const char* yaml) {
+    auto x = ParseConfig(yaml);
+    EXPECT_TRUE(x.ok()) << x.status();
+    return x.ok() ? std::string(ValidateConfig(*x).message()) : std::string();
+  };
+  EXPECT_THAT(invalid("placement: {workload: {coverage: 1.5}}"),
+              HasSubstr("placement.workload.coverage: must be in (0, 1]"));
+  EXPECT_THAT(invalid("placement: {workload: {max_shapes: 200, max_tracked: 100}}"),
+              HasSubstr("placement.workload.max_tracked: must be at least max_shapes"));
+  EXPECT_THAT(invalid("placement: {workload: {half_life: 0s}}"),
+              HasSubstr("placement.workload.half_life: must be positive"));
+}
+
 TEST(ConfigTest, SlurmSection) {
   auto c = ParseConfig(R"(
 inventory: {source: file, file: n.yaml}

@@ -356,3 +356,64 @@ TEST(NodeJson, DocumentedShape) {
 
 }  // namespace
 }  // namespace duet::ctl
+
+namespace duet::ctl {
+namespace {
+
+v1::WorkloadResponse TwoShapes() {
+  v1::WorkloadResponse r;
+  v1::WorkloadShape* a = r.add_shapes();
+  a->set_kind(v1::DEVICE_KIND_GPU);
+  a->set_count(1);
+  a->set_milli(500);
+  a->set_cpu_milli(4000);
+  a->set_weight(6);
+  a->set_share(0.6);
+  v1::WorkloadShape* b = r.add_shapes();
+  b->set_kind(v1::DEVICE_KIND_GPU);
+  b->set_count(8);
+  b->set_milli(1000);
+  b->add_models("nvidia-h100-80gb");
+  b->set_cpu_milli(96000);
+  b->set_memory_mib(1 << 20);
+  b->set_weight(3);
+  b->set_share(0.3);
+  r.set_tracked(5);
+  r.set_coverage(0.9);
+  r.set_total_weight(10);
+  r.set_arrivals(12);
+  r.set_duplicates(4);
+  r.set_evictions(0);
+  r.set_half_life("6h");
+  return r;
+}
+
+TEST(RenderWorkloadTable, ShapesHeaviestFirstWithASummary) {
+  const std::string out = RenderWorkloadTable(TwoShapes());
+  EXPECT_THAT(out, HasSubstr("2 shapes exported of 5 tracked, covering 90.0% of 10.0 arrivals "
+                             "(half-life 6h; 12 counted, 4 seen again, 0 shapes dropped)."));
+  EXPECT_THAT(out, HasSubstr("SHARE"));
+  const size_t first = out.find("60.0%");
+  const size_t second = out.find("30.0%");
+  ASSERT_NE(first, std::string::npos);
+  ASSERT_NE(second, std::string::npos);
+  EXPECT_LT(first, second);
+  EXPECT_THAT(out, HasSubstr("500m"));
+  EXPECT_THAT(out, HasSubstr("nvidia-h100-80gb"));
+  EXPECT_THAT(out, HasSubstr("1048576Mi"));
+  EXPECT_THAT(RenderWorkloadTable(v1::WorkloadResponse()), HasSubstr("No shapes learned yet."));
+}
+
+TEST(WorkloadJson, EveryField) {
+  const Json j = WorkloadJson(TwoShapes());
+  ASSERT_EQ(j["shapes"].size(), 2u);
+  EXPECT_EQ(j["shapes"][0]["kind"], "gpu");
+  EXPECT_EQ(j["shapes"][0]["milli"], 500);
+  EXPECT_EQ(j["shapes"][1]["models"], Json::array({"nvidia-h100-80gb"}));
+  EXPECT_EQ(j["tracked"], 5);
+  EXPECT_EQ(j["half_life"], "6h");
+  EXPECT_DOUBLE_EQ(j["coverage"].get<double>(), 0.9);
+}
+
+}  // namespace
+}  // namespace duet::ctl

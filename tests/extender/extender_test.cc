@@ -5,6 +5,9 @@
 
 #include "k8s_adapter/extender/extender.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bridge/placement/workload_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "k8s_adapter/extender/server.h"
@@ -253,6 +256,51 @@ TEST_F(ExtenderTest, OtherPoliciesOrderAsTheyShould) {
   std::vector<HostPriority> p = spread.Prioritize(*ParseExtenderArgs(TestdataJson("filter_args.json")));
   EXPECT_GT(p[0].score, p[4].score);
   EXPECT_GT(p[4].score, p[3].score);
+}
+
+// duet-bridge's configuration: the extender counts the pods it filters in a
+// learned workload and scores against it. Here 2-GPU pods make up the
+// workload, so a 1-GPU pod stops being packed onto the node where it would
+// strand the last GPU.
+TEST_F(ExtenderTest, PrioritizeScoresAgainstTheWorkloadItLearns) {
+  placement::WorkloadModelOptions mo;
+  mo.refresh = absl::ZeroDuration();
+  placement::WorkloadModel model(mo);
+  ExtenderOptions o;
+  o.workload = [&model] { return model.Current(absl::Now()); };
+  o.observe = [&model](const std::string& key, const placement::PodRequest& r) {
+    model.Observe(key, r, absl::Now());
+  };
+  Extender learning(&ledger_, nullptr, &api_, o);
+  ExtenderArgs one;
+  one.pod = PodWith({Container({{"nvidia.com/gpu", "1"}})});
+  // 8, 2 and 4 GPUs free.
+  one.node_names = {bench::H100NodeName(0), bench::H100NodeName(1), bench::H100NodeName(3)};
+
+  // Nothing learned yet: the pod's own shape, so packing picks the fullest.
+  std::vector<HostPriority> before = learning.Prioritize(one);
+  EXPECT_EQ(before[1].score, kMaxExtenderPriority);
+
+  // Ten 2-GPU pods pass the filter, each twice (kube-scheduler retries):
+  // counted once per UID.
+  for (int i = 0; i < 10; ++i) {
+    ExtenderArgs two;
+    two.pod = PodWith({Container({{"nvidia.com/gpu", "2"}})});
+    two.pod["metadata"]["uid"] = absl::StrCat("two-", i);
+    two.node_names = one.node_names;
+    learning.Filter(two);
+    learning.Filter(two);
+  }
+  const placement::WorkloadModel::Stats st = model.stats(absl::Now());
+  EXPECT_EQ(st.arrivals, 10u);
+  EXPECT_EQ(st.duplicates, 10u);
+  ASSERT_EQ(st.shapes.size(), 1u);
+  EXPECT_EQ(st.shapes[0].shape.count, 2u);
+
+  std::vector<HostPriority> after = learning.Prioritize(one);
+  EXPECT_EQ(after[2].score, kMaxExtenderPriority);  // 4 free: 3 left, still two 2-GPU pods
+  EXPECT_EQ(after[1].score, 0);                     // 2 free: 1 left, no 2-GPU pod fits
+  EXPECT_GT(after[0].score, after[1].score);
 }
 
 TEST_F(ExtenderTest, PodWithoutDevicesPassesUnknownAndReadyNodes) {

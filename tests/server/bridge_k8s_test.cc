@@ -151,6 +151,11 @@ TEST(BridgeKubernetesTest, ExtenderBindsAPodWithAFileInventory) {
   nlohmann::json filtered = nlohmann::json::parse(r->body);
   EXPECT_EQ(filtered["NodeNames"], nlohmann::json({"gke-a"}));
   EXPECT_EQ(filtered["FailedAndUnresolvableNodes"].count("gke-b"), 1u);
+  // The filter counted the pod in the learned workload: one 3-GPU shape.
+  EXPECT_NE((*bridge)->metrics()->Render().find("duet_workload_arrivals_total 1\n"),
+            std::string::npos);
+  EXPECT_NE((*bridge)->metrics()->Render().find("duet_workload_shapes{set=\"exported\"} 1\n"),
+            std::string::npos);
 
   nlohmann::json bind = {{"PodName", "trainer-0"}, {"PodNamespace", "ml"}, {"PodUID", uid}, {"Node", "gke-a"}};
   r = http.Post("/duet/bind", bind.dump());
@@ -174,6 +179,11 @@ TEST(BridgeKubernetesTest, ExtenderBindsAPodWithAFileInventory) {
   held = (*again)->ledger()->ListHoldings("gke-a");
   ASSERT_EQ(held.size(), 1u);
   EXPECT_EQ(held[0].owner.pod_uid, uid);
+  // The learned workload starts empty and is rebuilt from the live pods: the
+  // pod watch's first list (done before Start returns) saw the bound pod.
+  const std::string text = (*again)->metrics()->Render();
+  EXPECT_NE(text.find("duet_workload_arrivals_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("duet_workload_shapes{set=\"exported\"} 1\n"), std::string::npos);
   again->reset();
   std::filesystem::remove_all(dir);
 }
