@@ -15,8 +15,13 @@ namespace {
 // Reads a CSV file with a header row line by line. The trace has no quoted
 // fields, so a plain split on ',' is exact.
 class CsvReader {
+  static constexpr size_t kAbsent = ~size_t{0};
+
  public:
-  absl::Status Open(const std::string& path, const std::vector<std::string>& columns) {
+  // `columns` must be in the header; `optional` ones read as empty where the
+  // file lacks them (openb_pod_list_multigpu50.csv has no gpu_spec or qos).
+  absl::Status Open(const std::string& path, const std::vector<std::string>& columns,
+                    const std::vector<std::string>& optional = {}) {
     path_ = path;
     in_.open(path);
     if (!in_) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
@@ -31,6 +36,11 @@ class CsvReader {
       }
       index_.push_back(i);
     }
+    for (const std::string& c : optional) {
+      size_t i = 0;
+      while (i < names.size() && names[i] != c) ++i;
+      index_.push_back(i == names.size() ? kAbsent : i);
+    }
     return absl::OkStatus();
   }
 
@@ -43,6 +53,10 @@ class CsvReader {
       fields_ = absl::StrSplit(row, ',');
       out->clear();
       for (size_t i : index_) {
+        if (i == kAbsent) {
+          out->push_back(absl::string_view());
+          continue;
+        }
         if (i >= fields_.size()) {
           *status = Error("too few fields");
           return false;
@@ -108,7 +122,7 @@ absl::Status ReadNodes(const std::string& path,
 absl::Status ReadPods(const std::string& path, const std::function<absl::Status(TracePod)>& fn) {
   CsvReader csv;
   absl::Status s = csv.Open(
-      path, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos"});
+      path, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}, {"gpu_spec", "qos"});
   if (!s.ok()) return s;
   std::vector<absl::string_view> f;
   while (csv.Next(&f, &s)) {

@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/grpc/status.h"
 #include "common/grpc/tls.h"
 #include "common/metrics/metrics.h"
@@ -116,7 +117,8 @@ class NodePlugin::Service final : public v1beta1::DevicePlugin::Service {
 
 void NodePlugin::AddBridgeToken(grpc::ClientContext* ctx) const {
   if (options_.bridge_token_file.empty()) return;
-  absl::StatusOr<std::string> token = ReadPem("--bridge-token-file", options_.bridge_token_file);
+  absl::StatusOr<std::string> token = ReadFileToString(
+      options_.bridge_token_file, absl::StatusCode::kNotFound, "--bridge-token-file");
   std::string t = token.ok() ? std::string(absl::StripAsciiWhitespace(*token)) : "";
   if (t.empty()) {
     // The bridge refuses the call with a reason that names the missing token.

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/fakes/fake_clock.h"
 #include "bridge/server/bridge.h"
 #include "proto/duet/v1/error_reason.h"
 #include "gmock/gmock.h"
@@ -359,11 +360,7 @@ TEST_F(AuthzTest, TokensTravelOverTlsOnlyAndTheUnixSocketIsTrusted) {
 // The authorizer alone: its cache keeps at most cache_size tokens, and an
 // entry is reviewed again once cache_ttl has passed.
 TEST_F(AuthzTest, TheReviewCacheIsBounded) {
-  class StepClock final : public Clock {
-   public:
-    absl::Time Now() const override { return now; }
-    absl::Time now = absl::FromUnixSeconds(1000);
-  } clock;
+  fakes::FakeClock clock(absl::FromUnixSeconds(1000));
   auth::CallAuthorizer::Options o;
   o.config = BaseConfig().auth;
   o.config.cache_size = 2;
@@ -386,7 +383,7 @@ TEST_F(AuthzTest, TheReviewCacheIsBounded) {
   ASSERT_TRUE(authz.Check(caller, "Hold", "gke-h100-a", pod).ok());
   fake_.Control("token", {{"token", "node-a-token"}, {"revoke", true}});
   EXPECT_TRUE(authz.Check(caller, "Hold", "gke-h100-a", pod).ok());
-  clock.now += absl::Seconds(11);
+  clock.Advance(absl::Seconds(11));
   absl::Status s = authz.Check(caller, "Hold", "gke-h100-a", pod);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
   // No caller identity at all, and a unix-socket caller.

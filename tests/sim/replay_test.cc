@@ -57,6 +57,29 @@ TEST(TraceTest, ReadsNodesAndSharedPods) {
   EXPECT_EQ(t->pods[1].qos, "BE");
 }
 
+// openb_pod_list_multigpu50.csv has neither gpu_spec nor qos: any model, no
+// QoS. A required column missing is an error naming it.
+TEST(TraceTest, GpuSpecAndQosAreOptionalColumns) {
+  const Files f = WriteTrace();
+  const std::string pods = absl::StrCat(::testing::TempDir(), "/pods-minimal.csv");
+  std::ofstream(pods) << "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                         "openb-pod-0000,12000,16384,1,1000\n"
+                         "openb-pod-0001,6000,8192,1,300\n";
+  absl::StatusOr<Trace> t = LoadTrace(f.nodes, pods);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->pods.size(), 2u);
+  EXPECT_TRUE(t->pods[0].request.models.empty());
+  EXPECT_EQ(t->pods[0].qos, "");
+  EXPECT_EQ(t->pods[1].request.milli, 300u);
+
+  const std::string bad = absl::StrCat(::testing::TempDir(), "/pods-bad.csv");
+  std::ofstream(bad) << "name,cpu_milli,memory_mib,gpu_milli\nx,1,1,1\n";
+  absl::StatusOr<Trace> b = LoadTrace(f.nodes, bad);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("no column \"num_gpu\""), std::string::npos)
+      << b.status();
+}
+
 TEST(TraceTest, MissingFileIsNotFound) {
   EXPECT_TRUE(absl::IsNotFound(LoadTrace("/nonexistent/n.csv", "/nonexistent/p.csv").status()));
 }

@@ -18,7 +18,7 @@ TEST(SlurmSyncClockTest, PassesRunEveryPeriodOfTheClock) {
   fakes::FakeSlurmClient slurm;
   fakes::FakeClock clock;
   SlurmSyncOptions o;
-  o.period = absl::Seconds(10);
+  o.sync_period = absl::Seconds(10);
   SlurmSync sync(o, &ledger, &slurm, &clock);
   auto passes = [&] { return sync.stats().passes; };
 
@@ -31,7 +31,7 @@ TEST(SlurmSyncClockTest, PassesRunEveryPeriodOfTheClock) {
   clock.Advance(absl::Seconds(1));
   ASSERT_TRUE(clock.AwaitSleepers(1));
   EXPECT_EQ(passes(), 2u);
-  ASSERT_TRUE(clock.Step(o.period, 3, 1));
+  ASSERT_TRUE(clock.Step(o.sync_period, 3, 1));
   EXPECT_EQ(passes(), 5u);
 
   const absl::Time t0 = absl::Now();
@@ -47,11 +47,11 @@ TEST(SlurmSyncClockTest, UnreachableSlurmStillWaitsThePeriod) {
   slurm.set_ping(absl::UnavailableError("slurmctld: connection refused"));
   fakes::FakeClock clock;
   SlurmSyncOptions o;
-  o.period = absl::Seconds(10);
+  o.sync_period = absl::Seconds(10);
   SlurmSync sync(o, &ledger, &slurm, &clock);
   sync.Start();
   ASSERT_TRUE(clock.AwaitSleepers(1));
-  ASSERT_TRUE(clock.Step(o.period, 2, 1));
+  ASSERT_TRUE(clock.Step(o.sync_period, 2, 1));
   const SlurmSyncStats s = sync.stats();
   EXPECT_EQ(s.passes, 3u);
   EXPECT_EQ(s.failed_passes, 3u);
