@@ -133,6 +133,7 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(w.Int("memory_granularity_mib", &wo.memory_granularity_mib));
     DUET_YAML(w.Duration("refresh", &wo.refresh));
     DUET_YAML(w.Int("max_keys", &wo.max_keys));
+    DUET_YAML(w.Int("min_arrivals", &wo.min_arrivals));
     DUET_YAML(w.Finish());
     DUET_YAML(s.Finish());
   }

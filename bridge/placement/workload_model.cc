@@ -106,6 +106,7 @@ bool WorkloadModel::Observe(absl::string_view key, const PodRequest& request, ab
   it->second.scaled += w;
   total_scaled_ += w;
   ++arrivals_;
+  ++arrivals_since_reset_;
   ++version_;
   return true;
 }
@@ -116,6 +117,7 @@ void WorkloadModel::Reset() {
   keys_.clear();
   key_order_.clear();
   total_scaled_ = 0;
+  arrivals_since_reset_ = 0;
   epoch_ = absl::InfinitePast();
   ++version_;
 }
@@ -139,7 +141,8 @@ std::vector<const WorkloadModel::Entry*> WorkloadModel::OrderedLocked() const {
 void WorkloadModel::RebuildLocked(absl::Time now) const {
   std::vector<Workload::Shape> shapes;
   double covered = 0;
-  for (const Entry* e : OrderedLocked()) {
+  const bool warming_up = arrivals_since_reset_ < options_.min_arrivals;
+  for (const Entry* e : warming_up ? std::vector<const Entry*>() : OrderedLocked()) {
     if (shapes.size() >= options_.max_shapes) break;
     if (covered >= options_.coverage * total_scaled_) break;
     shapes.push_back(Workload::Shape{e->shape, e->scaled});
@@ -176,6 +179,7 @@ WorkloadModel::Stats WorkloadModel::stats(absl::Time now) const {
   s.arrivals = arrivals_;
   s.duplicates = duplicates_;
   s.evictions = evictions_;
+  s.warming_up = arrivals_since_reset_ < options_.min_arrivals;
   for (const Entry* e : OrderedLocked()) {
     if (s.shapes.size() >= s.exported) break;
     s.shapes.push_back(ShapeStat{e->shape, e->scaled * decay,

@@ -61,6 +61,12 @@ struct WorkloadModelOptions {
   // Arrival keys remembered for de-duplication (pod UIDs, job ids); the
   // oldest are forgotten first.
   size_t max_keys = 65536;
+  // Until this many arrivals are counted (since the start or Reset), the
+  // exported workload is empty and each request is scored against its own
+  // shape: a handful of pods is no estimate of a cluster's workload, and
+  // fragmentation against it would steer placements by noise (at start-up a
+  // single 4-GPU job would keep every 2-GPU pod off the node it half fills).
+  uint64_t min_arrivals = 32;
 };
 
 // INVALID_ARGUMENT naming the field (as `prefix` + field) when out of range.
@@ -87,6 +93,7 @@ class WorkloadModel {
     uint64_t arrivals = 0;     // Observe calls counted (not de-duplicated away)
     uint64_t duplicates = 0;   // Observe calls for a key already counted
     uint64_t evictions = 0;    // shapes dropped to keep the bound
+    bool warming_up = false;   // fewer than min_arrivals counted: nothing exported
     std::vector<ShapeStat> shapes;  // the exported shapes, heaviest first
   };
 
@@ -130,6 +137,7 @@ class WorkloadModel {
   absl::flat_hash_set<std::string> keys_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> key_order_ ABSL_GUARDED_BY(mu_);
   uint64_t arrivals_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t arrivals_since_reset_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;

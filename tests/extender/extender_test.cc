@@ -265,6 +265,7 @@ TEST_F(ExtenderTest, OtherPoliciesOrderAsTheyShould) {
 TEST_F(ExtenderTest, PrioritizeScoresAgainstTheWorkloadItLearns) {
   placement::WorkloadModelOptions mo;
   mo.refresh = absl::ZeroDuration();
+  mo.min_arrivals = 10;
   placement::WorkloadModel model(mo);
   ExtenderOptions o;
   o.workload = [&model] { return model.Current(absl::Now()); };

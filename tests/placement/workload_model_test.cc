@@ -39,6 +39,7 @@ WorkloadModelOptions NoDecay() {
   o.half_life = absl::InfiniteDuration();
   o.coverage = 1;
   o.refresh = absl::ZeroDuration();
+  o.min_arrivals = 0;
   return o;
 }
 
@@ -246,6 +247,25 @@ TEST(WorkloadModel, WithoutDecayItConvergesToTheOracle) {
       EXPECT_DOUBLE_EQ(online->shapes()[i].weight, oracle.shapes()[i].weight);
     }
   }
+}
+
+TEST(WorkloadModel, NothingIsExportedBeforeMinArrivals) {
+  WorkloadModelOptions o = NoDecay();
+  o.min_arrivals = 3;
+  WorkloadModel m(o);
+  m.Observe("a", Gpu(4), kT0);
+  m.Observe("a", Gpu(4), kT0);  // a duplicate does not count
+  m.Observe("b", Gpu(4), kT0);
+  EXPECT_TRUE(m.Current(kT0)->empty());
+  EXPECT_TRUE(m.stats(kT0).warming_up);
+  EXPECT_EQ(m.stats(kT0).tracked, 1u);  // learned, not exported yet
+  m.Observe("c", Gpu(2), kT0);
+  EXPECT_FALSE(m.stats(kT0).warming_up);
+  EXPECT_EQ(m.Current(kT0)->shapes().size(), 2u);
+  // A reset (a restart's rebuild) warms up again.
+  m.Reset();
+  m.Observe("d", Gpu(1), kT0);
+  EXPECT_TRUE(m.Current(kT0)->empty());
 }
 
 TEST(WorkloadModel, OptionsAreValidated) {

@@ -138,6 +138,7 @@ TEST(BridgeKubernetesTest, ExtenderBindsAPodWithAFileInventory) {
   config.kubernetes.kubeconfig = (dir / "kubeconfig").string();
   config.extender.listen = "127.0.0.1:0";
   config.placement.policy = "best-fit";
+  config.placement.workload.min_arrivals = 1;  // one pod is the whole workload here
   ASSERT_TRUE(ValidateConfig(config).ok());
   auto bridge = Bridge::Start(config);
   ASSERT_TRUE(bridge.ok()) << bridge.status();
