@@ -63,7 +63,8 @@ Control API (tests drive the fake through it; JSON bodies):
   POST /_fake/slow      {"delay_ms": N} delay every reply and every frame
   POST /_fake/fail      {"count": N, "code": 500} fail the next N API requests
   GET  /_fake/requests  the API requests seen: [{"method","path","auth","body"}]
-  GET  /_fake/stats     {"watches": open watches, "resourceVersion": N}
+  GET  /_fake/stats     {"watches": open watches, "resourceVersion": N,
+                         "rv_waiters": requests waiting for a future resourceVersion}
   POST /_fake/token     register a bearer token for TokenReview (below)
 
 TokenReview (authentication.k8s.io/v1, POST /apis/authentication.k8s.io/v1/tokenreviews):
@@ -347,6 +348,7 @@ class State:
         self.window = window
         self.floor = self.rv  # versions below this are gone
         self.watches = set()
+        self.rv_waiters = 0  # requests waiting for a resourceVersion not reached yet
         self.bookmark_interval = bookmark_interval
         self.gone_mode = "frame"
         self.delay = 0.0
@@ -756,7 +758,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self._send_json(200, list(st.requests))
         if method == "GET" and what == "stats":
             with st.cond:
-                return self._send_json(200, {"watches": len(st.watches), "resourceVersion": st.rv})
+                return self._send_json(200, {"watches": len(st.watches), "resourceVersion": st.rv,
+                                             "rv_waiters": st.rv_waiters})
         if method != "POST":
             return self._status(405, "MethodNotAllowed", "control calls are POST")
         body, _ = self._json_body()
@@ -1115,11 +1118,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         passes; raises the 504 Too large resource version error then."""
         st = self.st
         end = time.monotonic() + st.too_large_wait
-        while st.rv < rv:
-            left = end - time.monotonic()
-            if left <= 0:
-                raise too_large(rv, st.rv)
-            st.cond.wait(min(left, 0.2))
+        st.rv_waiters += 1
+        st.cond.notify_all()  # a test may wait for the waiter (stats "rv_waiters")
+        try:
+            while st.rv < rv:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise too_large(rv, st.rv)
+                st.cond.wait(min(left, 0.2))
+        finally:
+            st.rv_waiters -= 1
 
     def _list(self, res, ns, sel, fsel, q):
         st = self.st

@@ -412,7 +412,11 @@ class FakeTest(Base, unittest.TestCase):
             conn.close()
         t = threading.Thread(target=watch)
         t.start()
-        time.sleep(0.1)
+        # The watch is waiting for rv+1 before the store reaches it.
+        deadline = time.monotonic() + 10
+        while self.fake.call("/_fake/stats")["rv_waiters"] != 1:
+            self.assertLess(time.monotonic(), deadline, "the watch never waited for rv+1")
+            time.sleep(0.01)
         self.fake.put(fh.node("gke_a3_h100_node.json", "n-1"))  # rv+1: waited for, not sent
         self.fake.put(fh.node("gke_a3_h100_node.json", "n-2"))  # rv+2: sent
         t.join()
