@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
@@ -133,6 +134,12 @@ void Informer::Run() {
 absl::Status Informer::List() {
   absl::flat_hash_map<std::string, std::string> fresh;
   fresh.reserve(store_.size());
+  // A list that fails after some pages has delivered their objects: they are
+  // kept as delivered, so that a later list that lacks one delivers its
+  // deletion. (Dismissed once the whole list has been applied.)
+  auto keep_delivered = absl::MakeCleanup([&] {
+    for (auto& [key, rv] : fresh) store_[key] = std::move(rv);
+  });
   std::string cont;
   std::string list_rv;
   do {
@@ -171,6 +178,7 @@ absl::Status Informer::List() {
   for (const auto& [key, rv] : store_) {
     if (!fresh.contains(key)) handler_->OnDelete(key, nullptr);
   }
+  std::move(keep_delivered).Cancel();
   store_ = std::move(fresh);
   rv_ = list_rv;
   handler_->OnSynced();

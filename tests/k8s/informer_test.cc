@@ -1,8 +1,10 @@
 #include "k8s_adapter/informer.h"
 
+#include <deque>
 #include <map>
 #include <set>
 
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -374,6 +376,90 @@ TEST_F(InformerTest, StopIsPromptAndFinal) {
   second.Stop();
   EXPECT_EQ(mirror_.names().count("after"), 0u);
   EXPECT_EQ(mirror_.syncs(), syncs);
+}
+
+// A KubeClient that answers each Get and Stream with the next scripted reply
+// (a body, or an error status); out of replies, a watch stays open until the
+// informer stops and a Get fails.
+class ScriptedClient : public KubeClient {
+ public:
+  struct Reply {
+    absl::Status status;
+    std::string body;  // Get: the body; Stream: frames, one per line
+  };
+  explicit ScriptedClient(std::vector<Reply> replies) : replies_(replies.begin(), replies.end()) {}
+  absl::StatusOr<std::string> Get(const std::string&) override {
+    Reply r = Next();
+    if (!r.status.ok()) return r.status;
+    return r.body;
+  }
+  absl::StatusOr<std::string> Post(const std::string&, const std::string&) override { return No(); }
+  absl::StatusOr<std::string> Put(const std::string&, const std::string&) override { return No(); }
+  absl::StatusOr<std::string> Patch(const std::string&, const std::string&, PatchType) override { return No(); }
+  absl::StatusOr<std::string> Delete(const std::string&) override { return No(); }
+  absl::Status Stream(const std::string&, const StreamOptions& options,
+                      const std::function<absl::Status(absl::string_view)>& on_line) override {
+    Reply r = Next();
+    if (r.status.code() == absl::StatusCode::kAborted) {  // out of replies
+      while (!options.cancel->load()) absl::SleepFor(absl::Milliseconds(1));
+      return absl::CancelledError("cancelled");
+    }
+    if (!r.status.ok()) return r.status;
+    for (absl::string_view line : absl::StrSplit(r.body, '\n', absl::SkipEmpty())) {
+      absl::Status s = on_line(line);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  bool drained() {
+    absl::MutexLock l(&mu_);
+    return replies_.empty();
+  }
+
+ private:
+  static absl::Status No() { return absl::UnimplementedError("read only"); }
+  Reply Next() {
+    absl::MutexLock l(&mu_);
+    if (replies_.empty()) return {absl::AbortedError("no reply left"), ""};
+    Reply r = replies_.front();
+    replies_.pop_front();
+    return r;
+  }
+  absl::Mutex mu_;
+  std::deque<Reply> replies_ ABSL_GUARDED_BY(mu_);
+};
+
+std::string ListPage(const std::string& rv, const std::string& cont, const std::vector<std::string>& names) {
+  nlohmann::json page = {{"metadata", {{"resourceVersion", rv}}}, {"items", nlohmann::json::array()}};
+  if (!cont.empty()) page["metadata"]["continue"] = cont;
+  for (const std::string& n : names) {
+    page["items"].push_back({{"metadata", {{"name", n}, {"resourceVersion", rv}}}});
+  }
+  return page.dump();
+}
+
+// A relist that fails after delivering its first page must not forget what
+// that page delivered: when a later relist no longer has the object, its
+// deletion is delivered (found by the informer fuzz target's review).
+TEST(InformerScriptedTest, RelistFailingMidPagesStillDeliversLaterDeletions) {
+  ScriptedClient client({
+      {absl::OkStatus(), ListPage("1", "", {"a"})},                      // first list
+      {StatusFromHttp(410, R"({"kind":"Status","code":410})"), ""},      // watch: Gone
+      {absl::OkStatus(), ListPage("5", "next", {"a", "c"})},             // relist page 1: c is new
+      {absl::UnavailableError("connection reset"), ""},                  // relist page 2 fails
+      {absl::OkStatus(), ListPage("7", "", {"a"})},                      // relist: c is gone
+  });
+  Mirror mirror;
+  InformerOptions o;
+  o.path = "/api/v1/nodes";
+  o.min_backoff = absl::Milliseconds(1);
+  o.max_backoff = absl::Milliseconds(1);
+  Informer informer(&client, o, &mirror);
+  ASSERT_TRUE(informer.Start().ok());
+  ASSERT_TRUE(WaitFor([&] { return client.drained() && mirror.syncs() == 2; }));
+  informer.Stop();
+  EXPECT_EQ(mirror.names(), std::set<std::string>{"a"});
+  EXPECT_THAT(mirror.deletes(), ::testing::ElementsAre(std::make_pair(std::string("c"), false)));
 }
 
 }  // namespace
