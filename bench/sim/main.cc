@@ -258,10 +258,10 @@ int Run(const Flags& flags) {
   const std::string gp_path = absl::StrCat(flags.out, "/", prefix, ".gp");
   const std::string png_path = absl::StrCat(flags.out, "/", prefix, ".png");
   std::string gp = absl::StrCat(
-      "set terminal pngcairo size 900,600 noenhanced\n", "set output '", png_path, "'\n",
+      "set terminal pngcairo size 900,640 noenhanced\n", "set output '", png_path, "'\n",
       "set datafile separator ','\n",
       "set title \"Alibaba GPU trace, ", trace->nodes.size(), " nodes: allocated GPU share vs arrivals\\n",
-      mapping->Describe(), "; seeds ", seeds.front(), "..", seeds.back(), " (median); ",
+      mapping->Describe(), "; seeds ", seeds.front(), "..", seeds.back(), " (median)\\n",
       workload_note, "\"\n",
       "set xlabel 'GPU requests arrived (% of cluster capacity)'\n",
       "set ylabel 'GPUs allocated (% of capacity)'\n", "set key bottom right\n", "set grid\n",
