@@ -248,10 +248,21 @@ int Run(const Flags& flags) {
                                  Median(fmax), Median(failmax), Median(med), Median(p99),
                                  Median(wall));
     const ReplayResult& r0 = *results[p];
-    if (r0.kubernetes_gpus + r0.slurm_gpus > 0) {
-      std::cout << "    partition: " << r0.kubernetes_gpus << " GPUs Kubernetes, " << r0.slurm_gpus
-                << " GPUs Slurm\n";
+    std::vector<double> k8s_used, slurm_used, cpu_full;
+    for (size_t s = 0; s < seeds.size(); ++s) {
+      const ReplayResult& r = *results[s * policies.size() + p];
+      k8s_used.push_back(r.kubernetes_allocated_gpus);
+      slurm_used.push_back(r.slurm_allocated_gpus);
+      cpu_full.push_back(r.idle_gpus_cpu_full);
     }
+    if (r0.kubernetes_gpus + r0.slurm_gpus > 0) {
+      std::cout << absl::StrFormat(
+          "    partition: %d GPUs Kubernetes (%.1f%% allocated), %d GPUs Slurm (%.1f%% allocated)\n",
+          r0.kubernetes_gpus, 100 * Median(k8s_used) / std::max<double>(1, r0.kubernetes_gpus),
+          r0.slurm_gpus, 100 * Median(slurm_used) / std::max<double>(1, r0.slurm_gpus));
+    }
+    std::cout << absl::StrFormat("    idle GPUs on nodes with >= 90%% of CPU requested @max: %.1f\n",
+                                 Median(cpu_full));
   }
 
   // gnuplot script and PNG.
@@ -308,7 +319,8 @@ int main(int argc, char** argv) {
                  "default | all-k8s | all-slurm | k8s=QOS[+QOS...]")
       ->capture_default_str();
   app.add_option("--policies", flags.policies,
-                 "comma list: duet, fgd, best-fit, most-allocated, spread, static, static-duet")
+                 "comma list: duet, fgd, best-fit, most-allocated, spread, static, static-duet, "
+                 "static-k8s:POLICY, static-duet-slurm, static-duet-own")
       ->capture_default_str();
   app.add_option("--out", flags.out, "output directory")->capture_default_str();
   app.add_option("--coverage", flags.coverage, "workload shapes cover this share of pods")

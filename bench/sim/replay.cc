@@ -146,15 +146,32 @@ absl::StatusOr<PolicySpec> ParsePolicySpec(absl::string_view name) {
     spec.static_partition = true;
     return spec;
   }
-  if (name == "static-duet") {
+  if (name == "static-duet" || name == "static-duet-own") {
     spec.policy = Policy::kDuet;
+    spec.static_partition = true;
+    spec.static_slurm_weights = true;
+    spec.workload_per_part = name == "static-duet-own";
+    return spec;
+  }
+  if (absl::string_view k8s = name; absl::ConsumePrefix(&k8s, "static-k8s:")) {
+    absl::StatusOr<Policy> p = placement::ParsePolicy(k8s);
+    if (!p.ok()) return p.status();
+    spec.policy = Policy::kLeastAllocated;
+    spec.kubernetes_policy = *p;
+    spec.static_partition = true;
+    return spec;
+  }
+  if (name == "static-duet-slurm") {
+    spec.policy = Policy::kDuet;
+    spec.kubernetes_policy = Policy::kLeastAllocated;
     spec.static_partition = true;
     spec.static_slurm_weights = true;
     return spec;
   }
   absl::StatusOr<Policy> p = placement::ParsePolicy(name);
   if (!p.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(p.status().message(), ", static, static-duet"));
+    return absl::InvalidArgumentError(absl::StrCat(p.status().message(),
+                                                   ", static, static-duet, static-k8s:POLICY, static-duet-slurm, static-duet-own"));
   }
   spec.policy = *p;
   return spec;
@@ -214,6 +231,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
   const size_t n = trace.nodes.size();
   std::vector<std::shared_ptr<const NodeView>> views(n);
   std::vector<NodeLoad> loads(n);
+  std::vector<uint64_t> gpu_milli(n, 0);  // GPU milli placed on each node
   for (size_t i = 0; i < n; ++i) {
     absl::StatusOr<uint64_t> seq = ledger.UpsertNode(trace.nodes[i]);
     if (!seq.ok()) return seq.status();
@@ -223,8 +241,12 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
 
   // The workload the policy scores against: the oracle, or the model learned
   // from the arrivals so far (replaced in `scorer` after every arrival).
+  // With spec.workload_per_part, `model` learns the Slurm world's arrivals
+  // and `k8s_model` the Kubernetes world's.
   std::optional<placement::WorkloadModel> model;
+  std::optional<placement::WorkloadModel> k8s_model;
   std::shared_ptr<const placement::Workload> learned;
+  std::shared_ptr<const placement::Workload> k8s_learned;
   if (options.online_workload) {
     placement::WorkloadModelOptions mo;
     mo.half_life = options.half_life_arrivals > 0
@@ -237,8 +259,16 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     if (absl::Status s = placement::ValidateWorkloadModelOptions(mo); !s.ok()) return s;
     model.emplace(mo);
     learned = model->Current(absl::UnixEpoch());
+    if (spec.workload_per_part) {
+      k8s_model.emplace(mo);
+      k8s_learned = k8s_model->Current(absl::UnixEpoch());
+    }
   }
+  const placement::Policy k8s_policy = spec.kubernetes_policy.value_or(spec.policy);
+  // `scorer` places Slurm jobs and sets the Slurm weights; `k8s_scorer` places pods.
   Scorer scorer(spec.policy, options.online_workload ? learned.get() : &workload);
+  Scorer k8s_scorer(k8s_policy, options.online_workload ? (k8s_model ? k8s_learned : learned).get()
+                                                      : &workload);
   // Kubernetes candidates: every node, or its part of a static partition.
   std::optional<std::vector<uint32_t>> k8s_nodes;
   std::vector<World> part(n, World::kKubernetes);
@@ -298,9 +328,15 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     requested += static_cast<double>(req.device_milli());
     if (model.has_value()) {
       const absl::Time now = absl::UnixEpoch() + absl::Seconds(a);
-      model->Observe("", req, now);
-      learned = model->Current(now);
+      if (k8s_model.has_value() && world == World::kKubernetes) {
+        k8s_model->Observe("", req, now);
+        k8s_learned = k8s_model->Current(now);
+      } else {
+        model->Observe("", req, now);
+        learned = model->Current(now);
+      }
       scorer = Scorer(spec.policy, learned.get());
+      k8s_scorer = Scorer(k8s_policy, (k8s_model ? k8s_learned : learned).get());
       if (slurm_weighted && options.weight_refresh > 0 && a % options.weight_refresh == 0) {
         slurm_order.clear();
         for (uint32_t i = 0; i < n; ++i) {
@@ -315,7 +351,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
                                            : std::chrono::steady_clock::time_point();
     std::optional<placement::NodeChoice> choice;
     if (world == World::kKubernetes) {
-      choice = placement::SelectNode(views, loads, req, scorer,
+      choice = placement::SelectNode(views, loads, req, k8s_scorer,
                                      k8s_nodes.has_value() ? &*k8s_nodes : nullptr,
                                      options.random_ties ? &tie_state : nullptr);
     } else {
@@ -352,6 +388,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
         views[i] = ledger.GetNode(hold.node);
       }
       loads[i].Add(req);
+      gpu_milli[i] += req.device_milli();
       allocated += static_cast<double>(req.device_milli());
       if (slurm_weighted && slurm_order.count({weight[i], static_cast<uint32_t>(i)}) > 0) {
         slurm_order.erase({weight[i], static_cast<uint32_t>(i)});
@@ -376,6 +413,14 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     const size_t p99 = std::min(decision_us.size() - 1, decision_us.size() * 99 / 100);
     std::nth_element(decision_us.begin(), decision_us.begin() + p99, decision_us.end());
     result.p99_decision_us = decision_us[p99];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const double used = static_cast<double>(gpu_milli[i]) / kWholeDevice;
+    (part[i] == World::kSlurm ? result.slurm_allocated_gpus : result.kubernetes_allocated_gpus) += used;
+    const uint64_t cpu_milli = uint64_t{trace.nodes[i].cpus} * 1000;
+    if (cpu_milli > 0 && loads[i].cpu_milli * 10 >= cpu_milli * 9) {
+      result.idle_gpus_cpu_full += static_cast<double>(GpuCount(trace.nodes[i])) - used;
+    }
   }
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

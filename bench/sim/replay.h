@@ -12,6 +12,7 @@
 // weights from the ledger after every change).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,11 +52,20 @@ struct PolicySpec {
   placement::Policy policy = placement::Policy::kDuet;
   bool static_partition = false;
   bool static_slurm_weights = false;
+  // Set: the Kubernetes side places with this policy instead of `policy`.
+  std::optional<placement::Policy> kubernetes_policy;
+  // Static partition, online workload: each part scores against the model
+  // learned from its own world's arrivals, not from both worlds'.
+  bool workload_per_part = false;
 };
 
 // duet, spread, most-allocated, best-fit, fgd (shared cluster); static (the
 // status quo: partitioned, Kubernetes spread, Slurm first fit in node order);
-// static-duet (partitioned, duet's policy on both sides).
+// static-duet (partitioned, duet's policy on both sides). To explain
+// static-duet: static-k8s:POLICY (POLICY in the Kubernetes part only,
+// Slurm as in static), static-duet-slurm (duet's weights in the Slurm part
+// only, Kubernetes spread) and static-duet-own (static-duet, each part scored
+// against the workload of its own world).
 absl::StatusOr<PolicySpec> ParsePolicySpec(absl::string_view name);
 
 struct Trace {
@@ -129,6 +139,12 @@ struct ReplayResult {
   double wall_seconds = 0;
   uint64_t kubernetes_gpus = 0;  // static partition: GPUs in each part
   uint64_t slurm_gpus = 0;
+  // At the end: GPUs allocated in each part (static partition; in GPUs), and
+  // GPUs left idle on nodes whose CPUs are at least 90% requested (CPU, not
+  // GPU share, is what keeps them idle).
+  double kubernetes_allocated_gpus = 0;
+  double slurm_allocated_gpus = 0;
+  double idle_gpus_cpu_full = 0;
 };
 
 // Replays `arrivals` for one policy on a fresh Ledger. `workload` is the

@@ -158,6 +158,39 @@ TEST(ReplayTest, StaticPartitionSplitsGpusByDemand) {
   EXPECT_EQ(r->kubernetes_gpus + r->slurm_gpus, 24u / 4 * (8 + 2 + 4 + 4));
 }
 
+// The variants that explain static-duet: static-k8s:spread is static itself
+// (the same decisions through the Kubernetes part's own scorer); the parts'
+// allocations add up to the whole.
+TEST(ReplayTest, StaticVariantsDecomposeThePartition) {
+  const Files f = WriteTrace();
+  absl::StatusOr<Trace> t = LoadTrace(f.nodes, f.pods);
+  ASSERT_TRUE(t.ok());
+  std::vector<placement::PodRequest> requests;
+  for (const TracePod& p : t->pods) requests.push_back(p.request);
+  const placement::Workload w = placement::Workload::FromPods(requests);
+  ReplayOptions options;
+  options.time_decisions = false;
+  const std::vector<Arrival> arrivals = MakeArrivals(*t, *ParseMapping("default"), 3, 1.3);
+  absl::StatusOr<ReplayResult> plain = Replay(*t, arrivals, w, *ParsePolicySpec("static"), options);
+  absl::StatusOr<ReplayResult> same =
+      Replay(*t, arrivals, w, *ParsePolicySpec("static-k8s:spread"), options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(SameRows(*plain, *same));
+  for (const char* name : {"static", "static-duet", "static-k8s:duet", "static-duet-slurm",
+                           "static-duet-own"}) {
+    absl::StatusOr<ReplayResult> r = Replay(*t, arrivals, w, *ParsePolicySpec(name), options);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_NEAR(r->kubernetes_allocated_gpus + r->slurm_allocated_gpus,
+                r->rows.back().allocated * (r->kubernetes_gpus + r->slurm_gpus), 1e-6)
+        << name;
+    EXPECT_LE(r->idle_gpus_cpu_full, r->rows.back().idle_gpus + 1e-9) << name;
+  }
+  EXPECT_EQ(ParsePolicySpec("static-k8s:best-fit")->kubernetes_policy, placement::Policy::kBestFit);
+  EXPECT_FALSE(ParsePolicySpec("static-k8s:bogus").ok());
+  EXPECT_TRUE(ParsePolicySpec("static-duet-own")->workload_per_part);
+}
+
 TEST(MappingTest, ParsesNamedAndExplicitMappings) {
   EXPECT_EQ(ParseMapping("all-k8s")->WorldOf("BE"), World::kKubernetes);
   EXPECT_EQ(ParseMapping("all-slurm")->WorldOf("LS"), World::kSlurm);
