@@ -22,7 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/duetctl/fake_bridge.h"
+#include "tests/fakes/ledger_server.h"
 #include "tests/fakes/wait.h"
 
 extern char** environ;
@@ -145,10 +145,14 @@ Result RunBinary(const std::vector<std::string>& args, const std::vector<std::st
 
 std::string Unreachable() { return absl::StrCat("unix:///tmp/duetctl-cli-test-", getpid(), ".sock"); }
 
+// duet-bridge's service (fakes::LedgerServer) over a ledger of two nodes
+// with a Slurm step's and two pods' holdings.
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Ledger& l = bridge_.ledger();
+    ASSERT_TRUE(server_.ok());
+    address_ = absl::StrCat("127.0.0.1:", server_.port());
+    Ledger& l = ledger_;
     ASSERT_TRUE(l.UpsertNode(GpuNode("gke-b", 2)).ok());
     ASSERT_TRUE(l.UpsertNode(GpuNode("gke-a", 4)).ok());
     ASSERT_TRUE(l.Hold(HoldDevices("gke-a", Owner::SlurmStep(12, 0), {0, 1})).ok());
@@ -156,9 +160,9 @@ class CliTest : public ::testing::Test {
     ASSERT_TRUE(l.Hold(HoldDevices("gke-b", Owner::Pod("uid-t", "ml", "train"), {1})).ok());
   }
 
-  // RunCli in-process with --server pointing at the fake bridge.
+  // RunCli in-process with --server pointing at the server.
   Result Run(std::vector<std::string> args, bool with_server = true) {
-    if (with_server) args.insert(args.begin(), {"--server", bridge_.address()});
+    if (with_server) args.insert(args.begin(), {"--server", address_});
     std::ostringstream out, err;
     CliEnv env;
     env.out = &out;
@@ -170,7 +174,9 @@ class CliTest : public ::testing::Test {
     return r;
   }
 
-  testing::FakeBridge bridge_;
+  Ledger ledger_;
+  fakes::LedgerServer server_{&ledger_, "127.0.0.1:0"};
+  std::string address_;
 };
 
 TEST_F(CliTest, NodesPrintsOneRowPerNodeAndModelWithASummary) {
@@ -181,7 +187,7 @@ TEST_F(CliTest, NodesPrintsOneRowPerNodeAndModelWithASummary) {
 }
 
 TEST_F(CliTest, GlobalFlagsMayFollowTheSubcommand) {
-  Result r = Run({"nodes", "--server", bridge_.address(), "--timeout", "2s"}, false);
+  Result r = Run({"nodes", "--server", address_, "--timeout", "2s"}, false);
   EXPECT_EQ(r.rc, kExitOk) << r.err;
   EXPECT_EQ(r.out, kTable);
 }
@@ -191,40 +197,36 @@ TEST_F(CliTest, ServerFromEnvironmentWhenNoFlag) {
   CliEnv env;
   env.out = &out;
   env.err = &err;
-  env.server_env = bridge_.address();
+  env.server_env = address_;
   EXPECT_EQ(RunCli({"nodes"}, env), kExitOk) << err.str();
   EXPECT_EQ(out.str(), kTable);
 }
 
 TEST_F(CliTest, NamedNodesAndMissingOnes) {
-  // Whether the server refuses the list (as duet-bridge does) or leaves the
-  // unknown names out, duetctl shows what exists and names what does not.
-  for (bool refuse : {true, false}) {
-    SCOPED_TRACE(refuse ? "server refuses unknown names" : "server omits unknown names");
-    bridge_.set_refuse_unknown_names(refuse);
-    Result r = Run({"nodes", "gke-b", "nope", "nix"});
-    EXPECT_EQ(r.rc, kExitRpcError);
-    EXPECT_THAT(r.out, StartsWith("NODE"));
-    EXPECT_THAT(r.out, HasSubstr("gke-b"));
-    EXPECT_THAT(r.out, Not(HasSubstr("gke-a")));
-    EXPECT_EQ(r.err,
-              "duetctl: no node named nope (duetctl nodes lists them)\n"
-              "duetctl: no node named nix (duetctl nodes lists them)\n");
+  // duet-bridge refuses a list that names an unknown node; duetctl shows
+  // what exists and names what does not.
+  Result r = Run({"nodes", "gke-b", "nope", "nix"});
+  EXPECT_EQ(r.rc, kExitRpcError);
+  EXPECT_THAT(r.out, StartsWith("NODE"));
+  EXPECT_THAT(r.out, HasSubstr("gke-b"));
+  EXPECT_THAT(r.out, Not(HasSubstr("gke-a")));
+  EXPECT_EQ(r.err,
+            "duetctl: no node named nope (duetctl nodes lists them)\n"
+            "duetctl: no node named nix (duetctl nodes lists them)\n");
 
-    Result one = Run({"nodes", "nope"});
-    EXPECT_EQ(one.rc, kExitRpcError);
-    EXPECT_EQ(one.out, "");
-    EXPECT_EQ(one.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
+  Result one = Run({"nodes", "nope"});
+  EXPECT_EQ(one.rc, kExitRpcError);
+  EXPECT_EQ(one.out, "");
+  EXPECT_EQ(one.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
 
-    Result watch = Run({"nodes", "--watch", "nope"});
-    EXPECT_EQ(watch.rc, kExitRpcError);
-    EXPECT_EQ(watch.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
+  Result watch = Run({"nodes", "--watch", "nope"});
+  EXPECT_EQ(watch.rc, kExitRpcError);
+  EXPECT_EQ(watch.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
 
-    Result holds = Run({"holds", "--node", "nope"});
-    EXPECT_EQ(holds.rc, kExitRpcError);
-    EXPECT_EQ(holds.out, "");
-    EXPECT_EQ(holds.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
-  }
+  Result holds = Run({"holds", "--node", "nope"});
+  EXPECT_EQ(holds.rc, kExitRpcError);
+  EXPECT_EQ(holds.out, "");
+  EXPECT_EQ(holds.err, "duetctl: no node named nope (duetctl nodes lists them)\n");
 }
 
 TEST_F(CliTest, NodesJson) {
@@ -260,7 +262,7 @@ TEST_F(CliTest, HoldsEverywhereAsJson) {
 }
 
 TEST_F(CliTest, HoldsOnANodeWithoutHoldings) {
-  ASSERT_TRUE(bridge_.ledger().UpsertNode(GpuNode("gke-c", 1)).ok());
+  ASSERT_TRUE(ledger_.UpsertNode(GpuNode("gke-c", 1)).ok());
   Result r = Run({"holds", "--node", "gke-c"});
   EXPECT_EQ(r.rc, kExitOk) << r.err;
   EXPECT_EQ(r.out, "No holdings on node gke-c.\n");
@@ -323,13 +325,13 @@ TEST_F(CliTest, HelpAndVersionExitZero) {
 // --- the real binary ---------------------------------------------------------
 
 TEST_F(CliTest, BinaryTakesServerFromEnvironment) {
-  Result r = RunBinary({"nodes"}, {absl::StrCat("DUET_SERVER=", bridge_.address())});
+  Result r = RunBinary({"nodes"}, {absl::StrCat("DUET_SERVER=", address_)});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, kTable);
 }
 
 TEST_F(CliTest, BinaryFlagBeatsEnvironment) {
-  Result r = RunBinary({"--server", bridge_.address(), "nodes"},
+  Result r = RunBinary({"--server", address_, "nodes"},
                        {absl::StrCat("DUET_SERVER=", Unreachable())});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, kTable);
@@ -351,15 +353,15 @@ TEST_F(CliTest, BinaryUsageErrorExitsTwo) {
 }
 
 TEST_F(CliTest, BinaryWatchRedrawsAfterAHoldAndStopsOnCtrlC) {
-  Child c = Spawn({"--server", bridge_.address(), "nodes", "--watch"}, {});
+  Child c = Spawn({"--server", address_, "nodes", "--watch"}, {});
   std::string out;
   ASSERT_TRUE(ReadUntil(c.out, kTable, absl::Seconds(20), &out)) << out;
   // Wait for the stream itself, so the hold below arrives as an update.
-  ASSERT_TRUE(fakes::WaitFor([&] { return bridge_.open_watches() != 0; }, fakes::kWaitTimeout,
+  ASSERT_TRUE(fakes::WaitFor([&] { return server_.watch_streams() != 0; }, fakes::kWaitTimeout,
                              "the watch stream"));
-  ASSERT_EQ(bridge_.open_watches(), 1);
+  ASSERT_EQ(server_.watch_streams(), 1);
 
-  ASSERT_TRUE(bridge_.ledger().Hold(HoldDevices("gke-a", Owner::SlurmJob(20), {3})).ok());
+  ASSERT_TRUE(ledger_.Hold(HoldDevices("gke-a", Owner::SlurmJob(20), {3})).ok());
   const std::string updated =
       "\n"  // not a tty: tables are separated by a blank line
       "NODE    STATE   KIND   MODEL       TOTAL   SLURM   PODS   FREE\n"
@@ -380,17 +382,20 @@ TEST_F(CliTest, BinaryWatchRedrawsAfterAHoldAndStopsOnCtrlC) {
 }
 
 TEST_F(CliTest, BinaryWatchEndsWhenTheServerEndsTheStream) {
-  Child c = Spawn({"--server", bridge_.address(), "nodes", "--watch", "--json"}, {});
+  Child c = Spawn({"--server", address_, "nodes", "--watch", "--json"}, {});
   std::string out;
   ASSERT_TRUE(ReadUntil(c.out, "\n", absl::Seconds(20), &out)) << out;
   EXPECT_EQ(nlohmann::json::parse(out)["summary"]["nodes"], 2);  // one document per line
-  ASSERT_TRUE(fakes::WaitFor([&] { return bridge_.open_watches() != 0; }, fakes::kWaitTimeout,
+  ASSERT_TRUE(fakes::WaitFor([&] { return server_.watch_streams() != 0; }, fakes::kWaitTimeout,
                              "the watch stream"));
-  bridge_.EndWatches();
+  // What duet-bridge's shutdown does to its streams.
+  server_.CloseWatches("duet-bridge is shutting down");
   std::string err;
   ReadUntil(c.err, std::string(1, '\0'), absl::Seconds(20), &err);
-  EXPECT_EQ(WaitExit(c.pid), 0) << err;
-  EXPECT_EQ(err, "duetctl: duet-bridge ended the watch\n");
+  EXPECT_EQ(WaitExit(c.pid), 1) << err;
+  EXPECT_EQ(err, absl::StrCat("duetctl: lost duet-bridge at ", address_,
+                              ": duet-bridge is shutting down. Run the command again once it is "
+                              "back.\n"));
   close(c.out);
   close(c.err);
 }
