@@ -23,9 +23,9 @@ absl::Status ValidateKubeFlags(const KubeFlags& f) {
   }
   const absl::string_view host = absl::StripPrefix(f.server, "https://");
   if (host.size() == f.server.size() || host.empty() || host.front() == '/') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kube-server: must be https://host[:port], got \"", f.server,
-        "\" (the token is never sent in clear)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kube-server: must be https://host[:port], got \"", f.server,
+                     "\" (the token is never sent in clear)"));
   }
   if (f.token_file.empty()) {
     return absl::InvalidArgumentError(
@@ -50,7 +50,8 @@ absl::StatusOr<std::optional<k8s::KubeConfig>> KubeConfigFromFlags(const KubeFla
   if (!token.ok()) return token.status();
   c.token = std::string(absl::StripAsciiWhitespace(*token));
   if (c.token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--kube-token-file: ", f.token_file, " is empty"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kube-token-file: ", f.token_file, " is empty"));
   }
   if (!f.ca_file.empty()) {
     absl::StatusOr<std::string> ca =

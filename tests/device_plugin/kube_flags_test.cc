@@ -43,16 +43,15 @@ TEST(KubeFlagsTest, RefusesFlagsThatDoNotGoTogether) {
               HasSubstr("--kube-token-file, --kube-ca-file: need --kube-server"));
   EXPECT_THAT(Message(ValidateKubeFlags(Flags("", "", "/ca", false))),
               HasSubstr("--kube-token-file, --kube-ca-file: need --kube-server"));
-  for (const char* bad : {"http://api.example:8080", "api.example:6443", "https://", "https:///x"}) {
+  for (const char* bad :
+       {"http://api.example:8080", "api.example:6443", "https://", "https:///x"}) {
     absl::Status s = ValidateKubeFlags(Flags(bad, "/t", "", false));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(Message(s), HasSubstr("--kube-server: must be https://host[:port]")) << bad;
   }
-  EXPECT_THAT(
-      Message(ValidateKubeFlags(Flags("https://a", "/t", "", true))),
-      HasSubstr("--no-kubernetes: cannot be given with --kube-server"));
-  EXPECT_THAT(Message(ValidateKubeFlags(Flags("", "", "/ca", true))),
-              HasSubstr("--no-kubernetes"));
+  EXPECT_THAT(Message(ValidateKubeFlags(Flags("https://a", "/t", "", true))),
+              HasSubstr("--no-kubernetes: cannot be given with --kube-server"));
+  EXPECT_THAT(Message(ValidateKubeFlags(Flags("", "", "/ca", true))), HasSubstr("--no-kubernetes"));
 }
 
 class KubeFlagsFilesTest : public ::testing::Test {
@@ -81,10 +80,11 @@ TEST_F(KubeFlagsFilesTest, NamedServerReadsItsFilesNow) {
   ASSERT_TRUE(no_ca.ok()) << no_ca.status();
   EXPECT_EQ((*no_ca)->ca_file, "");  // system roots
 
-  auto missing_ca = KubeConfigFromFlags(
-      Flags("https://a", dir_ + "/token", dir_ + "/nope.crt", false));
+  auto missing_ca =
+      KubeConfigFromFlags(Flags("https://a", dir_ + "/token", dir_ + "/nope.crt", false));
   EXPECT_EQ(missing_ca.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(Message(missing_ca.status()), HasSubstr("--kube-ca-file: cannot read " + dir_ + "/nope.crt"));
+  EXPECT_THAT(Message(missing_ca.status()),
+              HasSubstr("--kube-ca-file: cannot read " + dir_ + "/nope.crt"));
 
   auto missing_token = KubeConfigFromFlags(Flags("https://a", dir_ + "/nope", "", false));
   EXPECT_EQ(missing_token.status().code(), absl::StatusCode::kInvalidArgument);
@@ -103,7 +103,8 @@ TEST_F(KubeFlagsFilesTest, NoFlagsIsInClusterAndNoKubernetesIsNone) {
 
   unsetenv("KUBERNETES_SERVICE_HOST");
   unsetenv("KUBERNETES_SERVICE_PORT");
-  EXPECT_EQ(KubeConfigFromFlags(KubeFlags{}, dir_).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(KubeConfigFromFlags(KubeFlags{}, dir_).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   std::ofstream(dir_ + "/token") << "sa-token\n";
   std::ofstream(dir_ + "/ca.crt") << "pem";
   setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
