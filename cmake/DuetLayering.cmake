@@ -16,6 +16,13 @@
 #                  includes only itself, the leaf and proto
 #   device_plugin  k8s_adapter/device_plugin/: links and includes only itself,
 #                  kube, the leaf and proto
+#   kube_config    k8s_adapter/kubeconfig/: kubeconfig files (YAML); links and
+#                  includes only itself, kube, the leaf and proto (and
+#                  yaml-cpp)
+# and one rule on what duet-node may link at all: nothing a kube or
+# device_plugin target links, directly or through other targets, is yaml-cpp,
+# and no file of theirs includes a yaml-cpp header. Kubeconfig files are
+# kube_config's, which only duet-bridge links; duet-node reads no YAML.
 #   proto          proto/
 # Everything else (bridge/server, bridge/slurm, bridge/pods, the extender,
 # k8s_adapter/reconcile, duetctl, tests, bench) is an adapter or a program:
@@ -35,6 +42,8 @@ function(_duet_layer_of_dir rel out)
     set(layer slurm_plugin)
   elseif(rel STREQUAL "k8s_adapter/device_plugin" OR rel MATCHES "^k8s_adapter/device_plugin/")
     set(layer device_plugin)
+  elseif(rel STREQUAL "k8s_adapter/kubeconfig" OR rel MATCHES "^k8s_adapter/kubeconfig/")
+    set(layer kube_config)
   elseif(rel STREQUAL "k8s_adapter" OR rel STREQUAL "k8s_adapter/common")
     set(layer kube)
   else()
@@ -98,6 +107,10 @@ function(_duet_link_allowed layer dep dep_layer out)
     if(dep_layer MATCHES "^(device_plugin|kube|leaf|proto)$")
       set(ok TRUE)
     endif()
+  elseif(layer STREQUAL "kube_config")
+    if(dep_layer MATCHES "^(kube_config|kube|leaf|proto)$")
+      set(ok TRUE)
+    endif()
   else()
     set(ok TRUE)
   endif()
@@ -129,14 +142,97 @@ function(_duet_include_allowed layer path out)
       if(path MATCHES "^k8s_adapter/(device_plugin/|common/|[^/]+$)")
         set(ok TRUE)
       endif()
+    elseif(layer STREQUAL "kube_config")
+      if(path MATCHES "^k8s_adapter/(kubeconfig/|common/|[^/]+$)")
+        set(ok TRUE)
+      endif()
     endif()
   endif()
   set(${out} ${ok} PARENT_SCOPE)
 endfunction()
 
+# The link dependencies of target `t` as written (aliases unresolved), less
+# generator expressions other than $<LINK_ONLY:...> and linker flags.
+function(_duet_link_deps t out)
+  set(deps "")
+  get_target_property(type ${t} TYPE)
+  get_target_property(imported ${t} IMPORTED)
+  if(NOT type STREQUAL "INTERFACE_LIBRARY" AND NOT imported)
+    get_target_property(direct ${t} LINK_LIBRARIES)
+    if(direct)
+      list(APPEND deps ${direct})
+    endif()
+  endif()
+  get_target_property(iface ${t} INTERFACE_LINK_LIBRARIES)
+  if(iface)
+    list(APPEND deps ${iface})
+  endif()
+  set(result "")
+  foreach(dep ${deps})
+    string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" dep "${dep}")
+    if(dep MATCHES "^\\$<" OR dep MATCHES "^-" OR dep MATCHES "^::@")
+      continue()
+    endif()
+    list(APPEND result "${dep}")
+  endforeach()
+  list(REMOVE_DUPLICATES result)
+  set(${out} "${result}" PARENT_SCOPE)
+endfunction()
+
+# Whether target `t` links, directly or through other targets, a library
+# whose name (alias resolved) matches `regex`: `out_dep` is the first such
+# name ("" when none), `out_via` the targets between, as "a -> b" ("" when
+# `t` links it itself).
+function(_duet_find_linked t regex out_dep out_via)
+  set(queue ${t})
+  set(seen ${t})
+  set(found "")
+  set(via "")
+  while(queue AND found STREQUAL "")
+    list(POP_FRONT queue cur)
+    string(MAKE_C_IDENTIFIER "${cur}" cur_id)
+    _duet_link_deps(${cur} deps)
+    foreach(dep ${deps})
+      set(name "${dep}")
+      if(TARGET ${dep})
+        get_target_property(aliased ${dep} ALIASED_TARGET)
+        if(aliased)
+          set(name ${aliased})
+        endif()
+      endif()
+      if(name MATCHES "${regex}" OR dep MATCHES "${regex}")
+        set(found "${name}")
+        # The chain back from `cur` to `t`, `t` itself left out.
+        set(node ${cur})
+        set(chain "")
+        while(NOT node STREQUAL t)
+          list(PREPEND chain ${node})
+          string(MAKE_C_IDENTIFIER "${node}" node_id)
+          set(node ${_duet_parent_${node_id}})
+        endwhile()
+        list(JOIN chain " -> " via)
+        break()
+      endif()
+      if(TARGET ${name})
+        list(FIND seen ${name} at)
+        if(at EQUAL -1)
+          list(APPEND seen ${name})
+          list(APPEND queue ${name})
+          string(MAKE_C_IDENTIFIER "${name}" name_id)
+          set(_duet_parent_${name_id} ${cur})
+        endif()
+      endif()
+    endforeach()
+  endwhile()
+  set(${out_dep} "${found}" PARENT_SCOPE)
+  set(${out_via} "${via}" PARENT_SCOPE)
+endfunction()
+
 function(duet_check_layering)
   set(errors "")
   set(leaf_external "^(absl::|gRPC::|protobuf::|OpenSSL::|prometheus-cpp::|Threads::Threads$)")
+  # yaml-cpp as a target (0.7: yaml-cpp; 0.8: yaml-cpp::yaml-cpp) or a file.
+  set(yaml_lib "^yaml-cpp(::yaml-cpp)?$|(^|/)libyaml-cpp[^/]*$")
   _duet_all_targets(${PROJECT_SOURCE_DIR} targets)
   foreach(t ${targets})
     _duet_target_layer(${t} layer rel)
@@ -189,6 +285,18 @@ function(duet_check_layering)
              "layering: ${t} (leaf, ${rel}) links ${dep}, which the leaf may not use (only absl, gRPC, protobuf, OpenSSL, prometheus-cpp, threads)")
       endif()
     endforeach()
+    # duet-node reads no YAML: nothing under kube or device_plugin links
+    # yaml-cpp, however indirectly.
+    if(layer MATCHES "^(kube|device_plugin)$")
+      _duet_find_linked(${t} "${yaml_lib}" yaml via)
+      if(NOT yaml STREQUAL "")
+        if(NOT via STREQUAL "")
+          set(via " (through ${via})")
+        endif()
+        list(APPEND errors
+             "layering: ${t} (${layer}, ${rel}) links ${yaml}${via}: duet-node reads no YAML (kubeconfig files are duet_kube_config's, k8s_adapter/kubeconfig)")
+      endif()
+    endif()
   endforeach()
 
   # #include lines of the checked folders.
@@ -198,7 +306,9 @@ function(duet_check_layering)
        ${PROJECT_SOURCE_DIR}/slurm_plugin/*.cc
        ${PROJECT_SOURCE_DIR}/k8s_adapter/device_plugin/*.h
        ${PROJECT_SOURCE_DIR}/k8s_adapter/device_plugin/*.cc
-       ${PROJECT_SOURCE_DIR}/k8s_adapter/common/*.h ${PROJECT_SOURCE_DIR}/k8s_adapter/common/*.cc)
+       ${PROJECT_SOURCE_DIR}/k8s_adapter/common/*.h ${PROJECT_SOURCE_DIR}/k8s_adapter/common/*.cc
+       ${PROJECT_SOURCE_DIR}/k8s_adapter/kubeconfig/*.h
+       ${PROJECT_SOURCE_DIR}/k8s_adapter/kubeconfig/*.cc)
   file(GLOB kube_sources RELATIVE ${PROJECT_SOURCE_DIR}
        ${PROJECT_SOURCE_DIR}/k8s_adapter/*.h ${PROJECT_SOURCE_DIR}/k8s_adapter/*.cc)
   list(APPEND sources ${kube_sources})
@@ -228,6 +338,15 @@ function(duet_check_layering)
         endif()
       endif()
     endforeach()
+    if(layer MATCHES "^(kube|device_plugin)$")
+      file(STRINGS ${PROJECT_SOURCE_DIR}/${f} yaml_lines
+           REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]yaml-cpp/")
+      foreach(line ${yaml_lines})
+        string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]*)[>\"].*" "\\1" path "${line}")
+        list(APPEND errors
+             "layering: ${f} (${layer}) includes ${path}: duet-node reads no YAML (kubeconfig files are duet_kube_config's, k8s_adapter/kubeconfig)")
+      endforeach()
+    endif()
   endforeach()
 
   if(errors)
@@ -236,5 +355,5 @@ function(duet_check_layering)
                         "Move the shared code into common/, or depend on an interface the "
                         "core owns.")
   endif()
-  message(STATUS "layering: the leaf, core, kube, slurm_plugin and device_plugin rules hold")
+  message(STATUS "layering: the leaf, core, kube, kube_config, slurm_plugin and device_plugin rules hold, and duet-node links no yaml-cpp")
 endfunction()

@@ -169,10 +169,8 @@ class CurlKubeClient final : public KubeClient {
       curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
                        static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(options.idle_timeout))));
     }
-    CURLcode rc = curl_easy_perform(curl);
     long code = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
-    Release(curl, rc == CURLE_OK);
+    const CURLcode rc = Perform(curl, &code);
     if (rc != CURLE_OK) {
       if (!t.abort.ok()) return t.abort;
       if (rc == CURLE_ABORTED_BY_CALLBACK) return absl::CancelledError("watch cancelled");
@@ -201,10 +199,8 @@ class CurlKubeClient final : public KubeClient {
     CurlSlist headers;
     char err[CURL_ERROR_SIZE] = {0};
     Setup(curl, method, path, body, content_type, &headers, &t, err);
-    CURLcode rc = curl_easy_perform(curl);
     long code = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
-    Release(curl, rc == CURLE_OK);
+    const CURLcode rc = Perform(curl, &code);
     if (rc != CURLE_OK) {
       if (!t.abort.ok()) return t.abort;
       const std::string what = absl::StrCat(method, " ", path, ": ", err[0] ? err : curl_easy_strerror(rc));
@@ -283,6 +279,17 @@ class CurlKubeClient final : public KubeClient {
       }
     }
     return curl_easy_init();
+  }
+
+  // Runs the transfer set up on `curl`, reads its HTTP status into `code` and
+  // hands the handle back (Release). A transfer's own abort reason, if any,
+  // is in its Transfer.
+  CURLcode Perform(CURL* curl, long* code) {
+    const CURLcode rc = curl_easy_perform(curl);
+    *code = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, code);
+    Release(curl, rc == CURLE_OK);
+    return rc;
   }
 
   // Keeps a handle (and its connection) for reuse after a clean transfer.

@@ -1,7 +1,9 @@
 #pragma once
 
 // Where the Kubernetes API is and how to authenticate to it: in-cluster (the
-// pod's service account) or a kubeconfig file (development).
+// pod's service account), or a server, token and CA named explicitly. Reading
+// kubeconfig files (YAML) is duet::kube_config's
+// (k8s_adapter/kubeconfig/kubeconfig_file.h), which duet-node does not link.
 
 #include <string>
 
@@ -38,21 +40,6 @@ struct KubeConfig {
 // namespace from `sa_dir`. FAILED_PRECONDITION when not in a cluster (no
 // host/port variables), NOT_FOUND naming a missing file.
 absl::StatusOr<KubeConfig> InClusterConfig(const std::string& sa_dir = kServiceAccountDir);
-
-// Parses kubeconfig YAML. `context` empty: current-context. Relative file
-// paths are resolved against `base_dir`. Supports token, tokenFile, client
-// certificate/key (file or -data), certificate-authority (file or -data),
-// insecure-skip-tls-verify. exec and auth-provider plugins are
-// UNIMPLEMENTED. Errors (INVALID_ARGUMENT) name the key path.
-absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text, const std::string& base_dir,
-                                           const std::string& context = "");
-// Reads `path` (NOT_FOUND if missing) and parses it.
-absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::string& context = "");
-
-// What duet-bridge uses: `kubeconfig` empty → InClusterConfig(), otherwise
-// LoadKubeconfig(kubeconfig, context).
-absl::StatusOr<KubeConfig> ResolveKubeConfig(const std::string& kubeconfig,
-                                             const std::string& context = "");
 
 }  // namespace k8s
 }  // namespace duet

@@ -27,7 +27,7 @@
 #include "bridge/server/workload.h"
 #include "bridge/slurm/munge_auth.h"
 #include "bridge/slurm/slurm_key_auth.h"
-#include "k8s_adapter/kube_config.h"
+#include "k8s_adapter/kubeconfig/kubeconfig_file.h"
 #include "k8s_adapter/reconcile/node_inventory.h"
 #include "spdlog/spdlog.h"
 

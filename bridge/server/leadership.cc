@@ -17,6 +17,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "k8s_adapter/kube_client.h"
+#include "k8s_adapter/kubeconfig/kubeconfig_file.h"
 #include "k8s_adapter/leader_election.h"
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"

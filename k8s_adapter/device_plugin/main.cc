@@ -6,8 +6,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "k8s_adapter/device_plugin/kube_flags.h"
 #include "k8s_adapter/device_plugin/node_plugin.h"
-#include "k8s_adapter/kube_config.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -15,8 +15,8 @@ int main(int argc, char** argv) {
   duet::node::NodePluginOptions o;
   const char* env_node = std::getenv("NODE_NAME");
   if (env_node != nullptr) o.node_name = env_node;
-  std::string kubeconfig, log_level = "info";
-  bool no_kube = false;
+  duet::node::KubeFlags kube_flags;
+  std::string log_level = "info";
   app.add_option("--bridge", o.bridge, "duet-bridge address: host:port or unix:/path")->required();
   app.add_option("--bridge-ca", o.bridge_ca_file,
                  "PEM CA of the bridge's TLS certificate (turns TLS on; default: system roots)");
@@ -31,9 +31,14 @@ int main(int argc, char** argv) {
   app.add_option("--pod-resources-socket", o.pod_resources_socket,
                  "kubelet's PodResources socket (\"\": not used)")
       ->capture_default_str();
-  app.add_option("--kubeconfig", kubeconfig,
-                 "kubeconfig for the Kubernetes API (default: in-cluster)");
-  app.add_flag("--no-kubernetes", no_kube,
+  app.add_option("--kube-server", kube_flags.server,
+                 "Kubernetes API server, https://host[:port], from outside a cluster (default: "
+                 "in-cluster); needs --kube-token-file");
+  app.add_option("--kube-token-file", kube_flags.token_file,
+                 "Bearer token for --kube-server (re-read as it rotates)");
+  app.add_option("--kube-ca-file", kube_flags.ca_file,
+                 "PEM CA of --kube-server's certificate (default: system roots)");
+  app.add_flag("--no-kubernetes", kube_flags.disabled,
                "Do not use the Kubernetes API (no cross-check, no on-the-spot placeholders)");
   app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics on host:port");
   app.add_option("--device-dir", o.device_dir, "Where nvidiaN/accelN device nodes live")
@@ -49,6 +54,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   absl::Status valid = duet::node::ValidateOptions(o);
+  if (valid.ok()) valid = duet::node::ValidateKubeFlags(kube_flags);
   if (!valid.ok()) {
     std::cerr << "duet-node: " << valid.message() << "\n";
     return 2;
@@ -56,28 +62,29 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   std::unique_ptr<duet::k8s::KubeClient> kube;
-  if (!no_kube) {
-    absl::StatusOr<duet::k8s::KubeConfig> kc = duet::k8s::ResolveKubeConfig(kubeconfig);
-    if (!kc.ok() && !kubeconfig.empty()) {
-      std::cerr << "duet-node: --kubeconfig: " << kc.status().message() << "\n";
+  // Flags naming a server that cannot be used are bad flags; without them, no
+  // in-cluster config means running without the API (warned).
+  absl::StatusOr<std::optional<duet::k8s::KubeConfig>> kc =
+      duet::node::KubeConfigFromFlags(kube_flags);
+  if (!kc.ok() && !kube_flags.server.empty()) {
+    std::cerr << "duet-node: " << kc.status().message() << "\n";
+    return 2;
+  }
+  if (!kc.ok()) {
+    spdlog::warn(
+        "no Kubernetes API ({}): Allocate matches placeholders without the pod "
+        "cross-check and cannot place pods that bypassed the duet scheduler",
+        kc.status().ToString());
+  } else if (kc->has_value()) {
+    duet::k8s::KubeClientOptions ko;
+    ko.request_timeout = absl::Seconds(10);
+    ko.user_agent = "duet-node/0.1";
+    auto client = duet::k8s::NewCurlKubeClient(**kc, ko);
+    if (!client.ok()) {
+      std::cerr << "duet-node: Kubernetes client: " << client.status().message() << "\n";
       return 2;
     }
-    if (kc.ok()) {
-      duet::k8s::KubeClientOptions ko;
-      ko.request_timeout = absl::Seconds(10);
-      ko.user_agent = "duet-node/0.1";
-      auto client = duet::k8s::NewCurlKubeClient(*kc, ko);
-      if (!client.ok()) {
-        std::cerr << "duet-node: Kubernetes client: " << client.status().message() << "\n";
-        return 2;
-      }
-      kube = std::move(*client);
-    } else {
-      spdlog::warn(
-          "no Kubernetes API ({}): Allocate matches placeholders without the pod "
-          "cross-check and cannot place pods that bypassed the duet scheduler",
-          kc.status().ToString());
-    }
+    kube = std::move(*client);
   }
 
   sigset_t set;

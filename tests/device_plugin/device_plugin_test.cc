@@ -783,6 +783,75 @@ TEST_F(DevicePluginTest, TheBinaryRegistersAndStopsCleanlyOnSigterm) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "plugins" / "duet-tpu.sock"));
 }
 
+// The binary outside a cluster: --kube-server, --kube-token-file and
+// --kube-ca-file reach the API server over TLS with the token, so a pod that
+// bypassed the duet scheduler is placed on the spot.
+TEST_F(DevicePluginTest, TheBinaryReachesTheApiServerNamedByItsFlags) {
+  const std::string certs = (dir_ / "certs").string();
+  std::filesystem::create_directories(certs);
+  k8s::testing::TlsFiles tls = k8s::testing::MakeTestCerts(certs);
+  ASSERT_FALSE(tls.ca.empty()) << "openssl failed";
+  api_ = std::make_unique<k8s::testing::FakeApiServer>(
+      std::vector<std::string>{"--tls-cert", tls.cert, "--tls-key", tls.key, "--token", "node-s3cret"});
+  ASSERT_TRUE(api_->ok());
+  api_->Put(PendingPod("rogue", "uid-rogue", "nvidia.com/gpu", 2));
+  const std::string token_file = (dir_ / "kube-token").string();
+  std::ofstream(token_file) << "node-s3cret\n";
+  std::vector<std::string> args = {DUET_NODE_BINARY,
+                                   "--bridge",
+                                   "127.0.0.1:" + std::to_string(bridge_->grpc_port()),
+                                   "--node-name",
+                                   "gke-a",
+                                   "--plugin-dir",
+                                   (dir_ / "plugins").string(),
+                                   "--pod-resources-socket",
+                                   "",
+                                   "--device-dir",
+                                   (dir_ / "dev").string(),
+                                   "--kube-server",
+                                   api_->url(),
+                                   "--kube-token-file",
+                                   token_file,
+                                   "--kube-ca-file",
+                                   tls.ca,
+                                   "--log-level",
+                                   "warn"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  char* envp[] = {nullptr};
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execve(argv[0], argv.data(), envp);
+    ::_exit(127);
+  }
+  const bool registered = kubelet_->WaitRegistrations(1);
+  grpc::Status st = grpc::Status(grpc::StatusCode::UNKNOWN, "not registered");
+  v1beta1::AllocateResponse resp;
+  if (registered) {
+    auto stub = Plugin("duet-gpu.sock");
+    st = Allocate(stub.get(), {"gpu-slot-0", "gpu-slot-1"}, &resp);
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(registered);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.container_responses(0).annotations().at("duet.dev/pod-uid"), "uid-rogue");
+  EXPECT_TRUE(bridge_->ledger()->FindHolding("gke-a", Owner::Pod("uid-rogue")).has_value());
+  bool listed_with_token = false;
+  for (const nlohmann::json& r : api_->Requests()) {
+    if (r.value("path", "").rfind("/api/v1/pods", 0) == 0 &&
+        r.value("auth", "") == "Bearer node-s3cret") {
+      listed_with_token = true;
+    }
+  }
+  EXPECT_TRUE(listed_with_token);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(ValidateOptionsTest, NamesTheFlag) {
   NodePluginOptions o;
   o.bridge = "127.0.0.1:1";
@@ -824,6 +893,46 @@ TEST(DuetNodeBinaryTest, BadFlagsExitTwoAndNameTheFlag) {
   const int status = ::pclose(f);
   EXPECT_EQ(WEXITSTATUS(status), 2);
   EXPECT_THAT(out, HasSubstr("--node-name: must be set"));
+}
+
+// Flags for the Kubernetes API that do not go together, a token file that
+// cannot be read, and the --kubeconfig flag duet-node no longer has: exit
+// non-zero, naming the flag.
+TEST(DuetNodeBinaryTest, BadKubeFlagsExitNonZeroAndNameTheFlag) {
+  struct Case {
+    std::string flags;
+    int code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"--kube-server https://127.0.0.1:6443", 2, "--kube-server: needs --kube-token-file"},
+      {"--kube-token-file /tmp/t", 2, "--kube-token-file, --kube-ca-file: need --kube-server"},
+      {"--kube-ca-file /tmp/ca.crt", 2, "--kube-token-file, --kube-ca-file: need --kube-server"},
+      {"--kube-server http://127.0.0.1:8080 --kube-token-file /tmp/t", 2,
+       "--kube-server: must be https://host[:port]"},
+      {"--no-kubernetes --kube-server https://127.0.0.1:6443 --kube-token-file /tmp/t", 2,
+       "--no-kubernetes: cannot be given with --kube-server"},
+      {"--kube-server https://127.0.0.1:6443 --kube-token-file /nonexistent/duet-token", 2,
+       "--kube-token-file: cannot read /nonexistent/duet-token"},
+      {"--kubeconfig /tmp/kubeconfig", -1, "--kubeconfig"},
+  };
+  for (const Case& c : cases) {
+    const std::string cmd = std::string(DUET_NODE_BINARY) + " --bridge 127.0.0.1:1 --node-name n " +
+                            "--plugin-dir /nonexistent/duet-plugins " + c.flags + " 2>&1";
+    FILE* f = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[512] = {0};
+    std::string out;
+    while (std::fgets(buf, sizeof(buf), f) != nullptr) out += buf;
+    const int status = ::pclose(f);
+    ASSERT_TRUE(WIFEXITED(status)) << c.flags;
+    if (c.code >= 0) {
+      EXPECT_EQ(WEXITSTATUS(status), c.code) << c.flags << ": " << out;
+    } else {
+      EXPECT_NE(WEXITSTATUS(status), 0) << c.flags << ": " << out;
+    }
+    EXPECT_THAT(out, HasSubstr(c.message)) << c.flags;
+  }
 }
 
 }  // namespace

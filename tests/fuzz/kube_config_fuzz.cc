@@ -1,6 +1,6 @@
-// Fuzzes the kubeconfig reader (k8s_adapter/kube_config.h) with arbitrary
-// bytes as the kubeconfig YAML; relative paths resolve against a directory
-// that does not exist. Checks: ParseKubeconfig never crashes or lets a
+// Fuzzes the kubeconfig reader (k8s_adapter/kubeconfig/kubeconfig_file.h)
+// with arbitrary bytes as the kubeconfig YAML; relative paths resolve against
+// a directory that does not exist. Checks: ParseKubeconfig never crashes or lets a
 // yaml-cpp exception escape, and what it accepts names a server.
 
 #include <cstddef>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "k8s_adapter/kube_config.h"
+#include "k8s_adapter/kubeconfig/kubeconfig_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string yaml(reinterpret_cast<const char*>(data), size);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "k8s_adapter/kubeconfig/kubeconfig_file.h"
 #include "tests/k8s/fake_server.h"
 
 namespace duet {

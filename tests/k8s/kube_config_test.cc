@@ -1,4 +1,4 @@
-#include "k8s_adapter/kube_config.h"
+#include "k8s_adapter/kubeconfig/kubeconfig_file.h"
 
 #include <stdlib.h>
 #include <unistd.h>

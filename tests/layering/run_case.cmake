@@ -1,7 +1,8 @@
 # One case of the dependency check's test (cmake/DuetLayering.cmake):
 #   cmake -DCASE=<name> -DLAYERING=<DuetLayering.cmake> -DWORK=<dir> -P run_case.cmake
 # writes a small project with duet's folder layout (common/, bridge/ledger/,
-# bridge/slurm/, k8s_adapter/, k8s_adapter/device_plugin/, slurm_plugin/),
+# bridge/slurm/, k8s_adapter/, k8s_adapter/device_plugin/,
+# k8s_adapter/kubeconfig/, slurm_plugin/),
 # every edge allowed except the one CASE adds, configures it and checks the
 # result: "ok" must pass; every other case must fail naming its edge.
 cmake_minimum_required(VERSION 3.20)
@@ -21,12 +22,15 @@ set(lib_slurm       "add_library(duet_slurm INTERFACE)\ntarget_link_libraries(du
 set(lib_proto       "add_library(duet_proto INTERFACE)")
 set(lib_kube        "add_library(duet_kube INTERFACE)\ntarget_link_libraries(duet_kube INTERFACE duet::common)")
 set(lib_device_plugin "add_library(duet_device_plugin INTERFACE)\ntarget_link_libraries(duet_device_plugin INTERFACE duet_kube duet::common duet_proto)")
+# Kubeconfig files: the one Kubernetes library that may read YAML.
+set(lib_kube_config "add_library(duet_kube_config INTERFACE)\ntarget_link_libraries(duet_kube_config INTERFACE duet_kube duet::common yaml-cpp)")
 set(lib_slurm_plugin "add_library(duet_spank_core INTERFACE)\ntarget_link_libraries(duet_spank_core INTERFACE duet::common duet_proto)")
 # folder -> a source file and its includes (all allowed)
 set(src_common        "common/reason.h:#include \"proto/duet/v1/reasons.h\"")
 set(src_ledger        "bridge/ledger/ledger.h:#include \"common/reason.h\"")
 set(src_kube          "k8s_adapter/kube_client.h:#include \"common/file.h\"")
 set(src_device_plugin "k8s_adapter/device_plugin/node_plugin.cc:#include \"k8s_adapter/kube_client.h\"\n#include \"k8s_adapter/common/quantity.h\"\n#include \"common/device/device.h\"")
+set(src_kube_config   "k8s_adapter/kubeconfig/kubeconfig_file.cc:#include \"k8s_adapter/kube_config.h\"\n#include \"yaml-cpp/yaml.h\"")
 set(src_slurm_plugin  "slurm_plugin/remote.cc:#include \"common/slurm/slurm_format.h\"\n#include \"duet/v1/duet.pb.h\"")
 
 set(expect "rules hold")
@@ -55,6 +59,16 @@ elseif(CASE STREQUAL "slurm_plugin_includes_bridge")
 elseif(CASE STREQUAL "device_plugin_includes_reconciler")
   string(APPEND src_device_plugin "\n#include \"k8s_adapter/reconcile/pod_watch.h\"")
   set(expect "layering: k8s_adapter/device_plugin/node_plugin.cc \\(device_plugin\\) includes k8s_adapter/reconcile/pod_watch.h")
+elseif(CASE STREQUAL "kube_links_yaml")
+  # yaml-cpp back in the generic client: duet-node would link it through it.
+  string(APPEND lib_kube "\ntarget_link_libraries(duet_kube INTERFACE yaml-cpp)")
+  set(expect "layering: duet_device_plugin \\(device_plugin, k8s_adapter/device_plugin\\) links yaml-cpp \\(through duet_kube\\): duet-node reads no YAML")
+elseif(CASE STREQUAL "device_plugin_links_kube_config")
+  string(APPEND lib_device_plugin "\ntarget_link_libraries(duet_device_plugin INTERFACE duet_kube_config)")
+  set(expect "layering: duet_device_plugin \\(device_plugin, k8s_adapter/device_plugin\\) links yaml-cpp \\(through duet_kube_config\\)")
+elseif(CASE STREQUAL "device_plugin_includes_yaml")
+  string(APPEND src_device_plugin "\n#include <yaml-cpp/yaml.h>")
+  set(expect "layering: k8s_adapter/device_plugin/node_plugin.cc \\(device_plugin\\) includes yaml-cpp/yaml.h: duet-node reads no YAML")
 elseif(CASE STREQUAL "core_includes_adapter")
   string(APPEND src_ledger "\n#include \"k8s_adapter/kube_client.h\"")
   set(expect "layering: bridge/ledger/ledger.h \\(core\\) includes k8s_adapter/kube_client.h")
@@ -66,7 +80,8 @@ else()
 endif()
 
 set(folders common:common bridge/ledger:ledger bridge/slurm:slurm proto:proto
-    k8s_adapter:kube k8s_adapter/device_plugin:device_plugin slurm_plugin:slurm_plugin)
+    k8s_adapter:kube k8s_adapter/device_plugin:device_plugin k8s_adapter/kubeconfig:kube_config
+    slurm_plugin:slurm_plugin)
 set(top "cmake_minimum_required(VERSION 3.20)\nproject(layering_${CASE} LANGUAGES NONE)\n")
 foreach(pair ${folders})
   string(REPLACE ":" ";" pair "${pair}")
@@ -79,10 +94,10 @@ foreach(pair ${folders})
 endforeach()
 # Nested folders are added by their parents, as in duet.
 file(APPEND ${root}/bridge/CMakeLists.txt "add_subdirectory(ledger)\nadd_subdirectory(slurm)\n")
-file(APPEND ${root}/k8s_adapter/CMakeLists.txt "add_subdirectory(device_plugin)\n")
+file(APPEND ${root}/k8s_adapter/CMakeLists.txt "add_subdirectory(device_plugin)\nadd_subdirectory(kubeconfig)\n")
 string(APPEND top "add_subdirectory(bridge)\ninclude(${LAYERING})\nduet_check_layering()\n")
 file(WRITE ${root}/CMakeLists.txt "${top}")
-foreach(name common ledger kube device_plugin slurm_plugin)
+foreach(name common ledger kube device_plugin kube_config slurm_plugin)
   string(FIND "${src_${name}}" ":" colon)
   string(SUBSTRING "${src_${name}}" 0 ${colon} file)
   math(EXPR start "${colon} + 1")
