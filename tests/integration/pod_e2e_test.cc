@@ -445,8 +445,7 @@ TEST_F(PodE2eTest, PodBesideASlurmJobGetsDisjointGpusAndSlurmWaitsForThePodToEnd
   const uint32_t job2 =
       c_->Sbatch(absl::StrCat("-w ", kNodeA, " --gres=gpu:4 --wrap 'sleep 300'"));
   ASSERT_NE(job2, 0u);
-  absl::SleepFor(absl::Seconds(3));
-  EXPECT_EQ(c_->JobState(job2), "PENDING")
+  EXPECT_TRUE(c_->WaitJobPending(job2, "Resources"))
       << c_->Cli(absl::StrCat("scontrol -d show job ", job2)).out;
   // Not even 3 GPUs can be had now.
   CmdResult r =
@@ -590,8 +589,8 @@ TEST_F(PodE2eTest, DeletedPodsPlaceholderIsCancelledAndAWaitingJobStarts) {
   // Node a is full: a 1-GPU job waits.
   const uint32_t job2 = c_->Sbatch(absl::StrCat("-w ", kNodeA, " --gres=gpu:1 --wrap 'sleep 300'"));
   ASSERT_NE(job2, 0u);
-  absl::SleepFor(absl::Seconds(2));
-  EXPECT_EQ(c_->JobState(job2), "PENDING");
+  EXPECT_TRUE(c_->WaitJobPending(job2, "Resources"))
+      << c_->Cli(absl::StrCat("scontrol -d show job ", job2)).out;
 
   w_->fake()->Delete("Pod", name);
   EXPECT_TRUE(WaitFor([&] { return PlaceholderJob(name).first == 0; }, absl::Seconds(15)))

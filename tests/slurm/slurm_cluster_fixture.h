@@ -206,6 +206,19 @@ class TestSlurmCluster {
            s == "PREEMPTED" || s == "DEADLINE";
   }
 
+  // Waits until the job is PENDING for `reason` (squeue's %r): slurmctld has
+  // tried to schedule it and decided why it waits. A job that was going to
+  // start would not get there.
+  bool WaitJobPending(uint32_t job_id, const std::string& reason,
+                      absl::Duration timeout = absl::Seconds(20)) const {
+    return WaitFor(
+        [&] {
+          CmdResult r = Cli(absl::StrCat("squeue -h -j ", job_id, " -o %T|%r"));
+          return r.rc == 0 && absl::StripAsciiWhitespace(r.out) == absl::StrCat("PENDING|", reason);
+        },
+        timeout);
+  }
+
   bool WaitJobState(uint32_t job_id, const std::string& state,
                     absl::Duration timeout = absl::Seconds(20)) const {
     return WaitFor([&] { return JobState(job_id) == state; }, timeout);
