@@ -4,6 +4,7 @@
 // duet's policy), and one node's Slurm weight.
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,9 +31,12 @@ struct Fixture {
 Fixture* g_fixture = nullptr;
 
 bool Setup() {
-  absl::StatusOr<Trace> trace =
-      LoadTrace(DUET_TRACE_DIR "/openb_node_list_gpu_node.csv",
-                DUET_TRACE_DIR "/openb_pod_list_default.csv");
+  // The trace next to the source tree, or where DUET_TRACE_DIR says (a
+  // worktree outside the usual layout).
+  const char* env_dir = std::getenv("DUET_TRACE_DIR");
+  const std::string dir = env_dir != nullptr && *env_dir != '\0' ? env_dir : DUET_TRACE_DIR;
+  absl::StatusOr<Trace> trace = LoadTrace(dir + "/openb_node_list_gpu_node.csv",
+                                          dir + "/openb_pod_list_default.csv");
   if (!trace.ok()) {
     std::fprintf(stderr, "%s\n", std::string(trace.status().message()).c_str());
     return false;
