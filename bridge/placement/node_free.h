@@ -78,9 +78,11 @@ double MemoizedWorkloadFragmentation(const NodeFree& node, const Workload& workl
 // (model_id 0) or with more free milli than a signature holds are measured
 // directly, uncached.
 //
-// Thread-safety: thread-safe (the extender scores on several threads); the
-// table is split into shards, each under its own lock, looked up under a
-// reader lock. Each shard is cleared when it reaches its bound.
+// Thread-safety: thread-safe (the extender scores on several threads). Two
+// levels: each thread first reads its own small table of recent answers (a
+// thread_local, one slot per hash value, no lock); on a miss, the shared table,
+// split into shards, each under its own lock, looked up under a reader lock.
+// Each shard is cleared when it reaches its bound.
 class FragmentationMemo {
  public:
   explicit FragmentationMemo(const Workload& workload);
@@ -109,10 +111,14 @@ class FragmentationMemo {
   static constexpr size_t kShards = 16;
   static constexpr size_t kShardBound = 4096;
 
+  struct Recent;
+  static Recent& ThreadRecent();
+
   // False when the node has no signature (see above).
   bool MakeKey(const NodeFree& node, Key* key) const;
 
   // Distinct CPU and memory requests of the workload's device shapes, sorted.
+  const uint64_t id_;  // unique in the process
   std::vector<int64_t> cpu_thresholds_;
   std::vector<int64_t> mem_thresholds_;
   std::array<Shard, kShards> shards_;

@@ -1,6 +1,7 @@
 #include "bridge/placement/workload.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -130,6 +131,9 @@ constexpr int kFreeBits = 24;
 constexpr int kModelShift = kFreeBits;
 constexpr int kKindShift = kModelShift + 32;
 
+// Memo ids (FragmentationMemo::Recent): never reused within a process.
+std::atomic<uint64_t> next_memo_id{1};
+
 void SortedDistinct(std::vector<int64_t>* v) {
   std::sort(v->begin(), v->end());
   v->erase(std::unique(v->begin(), v->end()), v->end());
@@ -144,7 +148,8 @@ uint64_t Covered(const std::vector<int64_t>& thresholds, int64_t free) {
 
 }  // namespace
 
-FragmentationMemo::FragmentationMemo(const Workload& workload) {
+FragmentationMemo::FragmentationMemo(const Workload& workload)
+    : id_(next_memo_id.fetch_add(1, std::memory_order_relaxed)) {
   for (const Workload::Group& g : workload.groups()) {
     for (const Workload::Group::Member& m : g.members) {
       cpu_thresholds_.push_back(m.cpu_milli);
@@ -175,19 +180,48 @@ bool FragmentationMemo::MakeKey(const NodeFree& node, Key* key) const {
   return true;
 }
 
+// Each thread's last answers, one per slot, for the memo whose id is `memo`:
+// read and written by its own thread only, so without a lock. Ids are never
+// reused, so a slot left by a memo since destroyed never answers for another.
+struct FragmentationMemo::Recent {
+  struct Slot {
+    uint64_t memo = 0;
+    Key key;
+    double value = 0;
+  };
+  std::array<Slot, 256> slots;
+};
+
+FragmentationMemo::Recent& FragmentationMemo::ThreadRecent() {
+  thread_local Recent recent;
+  return recent;
+}
+
 double FragmentationMemo::Get(const NodeFree& node, const Workload& workload) {
   Key key;
   if (!MakeKey(node, &key)) return WorkloadFragmentation(node, workload);
+  Recent::Slot& slot = ThreadRecent().slots[key.hash % 256];
+  if (slot.memo == id_ && slot.key == key) return slot.value;
   Shard& shard = shards_[(key.hash >> 32) % kShards];
+  double f = 0;
+  bool found = false;
   {
     absl::ReaderMutexLock lock(&shard.mu);
     auto it = shard.values.find(key);
-    if (it != shard.values.end()) return it->second;
+    if (it != shard.values.end()) {
+      f = it->second;
+      found = true;
+    }
   }
-  const double f = WorkloadFragmentation(node, workload);
-  absl::MutexLock lock(&shard.mu);
-  if (shard.values.size() >= kShardBound) shard.values.clear();
-  shard.values.emplace(std::move(key), f);
+  if (!found) {
+    f = WorkloadFragmentation(node, workload);
+    absl::MutexLock lock(&shard.mu);
+    if (shard.values.size() >= kShardBound) shard.values.clear();
+    shard.values.emplace(key, f);
+  }
+  slot.memo = id_;
+  slot.key = std::move(key);
+  slot.value = f;
   return f;
 }
 
