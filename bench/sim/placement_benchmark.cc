@@ -4,6 +4,7 @@
 // duet's policy), and one node's Slurm weight.
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,9 +31,12 @@ struct Fixture {
 Fixture* g_fixture = nullptr;
 
 bool Setup() {
-  absl::StatusOr<Trace> trace =
-      LoadTrace(DUET_TRACE_DIR "/openb_node_list_gpu_node.csv",
-                DUET_TRACE_DIR "/openb_pod_list_default.csv");
+  // The trace next to the source tree, or where DUET_TRACE_DIR says (a
+  // worktree outside the usual layout).
+  const char* env_dir = std::getenv("DUET_TRACE_DIR");
+  const std::string dir = env_dir != nullptr && *env_dir != '\0' ? env_dir : DUET_TRACE_DIR;
+  absl::StatusOr<Trace> trace = LoadTrace(dir + "/openb_node_list_gpu_node.csv",
+                                          dir + "/openb_pod_list_default.csv");
   if (!trace.ok()) {
     std::fprintf(stderr, "%s\n", std::string(trace.status().message()).c_str());
     return false;
@@ -77,22 +81,50 @@ bool Setup() {
   return true;
 }
 
+// range(1): how the workload's fragmentation memo (Workload::memo) stands.
+enum Memo { kWarm = 0, kNone = 1, kCold = 2 };
+
 void BM_SelectNode(benchmark::State& state) {
   const auto policy = static_cast<placement::Policy>(state.range(0));
-  const placement::Scorer scorer(policy, &g_fixture->workload);
+  const auto memo = static_cast<Memo>(state.range(1));
+  // kWarm: the fixture's workload, its memo filled by earlier decisions (a
+  // steady workload, as the extender's between model snapshots). kNone:
+  // every node measured afresh (the scoring before the memo). kCold: a new
+  // workload with an empty memo per decision (duet-sim's online model, which
+  // publishes a new snapshot after every arrival).
+  placement::Workload none = g_fixture->workload;
+  none.DisableMemo();
+  placement::Workload cold;
+  const placement::Workload* w = memo == kNone ? &none : &g_fixture->workload;
   size_t k = 0;
   for (auto _ : state) {
+    if (memo == kCold) {
+      state.PauseTiming();
+      cold = placement::Workload(g_fixture->workload.shapes());
+      w = &cold;
+      state.ResumeTiming();
+    }
+    const placement::Scorer scorer(policy, w);
     const placement::PodRequest& r = g_fixture->probes[k++ % g_fixture->probes.size()];
     benchmark::DoNotOptimize(placement::SelectNode(g_fixture->views, g_fixture->loads, r, scorer));
   }
+  const bool fragmentation = policy == placement::Policy::kDuet ||
+                             policy == placement::Policy::kFgd;
   state.SetLabel(absl::StrCat(placement::PolicyName(policy), ", ", g_fixture->views.size(),
-                              " nodes, half full"));
+                              " nodes, half full",
+                              !fragmentation ? ""
+                              : memo == kWarm ? ", memo warm"
+                              : memo == kNone ? ", no memo"
+                                              : ", memo cold"));
 }
 BENCHMARK(BM_SelectNode)
-    ->Arg(static_cast<int>(placement::Policy::kDuet))
-    ->Arg(static_cast<int>(placement::Policy::kFgd))
-    ->Arg(static_cast<int>(placement::Policy::kBestFit))
-    ->Arg(static_cast<int>(placement::Policy::kLeastAllocated))
+    ->Args({static_cast<int>(placement::Policy::kDuet), kWarm})
+    ->Args({static_cast<int>(placement::Policy::kDuet), kCold})
+    ->Args({static_cast<int>(placement::Policy::kDuet), kNone})
+    ->Args({static_cast<int>(placement::Policy::kFgd), kWarm})
+    ->Args({static_cast<int>(placement::Policy::kFgd), kNone})
+    ->Args({static_cast<int>(placement::Policy::kBestFit), kWarm})
+    ->Args({static_cast<int>(placement::Policy::kLeastAllocated), kWarm})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_SlurmWeight(benchmark::State& state) {

@@ -184,7 +184,7 @@ uint64_t SplitMix64(uint64_t* state) {
 double Frag(const NodeFree& node, const PodRequest& request, const Workload* workload) {
   const double f = workload == nullptr || workload->empty()
                        ? internal::ShapeFragmentation(node, request)
-                       : internal::WorkloadFragmentation(node, *workload);
+                       : internal::MemoizedWorkloadFragmentation(node, *workload);
   return std::round(f * 1e6) / 1e6;
 }
 

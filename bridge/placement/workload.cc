@@ -1,10 +1,12 @@
 #include "bridge/placement/workload.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <tuple>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "bridge/placement/node_free.h"
 
 namespace duet::placement {
@@ -122,6 +124,121 @@ double WorkloadFragmentation(const NodeFree& node, const Workload& workload) {
   return f;
 }
 
+namespace {
+
+// A device's word in a node signature: kind, interned model, free milli.
+constexpr int kFreeBits = 24;
+constexpr int kModelShift = kFreeBits;
+constexpr int kKindShift = kModelShift + 32;
+
+// Memo ids (FragmentationMemo::Recent): never reused within a process.
+std::atomic<uint64_t> next_memo_id{1};
+
+void SortedDistinct(std::vector<int64_t>* v) {
+  std::sort(v->begin(), v->end());
+  v->erase(std::unique(v->begin(), v->end()), v->end());
+}
+
+// How many of `thresholds` (sorted, distinct) are at or below `free`: two
+// free amounts with the same count are covered by exactly the same requests.
+uint64_t Covered(const std::vector<int64_t>& thresholds, int64_t free) {
+  return static_cast<uint64_t>(std::upper_bound(thresholds.begin(), thresholds.end(), free) -
+                               thresholds.begin());
+}
+
+}  // namespace
+
+FragmentationMemo::FragmentationMemo(const Workload& workload)
+    : id_(next_memo_id.fetch_add(1, std::memory_order_relaxed)) {
+  for (const Workload::Group& g : workload.groups()) {
+    for (const Workload::Group::Member& m : g.members) {
+      cpu_thresholds_.push_back(m.cpu_milli);
+      mem_thresholds_.push_back(m.memory_mib);
+    }
+  }
+  SortedDistinct(&cpu_thresholds_);
+  SortedDistinct(&mem_thresholds_);
+}
+
+bool FragmentationMemo::MakeKey(const NodeFree& node, Key* key) const {
+  key->words.clear();
+  for (const DeviceFree& d : node.devices) {
+    if (d.model_id == 0 || d.free >= (uint32_t{1} << kFreeBits)) return false;
+    const uint64_t w = (uint64_t{static_cast<uint8_t>(d.kind)} << kKindShift) |
+                       (uint64_t{d.model_id} << kModelShift) | d.free;
+    // Insertion sort: a node has a handful of devices.
+    key->words.push_back(w);
+    for (size_t j = key->words.size() - 1; j > 0 && key->words[j - 1] > w; --j) {
+      std::swap(key->words[j - 1], key->words[j]);
+    }
+  }
+  // Then CPU and memory. Keys of equal length hold as many devices, so this
+  // last word is only ever compared with another node's last word.
+  key->words.push_back((Covered(cpu_thresholds_, node.cpu_free) << 32) |
+                       Covered(mem_thresholds_, node.mem_free));
+  key->hash = absl::HashOf(absl::MakeConstSpan(key->words));
+  return true;
+}
+
+// Each thread's last answers, one per slot, for the memo whose id is `memo`:
+// read and written by its own thread only, so without a lock. Ids are never
+// reused, so a slot left by a memo since destroyed never answers for another.
+struct FragmentationMemo::Recent {
+  struct Slot {
+    uint64_t memo = 0;
+    Key key;
+    double value = 0;
+  };
+  std::array<Slot, 256> slots;
+};
+
+FragmentationMemo::Recent& FragmentationMemo::ThreadRecent() {
+  thread_local Recent recent;
+  return recent;
+}
+
+double FragmentationMemo::Get(const NodeFree& node, const Workload& workload) {
+  Key key;
+  if (!MakeKey(node, &key)) return WorkloadFragmentation(node, workload);
+  Recent::Slot& slot = ThreadRecent().slots[key.hash % 256];
+  if (slot.memo == id_ && slot.key == key) return slot.value;
+  Shard& shard = shards_[(key.hash >> 32) % kShards];
+  double f = 0;
+  bool found = false;
+  {
+    absl::ReaderMutexLock lock(&shard.mu);
+    auto it = shard.values.find(key);
+    if (it != shard.values.end()) {
+      f = it->second;
+      found = true;
+    }
+  }
+  if (!found) {
+    f = WorkloadFragmentation(node, workload);
+    absl::MutexLock lock(&shard.mu);
+    if (shard.values.size() >= kShardBound) shard.values.clear();
+    shard.values.emplace(key, f);
+  }
+  slot.memo = id_;
+  slot.key = std::move(key);
+  slot.value = f;
+  return f;
+}
+
+size_t FragmentationMemo::size() const {
+  size_t n = 0;
+  for (const Shard& s : shards_) {
+    absl::ReaderMutexLock lock(&s.mu);
+    n += s.values.size();
+  }
+  return n;
+}
+
+double MemoizedWorkloadFragmentation(const NodeFree& node, const Workload& workload) {
+  FragmentationMemo* memo = workload.memo();
+  return memo == nullptr ? WorkloadFragmentation(node, workload) : memo->Get(node, workload);
+}
+
 }  // namespace internal
 
 Workload::Workload(std::vector<Shape> shapes) {
@@ -167,6 +284,7 @@ void Workload::Compile() {
       return std::tie(a.count, a.cpu_milli) < std::tie(b.count, b.cpu_milli);
     });
   }
+  if (!shapes_.empty()) memo_ = std::make_shared<internal::FragmentationMemo>(*this);
 }
 
 Workload Workload::FromPods(const std::vector<PodRequest>& pods, double coverage) {

@@ -15,6 +15,10 @@
 
 namespace duet::placement {
 
+namespace internal {
+class FragmentationMemo;  // node_free.h
+}  // namespace internal
+
 class Workload {
  public:
   struct Shape {
@@ -58,12 +62,26 @@ class Workload {
     return no_device_weight_[static_cast<uint8_t>(kind) & 3];
   }
 
+  // Scoring's memo of this workload's fragmentation per node signature
+  // (internal::FragmentationMemo): what a node's free devices and CPU and
+  // memory look like to these shapes, measured once and shared by every node
+  // and every decision that sees the same. A Workload never changes after
+  // construction, so the memo needs no invalidation for the workload; a new
+  // workload (the model's next snapshot) is a new object with an empty memo.
+  // Copies share it (same shapes, same values). Null for an empty or a
+  // moved-from Workload, and after DisableMemo.
+  internal::FragmentationMemo* memo() const { return memo_.get(); }
+  // Measures every node afresh from now on (tests and benchmarks compare
+  // both ways; the values are identical).
+  void DisableMemo() { memo_.reset(); }
+
  private:
   void Compile();
 
   std::vector<Shape> shapes_;
   std::vector<Group> groups_;
   double no_device_weight_[4] = {0, 0, 0, 0};
+  std::shared_ptr<internal::FragmentationMemo> memo_;
 };
 
 // Where a component gets the workload it scores against, at the moment it
