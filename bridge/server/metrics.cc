@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bridge/ledger/usage.h"
+#include "common/enum_name.h"
 #include "common/metrics/metrics.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
@@ -16,17 +17,8 @@ namespace duet {
 namespace {
 
 const char* OwnerKindLabel(const Owner& o) {
-  switch (o.kind) {
-    case OwnerKind::kSlurmJob:
-      return "slurm_job";
-    case OwnerKind::kSlurmStep:
-      return "slurm_step";
-    case OwnerKind::kPod:
-      return "pod";
-    case OwnerKind::kPlaceholder:
-      return "placeholder";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {nullptr, "slurm_job", "slurm_step", "pod", "placeholder"};
+  return EnumName(o.kind, kNames);
 }
 
 }  // namespace

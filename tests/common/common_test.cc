@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/device/device.h"
+#include "common/enum_name.h"
 #include "common/file.h"
 #include "common/grpc/status.h"
 #include "common/grpc/tls.h"
@@ -136,6 +137,19 @@ TEST(Metrics, ABusyPortIsUnavailableAndNamed) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(second.status().message()),
               StartsWith("--metrics-listen " + taken + ": cannot serve /metrics: "));
+}
+
+TEST(EnumName, TheTableSlotOrUnknown) {
+  enum class Color { kRed, kGreen, kBlue };
+  static constexpr const char* kNames[] = {"red", "green"};
+  EXPECT_STREQ(EnumName(Color::kRed, kNames), "red");
+  EXPECT_STREQ(EnumName(Color::kGreen, kNames), "green");
+  EXPECT_STREQ(EnumName(Color::kBlue, kNames), "unknown");  // past the table
+  EXPECT_STREQ(EnumName(Color::kBlue, kNames, "-"), "-");
+  static constexpr const char* kFromOne[] = {nullptr, "one"};  // 0 is no value
+  EXPECT_STREQ(EnumName(0, kFromOne), "unknown");
+  EXPECT_STREQ(EnumName(1, kFromOne), "one");
+  EXPECT_STREQ(EnumName(-1, kFromOne), "unknown");
 }
 
 TEST(Device, KindNamesAndTheEnvironmentOfEachKind) {
