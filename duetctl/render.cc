@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "bridge/api/convert.h"
 #include "bridge/ledger/usage.h"
+#include "common/enum_name.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace duet::ctl {
@@ -37,15 +38,8 @@ HolderClass ClassOf(const v1::Owner& owner) {
 }
 
 const char* ClassText(HolderClass c) {
-  switch (c) {
-    case HolderClass::kSlurm:
-      return "slurm";
-    case HolderClass::kPods:
-      return "pods";
-    case HolderClass::kNone:
-      break;
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"slurm", "pods"};  // kNone: unknown
+  return EnumName(c, kNames);
 }
 
 int64_t Capacity(const v1::Device& d) {
@@ -108,18 +102,8 @@ std::string ShortUid(const std::string& uid) {
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
 std::string StateJson(v1::NodeState state) {
-  switch (state) {
-    case v1::NODE_STATE_READY:
-      return "ready";
-    case v1::NODE_STATE_CORDONED:
-      return "cordoned";
-    case v1::NODE_STATE_NOT_READY:
-      return "not_ready";
-    case v1::NODE_STATE_GONE:
-      return "gone";
-    default:
-      return "unknown";
-  }
+  static constexpr const char* kNames[] = {nullptr, "ready", "cordoned", "not_ready", "gone"};
+  return EnumName(state, kNames);
 }
 
 // Whole devices print as integers, shares as decimals.
@@ -185,29 +169,13 @@ std::string MilliText(int64_t milli) { return absl::StrCat(milli, "m"); }
 }  // namespace
 
 std::string KindText(v1::DeviceKind kind) {
-  switch (kind) {
-    case v1::DEVICE_KIND_GPU:
-      return "gpu";
-    case v1::DEVICE_KIND_TPU:
-      return "tpu";
-    default:
-      return "-";
-  }
+  static constexpr const char* kNames[] = {nullptr, "gpu", "tpu"};
+  return EnumName(kind, kNames, "-");
 }
 
 std::string StateText(v1::NodeState state) {
-  switch (state) {
-    case v1::NODE_STATE_READY:
-      return "Ready";
-    case v1::NODE_STATE_CORDONED:
-      return "Cordoned";
-    case v1::NODE_STATE_NOT_READY:
-      return "NotReady";
-    case v1::NODE_STATE_GONE:
-      return "Gone";
-    default:
-      return "Unknown";
-  }
+  static constexpr const char* kNames[] = {nullptr, "Ready", "Cordoned", "NotReady", "Gone"};
+  return EnumName(state, kNames, "Unknown");
 }
 
 std::string MilliDevices(int64_t milli) {
