@@ -15,6 +15,8 @@
 #include "common/reason.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
 
 namespace duet {
 namespace {
@@ -125,6 +127,20 @@ TEST(Metrics, FamiliesTakeTheValueOfTheirType) {
   AddValue(&g, {}, -1);
   EXPECT_EQ(g.metric[0].gauge.value, -1);
   EXPECT_EQ(g.metric[0].counter.value, 0);
+}
+
+TEST(Metrics, RegisterFamilyNamesAndDescribesIt) {
+  prometheus::Registry registry;
+  prometheus::Family<prometheus::Counter>& f =
+      RegisterFamily(prometheus::BuildCounter(), registry, "y_total", "what y counts");
+  f.Add({{"result", "ok"}}).Increment(2);
+  const std::vector<prometheus::MetricFamily> all = registry.Collect();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].name, "y_total");
+  EXPECT_EQ(all[0].help, "what y counts");
+  EXPECT_EQ(all[0].type, prometheus::MetricType::Counter);
+  ASSERT_EQ(all[0].metric.size(), 1u);
+  EXPECT_EQ(all[0].metric[0].counter.value, 2);
 }
 
 TEST(Metrics, ABusyPortIsUnavailableAndNamed) {
