@@ -206,6 +206,18 @@ void Client::SetDeadline(grpc::ClientContext* context) const {
                         absl::ToChronoMilliseconds(options_.timeout));
 }
 
+template <typename Request, typename Response>
+absl::StatusOr<Response> Client::Call(
+    grpc::Status (v1::Ledger::Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request, const std::string& method, const std::string& node) {
+  Response response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  grpc::Status s = (stub_.get()->*rpc)(&context, request, &response);
+  if (!s.ok()) return ExplainRpcError(s, options_, method, node);
+  return response;
+}
+
 absl::StatusOr<v1::ListNodesResponse> Client::ListNodes(const std::vector<std::string>& names) {
   v1::ListNodesRequest request;
   for (const auto& n : names) request.add_names(n);
@@ -238,32 +250,17 @@ absl::StatusOr<v1::ListNodesResponse> Client::ListNodes(const std::vector<std::s
 absl::StatusOr<v1::Node> Client::GetNode(const std::string& name) {
   v1::GetNodeRequest request;
   request.set_name(name);
-  v1::Node response;
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  grpc::Status s = stub_->GetNode(&context, request, &response);
-  if (!s.ok()) return ExplainRpcError(s, options_, "GetNode", name);
-  return response;
+  return Call(&v1::Ledger::Stub::GetNode, request, "GetNode", name);
 }
 
 absl::StatusOr<v1::ListHoldingsResponse> Client::ListHoldings(const std::string& node) {
   v1::ListHoldingsRequest request;
   request.set_node(node);
-  v1::ListHoldingsResponse response;
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  grpc::Status s = stub_->ListHoldings(&context, request, &response);
-  if (!s.ok()) return ExplainRpcError(s, options_, "ListHoldings", node);
-  return response;
+  return Call(&v1::Ledger::Stub::ListHoldings, request, "ListHoldings", node);
 }
 
 absl::StatusOr<v1::WorkloadResponse> Client::GetWorkload() {
-  v1::WorkloadResponse response;
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  grpc::Status s = stub_->GetWorkload(&context, v1::GetWorkloadRequest(), &response);
-  if (!s.ok()) return ExplainRpcError(s, options_, "GetWorkload", "");
-  return response;
+  return Call(&v1::Ledger::Stub::GetWorkload, v1::GetWorkloadRequest(), "GetWorkload", "");
 }
 
 std::unique_ptr<NodeWatch> Client::WatchNodes(const std::vector<std::string>& names) {

@@ -102,6 +102,13 @@ class Client {
 
  private:
   void SetDeadline(grpc::ClientContext* context) const;
+  // One unary call under the deadline; an error explained by
+  // ExplainRpcError(method, node).
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(grpc::Status (v1::Ledger::Stub::*rpc)(grpc::ClientContext*,
+                                                                      const Request&, Response*),
+                                const Request& request, const std::string& method,
+                                const std::string& node);
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Ledger::Stub> stub_;

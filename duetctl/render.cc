@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "bridge/api/convert.h"
 #include "bridge/ledger/usage.h"
+#include "common/enum_name.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace duet::ctl {
@@ -37,15 +38,8 @@ HolderClass ClassOf(const v1::Owner& owner) {
 }
 
 const char* ClassText(HolderClass c) {
-  switch (c) {
-    case HolderClass::kSlurm:
-      return "slurm";
-    case HolderClass::kPods:
-      return "pods";
-    case HolderClass::kNone:
-      break;
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"slurm", "pods"};  // kNone: unknown
+  return EnumName(c, kNames);
 }
 
 int64_t Capacity(const v1::Device& d) {
@@ -108,18 +102,8 @@ std::string ShortUid(const std::string& uid) {
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
 std::string StateJson(v1::NodeState state) {
-  switch (state) {
-    case v1::NODE_STATE_READY:
-      return "ready";
-    case v1::NODE_STATE_CORDONED:
-      return "cordoned";
-    case v1::NODE_STATE_NOT_READY:
-      return "not_ready";
-    case v1::NODE_STATE_GONE:
-      return "gone";
-    default:
-      return "unknown";
-  }
+  static constexpr const char* kNames[] = {nullptr, "ready", "cordoned", "not_ready", "gone"};
+  return EnumName(state, kNames);
 }
 
 // Whole devices print as integers, shares as decimals.
@@ -158,20 +142,75 @@ Json OwnerJson(const v1::Owner& owner) {
   return j;
 }
 
-// uid -> "ns/name" for every pod owner among `owners`, so a placeholder can
-// name its pod.
-template <typename Range, typename GetOwner>
-std::map<std::string, std::string> PodNames(const Range& items, GetOwner get_owner) {
+// Notes uid -> "ns/name" when `o` is a named pod, so a placeholder can name
+// its pod.
+void NotePodName(const v1::Owner& o, std::map<std::string, std::string>* names) {
+  if (o.kind_case() == v1::Owner::kPod && !o.pod().name().empty()) {
+    (*names)[o.pod().uid()] = o.pod().namespace_().empty()
+                                  ? o.pod().name()
+                                  : absl::StrCat(o.pod().namespace_(), "/", o.pod().name());
+  }
+}
+
+// The pod names among the holdings' owners.
+std::map<std::string, std::string> PodNames(const v1::ListHoldingsResponse& response) {
   std::map<std::string, std::string> names;
-  for (const auto& item : items) {
-    const v1::Owner& o = get_owner(item);
-    if (o.kind_case() == v1::Owner::kPod && !o.pod().name().empty()) {
-      names[o.pod().uid()] = o.pod().namespace_().empty()
-                                 ? o.pod().name()
-                                 : absl::StrCat(o.pod().namespace_(), "/", o.pod().name());
-    }
+  for (const v1::Holding& h : response.holdings()) NotePodName(h.owner(), &names);
+  return names;
+}
+
+// The pod names among the holders of the node's devices.
+std::map<std::string, std::string> PodNames(const v1::Node& node) {
+  std::map<std::string, std::string> names;
+  for (const v1::Device& d : node.devices()) {
+    for (const v1::DeviceHolder& h : d.holders()) NotePodName(h.owner(), &names);
   }
   return names;
+}
+
+// Pointers to `items`, stably sorted by `less` on the items.
+template <typename T, typename Less>
+std::vector<const T*> SortedPointers(const google::protobuf::RepeatedPtrField<T>& items,
+                                     Less less) {
+  std::vector<const T*> sorted;
+  for (const T& item : items) sorted.push_back(&item);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](const T* a, const T* b) { return less(*a, *b); });
+  return sorted;
+}
+
+// Devices (v1::Device, v1::HeldDevice) by kind, then index.
+template <typename D>
+bool KindIndexLess(const D& a, const D& b) {
+  return std::make_tuple(static_cast<int>(a.kind()), a.index()) <
+         std::make_tuple(static_cast<int>(b.kind()), b.index());
+}
+
+bool NodeLess(const v1::Holding& a, const v1::Holding& b) { return a.node() < b.node(); }
+bool NameLess(const v1::Node& a, const v1::Node& b) { return a.name() < b.name(); }
+
+// Adds the counts of `t` to the tally of its kind.
+void AddToKind(const ModelTally& t, std::map<int, ModelTally>* by_kind) {
+  ModelTally& k = (*by_kind)[t.kind];
+  k.kind = t.kind;
+  k.total += t.total;
+  k.slurm += t.slurm;
+  k.pods += t.pods;
+  k.free += t.free;
+}
+
+// The fields NodesJson and NodeJson both start with.
+Json NodeHeadJson(const v1::Node& node) {
+  Json j = Json::object();
+  j["name"] = node.name();
+  j["state"] = StateJson(node.state());
+  if (!node.slurm_state().empty()) {
+    j["slurm_state"] = node.slurm_state();
+    j["slurm_reason"] = node.slurm_reason();
+  }
+  j["pool"] = node.pool();
+  j["zone"] = node.zone();
+  return j;
 }
 
 std::string PodNameFor(const v1::Owner& owner, const std::map<std::string, std::string>& names) {
@@ -185,29 +224,13 @@ std::string MilliText(int64_t milli) { return absl::StrCat(milli, "m"); }
 }  // namespace
 
 std::string KindText(v1::DeviceKind kind) {
-  switch (kind) {
-    case v1::DEVICE_KIND_GPU:
-      return "gpu";
-    case v1::DEVICE_KIND_TPU:
-      return "tpu";
-    default:
-      return "-";
-  }
+  static constexpr const char* kNames[] = {nullptr, "gpu", "tpu"};
+  return EnumName(kind, kNames, "-");
 }
 
 std::string StateText(v1::NodeState state) {
-  switch (state) {
-    case v1::NODE_STATE_READY:
-      return "Ready";
-    case v1::NODE_STATE_CORDONED:
-      return "Cordoned";
-    case v1::NODE_STATE_NOT_READY:
-      return "NotReady";
-    case v1::NODE_STATE_GONE:
-      return "Gone";
-    default:
-      return "Unknown";
-  }
+  static constexpr const char* kNames[] = {nullptr, "Ready", "Cordoned", "NotReady", "Gone"};
+  return EnumName(state, kNames, "Unknown");
 }
 
 std::string MilliDevices(int64_t milli) {
@@ -260,12 +283,8 @@ std::string OwnerText(const v1::Owner& owner, const std::string& pod_name) {
 }
 
 std::string DevicesText(const google::protobuf::RepeatedPtrField<v1::HeldDevice>& devices) {
-  std::vector<const v1::HeldDevice*> sorted;
-  for (const v1::HeldDevice& d : devices) sorted.push_back(&d);
-  std::stable_sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) {
-    return std::make_tuple(static_cast<int>(a->kind()), a->index()) <
-           std::make_tuple(static_cast<int>(b->kind()), b->index());
-  });
+  const std::vector<const v1::HeldDevice*> sorted =
+      SortedPointers(devices, KindIndexLess<v1::HeldDevice>);
   auto whole = [](const v1::HeldDevice* d) { return d->milli() == 0 || d->milli() >= kWhole; };
   std::vector<std::string> items;
   for (size_t i = 0; i < sorted.size();) {
@@ -340,13 +359,7 @@ std::string RenderNodesTable(const v1::ListNodesResponse& response) {
                     MilliDevices(t.total), MilliDevices(t.slurm), MilliDevices(t.pods),
                     MilliDevices(t.free)});
     if (with_slurm) rows.back().insert(rows.back().begin() + 2, OrDash(t.slurm_state));
-    if (t.kind == v1::DEVICE_KIND_UNSPECIFIED) continue;
-    ModelTally& k = by_kind[t.kind];
-    k.kind = t.kind;
-    k.total += t.total;
-    k.slurm += t.slurm;
-    k.pods += t.pods;
-    k.free += t.free;
+    if (t.kind != v1::DEVICE_KIND_UNSPECIFIED) AddToKind(t, &by_kind);
   }
   const int n = response.nodes_size();
   std::string summary = absl::StrCat(n, n == 1 ? " node" : " nodes");
@@ -360,16 +373,9 @@ std::string RenderNodesTable(const v1::ListNodesResponse& response) {
 
 std::string RenderHoldsTable(const v1::ListHoldingsResponse& response, absl::Time now) {
   if (response.holdings().empty()) return "No holdings.\n";
-  const auto pod_names =
-      PodNames(response.holdings(), [](const v1::Holding& h) -> const v1::Owner& {
-        return h.owner();
-      });
-  std::vector<const v1::Holding*> sorted;
-  for (const v1::Holding& h : response.holdings()) sorted.push_back(&h);
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto* a, const auto* b) { return a->node() < b->node(); });
+  const auto pod_names = PodNames(response);
   std::vector<std::vector<std::string>> rows = {{"NODE", "OWNER", "DEVICES", "SINCE"}};
-  for (const v1::Holding* h : sorted) {
+  for (const v1::Holding* h : SortedPointers(response.holdings(), NodeLess)) {
     std::string since = "-";
     if (h->has_granted_at()) {
       const absl::Time t =
@@ -401,23 +407,10 @@ std::string RenderNodeDetail(const v1::Node& node) {
   std::string out = FormatTable(head);
   if (node.devices().empty()) return out + "\nNo devices.\n";
 
-  std::vector<const v1::DeviceHolder*> all_holders;
-  for (const v1::Device& d : node.devices()) {
-    for (const v1::DeviceHolder& h : d.holders()) all_holders.push_back(&h);
-  }
-  const auto pod_names = PodNames(all_holders, [](const v1::DeviceHolder* h) -> const v1::Owner& {
-    return h->owner();
-  });
-
-  std::vector<const v1::Device*> devices;
-  for (const v1::Device& d : node.devices()) devices.push_back(&d);
-  std::stable_sort(devices.begin(), devices.end(), [](const auto* a, const auto* b) {
-    return std::make_tuple(static_cast<int>(a->kind()), a->index()) <
-           std::make_tuple(static_cast<int>(b->kind()), b->index());
-  });
+  const auto pod_names = PodNames(node);
   std::vector<std::vector<std::string>> rows = {
       {"KIND", "INDEX", "ID", "MODEL", "USED", "HOLDERS"}};
-  for (const v1::Device* d : devices) {
+  for (const v1::Device* d : SortedPointers(node.devices(), KindIndexLess<v1::Device>)) {
     std::vector<std::string> holders;
     for (const v1::DeviceHolder& h : d->holders()) {
       std::string text = OwnerText(h.owner(), PodNameFor(h.owner(), pod_names));
@@ -435,10 +428,6 @@ std::string RenderNodeDetail(const v1::Node& node) {
 
 Json NodesJson(const v1::ListNodesResponse& response) {
   std::vector<ModelTally> tallies = TallyNodes(response.nodes());
-  std::vector<const v1::Node*> nodes;
-  for (const v1::Node& n : response.nodes()) nodes.push_back(&n);
-  std::stable_sort(nodes.begin(), nodes.end(),
-                   [](const auto* a, const auto* b) { return a->name() < b->name(); });
 
   auto count_fields = [](Json& j, const ModelTally& t) {
     j["total"] = CountJson(t.total);
@@ -449,16 +438,8 @@ Json NodesJson(const v1::ListNodesResponse& response) {
   Json out = Json::object();
   out["nodes"] = Json::array();
   std::map<int, ModelTally> by_kind;
-  for (const v1::Node* n : nodes) {
-    Json jn = Json::object();
-    jn["name"] = n->name();
-    jn["state"] = StateJson(n->state());
-    if (!n->slurm_state().empty()) {
-      jn["slurm_state"] = n->slurm_state();
-      jn["slurm_reason"] = n->slurm_reason();
-    }
-    jn["pool"] = n->pool();
-    jn["zone"] = n->zone();
+  for (const v1::Node* n : SortedPointers(response.nodes(), NameLess)) {
+    Json jn = NodeHeadJson(*n);
     jn["generation"] = n->generation();
     jn["models"] = Json::array();
     for (const ModelTally& t : tallies) {
@@ -468,12 +449,7 @@ Json NodesJson(const v1::ListNodesResponse& response) {
       jm["model"] = t.model;
       count_fields(jm, t);
       jn["models"].push_back(std::move(jm));
-      ModelTally& k = by_kind[t.kind];
-      k.kind = t.kind;
-      k.total += t.total;
-      k.slurm += t.slurm;
-      k.pods += t.pods;
-      k.free += t.free;
+      AddToKind(t, &by_kind);
     }
     out["nodes"].push_back(std::move(jn));
   }
@@ -541,17 +517,10 @@ Json WorkloadJson(const v1::WorkloadResponse& response) {
 }
 
 Json HoldsJson(const v1::ListHoldingsResponse& response) {
-  const auto pod_names =
-      PodNames(response.holdings(), [](const v1::Holding& h) -> const v1::Owner& {
-        return h.owner();
-      });
-  std::vector<const v1::Holding*> sorted;
-  for (const v1::Holding& h : response.holdings()) sorted.push_back(&h);
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto* a, const auto* b) { return a->node() < b->node(); });
+  const auto pod_names = PodNames(response);
   Json out = Json::object();
   out["holdings"] = Json::array();
-  for (const v1::Holding* h : sorted) {
+  for (const v1::Holding* h : SortedPointers(response.holdings(), NodeLess)) {
     Json j = Json::object();
     j["node"] = h->node();
     j["owner"] = OwnerJson(h->owner());
@@ -576,22 +545,8 @@ Json HoldsJson(const v1::ListHoldingsResponse& response) {
 }
 
 Json NodeJson(const v1::Node& node) {
-  std::vector<const v1::DeviceHolder*> all_holders;
-  for (const v1::Device& d : node.devices()) {
-    for (const v1::DeviceHolder& h : d.holders()) all_holders.push_back(&h);
-  }
-  const auto pod_names = PodNames(all_holders, [](const v1::DeviceHolder* h) -> const v1::Owner& {
-    return h->owner();
-  });
-  Json j = Json::object();
-  j["name"] = node.name();
-  j["state"] = StateJson(node.state());
-  if (!node.slurm_state().empty()) {
-    j["slurm_state"] = node.slurm_state();
-    j["slurm_reason"] = node.slurm_reason();
-  }
-  j["pool"] = node.pool();
-  j["zone"] = node.zone();
+  const auto pod_names = PodNames(node);
+  Json j = NodeHeadJson(node);
   j["cpus"] = node.cpus();
   j["memory_mib"] = node.memory_mib();
   j["generation"] = node.generation();

@@ -18,6 +18,22 @@ static int copy_value(char* dst, const char* value) {
   return 0;
 }
 
+/* The index of `value` among the NULL-terminated `names`, or -1. */
+static int index_of(const char* value, const char* const* names) {
+  for (int i = 0; names[i]; ++i) {
+    if (strcmp(value, names[i]) == 0) return i;
+  }
+  return -1;
+}
+
+/* Copies the absolute path `value` of `arg` into `dst` (DUET_ARG_MAX bytes);
+ * 0, or -1 with `err` set. */
+static int copy_path(char* dst, const char* arg, const char* value, char* err, size_t err_len) {
+  if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
+  if (copy_value(dst, value)) return bad(err, err_len, arg, "too long");
+  return 0;
+}
+
 int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_args* c,
                           char* err, size_t err_len) {
   memset(c, 0, sizeof(*c));
@@ -45,26 +61,19 @@ int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_a
       }
       c->timeout_ms = (int)v;
     } else if (KEY_IS("on_unreachable")) {
-      if (strcmp(value, "fail") == 0) {
-        c->on_unreachable = DUET_UNREACHABLE_FAIL;
-      } else if (strcmp(value, "allow") == 0) {
-        c->on_unreachable = DUET_UNREACHABLE_ALLOW;
-      } else {
-        return bad(err, err_len, arg, "must be fail or allow");
-      }
+      /* Indexed by enum duet_on_unreachable. */
+      static const char* const names[] = {"fail", "allow", NULL};
+      const int v = index_of(value, names);
+      if (v < 0) return bad(err, err_len, arg, "must be fail or allow");
+      c->on_unreachable = v;
     } else if (KEY_IS("tpu")) {
-      if (strcmp(value, "auto") == 0) {
-        c->tpu = DUET_TPU_AUTO;
-      } else if (strcmp(value, "yes") == 0) {
-        c->tpu = DUET_TPU_YES;
-      } else if (strcmp(value, "no") == 0) {
-        c->tpu = DUET_TPU_NO;
-      } else {
-        return bad(err, err_len, arg, "must be auto, yes or no");
-      }
+      /* Indexed by enum duet_tpu_probe. */
+      static const char* const names[] = {"auto", "yes", "no", NULL};
+      const int v = index_of(value, names);
+      if (v < 0) return bad(err, err_len, arg, "must be auto, yes or no");
+      c->tpu = v;
     } else if (KEY_IS("client")) {
-      if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
-      if (copy_value(c->client, value)) return bad(err, err_len, arg, "too long");
+      if (copy_path(c->client, arg, value, err, err_len)) return -1;
     } else if (KEY_IS("auth") || KEY_IS("munge")) {
       /* munge=yes|no is the older spelling of auth=munge|none. */
       int a;
@@ -84,11 +93,9 @@ int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_a
       c->auth = a;
       auth_given = 1;
     } else if (KEY_IS("munge_socket")) {
-      if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
-      if (copy_value(c->munge_socket, value)) return bad(err, err_len, arg, "too long");
+      if (copy_path(c->munge_socket, arg, value, err, err_len)) return -1;
     } else if (KEY_IS("slurm_key")) {
-      if (value[0] != '/') return bad(err, err_len, arg, "must be an absolute path");
-      if (copy_value(c->slurm_key, value)) return bad(err, err_len, arg, "too long");
+      if (copy_path(c->slurm_key, arg, value, err, err_len)) return -1;
     } else if (eq == NULL && strcmp(arg, "disabled") == 0) {
       c->disabled = 1;
     } else {

@@ -1,5 +1,7 @@
 #include "bridge/api/convert.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/reason.h"
 #include "common/status_macros.h"
@@ -10,6 +12,15 @@ namespace duet {
 namespace {
 
 using ::google::protobuf::util::TimeUtil;
+
+// The ledger's device kinds and node states with the API's, for both ways.
+constexpr std::pair<DeviceKind, v1::DeviceKind> kDeviceKinds[] = {
+    {DeviceKind::kGpu, v1::DEVICE_KIND_GPU}, {DeviceKind::kTpu, v1::DEVICE_KIND_TPU}};
+constexpr std::pair<NodeState, v1::NodeState> kNodeStates[] = {
+    {NodeState::kReady, v1::NODE_STATE_READY},
+    {NodeState::kCordoned, v1::NODE_STATE_CORDONED},
+    {NodeState::kNotReady, v1::NODE_STATE_NOT_READY},
+    {NodeState::kGone, v1::NODE_STATE_GONE}};
 
 google::protobuf::Timestamp ToTimestamp(absl::Time t) {
   return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
@@ -61,55 +72,33 @@ void NodeSpecFieldsToProto(const NodeSpec& spec, v1::Node* out) {
 }  // namespace
 
 v1::DeviceKind ToProto(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kGpu:
-      return v1::DEVICE_KIND_GPU;
-    case DeviceKind::kTpu:
-      return v1::DEVICE_KIND_TPU;
+  for (const auto& [ours, api] : kDeviceKinds) {
+    if (ours == kind) return api;
   }
   return v1::DEVICE_KIND_UNSPECIFIED;
 }
 
 absl::StatusOr<DeviceKind> FromProto(v1::DeviceKind kind, const char* field) {
-  switch (kind) {
-    case v1::DEVICE_KIND_GPU:
-      return DeviceKind::kGpu;
-    case v1::DEVICE_KIND_TPU:
-      return DeviceKind::kTpu;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(field, ": must be GPU or TPU"));
+  for (const auto& [ours, api] : kDeviceKinds) {
+    if (api == kind) return ours;
   }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": must be GPU or TPU"));
 }
 
 v1::NodeState ToProto(NodeState state) {
-  switch (state) {
-    case NodeState::kReady:
-      return v1::NODE_STATE_READY;
-    case NodeState::kCordoned:
-      return v1::NODE_STATE_CORDONED;
-    case NodeState::kNotReady:
-      return v1::NODE_STATE_NOT_READY;
-    case NodeState::kGone:
-      return v1::NODE_STATE_GONE;
+  for (const auto& [ours, api] : kNodeStates) {
+    if (ours == state) return api;
   }
   return v1::NODE_STATE_UNSPECIFIED;
 }
 
 namespace {
 absl::StatusOr<NodeState> NodeStateFromProto(v1::NodeState state) {
-  switch (state) {
-    case v1::NODE_STATE_UNSPECIFIED:
-    case v1::NODE_STATE_READY:
-      return NodeState::kReady;
-    case v1::NODE_STATE_CORDONED:
-      return NodeState::kCordoned;
-    case v1::NODE_STATE_NOT_READY:
-      return NodeState::kNotReady;
-    case v1::NODE_STATE_GONE:
-      return NodeState::kGone;
-    default:
-      return absl::InvalidArgumentError("node.state: unknown value");
+  if (state == v1::NODE_STATE_UNSPECIFIED) return NodeState::kReady;
+  for (const auto& [ours, api] : kNodeStates) {
+    if (api == state) return ours;
   }
+  return absl::InvalidArgumentError("node.state: unknown value");
 }
 }  // namespace
 

@@ -19,6 +19,19 @@ absl::Status Errno(int err, absl::string_view op, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(op, " ", path, ": ", strerror(err)));
 }
 
+// Opens `path` with `flags`, flushes it with `sync` (fsync or fdatasync,
+// named `sync_op` in errors) and closes it.
+absl::Status OpenAndSync(const std::string& path, int flags, int (*sync)(int),
+                         absl::string_view sync_op) {
+  const int fd = open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "open", path);
+  const int rc = sync(fd);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) return Errno(err, sync_op, path);
+  return absl::OkStatus();
+}
+
 class PosixWritableFile final : public WritableFile {
  public:
   PosixWritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
@@ -106,13 +119,7 @@ class PosixFileLayer final : public FileLayer {
   absl::Status Truncate(const std::string& path, uint64_t size, bool sync) override {
     if (truncate(path.c_str(), static_cast<off_t>(size)) != 0) return Errno(errno, "truncate", path);
     if (!sync) return absl::OkStatus();
-    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return Errno(errno, "open", path);
-    const int rc = fdatasync(fd);
-    const int err = errno;
-    close(fd);
-    if (rc != 0) return Errno(err, "fdatasync", path);
-    return absl::OkStatus();
+    return OpenAndSync(path, O_WRONLY, fdatasync, "fdatasync");
   }
 
   absl::Status Rename(const std::string& from, const std::string& to) override {
@@ -126,13 +133,7 @@ class PosixFileLayer final : public FileLayer {
   }
 
   absl::Status SyncDir(const std::string& dir) override {
-    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return Errno(errno, "open", dir);
-    const int rc = fsync(fd);
-    const int err = errno;
-    close(fd);
-    if (rc != 0) return Errno(err, "fsync", dir);
-    return absl::OkStatus();
+    return OpenAndSync(dir, O_RDONLY | O_DIRECTORY, fsync, "fsync");
   }
 };
 

@@ -3,21 +3,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/enum_name.h"
 
 namespace duet {
 
 const char* NodeStateName(NodeState state) {
-  switch (state) {
-    case NodeState::kReady:
-      return "ready";
-    case NodeState::kCordoned:
-      return "cordoned";
-    case NodeState::kNotReady:
-      return "not-ready";
-    case NodeState::kGone:
-      return "gone";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {nullptr, "ready", "cordoned", "not-ready", "gone"};
+  return EnumName(state, kNames);
 }
 
 bool Topology::operator==(const Topology& o) const {

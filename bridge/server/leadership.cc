@@ -158,10 +158,8 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
   // the bridge.
   auto registry = std::make_shared<prometheus::Registry>();
   prometheus::Gauge& leader_gauge =
-      prometheus::BuildGauge()
-          .Name("duet_leader")
-          .Help("1 while this duet-bridge replica holds the leader Lease and serves")
-          .Register(*registry)
+      RegisterFamily(prometheus::BuildGauge(), *registry, "duet_leader",
+                     "1 while this duet-bridge replica holds the leader Lease and serves")
           .Add({});
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!config.metrics.listen.empty()) {

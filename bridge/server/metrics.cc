@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bridge/ledger/usage.h"
+#include "common/enum_name.h"
 #include "common/metrics/metrics.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
@@ -16,17 +17,9 @@ namespace duet {
 namespace {
 
 const char* OwnerKindLabel(const Owner& o) {
-  switch (o.kind) {
-    case OwnerKind::kSlurmJob:
-      return "slurm_job";
-    case OwnerKind::kSlurmStep:
-      return "slurm_step";
-    case OwnerKind::kPod:
-      return "pod";
-    case OwnerKind::kPlaceholder:
-      return "placeholder";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {nullptr, "slurm_job", "slurm_step", "pod",
+                                           "placeholder"};
+  return EnumName(o.kind, kNames);
 }
 
 }  // namespace
@@ -112,26 +105,16 @@ Metrics::Metrics(const Ledger* ledger)
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
   using prometheus::BuildHistogram;
-  rpc_latency_ = &BuildHistogram()
-                      .Name("duet_rpc_duration_seconds")
-                      .Help("gRPC handling time by method, from request to answer")
-                      .Register(*registry_);
-  rpc_total_ = &BuildCounter()
-                    .Name("duet_rpc_total")
-                    .Help("gRPC calls by method and result code")
-                    .Register(*registry_);
-  grants_ = &BuildCounter()
-                 .Name("duet_holdings_granted_total")
-                 .Help("Holdings granted, by owner kind")
-                 .Register(*registry_);
-  releases_ = &BuildCounter()
-                   .Name("duet_holdings_released_total")
-                   .Help("Holdings released, by owner kind")
-                   .Register(*registry_);
-  refusals_ = &BuildCounter()
-                   .Name("duet_holdings_refused_total")
-                   .Help("Hold requests refused, by reason")
-                   .Register(*registry_);
+  rpc_latency_ = &RegisterFamily(BuildHistogram(), *registry_, "duet_rpc_duration_seconds",
+                                 "gRPC handling time by method, from request to answer");
+  rpc_total_ = &RegisterFamily(BuildCounter(), *registry_, "duet_rpc_total",
+                               "gRPC calls by method and result code");
+  grants_ = &RegisterFamily(BuildCounter(), *registry_, "duet_holdings_granted_total",
+                            "Holdings granted, by owner kind");
+  releases_ = &RegisterFamily(BuildCounter(), *registry_, "duet_holdings_released_total",
+                              "Holdings released, by owner kind");
+  refusals_ = &RegisterFamily(BuildCounter(), *registry_, "duet_holdings_refused_total",
+                              "Hold requests refused, by reason");
   for (absl::StatusCode c :
        {absl::StatusCode::kInvalidArgument, absl::StatusCode::kNotFound,
         absl::StatusCode::kAlreadyExists, absl::StatusCode::kResourceExhausted,
@@ -139,68 +122,47 @@ Metrics::Metrics(const Ledger* ledger)
         absl::StatusCode::kUnavailable}) {
     refusals_->Add({{"reason", CodeLabel(c)}});
   }
-  conflicts_ = &BuildCounter()
-                    .Name("duet_holdings_conflicts_total")
-                    .Help(
-                        "Hold requests refused because a live owner holds a device they name, "
-                        "by the holder's side (pod or slurm)")
-                    .Register(*registry_);
-  conflicts_->Add({{"holder", "pod"}});
-  conflicts_->Add({{"holder", "slurm"}});
-  stale_retries_ = &BuildCounter()
-                        .Name("duet_holdings_stale_retries_total")
-                        .Help(
-                            "Slurm Holds that met holdings of Slurm jobs or placeholders that "
-                            "had ended in Slurm, released them and tried again, by result")
-                        .Register(*registry_);
-  stale_retries_->Add({{"result", "granted"}});
-  stale_retries_->Add({{"result", "refused"}});
-  auth_refusals_ = &BuildCounter()
-                        .Name("duet_grpc_auth_refusals_total")
-                        .Help("Mutating gRPC calls for pods and placeholders refused for their "
-                              "caller (auth.mode token), by method and reason; nothing changed")
-                        .Register(*registry_);
-  credential_refusals_ = &BuildCounter()
-                              .Name("duet_slurm_credential_refusals_total")
-                              .Help(
-                                  "Slurm owners' Hold/Release refused for their credential, by "
-                                  "the credential the bridge asks for and why; the ledger is not "
-                                  "touched")
-                              .Register(*registry_);
-  fsync_latency_ = &BuildHistogram()
-                        .Name("duet_journal_fsync_duration_seconds")
-                        .Help("Journal write+fdatasync time per group commit")
-                        .Register(*registry_)
-                        .Add({}, prometheus::Histogram::BucketBoundaries{
-                                     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                     0.05, 0.1, 0.25, 1});
-  fsync_batch_ = &BuildHistogram()
-                      .Name("duet_journal_commit_records")
-                      .Help("Records per group commit")
-                      .Register(*registry_)
-                      .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64,
-                                                                        128, 256, 1024});
-  journal_bytes_ = &BuildCounter()
-                        .Name("duet_journal_written_bytes_total")
-                        .Help("Bytes appended to the journal")
-                        .Register(*registry_)
+  conflicts_ = &RegisterFamily(BuildCounter(), *registry_, "duet_holdings_conflicts_total",
+                               "Hold requests refused because a live owner holds a device they "
+                               "name, by the holder's side (pod or slurm)");
+  for (const char* holder : {"pod", "slurm"}) conflicts_->Add({{"holder", holder}});
+  stale_retries_ =
+      &RegisterFamily(BuildCounter(), *registry_, "duet_holdings_stale_retries_total",
+                      "Slurm Holds that met holdings of Slurm jobs or placeholders that had ended "
+                      "in Slurm, released them and tried again, by result");
+  for (const char* result : {"granted", "refused"}) stale_retries_->Add({{"result", result}});
+  auth_refusals_ =
+      &RegisterFamily(BuildCounter(), *registry_, "duet_grpc_auth_refusals_total",
+                      "Mutating gRPC calls for pods and placeholders refused for their caller "
+                      "(auth.mode token), by method and reason; nothing changed");
+  credential_refusals_ =
+      &RegisterFamily(BuildCounter(), *registry_, "duet_slurm_credential_refusals_total",
+                      "Slurm owners' Hold/Release refused for their credential, by the credential "
+                      "the bridge asks for and why; the ledger is not touched");
+  fsync_latency_ =
+      &RegisterFamily(BuildHistogram(), *registry_, "duet_journal_fsync_duration_seconds",
+                      "Journal write+fdatasync time per group commit")
+           .Add({},
+                prometheus::Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1});
+  fsync_batch_ = &RegisterFamily(BuildHistogram(), *registry_, "duet_journal_commit_records",
+                                 "Records per group commit")
+                      .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128,
+                                                                       256, 1024});
+  journal_bytes_ = &RegisterFamily(BuildCounter(), *registry_, "duet_journal_written_bytes_total",
+                                   "Bytes appended to the journal")
                         .Add({});
-  journal_records_ = &BuildCounter()
-                          .Name("duet_journal_records_total")
-                          .Help("Records appended to the journal")
-                          .Register(*registry_)
+  journal_records_ = &RegisterFamily(BuildCounter(), *registry_, "duet_journal_records_total",
+                                     "Records appended to the journal")
                           .Add({});
-  watch_streams_ = &BuildGauge()
-                        .Name("duet_watch_streams")
-                        .Help("Open WatchNodes streams")
-                        .Register(*registry_)
-                        .Add({});
-  serving_ = &BuildGauge()
-                  .Name("duet_serving")
-                  .Help("1 while the bridge grants holdings, 0 when it cannot (journal failed, "
-                        "shutting down)")
-                  .Register(*registry_)
-                  .Add({});
+  watch_streams_ =
+      &RegisterFamily(BuildGauge(), *registry_, "duet_watch_streams", "Open WatchNodes streams")
+           .Add({});
+  serving_ =
+      &RegisterFamily(
+           BuildGauge(), *registry_, "duet_serving",
+           "1 while the bridge grants holdings, 0 when it cannot (journal failed, shutting down)")
+           .Add({});
 }
 
 void Metrics::ObserveRpc(const std::string& method, absl::StatusCode code, double seconds) {

@@ -26,6 +26,12 @@ SlurmCallerCredentials CallerCredentials(const grpc::CallbackServerContext* ctx)
   return {Metadata(ctx, slurm_munge::kMetadataKey), Metadata(ctx, slurm_key::kMetadataKey)};
 }
 
+// Hold and PlacePod while not serving.
+absl::Status NotGrantingError() {
+  return WithReason(absl::UnavailableError("duet-bridge is not granting holdings"),
+                    v1::reason::kNotServing);
+}
+
 google::protobuf::Timestamp NowProto() {
   return google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
 }
@@ -215,101 +221,83 @@ std::optional<HolderClass> LedgerService::BlockingClass(const HoldRequest& reque
 absl::Status LedgerService::AuthorizeCall(const grpc::CallbackServerContext& ctx,
                                           const char* method, const std::string& node,
                                           const Owner& owner) const {
-  if (!options_.authorize_call || owner.holder_class() == HolderClass::kSlurm) {
-    return absl::OkStatus();  // Slurm owners: authorize_slurm_owner
+  if (owner.holder_class() == HolderClass::kSlurm) {
+    if (!options_.authorize_slurm_owner) return absl::OkStatus();
+    return options_.authorize_slurm_owner(CallerCredentials(&ctx), method, node, owner);
   }
+  if (!options_.authorize_call) return absl::OkStatus();
   return options_.authorize_call(ctx, method, node, owner);
 }
 
-void LedgerService::Answer(grpc::ServerUnaryReactor* reactor, const char* method,
-                           absl::Time start, const absl::Status& status) {
+grpc::ServerUnaryReactor* LedgerService::Answer(const UnaryCall& call, const absl::Status& status) {
   if (metrics_ != nullptr) {
-    metrics_->ObserveRpc(method, status.code(), absl::ToDoubleSeconds(absl::Now() - start));
+    metrics_->ObserveRpc(call.method, status.code(),
+                         absl::ToDoubleSeconds(absl::Now() - call.start));
   }
-  reactor->Finish(ToGrpc(status));
+  call.reactor->Finish(ToGrpc(status));
+  return call.reactor;
 }
 
-void LedgerService::AnswerWhenDurable(grpc::ServerUnaryReactor* reactor, const char* method,
-                                      absl::Time start, uint64_t seq,
-                                      std::function<void()> on_durable) {
-  durability_->WhenDurable(seq, [this, reactor, method, start, on_durable](absl::Status s) {
+grpc::ServerUnaryReactor* LedgerService::Refuse(const UnaryCall& call, const absl::Status& status) {
+  if (metrics_ != nullptr) metrics_->CountRefusal(status.code());
+  return Answer(call, status);
+}
+
+grpc::ServerUnaryReactor* LedgerService::AnswerWhenDurable(const UnaryCall& call, uint64_t seq,
+                                                           std::function<void()> on_durable) {
+  durability_->WhenDurable(seq, [this, call, on_durable](absl::Status s) {
     if (!s.ok()) {
       // The change is in memory but not on disk: stop granting (I3) until an
       // operator restarts the bridge, which recovers from the journal.
       SetServing(false);
       if (metrics_ != nullptr) metrics_->SetServing(false);
-      Answer(reactor, method, start,
-             WithReason(absl::UnavailableError(absl::StrCat(
-                            "the journal could not persist the change: ", s.message())),
-                        v1::reason::kNotServing));
+      Answer(call, WithReason(absl::UnavailableError(absl::StrCat(
+                                  "the journal could not persist the change: ", s.message())),
+                              v1::reason::kNotServing));
       return;
     }
     on_durable();
-    Answer(reactor, method, start, absl::OkStatus());
+    Answer(call, absl::OkStatus());
   });
+  return call.reactor;
 }
 
 grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* ctx,
                                                    const v1::ListNodesRequest* req,
                                                    v1::ListNodesResponse* resp) {
-  const absl::Time start = absl::Now();
-  auto* reactor = ctx->DefaultReactor();
+  const UnaryCall call = StartCall(ctx, "ListNodes");
   if (req->names().empty()) {
     for (const auto& view : ledger_->Snapshot().nodes) NodeToProto(*view, resp->add_nodes());
   } else {
     for (const std::string& name : req->names()) {
       auto view = ledger_->GetNode(name);
-      if (view == nullptr) {
-        Answer(reactor, "ListNodes", start, UnknownNodeError(name));
-        return reactor;
-      }
+      if (view == nullptr) return Answer(call, UnknownNodeError(name));
       NodeToProto(*view, resp->add_nodes());
     }
   }
-  Answer(reactor, "ListNodes", start, absl::OkStatus());
-  return reactor;
+  return Answer(call, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* LedgerService::GetNode(grpc::CallbackServerContext* ctx,
                                                  const v1::GetNodeRequest* req, v1::Node* resp) {
-  const absl::Time start = absl::Now();
-  auto* reactor = ctx->DefaultReactor();
+  const UnaryCall call = StartCall(ctx, "GetNode");
   if (req->name().empty()) {
-    Answer(reactor, "GetNode", start, absl::InvalidArgumentError("name: must be set"));
-    return reactor;
+    return Answer(call, absl::InvalidArgumentError("name: must be set"));
   }
   auto view = ledger_->GetNode(req->name());
-  if (view == nullptr) {
-    Answer(reactor, "GetNode", start, UnknownNodeError(req->name()));
-    return reactor;
-  }
+  if (view == nullptr) return Answer(call, UnknownNodeError(req->name()));
   NodeToProto(*view, resp);
-  Answer(reactor, "GetNode", start, absl::OkStatus());
-  return reactor;
+  return Answer(call, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
                                               const v1::HoldRequest* req, v1::HoldResponse* resp) {
-  const absl::Time start = absl::Now();
-  auto* reactor = ctx->DefaultReactor();
-  auto refuse = [&](const absl::Status& s) {
-    if (metrics_ != nullptr) metrics_->CountRefusal(s.code());
-    Answer(reactor, "Hold", start, s);
-    return reactor;
-  };
-  if (!serving()) {
-    return refuse(WithReason(absl::UnavailableError("duet-bridge is not granting holdings"),
-                             v1::reason::kNotServing));
-  }
+  const UnaryCall call = StartCall(ctx, "Hold");
+  if (!serving()) return Refuse(call, NotGrantingError());
   absl::StatusOr<HoldRequest> request = FromProto(*req);
-  if (!request.ok()) return refuse(request.status());
-  if (options_.authorize_slurm_owner && request->owner.holder_class() == HolderClass::kSlurm) {
-    absl::Status auth = options_.authorize_slurm_owner(CallerCredentials(ctx), "Hold", request->node,
-                                                       request->owner);
-    if (!auth.ok()) return refuse(auth);
-  }
-  if (absl::Status a = AuthorizeCall(*ctx, "Hold", request->node, request->owner); !a.ok()) {
-    return refuse(a);
+  if (!request.ok()) return Refuse(call, request.status());
+  if (absl::Status a = AuthorizeCall(*ctx, call.method, request->node, request->owner); !a.ok()) {
+    return Refuse(call, a);
   }
   absl::StatusOr<HoldResult> result = ledger_->Hold(*request);
   if (!result.ok() && absl::IsResourceExhausted(result.status()) &&
@@ -322,69 +310,44 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
     if (metrics_ != nullptr && absl::IsResourceExhausted(result.status())) {
       if (std::optional<HolderClass> c = BlockingClass(*request)) metrics_->CountConflict(*c);
     }
-    return refuse(result.status());
+    return Refuse(call, result.status());
   }
   ToProto(result->holding, ledger_->GetNode(result->holding.node).get(), resp->mutable_holding());
   resp->set_created(result->created);
-  const bool created = result->created;
-  const Owner owner = request->owner;
-  AnswerWhenDurable(reactor, "Hold", start, result->seq, [this, created, owner] {
-    if (created && metrics_ != nullptr) metrics_->CountGrant(owner);
-  });
-  return reactor;
+  return AnswerWhenDurable(call, result->seq,
+                           [this, created = result->created, owner = request->owner] {
+                             if (created && metrics_ != nullptr) metrics_->CountGrant(owner);
+                           });
 }
 
 grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ctx,
                                                  const v1::ReleaseRequest* req,
                                                  v1::ReleaseResponse* resp) {
-  const absl::Time start = absl::Now();
-  auto* reactor = ctx->DefaultReactor();
+  const UnaryCall call = StartCall(ctx, "Release");
   if (!serving()) {
-    Answer(reactor, "Release", start,
-           WithReason(absl::UnavailableError("duet-bridge is not serving"),
-                      v1::reason::kNotServing));
-    return reactor;
+    return Answer(call, WithReason(absl::UnavailableError("duet-bridge is not serving"),
+                                   v1::reason::kNotServing));
   }
   absl::StatusOr<Owner> owner = FromProto(req->owner());
-  if (!owner.ok()) {
-    Answer(reactor, "Release", start, owner.status());
-    return reactor;
-  }
-  if (options_.authorize_slurm_owner && owner->holder_class() == HolderClass::kSlurm) {
-    absl::Status auth =
-        options_.authorize_slurm_owner(CallerCredentials(ctx), "Release", req->node(), *owner);
-    if (!auth.ok()) {
-      Answer(reactor, "Release", start, auth);
-      return reactor;
-    }
-  }
-  if (absl::Status a = AuthorizeCall(*ctx, "Release", req->node(), *owner); !a.ok()) {
-    Answer(reactor, "Release", start, a);
-    return reactor;
+  if (!owner.ok()) return Answer(call, owner.status());
+  if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), *owner); !a.ok()) {
+    return Answer(call, a);
   }
   absl::StatusOr<ReleaseResult> result = ledger_->Release(req->node(), *owner);
-  if (!result.ok()) {
-    Answer(reactor, "Release", start, result.status());
-    return reactor;
-  }
+  if (!result.ok()) return Answer(call, result.status());
   resp->set_released(result->released);
   if (result->released) ToProto(result->holding, resp->mutable_holding());
-  const bool released = result->released;
-  const Owner o = *owner;
-  AnswerWhenDurable(reactor, "Release", start, result->seq, [this, released, o] {
+  return AnswerWhenDurable(call, result->seq, [this, released = result->released, o = *owner] {
     if (released && metrics_ != nullptr) metrics_->CountRelease(o);
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContext* ctx,
                                                       const v1::ListHoldingsRequest* req,
                                                       v1::ListHoldingsResponse* resp) {
-  const absl::Time start = absl::Now();
-  auto* reactor = ctx->DefaultReactor();
+  const UnaryCall call = StartCall(ctx, "ListHoldings");
   if (!req->node().empty() && ledger_->GetNode(req->node()) == nullptr) {
-    Answer(reactor, "ListHoldings", start, UnknownNodeError(req->node()));
-    return reactor;
+    return Answer(call, UnknownNodeError(req->node()));
   }
   std::map<std::string, std::shared_ptr<const NodeView>> views;
   for (const Holding& h : ledger_->ListHoldings(req->node())) {
@@ -392,21 +355,17 @@ grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContex
     if (view == nullptr) view = ledger_->GetNode(h.node);
     ToProto(h, view.get(), resp->add_holdings());
   }
-  Answer(reactor, "ListHoldings", start, absl::OkStatus());
-  return reactor;
+  return Answer(call, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* LedgerService::GetWorkload(grpc::CallbackServerContext* ctx,
                                                      const v1::GetWorkloadRequest* req,
                                                      v1::WorkloadResponse* resp) {
-  const absl::Time start = absl::Now();
-  auto* reactor = ctx->DefaultReactor();
+  const UnaryCall call = StartCall(ctx, "GetWorkload");
   if (options_.workload == nullptr) {
-    Answer(reactor, "GetWorkload", start,
-           absl::UnimplementedError("this server learns no workload"));
-    return reactor;
+    return Answer(call, absl::UnimplementedError("this server learns no workload"));
   }
-  const placement::WorkloadModel::Stats s = options_.workload->stats(start);
+  const placement::WorkloadModel::Stats s = options_.workload->stats(call.start);
   for (const placement::WorkloadModel::ShapeStat& shape : s.shapes) {
     v1::WorkloadShape* out = resp->add_shapes();
     out->set_kind(shape.shape.kind == DeviceKind::kTpu ? v1::DEVICE_KIND_TPU : v1::DEVICE_KIND_GPU);
@@ -425,8 +384,7 @@ grpc::ServerUnaryReactor* LedgerService::GetWorkload(grpc::CallbackServerContext
   resp->set_duplicates(s.duplicates);
   resp->set_evictions(s.evictions);
   resp->set_half_life(absl::FormatDuration(options_.workload->options().half_life));
-  Answer(reactor, "GetWorkload", start, absl::OkStatus());
-  return reactor;
+  return Answer(call, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<v1::NodeEvent>* LedgerService::WatchNodes(
@@ -458,30 +416,23 @@ grpc::ServerWriteReactor<v1::NodeEvent>* LedgerService::WatchNodes(
 grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* ctx,
                                                   const v1::PlacePodRequest* req,
                                                   v1::Holding* resp) {
-  const absl::Time start = absl::Now();
-  auto* reactor = ctx->DefaultReactor();
-  auto refuse = [&](const absl::Status& s) {
-    if (metrics_ != nullptr) metrics_->CountRefusal(s.code());
-    Answer(reactor, "PlacePod", start, s);
-    return reactor;
-  };
-  if (!serving()) {
-    return refuse(WithReason(absl::UnavailableError("duet-bridge is not granting holdings"),
-                             v1::reason::kNotServing));
-  }
+  const UnaryCall call = StartCall(ctx, "PlacePod");
+  if (!serving()) return Refuse(call, NotGrantingError());
   const Owner pod = Owner::Pod(req->pod().uid(), req->pod().namespace_(), req->pod().name());
   if (absl::Status v = ValidateOwner(pod); !v.ok() || pod.pod_uid.empty()) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("pod: ", v.ok() ? "uid must be set" : v.message())));
+    return Refuse(call, absl::InvalidArgumentError(
+                            absl::StrCat("pod: ", v.ok() ? "uid must be set" : v.message())));
   }
-  if (req->node().empty()) return refuse(absl::InvalidArgumentError("node: must be set"));
-  if (absl::Status a = AuthorizeCall(*ctx, "PlacePod", req->node(), pod); !a.ok()) return refuse(a);
+  if (req->node().empty()) return Refuse(call, absl::InvalidArgumentError("node: must be set"));
+  if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), pod); !a.ok()) {
+    return Refuse(call, a);
+  }
   if (req->gpus() == 0 && req->tpus() == 0) {
-    return refuse(absl::InvalidArgumentError("gpus, tpus: at least one must be non-zero"));
+    return Refuse(call, absl::InvalidArgumentError("gpus, tpus: at least one must be non-zero"));
   }
   if (req->gpus() != 0 && req->tpus() != 0) {
-    return refuse(absl::InvalidArgumentError(
-        "gpus, tpus: duet places a pod on one device kind at a time"));
+    return Refuse(call, absl::InvalidArgumentError(
+                            "gpus, tpus: duet places a pod on one device kind at a time"));
   }
   placement::PodRequest request;
   request.kind = req->gpus() != 0 ? DeviceKind::kGpu : DeviceKind::kTpu;
@@ -491,16 +442,15 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
   // The same transaction as the extender's bind, idempotent per pod and node.
   absl::StatusOr<pods::PodHold> held = pod_holds_.Hold(pod, req->node(), request);
   if (!held.ok()) {
-    return refuse(WithPrefix(held.status(), absl::StrCat("pod ", pod.pod_namespace, "/", pod.pod_name,
-                                                         " on ", req->node(), ": ")));
+    return Refuse(
+        call, WithPrefix(held.status(), absl::StrCat("pod ", pod.pod_namespace, "/", pod.pod_name,
+                                                     " on ", req->node(), ": ")));
   }
   ToProto(held->holding, ledger_->GetNode(held->holding.node).get(), resp);
-  const Owner owner = held->holding.owner;
-  const bool created = held->created;
-  AnswerWhenDurable(reactor, "PlacePod", start, held->seq, [this, owner, created] {
-    if (metrics_ != nullptr && created) metrics_->CountGrant(owner);
-  });
-  return reactor;
+  return AnswerWhenDurable(call, held->seq,
+                           [this, owner = held->holding.owner, created = held->created] {
+                             if (metrics_ != nullptr && created) metrics_->CountGrant(owner);
+                           });
 }
 
 }  // namespace duet

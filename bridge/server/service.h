@@ -113,17 +113,32 @@ class LedgerService final : public v1::Ledger::CallbackService {
   // node (pod if any is a pod's), nullopt when none does (a Hold of "any N"
   // that found no room, or the holder left since).
   std::optional<HolderClass> BlockingClass(const HoldRequest& request) const;
-  // Options::authorize_call for a pod or placeholder owner; OK otherwise.
+  // Options::authorize_slurm_owner for a Slurm owner, with the call's
+  // credentials; Options::authorize_call for a pod or placeholder owner. OK
+  // where the one that applies is not set.
   absl::Status AuthorizeCall(const grpc::CallbackServerContext& ctx, const char* method,
                              const std::string& node, const Owner& owner) const;
-  // Finishes `reactor` with `status`, recording latency and code.
-  void Answer(grpc::ServerUnaryReactor* reactor, const char* method, absl::Time start,
-              const absl::Status& status);
+  // A unary call being handled: when it started, its method (for metrics)
+  // and the reactor that answers it.
+  struct UnaryCall {
+    absl::Time start;
+    const char* method;
+    grpc::ServerUnaryReactor* reactor;
+  };
+  static UnaryCall StartCall(grpc::CallbackServerContext* ctx, const char* method) {
+    return {absl::Now(), method, ctx->DefaultReactor()};
+  }
+  // Finishes the call with `status`, recording latency and code. Returns its
+  // reactor.
+  grpc::ServerUnaryReactor* Answer(const UnaryCall& call, const absl::Status& status);
+  // Answer for a refused grant (Hold, PlacePod), counted by its code.
+  grpc::ServerUnaryReactor* Refuse(const UnaryCall& call, const absl::Status& status);
 
   // Answers once change `seq` is durable, running `on_durable` first; if the
   // journal failed, answers UNAVAILABLE and stops serving mutations.
-  void AnswerWhenDurable(grpc::ServerUnaryReactor* reactor, const char* method, absl::Time start,
-                         uint64_t seq, std::function<void()> on_durable);
+  // Returns the call's reactor.
+  grpc::ServerUnaryReactor* AnswerWhenDurable(const UnaryCall& call, uint64_t seq,
+                                              std::function<void()> on_durable);
 
   Ledger* const ledger_;
   Durability* const durability_;

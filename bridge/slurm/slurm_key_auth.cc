@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/credential/slurm_key_cred.h"
+#include "common/enum_name.h"
 
 namespace duet {
 
@@ -21,23 +22,9 @@ SlurmKeyAuth::SlurmKeyAuth(std::string derived_key, SlurmKeyAuthOptions options)
     : key_(std::move(derived_key)), options_(std::move(options)) {}
 
 const char* SlurmKeyAuth::WhyName(Why w) {
-  switch (w) {
-    case Why::kNone:
-      return "none";
-    case Why::kMissing:
-      return "missing";
-    case Why::kMalformed:
-      return "malformed";
-    case Why::kBadMac:
-      return "bad_mac";
-    case Why::kExpired:
-      return "expired";
-    case Why::kReplayed:
-      return "replayed";
-    case Why::kFull:
-      return "full";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"none",    "missing",  "malformed", "bad_mac",
+                                           "expired", "replayed", "full"};
+  return EnumName(w, kNames);
 }
 
 absl::Status SlurmKeyAuth::Check(const std::string& credential, const char* method,

@@ -170,42 +170,31 @@ NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
     : options_(options), kube_(kube), registry_(std::make_shared<prometheus::Registry>()) {
   bridge_channel_ = grpc::CreateChannel(options_.bridge, bridge_credentials);
   bridge_ = v1::Ledger::NewStub(bridge_channel_);
-  allocations_ = &prometheus::BuildCounter()
-                      .Name("duet_node_allocations_total")
-                      .Help("Containers given devices by Allocate, by resource")
-                      .Register(*registry_);
-  refusals_ = &prometheus::BuildCounter()
-                   .Name("duet_node_allocation_refusals_total")
-                   .Help("Allocate calls refused, by resource and reason (status code)")
-                   .Register(*registry_);
-  placed_ = &prometheus::BuildCounter()
-                 .Name("duet_node_placed_pods_total")
-                 .Help(
-                     "Placeholders asked on the spot for pods that bypassed the duet "
-                     "scheduler, by resource and result")
-                 .Register(*registry_);
-  registrations_total_ = &prometheus::BuildCounter()
-                              .Name("duet_node_registrations_total")
-                              .Help("Registrations with kubelet, by resource and result")
-                              .Register(*registry_);
-  slots_ = &prometheus::BuildGauge()
-                .Name("duet_node_slots")
-                .Help("Slots advertised to kubelet, by resource and health")
-                .Register(*registry_);
-  allocate_seconds_ = &prometheus::BuildHistogram()
-                           .Name("duet_node_allocate_seconds")
-                           .Help("Allocate latency, by resource")
-                           .Register(*registry_);
-  watch_restarts_ = &prometheus::BuildCounter()
-                         .Name("duet_node_bridge_watch_restarts_total")
-                         .Help("Times the bridge's WatchNodes stream ended and was reopened")
-                         .Register(*registry_)
+  allocations_ =
+      &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_allocations_total",
+                      "Containers given devices by Allocate, by resource");
+  refusals_ =
+      &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_allocation_refusals_total",
+                      "Allocate calls refused, by resource and reason (status code)");
+  placed_ = &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_placed_pods_total",
+                            "Placeholders asked on the spot for pods that bypassed the duet "
+                            "scheduler, by resource and result");
+  registrations_total_ =
+      &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_registrations_total",
+                      "Registrations with kubelet, by resource and result");
+  slots_ = &RegisterFamily(prometheus::BuildGauge(), *registry_, "duet_node_slots",
+                           "Slots advertised to kubelet, by resource and health");
+  allocate_seconds_ =
+      &RegisterFamily(prometheus::BuildHistogram(), *registry_, "duet_node_allocate_seconds",
+                      "Allocate latency, by resource");
+  watch_restarts_ = &RegisterFamily(prometheus::BuildCounter(), *registry_,
+                                    "duet_node_bridge_watch_restarts_total",
+                                    "Times the bridge's WatchNodes stream ended and was reopened")
                          .Add({});
-  watch_connected_ = &prometheus::BuildGauge()
-                          .Name("duet_node_bridge_watch_connected")
-                          .Help("1 while the bridge's WatchNodes stream delivers events")
-                          .Register(*registry_)
-                          .Add({});
+  watch_connected_ =
+      &RegisterFamily(prometheus::BuildGauge(), *registry_, "duet_node_bridge_watch_connected",
+                      "1 while the bridge's WatchNodes stream delivers events")
+           .Add({});
 }
 
 absl::Status CheckSoleAdvertiser(const std::string& pod_resources_socket) {

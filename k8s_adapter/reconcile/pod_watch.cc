@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/enum_name.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -21,15 +22,8 @@ std::string PodLabel(const std::string& ns, const std::string& name, const std::
 }  // namespace
 
 const char* PodReleaseReasonName(PodReleaseReason reason) {
-  switch (reason) {
-    case PodReleaseReason::kDeleted:
-      return "deleted";
-    case PodReleaseReason::kTerminal:
-      return "terminal";
-    case PodReleaseReason::kOrphaned:
-      return "orphaned";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"deleted", "terminal", "orphaned"};
+  return EnumName(reason, kNames);
 }
 
 absl::Status LedgerPodReleaser::Release(const PodRelease& release) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/device/device.h"
+#include "common/enum_name.h"
 #include "common/file.h"
 #include "common/grpc/status.h"
 #include "common/grpc/tls.h"
@@ -14,6 +15,8 @@
 #include "common/reason.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
 
 namespace duet {
 namespace {
@@ -126,6 +129,20 @@ TEST(Metrics, FamiliesTakeTheValueOfTheirType) {
   EXPECT_EQ(g.metric[0].counter.value, 0);
 }
 
+TEST(Metrics, RegisterFamilyNamesAndDescribesIt) {
+  prometheus::Registry registry;
+  prometheus::Family<prometheus::Counter>& f =
+      RegisterFamily(prometheus::BuildCounter(), registry, "y_total", "what y counts");
+  f.Add({{"result", "ok"}}).Increment(2);
+  const std::vector<prometheus::MetricFamily> all = registry.Collect();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].name, "y_total");
+  EXPECT_EQ(all[0].help, "what y counts");
+  EXPECT_EQ(all[0].type, prometheus::MetricType::Counter);
+  ASSERT_EQ(all[0].metric.size(), 1u);
+  EXPECT_EQ(all[0].metric[0].counter.value, 2);
+}
+
 TEST(Metrics, ABusyPortIsUnavailableAndNamed) {
   auto first = ServeMetrics("metrics.listen", "127.0.0.1:0");
   ASSERT_TRUE(first.ok()) << first.status();
@@ -136,6 +153,19 @@ TEST(Metrics, ABusyPortIsUnavailableAndNamed) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(second.status().message()),
               StartsWith("--metrics-listen " + taken + ": cannot serve /metrics: "));
+}
+
+TEST(EnumName, TheTableSlotOrUnknown) {
+  enum class Color { kRed, kGreen, kBlue };
+  static constexpr const char* kNames[] = {"red", "green"};
+  EXPECT_STREQ(EnumName(Color::kRed, kNames), "red");
+  EXPECT_STREQ(EnumName(Color::kGreen, kNames), "green");
+  EXPECT_STREQ(EnumName(Color::kBlue, kNames), "unknown");  // past the table
+  EXPECT_STREQ(EnumName(Color::kBlue, kNames, "-"), "-");
+  static constexpr const char* kFromOne[] = {nullptr, "one"};  // 0 is no value
+  EXPECT_STREQ(EnumName(0, kFromOne), "unknown");
+  EXPECT_STREQ(EnumName(1, kFromOne), "one");
+  EXPECT_STREQ(EnumName(-1, kFromOne), "unknown");
 }
 
 TEST(Device, KindNamesAndTheEnvironmentOfEachKind) {
