@@ -567,12 +567,7 @@ absl::Status Bridge::ServeExtender() {
   extender_ = std::make_unique<extender::Extender>(&ledger_, placeholders_.get(), pod_api_.get(),
                                                    std::move(eo));
   extender::ServerOptions xo;
-  xo.listen = config_.extender.listen;
-  xo.url_prefix = config_.extender.url_prefix;
-  xo.tls_cert_file = config_.extender.tls.cert_file;
-  xo.tls_key_file = config_.extender.tls.key_file;
-  xo.max_request_bytes = static_cast<size_t>(config_.extender.max_request_bytes);
-  xo.threads = config_.extender.threads;
+  static_cast<ExtenderSettings&>(xo) = config_.extender;  // the configured settings, as they are
   xo.registry = metrics_->registry();
   DUET_ASSIGN_OR_RETURN(extender_server_,
                         extender::ExtenderServer::Start(extender_.get(), std::move(xo)));

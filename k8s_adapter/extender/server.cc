@@ -344,30 +344,27 @@ class ExtenderServer::Impl {
         ioc_(std::max(1, options_.threads)),
         acceptor_(ioc_) {
     shared_.handler = &handler_;
-    shared_.max_body = options_.max_request_bytes;
+    shared_.max_body = static_cast<size_t>(options_.max_request_bytes);
     shared_.idle = std::chrono::seconds(options_.idle_timeout_seconds);
     shared_.metrics = &metrics_;
     shared_.bind_pool = &bind_pool_;
   }
 
   absl::Status Listen() {
-    if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {
-      return absl::InvalidArgumentError("extender.tls: cert_file and key_file must be set together");
-    }
-    if (!options_.tls_cert_file.empty()) {
+    if (!options_.tls.cert_file.empty()) {
       ssl_.emplace(ssl::context::tls_server);
       ssl_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                         ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
       beast::error_code ec;
-      ssl_->use_certificate_chain_file(options_.tls_cert_file, ec);
+      ssl_->use_certificate_chain_file(options_.tls.cert_file, ec);
       if (ec) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "extender.tls.cert_file ", options_.tls_cert_file, ": ", ec.message()));
+            "extender.tls.cert_file ", options_.tls.cert_file, ": ", ec.message()));
       }
-      ssl_->use_private_key_file(options_.tls_key_file, ssl::context::pem, ec);
+      ssl_->use_private_key_file(options_.tls.key_file, ssl::context::pem, ec);
       if (ec) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "extender.tls.key_file ", options_.tls_key_file, ": ", ec.message()));
+            "extender.tls.key_file ", options_.tls.key_file, ": ", ec.message()));
       }
     }
     const std::string& listen = options_.listen;
@@ -461,9 +458,7 @@ ExtenderServer::ExtenderServer(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 
 absl::StatusOr<std::unique_ptr<ExtenderServer>> ExtenderServer::Start(Extender* extender,
                                                                       ServerOptions options) {
-  if (options.max_request_bytes < 1024) {
-    return absl::InvalidArgumentError("extender.max_request_bytes: must be at least 1024");
-  }
+  if (absl::Status s = options.Validate("extender."); !s.ok()) return s;
   auto impl = std::make_unique<Impl>(extender, std::move(options));
   absl::Status s = impl->Listen();
   if (!s.ok()) return s;

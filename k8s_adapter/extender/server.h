@@ -29,22 +29,22 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bridge/config/extender_settings.h"
 #include "k8s_adapter/extender/extender.h"
 #include "prometheus/registry.h"
 
 namespace duet {
 namespace extender {
 
-struct ServerOptions {
-  // "host:port"; port 0 picks a free port (see port()).
-  std::string listen = "127.0.0.1:0";
-  // Verbs are served at <url_prefix>/filter etc. "" or "/x" forms.
-  std::string url_prefix = "/duet";
-  // PEM files; both set: HTTPS only.
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  size_t max_request_bytes = 8 << 20;
-  int threads = 2;
+// The configured settings (ExtenderSettings: listen, url_prefix, tls,
+// max_request_bytes, threads; bridge/config/extender_settings.h, which
+// documents them) and what only a program sets. Start checks them with
+// ExtenderSettings::Validate.
+struct ServerOptions : ExtenderSettings {
+  // listen defaults to "127.0.0.1:0" here (the config's "" means no
+  // extender); see port().
+  ServerOptions() { listen = "127.0.0.1:0"; }
+
   // Idle keep-alive connections are closed after this long.
   int idle_timeout_seconds = 120;
   // Serves POST <prefix>/_echo (benchmarks and tests only).
@@ -86,8 +86,9 @@ class Handler {
 
 class ExtenderServer {
  public:
-  // Binds and starts serving. Errors name the field (extender.listen,
-  // extender.tls.cert_file) and the reason.
+  // Checks the options (ExtenderSettings::Validate), binds and starts
+  // serving. Errors name the field (extender.listen, extender.tls.cert_file)
+  // and the reason.
   static absl::StatusOr<std::unique_ptr<ExtenderServer>> Start(Extender* extender,
                                                                 ServerOptions options);
   ~ExtenderServer();
