@@ -107,35 +107,36 @@ HttpReply Handler::Handle(const std::string& method, const std::string& target,
   return Bind(body);
 }
 
-// ExtenderArgs from a filter/prioritize body: the fast path for the usual
-// shape (see ParseExtenderArgsFast), else the general one, which also words
-// every error (400).
-absl::StatusOr<ExtenderArgs> Handler::Args(const std::string& body, HttpReply* error) const {
-  std::optional<ExtenderArgs> fast = ParseExtenderArgsFast(body);
-  if (fast.has_value()) return std::move(*fast);
-  std::optional<nlohmann::json> j = ParseBody(body, error);
-  if (!j.has_value()) return absl::InvalidArgumentError("not JSON");  // `error` is set
-  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(std::move(*j));
-  if (!args.ok()) *error = Text(400, std::string(args.status().message()));
-  return args;
+// A filter or prioritize call: ExtenderArgs from the body (the fast path for
+// the usual shape, see ParseExtenderArgsFast, else the general one, which
+// also words every error: 400), and the reply whose body `answer` makes of
+// them.
+HttpReply Handler::WithArgs(const std::string& body,
+                            absl::FunctionRef<std::string(const ExtenderArgs&)> answer) const {
+  std::optional<ExtenderArgs> args = ParseExtenderArgsFast(body);
+  if (!args.has_value()) {
+    HttpReply error;
+    std::optional<nlohmann::json> j = ParseBody(body, &error);
+    if (!j.has_value()) return error;
+    absl::StatusOr<ExtenderArgs> parsed = ParseExtenderArgs(std::move(*j));
+    if (!parsed.ok()) return Text(400, std::string(parsed.status().message()));
+    args = std::move(*parsed);
+  }
+  HttpReply r;
+  r.body = answer(*args);
+  return r;
 }
 
 HttpReply Handler::Filter(const std::string& body) const {
-  HttpReply error;
-  absl::StatusOr<ExtenderArgs> args = Args(body, &error);
-  if (!args.ok()) return error;
-  HttpReply r;
-  r.body = FilterResultBody(extender_->Filter(*args), &*args);
-  return r;
+  return WithArgs(body, [this](const ExtenderArgs& a) {
+    return FilterResultBody(extender_->Filter(a), &a);
+  });
 }
 
 HttpReply Handler::Prioritize(const std::string& body) const {
-  HttpReply error;
-  absl::StatusOr<ExtenderArgs> args = Args(body, &error);
-  if (!args.ok()) return error;
-  HttpReply r;
-  r.body = PriorityListBody(extender_->Prioritize(*args));
-  return r;
+  return WithArgs(body, [this](const ExtenderArgs& a) {
+    return PriorityListBody(extender_->Prioritize(a));
+  });
 }
 
 HttpReply Handler::Bind(const std::string& body) const {

@@ -28,6 +28,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "bridge/config/extender_settings.h"
 #include "k8s_adapter/extender/extender.h"
@@ -73,8 +74,10 @@ class Handler {
   std::string Verb(const std::string& target) const;
 
  private:
-  // The parsed args, or an error with `*error` set to the 400 reply.
-  absl::StatusOr<ExtenderArgs> Args(const std::string& body, HttpReply* error) const;
+  // The reply whose body `answer` makes of the args parsed from `body`, or
+  // the 400 reply when they do not parse.
+  HttpReply WithArgs(const std::string& body,
+                     absl::FunctionRef<std::string(const ExtenderArgs&)> answer) const;
   HttpReply Filter(const std::string& body) const;
   HttpReply Prioritize(const std::string& body) const;
   HttpReply Bind(const std::string& body) const;
