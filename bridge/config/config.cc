@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/numbers.h"
+#include "bridge/config/host_port.h"
 #include "bridge/config/yaml_section.h"
 #include "bridge/placement/placement.h"
 #include "yaml-cpp/yaml.h"
@@ -153,18 +153,6 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
   }
   DUET_YAML(top.String("log_level", &c->log_level));
   return top.Finish();
-}
-
-absl::Status CheckHostPort(const std::string& field, const std::string& addr) {
-  if (addr.empty()) return absl::OkStatus();
-  const size_t colon = addr.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(addr.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": \"", addr, "\" must be host:port, e.g. 127.0.0.1:50151"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ValidateAuth(const Config& c) {
@@ -338,21 +326,8 @@ absl::Status ValidateConfig(const Config& c) {
                                                    "\" must be ", placement::PolicyNamesText()));
   }
   if (!c.extender.listen.empty()) {
-    DUET_YAML(CheckHostPort("extender.listen", c.extender.listen));
-    const std::string& p = c.extender.url_prefix;
-    if (!p.empty() && (p[0] != '/' || p.find_first_of("?# ") != std::string::npos)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("extender.url_prefix: \"", p, "\" must be empty or a path starting with /"));
-    }
-    if (c.extender.tls.cert_file.empty() != c.extender.tls.key_file.empty()) {
-      return absl::InvalidArgumentError("extender.tls: cert_file and key_file must be set together");
-    }
-    if (c.extender.max_request_bytes < 1024 || c.extender.max_request_bytes > (int64_t{1} << 30)) {
-      return absl::InvalidArgumentError("extender.max_request_bytes: must be 1024..1073741824");
-    }
-    if (c.extender.threads < 1 || c.extender.threads > 64) {
-      return absl::InvalidArgumentError("extender.threads: must be 1..64");
-    }
+    // The extender's own settings: the struct says what it accepts.
+    DUET_YAML(c.extender.Validate("extender."));
     if (c.kubernetes.request_timeout < absl::Seconds(1)) {
       return absl::InvalidArgumentError("kubernetes.request_timeout: must be at least 1s");
     }

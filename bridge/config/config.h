@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "bridge/config/extender_settings.h"
 #include "bridge/config/slurm_sync_settings.h"
 #include "common/leader_election_options.h"
 #include "bridge/placement/workload_model.h"
@@ -174,24 +175,6 @@ struct PlacementConfig {
   placement::WorkloadModelOptions workload;
 };
 
-struct ExtenderConfig {
-  // The kube-scheduler extender's HTTP(S) address, "host:port". Empty: no
-  // extender. When set, duet-bridge also needs the Kubernetes API (for
-  // bindings), configured in `kubernetes`, whatever the inventory source.
-  std::string listen;
-  // Verbs are served at <url_prefix>/filter, /prioritize and /bind.
-  std::string url_prefix = "/duet";
-  // PEM certificate chain and key; both set: HTTPS only.
-  struct {
-    std::string cert_file;
-    std::string key_file;
-  } tls;
-  // Larger request bodies are refused with 413.
-  int64_t max_request_bytes = 8388608;
-  // Threads that serve requests (and as many for binds).
-  int threads = 2;
-};
-
 // Who may make the mutating gRPC calls (Hold, Release, PlacePod) for pods
 // and placeholders (bridge/auth/authz.h). Slurm-owned Hold/Release keep
 // their own credential (slurm.credential); reads are not checked.
@@ -232,7 +215,11 @@ struct Config {
   KubernetesConfig kubernetes;
   SlurmConfig slurm;
   PlacementConfig placement;
-  ExtenderConfig extender;
+  // The kube-scheduler extender: ExtenderSettings
+  // (bridge/config/extender_settings.h: listen, url_prefix, tls,
+  // max_request_bytes, threads), with its defaults, checked by its
+  // Validate() when listen is set.
+  ExtenderSettings extender;
   // spdlog level: trace, debug, info, warn, error.
   std::string log_level = "info";
 };

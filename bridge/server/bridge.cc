@@ -58,49 +58,47 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
                                                           const SlurmSyncStats& s) {
   using prometheus::MetricType;
   std::vector<prometheus::MetricFamily> out;
-  out.push_back(Family("duet_slurm_degraded", "1 while slurmctld cannot be reached",
-                       MetricType::Gauge, degraded ? 1 : 0));
-  out.push_back(Family("duet_slurm_sync_passes_total", "Slurm sync passes", MetricType::Counter,
-                       static_cast<double>(s.passes)));
-  out.push_back(Family("duet_slurm_sync_failed_passes_total", "Slurm sync passes that failed",
-                       MetricType::Counter, static_cast<double>(s.failed_passes)));
-  out.push_back(Family("duet_slurm_reconcile_corrections_total",
-                       "Ledger corrections from Slurm's job table (imported + released)",
-                       MetricType::Counter,
-                       static_cast<double>(s.holdings_imported + s.holdings_released)));
-  out.push_back(Family("duet_slurm_conflicts_total",
-                       "Slurm jobs holding devices the ledger gives another owner",
-                       MetricType::Counter, static_cast<double>(s.conflicts)));
-  out.push_back(Family("duet_slurm_node_changes_total",
-                       "Slurm nodes created, deleted, recreated, drained or resumed by duet",
-                       MetricType::Counter,
-                       static_cast<double>(s.nodes_created + s.nodes_deleted + s.nodes_recreated +
-                                           s.drains + s.resumes)));
-  out.push_back(Family("duet_slurm_weight_updates_total", "Slurm node weight updates",
-                       MetricType::Counter, static_cast<double>(s.weight_updates)));
-  out.push_back(Family("duet_slurm_reconfigures_total",
-                       "scontrol reconfigure sent after a slurmctld start with GRES nodes "
-                       "(Slurm 22.05 workaround)",
-                       MetricType::Counter, static_cast<double>(s.reconfigures)));
-  out.push_back(Family("duet_slurm_version_refusals_total",
-                       "Slurm sync passes refused because slurmctld's release is one this "
-                       "duet-bridge's libslurm cannot talk to",
-                       MetricType::Counter, static_cast<double>(s.version_refusals)));
-  out.push_back(Family("duet_slurm_nodes_unregistered",
-                       "slurm.nodes: adopt: shared nodes whose slurmd has not registered its "
-                       "Slurm node (nothing granted to Slurm there)",
-                       MetricType::Gauge, static_cast<double>(s.nodes_unregistered)));
-  out.push_back(Family("duet_slurm_nodes_unmapped",
-                       "slurm.nodes: adopt: shared nodes whose Slurm name (up to the first dot, "
-                       "or Slinky's hostname-override) is not their Kubernetes name: not adopted",
-                       MetricType::Gauge, static_cast<double>(s.nodes_unmapped)));
-  out.push_back(Family("duet_slurm_nodes_gres_mismatch",
-                       "slurm.nodes: adopt: nodes whose slurmd registered other GPU/TPU counts "
-                       "than Kubernetes reports (drained)",
-                       MetricType::Gauge, static_cast<double>(s.nodes_gres_mismatch)));
-  out.push_back(Family("duet_slurm_gres_mismatch_drains_total",
-                       "Drains duet made because a slurmd's GRES disagree with the node's devices",
-                       MetricType::Counter, static_cast<double>(s.gres_mismatch_drains)));
+  auto counter = [&out](const char* name, const char* help, double value) {
+    out.push_back(Family(name, help, MetricType::Counter, value));
+  };
+  auto gauge = [&out](const char* name, const char* help, double value) {
+    out.push_back(Family(name, help, MetricType::Gauge, value));
+  };
+  gauge("duet_slurm_degraded", "1 while slurmctld cannot be reached", degraded ? 1 : 0);
+  counter("duet_slurm_sync_passes_total", "Slurm sync passes", s.passes);
+  counter("duet_slurm_sync_failed_passes_total", "Slurm sync passes that failed", s.failed_passes);
+  counter("duet_slurm_reconcile_corrections_total",
+          "Ledger corrections from Slurm's job table (imported + released)",
+          s.holdings_imported + s.holdings_released);
+  counter("duet_slurm_conflicts_total", "Slurm jobs holding devices the ledger gives another owner",
+          s.conflicts);
+  counter("duet_slurm_node_changes_total",
+          "Slurm nodes created, deleted, recreated, drained or resumed by duet",
+          s.nodes_created + s.nodes_deleted + s.nodes_recreated + s.drains + s.resumes);
+  counter("duet_slurm_weight_updates_total", "Slurm node weight updates", s.weight_updates);
+  counter("duet_slurm_reconfigures_total",
+          "scontrol reconfigure sent after a slurmctld start with GRES nodes "
+          "(Slurm 22.05 workaround)",
+          s.reconfigures);
+  counter("duet_slurm_version_refusals_total",
+          "Slurm sync passes refused because slurmctld's release is one this "
+          "duet-bridge's libslurm cannot talk to",
+          s.version_refusals);
+  gauge("duet_slurm_nodes_unregistered",
+        "slurm.nodes: adopt: shared nodes whose slurmd has not registered its "
+        "Slurm node (nothing granted to Slurm there)",
+        s.nodes_unregistered);
+  gauge("duet_slurm_nodes_unmapped",
+        "slurm.nodes: adopt: shared nodes whose Slurm name (up to the first dot, "
+        "or Slinky's hostname-override) is not their Kubernetes name: not adopted",
+        s.nodes_unmapped);
+  gauge("duet_slurm_nodes_gres_mismatch",
+        "slurm.nodes: adopt: nodes whose slurmd registered other GPU/TPU counts "
+        "than Kubernetes reports (drained)",
+        s.nodes_gres_mismatch);
+  counter("duet_slurm_gres_mismatch_drains_total",
+          "Drains duet made because a slurmd's GRES disagree with the node's devices",
+          s.gres_mismatch_drains);
   {
     prometheus::MetricFamily f = Family(
         "duet_placeholder_losses_total",
@@ -115,19 +113,17 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
     f.metric.push_back(fenced);
     out.push_back(std::move(f));
   }
-  out.push_back(Family("duet_placeholder_repairs_total",
-                       "Lost placeholders re-created in Slurm for the pod's exact devices",
-                       MetricType::Counter, static_cast<double>(s.placeholder_repairs)));
-  out.push_back(Family("duet_placeholders_fenced",
-                       "Lost placeholders not repaired yet: their pod's devices are held in the "
-                       "ledger only (SPANK refuses Slurm steps on them)",
-                       MetricType::Gauge, static_cast<double>(s.placeholders_fenced)));
-  const double age = s.last_success == absl::InfinitePast()
-                         ? -1
-                         : absl::ToDoubleSeconds(absl::Now() - s.last_success);
-  out.push_back(Family("duet_slurm_sync_age_seconds",
-                       "Seconds since the last successful sync pass (-1: none yet)",
-                       MetricType::Gauge, age));
+  counter("duet_placeholder_repairs_total",
+          "Lost placeholders re-created in Slurm for the pod's exact devices",
+          s.placeholder_repairs);
+  gauge("duet_placeholders_fenced",
+        "Lost placeholders not repaired yet: their pod's devices are held in the "
+        "ledger only (SPANK refuses Slurm steps on them)",
+        s.placeholders_fenced);
+  gauge("duet_slurm_sync_age_seconds", "Seconds since the last successful sync pass (-1: none yet)",
+        s.last_success == absl::InfinitePast()
+            ? -1
+            : absl::ToDoubleSeconds(absl::Now() - s.last_success));
   return out;
 }
 
@@ -567,12 +563,7 @@ absl::Status Bridge::ServeExtender() {
   extender_ = std::make_unique<extender::Extender>(&ledger_, placeholders_.get(), pod_api_.get(),
                                                    std::move(eo));
   extender::ServerOptions xo;
-  xo.listen = config_.extender.listen;
-  xo.url_prefix = config_.extender.url_prefix;
-  xo.tls_cert_file = config_.extender.tls.cert_file;
-  xo.tls_key_file = config_.extender.tls.key_file;
-  xo.max_request_bytes = static_cast<size_t>(config_.extender.max_request_bytes);
-  xo.threads = config_.extender.threads;
+  static_cast<ExtenderSettings&>(xo) = config_.extender;  // the configured settings, as they are
   xo.registry = metrics_->registry();
   DUET_ASSIGN_OR_RETURN(extender_server_,
                         extender::ExtenderServer::Start(extender_.get(), std::move(xo)));

@@ -107,35 +107,36 @@ HttpReply Handler::Handle(const std::string& method, const std::string& target,
   return Bind(body);
 }
 
-// ExtenderArgs from a filter/prioritize body: the fast path for the usual
-// shape (see ParseExtenderArgsFast), else the general one, which also words
-// every error (400).
-absl::StatusOr<ExtenderArgs> Handler::Args(const std::string& body, HttpReply* error) const {
-  std::optional<ExtenderArgs> fast = ParseExtenderArgsFast(body);
-  if (fast.has_value()) return std::move(*fast);
-  std::optional<nlohmann::json> j = ParseBody(body, error);
-  if (!j.has_value()) return absl::InvalidArgumentError("not JSON");  // `error` is set
-  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(std::move(*j));
-  if (!args.ok()) *error = Text(400, std::string(args.status().message()));
-  return args;
+// A filter or prioritize call: ExtenderArgs from the body (the fast path for
+// the usual shape, see ParseExtenderArgsFast, else the general one, which
+// also words every error: 400), and the reply whose body `answer` makes of
+// them.
+HttpReply Handler::WithArgs(const std::string& body,
+                            absl::FunctionRef<std::string(const ExtenderArgs&)> answer) const {
+  std::optional<ExtenderArgs> args = ParseExtenderArgsFast(body);
+  if (!args.has_value()) {
+    HttpReply error;
+    std::optional<nlohmann::json> j = ParseBody(body, &error);
+    if (!j.has_value()) return error;
+    absl::StatusOr<ExtenderArgs> parsed = ParseExtenderArgs(std::move(*j));
+    if (!parsed.ok()) return Text(400, std::string(parsed.status().message()));
+    args = std::move(*parsed);
+  }
+  HttpReply r;
+  r.body = answer(*args);
+  return r;
 }
 
 HttpReply Handler::Filter(const std::string& body) const {
-  HttpReply error;
-  absl::StatusOr<ExtenderArgs> args = Args(body, &error);
-  if (!args.ok()) return error;
-  HttpReply r;
-  r.body = FilterResultBody(extender_->Filter(*args), &*args);
-  return r;
+  return WithArgs(body, [this](const ExtenderArgs& a) {
+    return FilterResultBody(extender_->Filter(a), &a);
+  });
 }
 
 HttpReply Handler::Prioritize(const std::string& body) const {
-  HttpReply error;
-  absl::StatusOr<ExtenderArgs> args = Args(body, &error);
-  if (!args.ok()) return error;
-  HttpReply r;
-  r.body = PriorityListBody(extender_->Prioritize(*args));
-  return r;
+  return WithArgs(body, [this](const ExtenderArgs& a) {
+    return PriorityListBody(extender_->Prioritize(a));
+  });
 }
 
 HttpReply Handler::Bind(const std::string& body) const {
@@ -344,30 +345,27 @@ class ExtenderServer::Impl {
         ioc_(std::max(1, options_.threads)),
         acceptor_(ioc_) {
     shared_.handler = &handler_;
-    shared_.max_body = options_.max_request_bytes;
+    shared_.max_body = static_cast<size_t>(options_.max_request_bytes);
     shared_.idle = std::chrono::seconds(options_.idle_timeout_seconds);
     shared_.metrics = &metrics_;
     shared_.bind_pool = &bind_pool_;
   }
 
   absl::Status Listen() {
-    if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {
-      return absl::InvalidArgumentError("extender.tls: cert_file and key_file must be set together");
-    }
-    if (!options_.tls_cert_file.empty()) {
+    if (!options_.tls.cert_file.empty()) {
       ssl_.emplace(ssl::context::tls_server);
       ssl_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                         ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
       beast::error_code ec;
-      ssl_->use_certificate_chain_file(options_.tls_cert_file, ec);
+      ssl_->use_certificate_chain_file(options_.tls.cert_file, ec);
       if (ec) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "extender.tls.cert_file ", options_.tls_cert_file, ": ", ec.message()));
+            "extender.tls.cert_file ", options_.tls.cert_file, ": ", ec.message()));
       }
-      ssl_->use_private_key_file(options_.tls_key_file, ssl::context::pem, ec);
+      ssl_->use_private_key_file(options_.tls.key_file, ssl::context::pem, ec);
       if (ec) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "extender.tls.key_file ", options_.tls_key_file, ": ", ec.message()));
+            "extender.tls.key_file ", options_.tls.key_file, ": ", ec.message()));
       }
     }
     const std::string& listen = options_.listen;
@@ -461,9 +459,7 @@ ExtenderServer::ExtenderServer(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 
 absl::StatusOr<std::unique_ptr<ExtenderServer>> ExtenderServer::Start(Extender* extender,
                                                                       ServerOptions options) {
-  if (options.max_request_bytes < 1024) {
-    return absl::InvalidArgumentError("extender.max_request_bytes: must be at least 1024");
-  }
+  if (absl::Status s = options.Validate("extender."); !s.ok()) return s;
   auto impl = std::make_unique<Impl>(extender, std::move(options));
   absl::Status s = impl->Listen();
   if (!s.ok()) return s;

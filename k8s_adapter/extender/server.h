@@ -28,23 +28,24 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "bridge/config/extender_settings.h"
 #include "k8s_adapter/extender/extender.h"
 #include "prometheus/registry.h"
 
 namespace duet {
 namespace extender {
 
-struct ServerOptions {
-  // "host:port"; port 0 picks a free port (see port()).
-  std::string listen = "127.0.0.1:0";
-  // Verbs are served at <url_prefix>/filter etc. "" or "/x" forms.
-  std::string url_prefix = "/duet";
-  // PEM files; both set: HTTPS only.
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  size_t max_request_bytes = 8 << 20;
-  int threads = 2;
+// The configured settings (ExtenderSettings: listen, url_prefix, tls,
+// max_request_bytes, threads; bridge/config/extender_settings.h, which
+// documents them) and what only a program sets. Start checks them with
+// ExtenderSettings::Validate.
+struct ServerOptions : ExtenderSettings {
+  // listen defaults to "127.0.0.1:0" here (the config's "" means no
+  // extender); see port().
+  ServerOptions() { listen = "127.0.0.1:0"; }
+
   // Idle keep-alive connections are closed after this long.
   int idle_timeout_seconds = 120;
   // Serves POST <prefix>/_echo (benchmarks and tests only).
@@ -73,8 +74,10 @@ class Handler {
   std::string Verb(const std::string& target) const;
 
  private:
-  // The parsed args, or an error with `*error` set to the 400 reply.
-  absl::StatusOr<ExtenderArgs> Args(const std::string& body, HttpReply* error) const;
+  // The reply whose body `answer` makes of the args parsed from `body`, or
+  // the 400 reply when they do not parse.
+  HttpReply WithArgs(const std::string& body,
+                     absl::FunctionRef<std::string(const ExtenderArgs&)> answer) const;
   HttpReply Filter(const std::string& body) const;
   HttpReply Prioritize(const std::string& body) const;
   HttpReply Bind(const std::string& body) const;
@@ -86,8 +89,9 @@ class Handler {
 
 class ExtenderServer {
  public:
-  // Binds and starts serving. Errors name the field (extender.listen,
-  // extender.tls.cert_file) and the reason.
+  // Checks the options (ExtenderSettings::Validate), binds and starts
+  // serving. Errors name the field (extender.listen, extender.tls.cert_file)
+  // and the reason.
   static absl::StatusOr<std::unique_ptr<ExtenderServer>> Start(Extender* extender,
                                                                 ServerOptions options);
   ~ExtenderServer();

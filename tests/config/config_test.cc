@@ -202,6 +202,32 @@ extender:
   bad("extender: {listen: \"0.0.0.0:8443\", threads: 0}", "extender.threads");
 }
 
+TEST(ConfigTest, ExtenderSettingsAreCheckedWithTheirFieldPath) {
+  auto message = [](const char* yaml) {
+    auto c = ParseConfig(yaml);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::string(ValidateConfig(*c).message()) : std::string();
+  };
+  EXPECT_EQ(message("extender: {listen: \"0.0.0.0:8443\", threads: 0}"),
+            "extender.threads: must be 1..64");
+  EXPECT_EQ(message("extender: {listen: \"0.0.0.0:8443\", threads: 65}"),
+            "extender.threads: must be 1..64");
+  EXPECT_EQ(message("extender: {listen: \"0.0.0.0\"}"),
+            "extender.listen: \"0.0.0.0\" must be host:port, e.g. 127.0.0.1:50151");
+  EXPECT_EQ(message("extender: {listen: \"0.0.0.0:https\"}"),
+            "extender.listen: \"0.0.0.0:https\" must be host:port, e.g. 127.0.0.1:50151");
+  // Off (no listen): the other settings are not read, so not checked.
+  EXPECT_EQ(message("extender: {threads: 0}"), "");
+
+  // The struct checks itself under any prefix; its defaults (off) pass.
+  ExtenderSettings x;
+  EXPECT_TRUE(x.Validate().ok());
+  x.listen = "[::1]:8443";
+  EXPECT_TRUE(x.Validate("extender.").ok());
+  x.url_prefix = "duet";
+  EXPECT_EQ(x.Validate("e.").message(), "e.url_prefix: \"duet\" must be empty or a path starting with /");
+}
+
 TEST(ConfigTest, LearnedWorkloadSection) {
   auto d = ParseConfig("");
   ASSERT_TRUE(d.ok());

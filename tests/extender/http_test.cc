@@ -139,8 +139,8 @@ TEST_F(HttpTest, TlsServesOnlyTls) {
   k8s::testing::TlsFiles tls = k8s::testing::MakeTestCerts(dir);
   ASSERT_FALSE(tls.cert.empty()) << "openssl failed";
   ServerOptions o;
-  o.tls_cert_file = tls.cert;
-  o.tls_key_file = tls.key;
+  o.tls.cert_file = tls.cert;
+  o.tls.key_file = tls.key;
   auto server = Start(o);
   ASSERT_NE(server, nullptr);
   EXPECT_TRUE(server->tls());
@@ -163,8 +163,8 @@ TEST_F(HttpTest, TlsServesOnlyTls) {
 
 TEST_F(HttpTest, BadTlsFilesAndBusyPortAreNamed) {
   ServerOptions o;
-  o.tls_cert_file = "/nonexistent/cert.pem";
-  o.tls_key_file = "/nonexistent/key.pem";
+  o.tls.cert_file = "/nonexistent/cert.pem";
+  o.tls.key_file = "/nonexistent/key.pem";
   auto s = ExtenderServer::Start(&extender_, o);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("extender.tls.cert_file"));
@@ -176,6 +176,26 @@ TEST_F(HttpTest, BadTlsFilesAndBusyPortAreNamed) {
   s = ExtenderServer::Start(&extender_, same);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("extender.listen"));
+}
+
+TEST_F(HttpTest, BadSettingsAreRefusedBeforeBinding) {
+  // The configured settings are checked as the config checks them
+  // (ExtenderSettings::Validate), with the field path.
+  ServerOptions o;
+  o.threads = 0;
+  auto s = ExtenderServer::Start(&extender_, o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "extender.threads: must be 1..64");
+  o = ServerOptions();
+  o.tls.cert_file = "only-a-cert.pem";
+  s = ExtenderServer::Start(&extender_, o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "extender.tls: cert_file and key_file must be set together");
+  o = ServerOptions();
+  o.max_request_bytes = 1023;
+  s = ExtenderServer::Start(&extender_, o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("extender.max_request_bytes"));
 }
 
 TEST_F(HttpTest, EchoOnlyWhenEnabled) {
