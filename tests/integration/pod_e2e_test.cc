@@ -42,7 +42,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/e2e_helpers.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/fake_server.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
 
 #ifndef DUET_SPANK_SO

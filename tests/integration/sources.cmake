@@ -20,7 +20,7 @@ gtest_discover_tests(slurm_e2e_test DISCOVERY_TIMEOUT 60
 # running Slurm job (real duet-bridge with slurm.enabled, the extender and the
 # pod watch against tests/fakes/fake_apiserver.py; the real Slurm cluster).
 add_executable(pod_e2e_test ${CMAKE_CURRENT_LIST_DIR}/pod_e2e_test.cc
-               ${PROJECT_SOURCE_DIR}/tests/k8s/fake_server.cc)
+               ${PROJECT_SOURCE_DIR}/tests/k8s_adapter/fake_server.cc)
 target_compile_options(pod_e2e_test PRIVATE ${DUET_WARNINGS})
 target_include_directories(pod_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(pod_e2e_test PRIVATE
@@ -28,7 +28,7 @@ target_compile_definitions(pod_e2e_test PRIVATE
   DUETCTL_BIN="$<TARGET_FILE:duetctl>"
   DUET_SPANK_SO="$<TARGET_FILE:spank_duet>"
   DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh"
-  DUET_K8S_TESTDATA="${PROJECT_SOURCE_DIR}/tests/k8s/testdata"
+  DUET_K8S_TESTDATA="${PROJECT_SOURCE_DIR}/tests/k8s_adapter/testdata"
   DUET_FAKE_APISERVER="${PROJECT_SOURCE_DIR}/tests/fakes/fake_apiserver.py")
 target_link_libraries(pod_e2e_test PRIVATE duet::proto duet::k8s absl::strings absl::time
                       nlohmann_json::nlohmann_json GTest::gtest_main)

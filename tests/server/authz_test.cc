@@ -13,7 +13,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "bridge/server/bridge.h"
 #include "gtest/gtest.h"
-#include "tests/extender/http_client.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/extender/http_client.h"
+#include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
 namespace {

@@ -13,7 +13,7 @@
 #include "bridge/server/leadership.h"
 #include "bridge/server/sync_events.h"
 #include "gtest/gtest.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
 namespace {

@@ -18,7 +18,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
 namespace {

@@ -11,7 +11,7 @@
 #include "bridge/slurm/slurm_sync.h"
 #include "gtest/gtest.h"
 #include "k8s_adapter/reconcile/pod_watch.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/fake_server.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
 
 namespace duet {

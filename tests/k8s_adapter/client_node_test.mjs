@@ -4,7 +4,7 @@
 // patch, server-side apply), binding, events.k8s.io/v1, namespaces, leases
 // across namespaces, graceful deletion and the Status error bodies.
 // The client is installed outside the clone by scripts/client-node.sh; this
-// test only looks it up (offline). Run: node tests/k8s/client_node_test.mjs
+// test only looks it up (offline). Run: node tests/k8s_adapter/client_node_test.mjs
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';

@@ -26,7 +26,7 @@
 #include "k8s/podresources/v1/podresources.grpc.pb.h"
 #include "k8s_adapter/device_plugin/node_plugin.h"
 #include "tests/fakes/wait.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
 namespace node {

@@ -7,9 +7,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
-#include "tests/extender/cluster.h"
-#include "tests/extender/http_client.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/extender/cluster.h"
+#include "tests/k8s_adapter/extender/http_client.h"
+#include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
 namespace extender {

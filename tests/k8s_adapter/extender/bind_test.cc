@@ -14,9 +14,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "k8s_adapter/extender/extender.h"
-#include "tests/extender/cluster.h"
+#include "tests/k8s_adapter/extender/cluster.h"
 #include "tests/fakes/fake_slurm.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
 namespace extender {

@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "k8s_adapter/reconcile/node_inventory.h"
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
 namespace k8s {

@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "k8s_adapter/extender/server.h"
 #include "k8s_adapter/extender/types.h"
-#include "tests/extender/cluster.h"
+#include "tests/k8s_adapter/extender/cluster.h"
 
 namespace duet {
 namespace extender {

@@ -1,4 +1,4 @@
-#include "tests/k8s/fake_server.h"
+#include "tests/k8s_adapter/fake_server.h"
 
 #include <fcntl.h>
 #include <poll.h>
