@@ -213,8 +213,8 @@ class TestSlurmCluster {
                       absl::Duration timeout = absl::Seconds(20)) const {
     return WaitFor(
         [&] {
-          CmdResult r = Cli(absl::StrCat("squeue -h -j ", job_id, " -o %T|%r"));
-          return r.rc == 0 && absl::StripAsciiWhitespace(r.out) == absl::StrCat("PENDING|", reason);
+          CmdResult r = Cli(absl::StrCat("squeue -h -j ", job_id, " -o '%T/%r'"));
+          return r.rc == 0 && absl::StripAsciiWhitespace(r.out) == absl::StrCat("PENDING/", reason);
         },
         timeout);
   }
