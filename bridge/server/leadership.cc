@@ -12,6 +12,7 @@
 #include "common/metrics/metrics.h"
 #include "common/reason.h"
 #include "bridge/server/bridge.h"
+#include "bridge/server/standby_ledger.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
@@ -41,61 +42,6 @@ std::string LeaderNamespace(const LeaderElectionConfig& c, const k8s::KubeConfig
 }
 
 namespace {
-
-// The ledger API on a standby: every call is refused with UNAVAILABLE (what
-// clients retry, and what the SPANK plugin's failure policy treats as "bridge
-// unreachable"); nothing is granted or read.
-grpc::Status NotTheLeader() {
-  return ToGrpc(WithReason(
-      absl::UnavailableError("duet-bridge standby: not the leader (the leader replica serves the "
-                             "ledger; retry)"),
-      v1::reason::kStandby));
-}
-
-class StandbyLedger final : public v1::Ledger::CallbackService {
- public:
-  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx, const v1::ListNodesRequest*,
-                                      v1::ListNodesResponse*) override {
-    return Refuse(ctx);
-  }
-  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest*,
-                                    v1::Node*) override {
-    return Refuse(ctx);
-  }
-  grpc::ServerUnaryReactor* Hold(grpc::CallbackServerContext* ctx, const v1::HoldRequest*,
-                                 v1::HoldResponse*) override {
-    return Refuse(ctx);
-  }
-  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx, const v1::ReleaseRequest*,
-                                    v1::ReleaseResponse*) override {
-    return Refuse(ctx);
-  }
-  grpc::ServerUnaryReactor* ListHoldings(grpc::CallbackServerContext* ctx,
-                                         const v1::ListHoldingsRequest*,
-                                         v1::ListHoldingsResponse*) override {
-    return Refuse(ctx);
-  }
-  grpc::ServerUnaryReactor* PlacePod(grpc::CallbackServerContext* ctx, const v1::PlacePodRequest*,
-                                     v1::Holding*) override {
-    return Refuse(ctx);
-  }
-  grpc::ServerWriteReactor<v1::NodeEvent>* WatchNodes(grpc::CallbackServerContext*,
-                                                      const v1::WatchNodesRequest*) override {
-    class Refused final : public grpc::ServerWriteReactor<v1::NodeEvent> {
-     public:
-      Refused() { Finish(NotTheLeader()); }
-      void OnDone() override { delete this; }
-    };
-    return new Refused();
-  }
-
- private:
-  static grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx) {
-    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-    r->Finish(NotTheLeader());
-    return r;
-  }
-};
 
 // What a standby serves: the health service (NOT_SERVING) on the gRPC
 // listeners. Port 0 listeners are not supported here (the leader would bind

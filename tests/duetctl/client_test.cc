@@ -109,6 +109,11 @@ TEST_F(ClientTest, StandbyIsRecognisedByItsReasonNotItsMessage) {
               StartsWith(absl::StrCat("duet-bridge at ", address,
                                       " is a standby replica (this replica follows; ask the "
                                       "leader). Point --server or ")));
+  // Every read, the workload too (duet-bridge's standby once left GetWorkload
+  // unimplemented, and duetctl workload said so instead of "standby").
+  auto workload = client.GetWorkload();
+  EXPECT_EQ(workload.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(workload.status().message()), HasSubstr("is a standby replica"));
 }
 
 TEST_F(ClientTest, UnreachableServerIsNotTakenForAStandby) {

@@ -15,6 +15,7 @@
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
 #include "bridge/server/service.h"
+#include "bridge/server/standby_ledger.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -28,8 +29,7 @@ class LedgerServer {
   // refused with UNAVAILABLE, reason STANDBY, and `message`; nothing is read
   // or granted. The default message is duet-bridge's own.
   struct Standby {
-    std::string message =
-        "duet-bridge standby: not the leader (the leader replica serves the ledger; retry)";
+    std::string message = kStandbyMessage;
   };
 
   // Serves `ledger` (not owned; must outlive this object) on `address`:
@@ -55,14 +55,13 @@ class LedgerServer {
   void CloseWatches(const std::string& why = "duet-bridge is shutting down");
 
  private:
-  class StandbyService;
 
   Ledger* const ledger_;
   std::unique_ptr<Durability> durability_ = NewImmediateDurability();
   WatchHub hub_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<LedgerService> service_;
-  std::unique_ptr<StandbyService> standby_;
+  std::unique_ptr<StandbyLedger> standby_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
