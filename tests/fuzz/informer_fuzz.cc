@@ -3,8 +3,9 @@
 // separated by an empty line ("\n\n"); each Get or Stream call takes the next
 // one, in call order: a Get gets it as its body, a Stream gets its lines as
 // frames. A reply "!<code> <body>" is answered as an HTTP error instead (e.g.
-// "!410" for Gone). When the replies run out, a Get fails and a Stream waits
-// for the informer to stop.
+// "!410" for Gone). When the replies run out, a Get fails and a Stream stays
+// open until the harness closes it (as a dropped connection) before stopping
+// the informer.
 //
 // Checks beyond "no crash, no sanitizer report": no exception escapes; every
 // object handed to OnUpsert is a JSON object with metadata; a deletion after a
@@ -49,11 +50,10 @@ class ScriptedClient : public KubeClient {
                       const std::function<absl::Status(absl::string_view line)>& on_line) override {
     absl::StatusOr<std::string> r = Next();
     if (!r.ok()) {
-      // Out of replies: a watch that stays open until the informer stops.
-      while (options.cancel == nullptr || !options.cancel->load()) {
-        absl::SleepFor(absl::Microseconds(50));
-      }
-      return absl::CancelledError("cancelled");
+      // Out of replies: a watch that stays open until Close().
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(&closed_));
+      return absl::UnavailableError("closed");
     }
     absl::StatusOr<std::string> body = Reply(*r);
     if (!body.ok()) return body.status();
@@ -65,8 +65,15 @@ class ScriptedClient : public KubeClient {
     return absl::OkStatus();
   }
 
-  // True once a call found no reply left.
-  bool drained() const { return drained_.load(); }
+  // Returns once a call has found no reply left.
+  void AwaitDrained() {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(&drained_));
+  }
+  void Close() {
+    absl::MutexLock l(&mu_);
+    closed_ = true;
+  }
 
  private:
   static absl::Status Refuse() { return absl::UnimplementedError("the informer only reads"); }
@@ -99,7 +106,8 @@ class ScriptedClient : public KubeClient {
 
   absl::Mutex mu_;
   std::deque<std::string> replies_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> drained_{false};
+  bool drained_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class CheckingHandler : public duet::k8s::InformerHandler {
@@ -151,9 +159,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_frame_bytes = 4096;
   {
     duet::k8s::Informer informer(&client, options, &handler);
-    if (informer.Start().ok()) {
-      while (!client.drained()) absl::SleepFor(absl::Microseconds(20));
-    }
+    if (informer.Start().ok()) client.AwaitDrained();
+    client.Close();
     informer.Stop();
     handler.stopped = true;
     (void)informer.stats();

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
@@ -379,8 +380,8 @@ TEST_F(InformerTest, StopIsPromptAndFinal) {
 }
 
 // A KubeClient that answers each Get and Stream with the next scripted reply
-// (a body, or an error status); out of replies, a watch stays open until the
-// informer stops and a Get fails.
+// (a body, or an error status); out of replies, a watch stays open until
+// Close() and a Get fails.
 class ScriptedClient : public KubeClient {
  public:
   struct Reply {
@@ -397,12 +398,13 @@ class ScriptedClient : public KubeClient {
   absl::StatusOr<std::string> Put(const std::string&, const std::string&) override { return No(); }
   absl::StatusOr<std::string> Patch(const std::string&, const std::string&, PatchType) override { return No(); }
   absl::StatusOr<std::string> Delete(const std::string&) override { return No(); }
-  absl::Status Stream(const std::string&, const StreamOptions& options,
+  absl::Status Stream(const std::string&, const StreamOptions&,
                       const std::function<absl::Status(absl::string_view)>& on_line) override {
     Reply r = Next();
     if (r.status.code() == absl::StatusCode::kAborted) {  // out of replies
-      while (!options.cancel->load()) absl::SleepFor(absl::Milliseconds(1));
-      return absl::CancelledError("cancelled");
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(&closed_));
+      return absl::UnavailableError("closed");
     }
     if (!r.status.ok()) return r.status;
     for (absl::string_view line : absl::StrSplit(r.body, '\n', absl::SkipEmpty())) {
@@ -414,6 +416,12 @@ class ScriptedClient : public KubeClient {
   bool drained() {
     absl::MutexLock l(&mu_);
     return replies_.empty();
+  }
+  // Ends the open watch (as a connection that drops); call before the
+  // informer's Stop().
+  void Close() {
+    absl::MutexLock l(&mu_);
+    closed_ = true;
   }
 
  private:
@@ -427,6 +435,7 @@ class ScriptedClient : public KubeClient {
   }
   absl::Mutex mu_;
   std::deque<Reply> replies_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 std::string ListPage(const std::string& rv, const std::string& cont, const std::vector<std::string>& names) {
@@ -455,8 +464,11 @@ TEST(InformerScriptedTest, RelistFailingMidPagesStillDeliversLaterDeletions) {
   o.min_backoff = absl::Milliseconds(1);
   o.max_backoff = absl::Milliseconds(1);
   Informer informer(&client, o, &mirror);
+  // Runs before the informer's destructor, on every way out of the test.
+  auto close = absl::MakeCleanup([&] { client.Close(); });
   ASSERT_TRUE(informer.Start().ok());
   ASSERT_TRUE(WaitFor([&] { return client.drained() && mirror.syncs() == 2; }));
+  std::move(close).Invoke();
   informer.Stop();
   EXPECT_EQ(mirror.names(), std::set<std::string>{"a"});
   EXPECT_THAT(mirror.deletes(), ::testing::ElementsAre(std::make_pair(std::string("c"), false)));
