@@ -318,13 +318,16 @@ absl::Status StatusFromHttp(long code, absl::string_view body) {
   if (code >= 200 && code < 300) return absl::OkStatus();
   std::string message;
   std::string reason;
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.value("kind", "") == "Status") {
-    try {
-      message = j.value("message", "");
-      reason = j.value("reason", "");
-    } catch (const nlohmann::json::exception&) {
-    }
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // A field of the Status, or "" when it is missing or not a string (any
+  // body may come back, not only an apiserver's).
+  auto text = [&j](const char* key) -> std::string {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (j.is_object() && text("kind") == "Status") {
+    message = text("message");
+    reason = text("reason");
   }
   if (message.empty()) message = std::string(body.substr(0, 200));
   message = absl::StrCat("HTTP ", code, reason.empty() ? "" : " ", reason, ": ", message);

@@ -154,6 +154,18 @@ TEST(StatusFromHttpTest, MapsCodesAndKeepsTheMessage) {
   EXPECT_EQ(QueryEscape("a=b,c in (d)"), "a%3Db%2Cc%20in%20%28d%29");
 }
 
+// Found by the informer fuzz target: a body whose kind, message or reason is
+// not a string made nlohmann throw out of StatusFromHttp (a reply from a
+// proxy or a broken server would end the informer's thread, and the bridge).
+TEST(StatusFromHttpTest, WronglyTypedStatusFieldsAreNoException) {
+  absl::Status s = StatusFromHttp(410, R"({"kind":410})");
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(s.message(), HasSubstr(R"({"kind":410})"));
+  s = StatusFromHttp(409, R"({"kind":"Status","reason":7,"message":["x"]})");
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(StatusFromHttp(500, "[1,2]").code(), absl::StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace k8s
 }  // namespace duet
