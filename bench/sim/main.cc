@@ -40,6 +40,7 @@ struct Flags {
   std::string ties = "first";
   double half_life = 0;
   size_t max_shapes = 128;
+  double min_change = placement::WorkloadModelOptions().min_change;
   bool quick = false;
   // Keep every n-th node of the node list (--quick: 12).
   size_t node_stride = 1;
@@ -121,7 +122,8 @@ int Run(const Flags& flags) {
                                           ? absl::StrCat("half-life ", flags.half_life,
                                                          " arrivals")
                                           : std::string("no decay"),
-                                      ")")
+                                      ", a new snapshot when the weights move by ",
+                                      flags.min_change, ")")
                        : std::string("oracle (the whole trace's shapes, known in advance)"))
             << "\n"
             << "ties between equally scored nodes: " << flags.ties << "\n"
@@ -139,6 +141,7 @@ int Run(const Flags& flags) {
   options.random_ties = flags.ties == "random";
   options.half_life_arrivals = flags.half_life;
   options.max_shapes = flags.max_shapes;
+  options.min_change = flags.min_change;
   options.coverage = flags.coverage;
   const size_t tasks = seeds.size() * policies.size();
   std::vector<absl::StatusOr<ReplayResult>> results(tasks, absl::UnknownError("not run"));
@@ -337,6 +340,11 @@ int main(int argc, char** argv) {
                  "online model: half-life in arrivals (0: no decay)")
       ->capture_default_str();
   app.add_option("--max-shapes", flags.max_shapes, "online model: shapes exported at most")
+      ->capture_default_str();
+  app.add_option("--min-change", flags.min_change,
+                 "online model: a new snapshot only when the weights move by this much (0: "
+                 "after every arrival)")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--jobs", flags.jobs, "replays run in parallel")->capture_default_str();
   app.add_flag("--quick", flags.quick,

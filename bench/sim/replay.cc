@@ -256,6 +256,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     mo.max_shapes = options.max_shapes;
     mo.max_tracked = std::max<size_t>(mo.max_tracked, options.max_shapes);
     mo.refresh = absl::ZeroDuration();
+    mo.min_change = options.min_change;
     if (absl::Status s = placement::ValidateWorkloadModelOptions(mo); !s.ok()) return s;
     model.emplace(mo);
     learned = model->Current(absl::UnixEpoch());

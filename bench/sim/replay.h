@@ -22,6 +22,7 @@
 #include "bridge/ledger/types.h"
 #include "bridge/placement/placement.h"
 #include "bridge/placement/workload.h"
+#include "bridge/placement/workload_model.h"
 
 namespace duet::sim {
 
@@ -101,10 +102,12 @@ struct ReplayOptions {
   // setting).
   bool online_workload = true;
   // The online model: half-life in arrivals (0: no decay), shapes exported
-  // and their coverage, as WorkloadModelOptions.
+  // and their coverage, and the weight shift that publishes a new snapshot
+  // (min_change), as WorkloadModelOptions.
   double half_life_arrivals = 0;
   size_t max_shapes = 128;
   double coverage = 0.95;
+  double min_change = placement::WorkloadModelOptions().min_change;
   // Online: every node's Slurm weight is recomputed against the current
   // model every this many arrivals (the bridge's periodic weight feedback);
   // the node a placement changed is recomputed at once either way.

@@ -132,6 +132,7 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(w.Int("max_tracked", &wo.max_tracked));
     DUET_YAML(w.Int("memory_granularity_mib", &wo.memory_granularity_mib));
     DUET_YAML(w.Duration("refresh", &wo.refresh));
+    DUET_YAML(w.Double("min_change", &wo.min_change));
     DUET_YAML(w.Int("max_keys", &wo.max_keys));
     DUET_YAML(w.Int("min_arrivals", &wo.min_arrivals));
     DUET_YAML(w.Finish());

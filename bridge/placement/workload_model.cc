@@ -37,6 +37,10 @@ absl::Status ValidateWorkloadModelOptions(const WorkloadModelOptions& o,
   if (o.refresh < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "refresh: must not be negative"));
   }
+  if (!(o.min_change >= 0 && o.min_change <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "min_change: must be in [0, 1], got ",
+                                                   o.min_change));
+  }
   return absl::OkStatus();
 }
 
@@ -74,6 +78,11 @@ double WorkloadModel::ScaleLocked(absl::Time now) {
   return std::exp2(exponent);
 }
 
+WorkloadModel::Key WorkloadModel::KeyOf(const PodRequest& shape) {
+  return Key{shape.kind,   shape.count,     shape.count == 0 ? 0 : shape.milli,
+             shape.models, shape.cpu_milli, shape.memory_mib};
+}
+
 bool WorkloadModel::Observe(absl::string_view key, const PodRequest& request, absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (!key.empty()) {
@@ -89,8 +98,7 @@ bool WorkloadModel::Observe(absl::string_view key, const PodRequest& request, ab
   }
   const double w = ScaleLocked(now);
   PodRequest shape = ShapeOf(request, options_.memory_granularity_mib);
-  Key k{shape.kind,      shape.count,     shape.count == 0 ? 0 : shape.milli,
-        shape.models,    shape.cpu_milli, shape.memory_mib};
+  Key k = KeyOf(shape);
   auto it = table_.find(k);
   if (it == table_.end()) {
     if (table_.size() >= options_.max_tracked) {
@@ -140,18 +148,33 @@ std::vector<const WorkloadModel::Entry*> WorkloadModel::OrderedLocked() const {
 
 void WorkloadModel::RebuildLocked(absl::Time now) const {
   std::vector<Workload::Shape> shapes;
+  std::vector<std::pair<Key, double>> keyed;
   double covered = 0;
   const bool warming_up = arrivals_since_reset_ < options_.min_arrivals;
   for (const Entry* e : warming_up ? std::vector<const Entry*>() : OrderedLocked()) {
     if (shapes.size() >= options_.max_shapes) break;
     if (covered >= options_.coverage * total_scaled_) break;
     shapes.push_back(Workload::Shape{e->shape, e->scaled});
+    keyed.emplace_back(KeyOf(e->shape), e->scaled);
     covered += e->scaled;
   }
-  current_ = std::make_shared<const Workload>(std::move(shapes));
-  built_coverage_ = total_scaled_ > 0 ? covered / total_scaled_ : 0;
+  for (auto& kw : keyed) kw.second /= covered;
+  std::sort(keyed.begin(), keyed.end());
   built_version_ = version_;
   built_at_ = now;
+  // The published shapes are the same set when it stays: this is their share now.
+  built_coverage_ = total_scaled_ > 0 ? covered / total_scaled_ : 0;
+  if (current_ != nullptr && options_.min_change > 0 && keyed.size() == published_.size()) {
+    double moved = 0;
+    bool same = true;
+    for (size_t i = 0; i < keyed.size() && same; ++i) {
+      same = keyed[i].first == published_[i].first;
+      moved += std::abs(keyed[i].second - published_[i].second);
+    }
+    if (same && moved / 2 < options_.min_change) return;
+  }
+  current_ = std::make_shared<const Workload>(std::move(shapes));
+  published_ = std::move(keyed);
 }
 
 std::shared_ptr<const Workload> WorkloadModel::Current(absl::Time now) const {

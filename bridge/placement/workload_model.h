@@ -58,6 +58,12 @@ struct WorkloadModelOptions {
   // The exported snapshot is rebuilt at most this often after a change
   // (zero: on the next Current() after every change).
   absl::Duration refresh = absl::Seconds(1);
+  // ... and only when it would differ: other shapes exported, or their
+  // weights moved by at least this much from the published snapshot's (total
+  // variation distance, 0..1: half the sum of the weights' differences). A
+  // snapshot that stays keeps its fragmentation memo warm (Workload::memo);
+  // one arrival among N moves the weights by about 1/N. 0: every change.
+  double min_change = 0.02;
   // Arrival keys remembered for de-duplication (pod UIDs, job ids); the
   // oldest are forgotten first.
   size_t max_keys = 65536;
@@ -117,6 +123,8 @@ class WorkloadModel {
  private:
   using Key = std::tuple<DeviceKind, uint32_t, uint32_t, std::vector<std::string>, uint64_t,
                          uint64_t>;
+  static Key KeyOf(const PodRequest& shape);
+
   struct Entry {
     PodRequest shape;
     double scaled = 0;  // weight in units of 2^((t - epoch_) / half_life)
@@ -124,6 +132,8 @@ class WorkloadModel {
 
   // 2^((now - epoch_) / half_life), rebasing the table when it grows large.
   double ScaleLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes the snapshot of the table now, unless it is within
+  // `min_change` of the published one (which then stays).
   void RebuildLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<const Entry*> OrderedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -145,6 +155,8 @@ class WorkloadModel {
   mutable absl::Time built_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   mutable double built_coverage_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::shared_ptr<const Workload> current_ ABSL_GUARDED_BY(mu_);
+  // current_'s shapes by key, with their normalised weights, sorted by key.
+  mutable std::vector<std::pair<Key, double>> published_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace duet::placement

@@ -238,7 +238,8 @@ TEST(ConfigTest, LearnedWorkloadSection) {
   auto c = ParseConfig(R"yaml(
 placement:
   workload: {half_life: inf, coverage: 0.9, max_shapes: 64, max_tracked: 256,
-             memory_granularity_mib: 4096, refresh: 250ms, max_keys: 1000, min_arrivals: 7}
+             memory_granularity_mib: 4096, refresh: 250ms, max_keys: 1000, min_arrivals: 7,
+             min_change: 0.05}
 )yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   const placement::WorkloadModelOptions& w = c->placement.workload;
@@ -250,6 +251,7 @@ placement:
   EXPECT_EQ(w.refresh, absl::Milliseconds(250));
   EXPECT_EQ(w.max_keys, 1000u);
   EXPECT_EQ(w.min_arrivals, 7u);
+  EXPECT_DOUBLE_EQ(w.min_change, 0.05);
   EXPECT_TRUE(ValidateConfig(*c).ok()) << ValidateConfig(*c);
 
   EXPECT_THAT(ParseConfig("placement: {workload: {coverage: most}}").status().message(),

@@ -186,6 +186,45 @@ TEST(WorkloadModel, ASnapshotIsRebuiltAtMostOncePerRefresh) {
   EXPECT_EQ(m.Current(kT0 + absl::Hours(1)), second);
 }
 
+TEST(WorkloadModel, ASnapshotStaysUntilItsWeightsMoveByMinChange) {
+  WorkloadModelOptions o = NoDecay();
+  o.min_change = 0.1;
+  WorkloadModel m(o);
+  for (int i = 0; i < 10; ++i) m.Observe("", Gpu(1), kT0);
+  for (int i = 0; i < 10; ++i) m.Observe("", Gpu(2), kT0);
+  const auto even = m.Current(kT0);
+  ASSERT_EQ(even->shapes().size(), 2u);
+  EXPECT_DOUBLE_EQ(even->shapes()[0].weight, 0.5);
+  // 11 of 21: the weights moved by 0.024, under 0.1. The snapshot (and its
+  // fragmentation memo) stays; the coverage reported is today's.
+  m.Observe("", Gpu(1), kT0);
+  EXPECT_EQ(m.Current(kT0), even);
+  // 14 of 24 moves them by 0.083 from the published 0.5: still the same.
+  for (int i = 0; i < 3; ++i) m.Observe("", Gpu(1), kT0);
+  EXPECT_EQ(m.Current(kT0), even);
+  // 16 of 26 moves them by 0.115 (counted from what is published, not per
+  // arrival): a new snapshot.
+  m.Observe("", Gpu(1), kT0);
+  m.Observe("", Gpu(1), kT0);
+  const auto moved = m.Current(kT0);
+  ASSERT_NE(moved, even);
+  EXPECT_DOUBLE_EQ(moved->shapes()[0].weight, 16.0 / 26);
+  EXPECT_DOUBLE_EQ(moved->shapes()[1].weight, 10.0 / 26);
+  // A new shape is always a new snapshot, however light.
+  m.Observe("", Gpu(3), kT0);
+  const auto grown = m.Current(kT0);
+  ASSERT_NE(grown, moved);
+  EXPECT_EQ(grown->shapes().size(), 3u);
+  // min_change 0: every change is published.
+  o.min_change = 0;
+  WorkloadModel every(o);
+  for (int i = 0; i < 10; ++i) every.Observe("", Gpu(1), kT0);
+  every.Observe("", Gpu(2), kT0);
+  const auto a = every.Current(kT0);
+  every.Observe("", Gpu(1), kT0);
+  EXPECT_NE(every.Current(kT0), a);
+}
+
 TEST(WorkloadModel, ResetAndRebuildFromTheLiveSet) {
   WorkloadModel m(NoDecay());
   for (int i = 0; i < 10; ++i) m.Observe(absl::StrCat("old-", i), Gpu(8), kT0);
@@ -283,6 +322,12 @@ TEST(WorkloadModel, OptionsAreValidated) {
             "workload.max_tracked: must be at least max_shapes (128), got 10");
   o = {};
   o.max_shapes = 0;
+  EXPECT_FALSE(ValidateWorkloadModelOptions(o).ok());
+  o = {};
+  o.min_change = 1.5;
+  EXPECT_EQ(ValidateWorkloadModelOptions(o).message(),
+            "workload.min_change: must be in [0, 1], got 1.5");
+  o.min_change = -0.1;
   EXPECT_FALSE(ValidateWorkloadModelOptions(o).ok());
 }
 
