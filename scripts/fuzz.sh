@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (tests/fuzz) in build-fuzz with clang,
+# The libFuzzer targets (tests/fuzz): builds them in build-fuzz with clang,
 # ASan/UBSan and libFuzzer, then runs each for SECONDS (default 20) over a
 # copy of its seed corpus (tests/fuzz/corpus/<name>), printing per target the
 # executions run and whether it crashed. Crash inputs are kept in
 # build-fuzz/fuzz-out/<name>/. Exit status 1 when any target crashed.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]      e.g. scripts/fuzz.sh 3600 quantity
+#   scripts/fuzz.sh [SECONDS] [TARGET...]        build the targets, run them
+#   scripts/fuzz.sh build                        build everything in build-fuzz
+#   scripts/fuzz.sh run [SECONDS] [TARGET...]    run what `build` built
 #
-# TARGET is the name without _fuzz (quantity, pod_request, ...); none = all.
-# JOBS (default 2) bounds the build's parallelism.
+# e.g. scripts/fuzz.sh 3600 quantity. TARGET is the name without _fuzz
+# (quantity, pod_request, ...); none = all. `build` compiles every library and
+# binary too, not only what the targets link: build-fuzz is configured with
+# DUET_WERROR=ON, and clang's -Wthread-safety then checks every lock
+# annotation (what scripts/thread-safety.sh does), so CI needs one clang build
+# for both. DUET_JOBS (default 2) and DUET_NICE (default 15) set the build's
+# parallelism and nice level.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+step=both
+case "${1:-}" in
+  build|run) step=$1; shift ;;
+esac
 secs="${1:-20}"
 shift || true
 all=()
@@ -20,31 +31,51 @@ for f in tests/fuzz/*_fuzz.cc; do
 done
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
+nice_level="${DUET_NICE:-15}"
 
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DDUET_FUZZ=ON -DDUET_BUILD_TESTS=OFF -DDUET_BUILD_BENCH=OFF >/dev/null
-build=()
-for t in "${targets[@]}"; do build+=("${t}_fuzz"); done
-nice -n 15 cmake --build build-fuzz -j "${JOBS:-2}" --target "${build[@]}"
+if [[ $step != run ]]; then
+  launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  fi
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DDUET_FUZZ=ON -DDUET_WERROR=ON -DDUET_BUILD_TESTS=OFF -DDUET_BUILD_BENCH=OFF \
+    "${launcher[@]}" >/dev/null
+  build=()
+  if [[ $step == both ]]; then
+    for t in "${targets[@]}"; do build+=(--target "${t}_fuzz"); done
+  fi
+  t0=$SECONDS
+  nice -n "$nice_level" cmake --build build-fuzz -j "${DUET_JOBS:-2}" "${build[@]}"
+  echo "fuzz: build $((SECONDS - t0)) s"
+  [[ $step == build ]] && exit 0
+fi
 
 failed=0
 for t in "${targets[@]}"; do
+  bin="build-fuzz/tests/fuzz/${t}_fuzz"
+  if [[ ! -x $bin ]]; then
+    echo "$t: no such target ($bin; run scripts/fuzz.sh build first)" >&2
+    failed=1
+    continue
+  fi
   out="build-fuzz/fuzz-out/$t"
   rm -rf "$out"
   mkdir -p "$out/corpus" "$out/crashes"
   cp -r "tests/fuzz/corpus/$t/." "$out/corpus/" 2>/dev/null || true
   set +e
-  nice -n 15 "build-fuzz/tests/fuzz/${t}_fuzz" -max_total_time="$secs" -print_final_stats=1 \
+  nice -n "$nice_level" "$bin" -max_total_time="$secs" -print_final_stats=1 \
     -artifact_prefix="$out/crashes/" -rss_limit_mb=2048 "$out/corpus" >"$out/log" 2>&1
   rc=$?
   set -e
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/log" | tail -1)"
   if [ "$rc" -eq 0 ]; then
-    echo "$t: ${execs:-?} executions, no crash"
+    echo "$t: ${execs:-?} executions in ${secs} s, no crash"
   else
     failed=1
     echo "$t: ${execs:-?} executions, CRASHED (exit $rc): $(ls "$out/crashes" | tr '\n' ' ')"
     echo "  log: $out/log"
+    tail -40 "$out/log" | sed 's/^/  | /'
   fi
 done
 exit "$failed"

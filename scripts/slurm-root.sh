@@ -20,7 +20,9 @@
 # The clone is bind-mounted read-only at /src inside the root and built in
 # /var/build/duet; with DUET_ROOT_NAME=N, at /src-N and in /var/build/N, so that
 # two clones (worktrees) can use one root at once. Every run makes its mounts
-# in a private mount namespace: runs never unmount each other's.
+# in a private mount namespace: runs never unmount each other's. $DUET_JOBS
+# (default: the CPUs) and $DUET_NICE (default 10) set the build's parallelism
+# and nice level.
 #
 # Prints one summary line per run:  slurm-root SUITE (Slurm X.Y.Z): N tests, M passed
 set -euo pipefail
@@ -49,6 +51,8 @@ fi
 ROOT=$ROOTS/$SUITE
 MAX_AGE_DAYS=${DUET_ROOT_MAX_AGE_DAYS:-14}
 JOBS=${DUET_JOBS:-$(nproc)}
+# The build's nice level: CI builds the roots at 19 while the host's tests run.
+NICE=${DUET_NICE:-10}
 
 # What the Slurm tests need to build and run (scripts/deps.sh's list, less what
 # only other tests use, plus what minbase lacks: iproute2 for `ss`, bc for the
@@ -191,7 +195,7 @@ build() {
   grep 'spank_duet: building for' <<<"$conf" || true
   log "configure: $((SECONDS - t0)) s"
   local t1=$SECONDS
-  in_root nice -n 10 cmake --build $RBUILD -j "$JOBS" --target "${TARGETS[@]}"
+  in_root nice -n "$NICE" cmake --build $RBUILD -j "$JOBS" --target "${TARGETS[@]}"
   log "build (${#TARGETS[@]} targets, Slurm $(slurm_version)): $((SECONDS - t1)) s"
 }
 
