@@ -313,8 +313,15 @@ TEST_F(BridgeTest, InventoryFileChangesReachTheLedger) {
   // The reload looks at the mtime: make it differ whatever the file
   // system's timestamp granularity.
   std::filesystem::last_write_time(dir_ / "nodes.yaml", written + std::chrono::seconds(1));
-  ASSERT_TRUE(fakes::WaitFor([&] { return bridge_->ledger()->GetNode("gke-new") != nullptr; },
-                             fakes::kWaitTimeout, "the reloaded inventory"));
+  // A reload adds and updates the file's nodes first, then removes the rest:
+  // wait for the whole of it (under load the check could fall in between).
+  auto replaced = [&] {
+    auto a = bridge_->ledger()->GetNode("gke-a");
+    return bridge_->ledger()->GetNode("gke-new") != nullptr &&
+           bridge_->ledger()->GetNode("gke-t") == nullptr && a != nullptr &&
+           a->spec.state == NodeState::kGone;
+  };
+  EXPECT_TRUE(fakes::WaitFor(replaced, fakes::kWaitTimeout, "the reloaded inventory"));
   ASSERT_NE(bridge_->ledger()->GetNode("gke-new"), nullptr);
   EXPECT_EQ(bridge_->ledger()->GetNode("gke-t"), nullptr);
   ASSERT_NE(bridge_->ledger()->GetNode("gke-a"), nullptr);
