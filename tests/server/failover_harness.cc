@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -127,12 +128,15 @@ class Driver {
     absl::MutexLock lock(&mu_);
     paused_ = false;
   }
-  void MarkKill(absl::Time t) {
+  // `killed` is the replica index about to be killed (or frozen).
+  void MarkKill(absl::Time t, int killed) {
     absl::MutexLock lock(&mu_);
     kill_time_ = t;
+    killed_ = killed;
     first_ok_after_kill_ = absl::InfiniteFuture();
   }
-  // The first acknowledged Hold after the last kill, or InfiniteFuture.
+  // The first Hold acknowledged by the other replica after the last kill,
+  // or InfiniteFuture.
   absl::Time FirstHoldAfterKill() {
     absl::MutexLock lock(&mu_);
     return first_ok_after_kill_;
@@ -141,9 +145,8 @@ class Driver {
 
   // With the workers paused: every definitely-live holding must be on the
   // leader with the same devices.
-  absl::Status CheckLive(Figures* f) {
+  absl::Status CheckLive(int r, Figures* f) {
     std::map<std::string, std::vector<std::string>> on_leader;  // uid -> devices
-    const int r = hint_.load();
     auto stub = v1::Ledger::NewStub(NewChannel(replicas_[r].port.load()));
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
@@ -197,8 +200,9 @@ class Driver {
   // Calls `fn` on the leader as the driver knows it; a standby's refusal
   // (reason STANDBY: nothing done) moves on to the other replica.
   template <typename Fn>
-  Outcome Call(std::vector<Stubs>* stubs, Fn fn, int* served_by) {
-    const int first = hint_.load();
+  Outcome Call(std::vector<Stubs>* stubs, Fn fn, int* served_by, std::mt19937* rng) {
+    int first = hint_.load();
+    if (static_cast<int>((*rng)() % 100) < options_.stale_client_percent) first = (first + 1) % 2;
     for (int k = 0; k < 2; ++k) {
       const int r = (first + k) % 2;
       Stubs& s = (*stubs)[static_cast<size_t>(r)];
@@ -248,7 +252,8 @@ class Driver {
   }
 
   // Releases `uid` on `node` until a leader confirms (released or not).
-  bool Cleanup(std::vector<Stubs>* stubs, const std::string& node, const std::string& uid) {
+  bool Cleanup(std::vector<Stubs>* stubs, const std::string& node, const std::string& uid,
+               std::mt19937* rng) {
     v1::ReleaseRequest req;
     req.set_node(node);
     req.mutable_owner()->mutable_pod()->set_uid(uid);
@@ -259,7 +264,7 @@ class Driver {
     const Outcome o = Call(
         stubs,
         [&](v1::Ledger::Stub* s, grpc::ClientContext* c) { return s->Release(c, req, &resp); },
-        &served);
+        &served, rng);
     return o == Outcome::kOk;
   }
 
@@ -271,7 +276,7 @@ class Driver {
     uint64_t n = 0;
     while (WaitWhilePaused()) {
       if (!unsure.empty()) {
-        if (Cleanup(&stubs, unsure.front().first, unsure.front().second)) {
+        if (Cleanup(&stubs, unsure.front().first, unsure.front().second, &rng)) {
           unsure.pop_front();
         } else {
           absl::SleepFor(absl::Milliseconds(20));  // back-off while no leader answers
@@ -291,7 +296,7 @@ class Driver {
           }
           live_.erase(h.uid);
         }
-        if (Cleanup(&stubs, h.node, h.uid)) {
+        if (Cleanup(&stubs, h.node, h.uid, &rng)) {
           absl::MutexLock lock(&mu_);
           ++releases_;
         } else {
@@ -316,7 +321,7 @@ class Driver {
       const Outcome o = Call(
           &stubs,
           [&](v1::Ledger::Stub* s, grpc::ClientContext* c) { return s->Hold(c, req, &resp); },
-          &served);
+          &served, &rng);
       if (o == Outcome::kRefused) {
         absl::MutexLock lock(&mu_);
         ++refused_;
@@ -333,7 +338,7 @@ class Driver {
       absl::MutexLock lock(&mu_);
       const absl::Time now = absl::Now();
       ++holds_;
-      if (now > kill_time_ && first_ok_after_kill_ == absl::InfiniteFuture()) {
+      if (served != killed_ && now > kill_time_ && first_ok_after_kill_ == absl::InfiniteFuture()) {
         first_ok_after_kill_ = now;
       }
       for (const std::string& d : h.devices) {
@@ -370,6 +375,7 @@ class Driver {
   int idle_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time kill_time_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Time first_ok_after_kill_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  int killed_ ABSL_GUARDED_BY(mu_) = -1;
   std::map<std::string, std::vector<Interval>> intervals_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Held> live_ ABSL_GUARDED_BY(mu_);  // definitely live, by uid
   uint64_t holds_ ABSL_GUARDED_BY(mu_) = 0;
@@ -394,6 +400,10 @@ class Scenario {
     if (dir_.empty()) {
       dir_ = k8s::testing::MakeTempDir();
       own_dir_ = true;
+    } else {
+      std::error_code ec;
+      std::filesystem::create_directories(dir_, ec);
+      if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir_, ": ", ec.message()));
     }
     std::ofstream(dir_ + "/kubeconfig")
         << "apiVersion: v1\nkind: Config\n"
@@ -434,8 +444,12 @@ class Scenario {
         break;
       }
       const absl::Time t0 = absl::Now();
-      driver.MarkKill(t0);
-      Kill(&replicas_[leader]);
+      driver.MarkKill(t0, leader);
+      if (options_.freeze) {
+        ::kill(replicas_[leader].pid, SIGSTOP);
+      } else {
+        Kill(&replicas_[leader]);
+      }
       if (!WaitUntil([&] { return driver.FirstHoldAfterKill() != absl::InfiniteFuture(); },
                      absl::Seconds(30))) {
         failed = absl::DeadlineExceededError("no Hold was acknowledged within 30 s of the kill");
@@ -445,7 +459,7 @@ class Scenario {
       f.takeover_seconds.push_back(took);
       driver.Pause();
       const uint64_t lost_before = f.lost;
-      failed = driver.CheckLive(&f);
+      failed = driver.CheckLive(1 - leader, &f);
       driver.Resume();
       if (options_.verbose) {
         std::fprintf(stderr, "kill %d of %s: takeover %.3f s, lost %llu\n", k + 1,
@@ -453,7 +467,29 @@ class Scenario {
                      static_cast<unsigned long long>(f.lost - lost_before));
       }
       if (!failed.ok()) break;
-      // The killed replica comes back as the standby.
+      if (options_.freeze) {
+        // The deposed leader wakes up believing it leads, under load from
+        // clients that still send to it; then it must go.
+        Replica& old = replicas_[leader];
+        ::kill(old.pid, SIGCONT);
+        int status = 0;
+        const bool exited = WaitUntil(
+            [&] { return ::waitpid(old.pid, &status, WNOHANG) == old.pid; }, absl::Seconds(20));
+        f.deposed_exits.push_back(!exited ? -1
+                                  : WIFEXITED(status) ? WEXITSTATUS(status)
+                                                      : 128 + WTERMSIG(status));
+        if (exited) {
+          old.pid = -1;
+        } else {
+          Kill(&old);
+        }
+        if (options_.verbose) {
+          std::fprintf(stderr, "  deposed %s: exit %d\n", old.name.c_str(), f.deposed_exits.back());
+        }
+      }
+      // The killed replica comes back as the standby, as a new pod would:
+      // with an empty journal directory (the chart's emptyDir).
+      k8s::testing::RemoveTree(absl::StrCat(dir_, "/", replicas_[leader].name, "-journal"));
       if (absl::Status s = StartReplica(&replicas_[leader]); !s.ok()) {
         failed = s;
         break;
@@ -465,8 +501,14 @@ class Scenario {
     }
     if (failed.ok()) {
       absl::SleepFor(options_.load_before_kill / 2);
+      int leader = -1;
+      for (int r = 0; r < 2; ++r) {
+        if (Health(replicas_[r].port) == "SERVING") leader = r;
+      }
       driver.Pause();
-      failed = driver.CheckLive(&f);  // and once more, after the last takeover
+      // And once more, after the last takeover.
+      failed = leader < 0 ? absl::UnavailableError("no replica is serving at the end")
+                          : driver.CheckLive(leader, &f);
     }
     driver.Stop();
     driver.Collect(&f);

@@ -44,6 +44,13 @@ struct Options {
   std::string bridge_binary;
   // Where replicas' configs, journals and logs go; "": a temporary directory.
   std::string work_dir;
+  // SIGSTOP the leader instead of kill -9, and SIGCONT it once the other
+  // replica serves: a deposed leader that is alive (partitioned, paused)
+  // and still believes it leads. It must acknowledge nothing and exit.
+  bool freeze = false;
+  // Share of calls a worker sends to the replica it does not believe is the
+  // leader first (a client with a stale view), in percent.
+  int stale_client_percent = 25;
   // Progress lines on stderr.
   bool verbose = false;
 };
@@ -57,6 +64,9 @@ struct Figures {
   uint64_t live_checked = 0;       // definitely-live holdings checked at takeovers
   uint64_t lost = 0;               // of those, missing or changed on the new leader
   uint64_t double_grants = 0;      // acknowledged grants overlapping on a device
+  // With `freeze`: how each deposed leader ended after SIGCONT (its exit
+  // status; -1 if it was still running after 20 s).
+  std::vector<int> deposed_exits;
   std::vector<std::string> findings;  // the first few lost / double grants, for people
 };
 

@@ -41,6 +41,22 @@ TEST(FailoverTest, WithTheLogInEtcdNothingAcknowledgedIsLostOrGrantedTwice) {
   EXPECT_LT(f->takeover_seconds[0], 10.0);
 }
 
+TEST(FailoverTest, ADeposedLeaderThatWakesUpAcknowledgesNothingAndExits) {
+  if (!testing::EtcdServer::Available()) {
+    GTEST_SKIP() << testing::EtcdServer::kBinary << " is missing (Debian package etcd-server)";
+  }
+  failover::Options o = ShortRun(/*etcd=*/true);
+  o.freeze = true;  // SIGSTOP the leader, SIGCONT it after the takeover
+  o.stale_client_percent = 50;
+  absl::StatusOr<failover::Figures> f = failover::Run(o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->deposed_exits.size(), 1u);
+  EXPECT_EQ(f->deposed_exits[0], 3);  // kExitLostLease: it stops serving
+  EXPECT_GT(f->live_checked, 0u);
+  EXPECT_EQ(f->lost, 0u) << absl::StrJoin(f->findings, "\n");
+  EXPECT_EQ(f->double_grants, 0u) << absl::StrJoin(f->findings, "\n");
+}
+
 TEST(FailoverTest, WithPerReplicaJournalsTheTakeoverLosesAcknowledgedHoldings) {
   absl::StatusOr<failover::Figures> f = failover::Run(ShortRun(/*etcd=*/false));
   ASSERT_TRUE(f.ok()) << f.status();
