@@ -6,6 +6,7 @@
 //
 //   build/bench/failover/failover_bench --kills 10 [--mode both|etcd|local] [--freeze]
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -59,12 +60,15 @@ int main(int argc, char** argv) {
       continue;
     }
     std::printf(
-        "%-6s kills=%d takeover: %s | holds acknowledged %llu, releases %llu, refused %llu, "
-        "uncertain %llu | live at checks %llu, lost %llu | double grants %llu%s\n",
+        "%-6s kills=%d takeover: %s | holds acknowledged %llu (%.0f/s), releases %llu, refused "
+        "%llu, uncertain %llu | live at kills %llu, live checked %llu, lost %llu | double grants "
+        "%llu%s\n",
         m, kills, duet::failover::Summary(f->takeover_seconds).c_str(),
         static_cast<unsigned long long>(f->holds_acknowledged),
+        static_cast<double>(f->holds_acknowledged) / std::max(f->load_seconds, 1e-9),
         static_cast<unsigned long long>(f->releases_acknowledged),
         static_cast<unsigned long long>(f->refused), static_cast<unsigned long long>(f->uncertain),
+        static_cast<unsigned long long>(f->live_at_kills),
         static_cast<unsigned long long>(f->live_checked), static_cast<unsigned long long>(f->lost),
         static_cast<unsigned long long>(f->double_grants),
         freeze ? absl::StrCat(" | deposed exits ", absl::StrJoin(f->deposed_exits, ",")).c_str()

@@ -122,8 +122,13 @@ absl::Status EtcdLog::Recover() {
     const std::string snap = SnapPrefix(p, snapshot_seq);
     bool ended = false;
     internal::JournalSnapshot chunk;
+    // Snapshot values are large: about 4 MiB per response.
+    const int64_t page = std::max<int64_t>(
+        1, std::min<int64_t>(options_.read_page,
+                             static_cast<int64_t>((4u << 20) / std::max<size_t>(
+                                                      options_.snapshot_value_bytes, 1))));
     DUET_RETURN_IF_ERROR(ReadRange(
-        client, snap, etcd::PrefixEnd(snap), options_.read_page, rev,
+        client, snap, etcd::PrefixEnd(snap), page, rev,
         [&](const etcd::KeyValue& kv) -> absl::Status {
           auto corrupt = [&](const std::string& why) {
             return absl::DataLossError(absl::StrCat("etcd log: snapshot key ", kv.key, ": ", why,

@@ -133,6 +133,7 @@ class Driver {
     absl::MutexLock lock(&mu_);
     kill_time_ = t;
     killed_ = killed;
+    live_at_kills_ += live_.size();
     first_ok_after_kill_ = absl::InfiniteFuture();
   }
   // The first Hold acknowledged by the other replica after the last kill,
@@ -184,6 +185,7 @@ class Driver {
     f->refused = refused_;
     f->uncertain = uncertain_;
     f->double_grants = double_grants_;
+    f->live_at_kills = live_at_kills_;
     for (const auto& d : double_findings_) {
       if (f->findings.size() < 20) f->findings.push_back(d);
     }
@@ -376,6 +378,7 @@ class Driver {
   absl::Time kill_time_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Time first_ok_after_kill_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int killed_ ABSL_GUARDED_BY(mu_) = -1;
+  uint64_t live_at_kills_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::vector<Interval>> intervals_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Held> live_ ABSL_GUARDED_BY(mu_);  // definitely live, by uid
   uint64_t holds_ ABSL_GUARDED_BY(mu_) = 0;
@@ -431,6 +434,7 @@ class Scenario {
 
     Figures f;
     Driver driver(options_, replicas_);
+    const absl::Time load_start = absl::Now();
     driver.Start();
     absl::Status failed;
     for (int k = 0; k < options_.kills && failed.ok(); ++k) {
@@ -511,6 +515,7 @@ class Scenario {
                           : driver.CheckLive(leader, &f);
     }
     driver.Stop();
+    f.load_seconds = absl::ToDoubleSeconds(absl::Now() - load_start);
     driver.Collect(&f);
     if (!failed.ok()) return failed;
     return f;

@@ -61,12 +61,15 @@ struct Figures {
   uint64_t releases_acknowledged = 0;
   uint64_t refused = 0;            // RESOURCE_EXHAUSTED and the like (no effect)
   uint64_t uncertain = 0;          // calls with an unknown outcome (cleaned up)
-  uint64_t live_checked = 0;       // definitely-live holdings checked at takeovers
+  uint64_t live_at_kills = 0;      // definitely-live holdings at the kill instants (sum)
+  uint64_t live_checked = 0;       // definitely-live holdings checked at takeovers (those
+                                   // above, less ones released since, plus new ones)
   uint64_t lost = 0;               // of those, missing or changed on the new leader
   uint64_t double_grants = 0;      // acknowledged grants overlapping on a device
   // With `freeze`: how each deposed leader ended after SIGCONT (its exit
   // status; -1 if it was still running after 20 s).
   std::vector<int> deposed_exits;
+  double load_seconds = 0;         // how long the load ran (for throughput)
   std::vector<std::string> findings;  // the first few lost / double grants, for people
 };
 
