@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -165,7 +166,7 @@ class Driver {
     for (const auto& [uid, held] : live_) {
       ++f->live_checked;
       auto it = on_leader.find(uid);
-      if (it == on_leader.end() || it->second != held.devices) {
+      if ((it == on_leader.end() || it->second != held.devices) && lost_.insert(uid).second) {
         ++f->lost;
         if (f->findings.size() < 10) {
           f->findings.push_back(absl::StrCat(
@@ -186,6 +187,10 @@ class Driver {
     f->uncertain = uncertain_;
     f->double_grants = double_grants_;
     f->live_at_kills = live_at_kills_;
+    f->lost += lost_at_release_;
+    for (const auto& l : lost_findings_) {
+      if (f->findings.size() < 20) f->findings.push_back(l);
+    }
     for (const auto& d : double_findings_) {
       if (f->findings.size() < 20) f->findings.push_back(d);
     }
@@ -254,8 +259,9 @@ class Driver {
   }
 
   // Releases `uid` on `node` until a leader confirms (released or not).
+  // `released` (if not null): whether the leader had a holding to release.
   bool Cleanup(std::vector<Stubs>* stubs, const std::string& node, const std::string& uid,
-               std::mt19937* rng) {
+               std::mt19937* rng, bool* released = nullptr) {
     v1::ReleaseRequest req;
     req.set_node(node);
     req.mutable_owner()->mutable_pod()->set_uid(uid);
@@ -267,6 +273,7 @@ class Driver {
         stubs,
         [&](v1::Ledger::Stub* s, grpc::ClientContext* c) { return s->Release(c, req, &resp); },
         &served, rng);
+    if (released != nullptr) *released = resp.released();
     return o == Outcome::kOk;
   }
 
@@ -298,9 +305,20 @@ class Driver {
           }
           live_.erase(h.uid);
         }
-        if (Cleanup(&stubs, h.node, h.uid, &rng)) {
+        bool released = false;
+        if (Cleanup(&stubs, h.node, h.uid, &rng, &released)) {
           absl::MutexLock lock(&mu_);
           ++releases_;
+          // A definitely-live holding the leader does not have: lost (found
+          // at its release rather than at a check).
+          if (!released && lost_.insert(h.uid).second) {
+            ++lost_at_release_;
+            if (lost_findings_.size() < 10) {
+              lost_findings_.push_back(absl::StrCat("lost: pod ", h.uid, " acknowledged on ",
+                                                    absl::StrJoin(h.devices, ","),
+                                                    ", nothing to release on the leader"));
+            }
+          }
         } else {
           absl::MutexLock lock(&mu_);
           ++uncertain_;
@@ -379,6 +397,9 @@ class Driver {
   absl::Time first_ok_after_kill_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int killed_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t live_at_kills_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> lost_ ABSL_GUARDED_BY(mu_);  // uids counted lost (once each)
+  uint64_t lost_at_release_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> lost_findings_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<Interval>> intervals_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Held> live_ ABSL_GUARDED_BY(mu_);  // definitely live, by uid
   uint64_t holds_ ABSL_GUARDED_BY(mu_) = 0;

@@ -12,7 +12,8 @@
 // A holding is "definitely live" from the moment its Hold was acknowledged
 // until its Release is first sent. Two definitely-live holdings of the same
 // device at one instant are a double grant; a holding definitely live at a
-// takeover that the new leader does not show (with the same devices) is lost.
+// takeover that the new leader does not show (with the same devices), or
+// whose Release finds nothing to release, is lost.
 // A call whose outcome is unknown (an error other than a refusal) is never
 // counted as live; the driver releases that owner until a leader confirms.
 //
@@ -64,7 +65,10 @@ struct Figures {
   uint64_t live_at_kills = 0;      // definitely-live holdings at the kill instants (sum)
   uint64_t live_checked = 0;       // definitely-live holdings checked at takeovers (those
                                    // above, less ones released since, plus new ones)
-  uint64_t lost = 0;               // of those, missing or changed on the new leader
+  // Definitely-live holdings missing or changed on the new leader at a check,
+  // or that the leader had nothing to release for when the driver released
+  // them (each counted once).
+  uint64_t lost = 0;
   uint64_t double_grants = 0;      // acknowledged grants overlapping on a device
   // With `freeze`: how each deposed leader ended after SIGCONT (its exit
   // status; -1 if it was still running after 20 s).
