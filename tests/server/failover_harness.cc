@@ -64,7 +64,7 @@ void SetDeadline(grpc::ClientContext* ctx) {
 std::string Health(int port) {
   auto stub = grpc::health::v1::Health::NewStub(NewChannel(port));
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   grpc::health::v1::HealthCheckRequest req;
   grpc::health::v1::HealthCheckResponse resp;
   if (!stub->Check(&ctx, req, &resp).ok()) return "error";
@@ -149,11 +149,17 @@ class Driver {
   // leader with the same devices.
   absl::Status CheckLive(int r, Figures* f) {
     std::map<std::string, std::vector<std::string>> on_leader;  // uid -> devices
-    auto stub = v1::Ledger::NewStub(NewChannel(replicas_[r].port.load()));
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
+    // A few tries: on a loaded machine one call can miss its deadline.
     v1::ListHoldingsResponse resp;
-    grpc::Status s = stub->ListHoldings(&ctx, v1::ListHoldingsRequest(), &resp);
+    grpc::Status s;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      auto stub = v1::Ledger::NewStub(NewChannel(replicas_[r].port.load()));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+      resp.Clear();
+      s = stub->ListHoldings(&ctx, v1::ListHoldingsRequest(), &resp);
+      if (s.ok()) break;
+    }
     if (!s.ok()) return FromGrpc(s, "ListHoldings on the new leader");
     for (const v1::Holding& h : resp.holdings()) {
       if (!h.owner().has_pod()) continue;
@@ -460,12 +466,10 @@ class Scenario {
     absl::Status failed;
     for (int k = 0; k < options_.kills && failed.ok(); ++k) {
       absl::SleepFor(options_.load_before_kill);  // the load runs meanwhile
-      int leader = -1;
-      for (int r = 0; r < 2; ++r) {
-        if (Health(replicas_[r].port) == "SERVING") leader = r;
-      }
+      const int leader = ServingReplica();
       if (leader < 0) {
-        failed = absl::UnavailableError("no replica is serving before the kill");
+        failed = absl::UnavailableError(
+            absl::StrCat("no replica is serving before kill ", k + 1, ExitedReplicas()));
         break;
       }
       const absl::Time t0 = absl::Now();
@@ -526,13 +530,11 @@ class Scenario {
     }
     if (failed.ok()) {
       absl::SleepFor(options_.load_before_kill / 2);
-      int leader = -1;
-      for (int r = 0; r < 2; ++r) {
-        if (Health(replicas_[r].port) == "SERVING") leader = r;
-      }
+      const int leader = ServingReplica();
       driver.Pause();
       // And once more, after the last takeover.
-      failed = leader < 0 ? absl::UnavailableError("no replica is serving at the end")
+      failed = leader < 0 ? absl::UnavailableError(
+                                absl::StrCat("no replica is serving at the end", ExitedReplicas()))
                           : driver.CheckLive(leader, &f);
     }
     driver.Stop();
@@ -580,6 +582,36 @@ class Scenario {
       ::_exit(127);
     }
     return absl::OkStatus();
+  }
+
+  // The replica whose health is SERVING, waiting for one up to 15 s (a
+  // health check can time out on a loaded machine); -1 if none.
+  int ServingReplica() {
+    int leader = -1;
+    WaitUntil(
+        [&] {
+          for (int r = 0; r < 2; ++r) {
+            if (Health(replicas_[r].port) == "SERVING") leader = r;
+          }
+          return leader >= 0;
+        },
+        absl::Seconds(15));
+    return leader;
+  }
+
+  // "; bridge-a exited with status 3" for replicas that ended on their own.
+  std::string ExitedReplicas() {
+    std::string out;
+    for (Replica& r : replicas_) {
+      int status = 0;
+      if (r.pid > 0 && ::waitpid(r.pid, &status, WNOHANG) == r.pid) {
+        absl::StrAppend(&out, "; ", r.name, " exited with status ",
+                        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+                        " (log: ", dir_, "/", r.name, ".log)");
+        r.pid = -1;
+      }
+    }
+    return out;
   }
 
   static void Kill(Replica* r) {

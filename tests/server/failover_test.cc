@@ -17,6 +17,7 @@ failover::Options ShortRun(bool etcd) {
   failover::Options o;
   o.etcd = etcd;
   o.kills = 1;
+  o.load_before_kill = absl::Seconds(1);  // about 12 holdings live at the kill
   o.bridge_binary = DUET_BRIDGE_BIN;
   o.verbose = true;
   return o;
