@@ -391,8 +391,9 @@ absl::Status EtcdLog::WriteSnapshot() {
   const std::string snap = SnapPrefix(p, seq);
   const absl::Time deadline = absl::Now() + options_.commit_timeout;
   uint64_t retries = 0;
+  etcd::Client* const client = snapshot_client_.get();  // under snapshot_mu_
   auto commit = [&](const std::vector<etcd::Op>& ops) {
-    absl::Status s = Commit(snapshot_client_.get(), ops, deadline, &retries);
+    absl::Status s = Commit(client, ops, deadline, &retries);
     if (!s.ok() && deposed_) Fail(s);
     return s;
   };
