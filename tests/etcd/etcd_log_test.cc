@@ -244,6 +244,33 @@ TEST_F(EtcdLogTest, BatchesBeyondEtcdsTransactionLimitAreSplit) {
   EXPECT_TRUE(Dump(fresh) == before) << Diff(Dump(fresh), before);
 }
 
+TEST_F(EtcdLogTest, BatchesAndSnapshotsBeyondEtcdsRequestSizeAreSplit) {
+  // Node records of a few KiB each, several MiB in all: more than etcd's
+  // default --max-request-bytes (1.5 MiB) in one batch and one snapshot.
+  Ledger ledger;
+  std::vector<std::string> before;
+  size_t bytes = 0;
+  {
+    auto log = MustOpen(Opts(), &ledger);
+    ASSERT_NE(log, nullptr);
+    for (int i = 0; i < 300; ++i) {
+      ASSERT_TRUE(ledger.UpsertNode(MakeNode(absl::StrCat("node-", i), 256)).ok());
+    }
+    uint32_t next = 1;
+    Churn(&ledger, 300, 500, 9, &next);
+    ASSERT_TRUE(log->Flush().ok()) << log->Health();
+    bytes = log->stats().bytes;
+    ASSERT_TRUE(log->WriteSnapshot().ok());
+    EXPECT_GE(Keys("/duet/test/snap/").size(), 8u);  // ~256 KiB values
+    before = Dump(ledger, false);
+  }
+  EXPECT_GT(bytes, 3u << 20);
+  Ledger fresh;
+  auto log = MustOpen(Opts(), &fresh);
+  ASSERT_NE(log, nullptr);
+  EXPECT_TRUE(Dump(fresh, false) == before) << Diff(Dump(fresh, false), before);
+}
+
 TEST_F(EtcdLogTest, ADeposedWriterCommitsNothingAndAcknowledgesNothing) {
   Ledger old_ledger;
   auto old_log = MustOpen(Opts("old"), &old_ledger);
