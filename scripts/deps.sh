@@ -18,6 +18,8 @@ PACKAGES=(
   # tests and benchmarks: promtool checks the metrics, gnuplot draws the simulator's figure
   libcurl4-openssl-dev python3-kubernetes
   prometheus gnuplot-nox python3 curl procps util-linux openssl
+  # the ledger's log in etcd (bridge/etcd; ctest -L etcd and the failover test run a real etcd)
+  etcd-server
   # the protocol model (model/, ctest -L model): spin model-checks it
   spin
   # the Helm chart's checks (tests/chart): yamllint lints the rendered objects;

@@ -61,6 +61,13 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.String("dir", &c->journal.dir));
     DUET_YAML(s.Bool("fsync", &c->journal.fsync));
     DUET_YAML(s.Int("snapshot_every", &c->journal.snapshot_every));
+    Section e(s.Child("etcd"), "journal.etcd");
+    DUET_YAML(e.Check());
+    DUET_YAML(e.StringList("endpoints", &c->journal.etcd.endpoints));
+    DUET_YAML(e.String("prefix", &c->journal.etcd.prefix));
+    DUET_YAML(e.Duration("request_timeout", &c->journal.etcd.request_timeout));
+    DUET_YAML(e.Duration("commit_timeout", &c->journal.etcd.commit_timeout));
+    DUET_YAML(e.Finish());
     DUET_YAML(s.Finish());
   }
   {
@@ -154,6 +161,31 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
   }
   DUET_YAML(top.String("log_level", &c->log_level));
   return top.Finish();
+}
+
+absl::Status ValidateEtcdLog(const EtcdLogConfig& e) {
+  for (size_t i = 0; i < e.endpoints.size(); ++i) {
+    const std::string& u = e.endpoints[i];
+    const size_t scheme = u.find("://");
+    const std::string rest = scheme == std::string::npos ? "" : u.substr(scheme + 3);
+    if (u.rfind("http://", 0) != 0 || rest.empty() || rest.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("journal.etcd.endpoints[", i, "]: \"", u,
+                       "\" must be http://host:port (an etcd v3 client URL, no path)"));
+    }
+  }
+  if (e.prefix.empty() || e.prefix.front() != '/' || e.prefix.back() == '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "journal.etcd.prefix: \"", e.prefix, "\" must start with / and not end with /"));
+  }
+  if (e.request_timeout < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError("journal.etcd.request_timeout: must be at least 100ms");
+  }
+  if (e.commit_timeout < e.request_timeout) {
+    return absl::InvalidArgumentError(
+        "journal.etcd.commit_timeout: must be at least journal.etcd.request_timeout");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateAuth(const Config& c) {
@@ -250,7 +282,11 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError("grpc.tls.client_ca_file: needs cert_file and key_file");
   }
   DUET_YAML(ValidateAuth(c));
-  if (c.journal.dir.empty()) return absl::InvalidArgumentError("journal.dir: must be set");
+  if (c.journal.etcd.endpoints.empty()) {
+    if (c.journal.dir.empty()) return absl::InvalidArgumentError("journal.dir: must be set");
+  } else {
+    DUET_YAML(ValidateEtcdLog(c.journal.etcd));
+  }
   if (c.inventory.source == "file") {
     if (c.inventory.file.empty()) {
       return absl::InvalidArgumentError("inventory.file: must be set when inventory.source is file");

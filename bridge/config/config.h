@@ -53,13 +53,31 @@ struct MetricsConfig {
   std::string listen = "127.0.0.1:9464";
 };
 
+// The ledger's log in etcd (bridge/etcd/etcd_log.h), shared by the replicas
+// under leader election; off while `endpoints` is empty.
+struct EtcdLogConfig {
+  // etcd v3 client URLs (http://host:port; its JSON gateway); tried in turn.
+  // Empty: the log is the local journal in journal.dir.
+  std::vector<std::string> endpoints;
+  // Every key the log writes starts with this (one ledger per prefix).
+  std::string prefix = "/duet/ledger";
+  // One HTTP request to etcd.
+  absl::Duration request_timeout = absl::Seconds(2);
+  // A batch that etcd has not committed within this is failed: its callers
+  // get UNAVAILABLE, the log stays failed and the leader exits.
+  absl::Duration commit_timeout = absl::Seconds(10);
+};
+
 struct JournalConfig {
   // Directory of the write-ahead log and snapshots. Created if missing.
+  // Unused when `etcd.endpoints` is set.
   std::string dir = "/var/lib/duet/journal";
   // fdatasync before answering. Off only for throwaway development runs.
   bool fsync = true;
   // Records between automatic snapshots (0: never).
   uint64_t snapshot_every = 100000;
+  // The log in etcd instead of journal.dir.
+  EtcdLogConfig etcd;
 };
 
 struct InventoryConfig {

@@ -45,12 +45,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "bridge/journal/file_layer.h"
+#include "bridge/journal/ledger_log.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/ledger/types.h"
 
 namespace duet {
 
-class Journal final : public ChangeListener {
+class Journal final : public LedgerLog {
  public:
   struct Options {
     // The journal's directory; created (with parents) if missing.
@@ -108,17 +109,17 @@ class Journal final : public ChangeListener {
   // seq that is already durable (including everything recovered by Open).
   // UNAVAILABLE if writing or syncing failed: the journal then stays failed
   // for good and the daemon must stop granting.
-  absl::Status WaitDurable(uint64_t seq) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status WaitDurable(uint64_t seq) override ABSL_LOCKS_EXCLUDED(mu_);
 
   // Everything appended so far is durable.
-  absl::Status Flush() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Flush() override ABSL_LOCKS_EXCLUDED(mu_);
 
   // Writes a snapshot of the ledger now, then deletes the log segments and
   // older snapshots it covers. Concurrent changes continue meanwhile.
   absl::Status WriteSnapshot() ABSL_LOCKS_EXCLUDED(mu_, snapshot_mu_);
 
   // OK, or the UNAVAILABLE status that failed the journal.
-  absl::Status Health() const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Health() const override ABSL_LOCKS_EXCLUDED(mu_);
 
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -127,7 +128,7 @@ class Journal final : public ChangeListener {
   // be quick and thread-safe; must not call back into the journal. Pass an
   // empty function to remove.
   void SetFsyncObserver(std::function<void(double seconds, size_t records, size_t bytes)> observer)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   Journal(const Options& options, Ledger* ledger);

@@ -20,6 +20,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "common/status_macros.h"
+#include "bridge/etcd/etcd_log.h"
 #include "bridge/server/leadership.h"
 #include "bridge/server/pod_release.h"
 #include "bridge/server/sync_events.h"
@@ -221,14 +222,29 @@ absl::Status Bridge::LoadSlurmKey() {
 
 absl::Status Bridge::OpenJournal() {
   // The journal restores the ledger (I3/I4) before anything can change it.
-  Journal::Options jopts;
-  jopts.dir = config_.journal.dir;
-  jopts.fsync = config_.journal.fsync;
-  jopts.snapshot_every = config_.journal.snapshot_every;
-  DUET_ASSIGN_OR_RETURN(journal_, Journal::Open(jopts, &ledger_));
-  spdlog::info("journal {}: recovered {} nodes and {} holdings", config_.journal.dir,
-               ledger_.node_count(), ledger_.holding_count());
-  Journal* j = journal_.get();
+  if (const EtcdLogConfig& e = config_.journal.etcd; !e.endpoints.empty()) {
+    // Shared by the replicas and fenced: a takeover starts from every
+    // acknowledged change (bridge/etcd/etcd_log.h).
+    EtcdLog::Options eo;
+    eo.endpoints = e.endpoints;
+    eo.prefix = e.prefix;
+    eo.owner = LeaderIdentity(config_.kubernetes.leader_election);
+    eo.request_timeout = e.request_timeout;
+    eo.commit_timeout = e.commit_timeout;
+    eo.snapshot_every = config_.journal.snapshot_every;
+    DUET_ASSIGN_OR_RETURN(journal_, EtcdLog::Open(eo, &ledger_));
+    spdlog::info("etcd log {}: recovered {} nodes and {} holdings", e.prefix,
+                 ledger_.node_count(), ledger_.holding_count());
+  } else {
+    Journal::Options jopts;
+    jopts.dir = config_.journal.dir;
+    jopts.fsync = config_.journal.fsync;
+    jopts.snapshot_every = config_.journal.snapshot_every;
+    DUET_ASSIGN_OR_RETURN(journal_, Journal::Open(jopts, &ledger_));
+    spdlog::info("journal {}: recovered {} nodes and {} holdings", config_.journal.dir,
+                 ledger_.node_count(), ledger_.holding_count());
+  }
+  LedgerLog* j = journal_.get();
   durability_ = NewWaitingDurability([j](uint64_t seq) { return j->WaitDurable(seq); });
 
   metrics_ = std::make_unique<Metrics>(&ledger_);
@@ -536,7 +552,7 @@ absl::Status Bridge::ServeExtender() {
   if (config_.extender.listen.empty()) return absl::OkStatus();
   pod_api_ = extender::NewKubePodApi(kube_client_.get());
   extender::ExtenderOptions eo;
-  Journal* j = journal_.get();
+  LedgerLog* j = journal_.get();
   eo.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
   // Holds as PlacePod does: the policy, and the CPU/memory that Slurm's
   // jobs and placeholders hold (each sync pass).
@@ -634,6 +650,10 @@ void Bridge::Shutdown() {
 }
 
 Bridge::~Bridge() { Shutdown(); }
+
+absl::Status Bridge::LogHealth() const {
+  return journal_ == nullptr ? absl::OkStatus() : journal_->Health();
+}
 
 int Run(const Config& config) {
   // Block the signals before any thread starts so every thread inherits the

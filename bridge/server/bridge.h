@@ -12,6 +12,7 @@
 #include "bridge/config/config.h"
 #include "bridge/inventory/inventory.h"
 #include "bridge/journal/journal.h"
+#include "bridge/journal/ledger_log.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/workload_model.h"
 #include "bridge/server/durability.h"
@@ -53,6 +54,11 @@ class Bridge {
   // Graceful: refuse new work, close watch streams, let in-flight calls finish
   // (up to grpc.shutdown_grace), flush the journal. Idempotent.
   void Shutdown();
+
+  // OK, or why the ledger's log failed for good (it acknowledges nothing
+  // more: etcd unreachable past journal.etcd.commit_timeout, deposed by
+  // another replica, a local write or fsync error).
+  absl::Status LogHealth() const;
 
   // The bound TCP port (useful with "host:0"), or 0 without a TCP listener.
   int grpc_port() const { return grpc_port_; }
@@ -110,7 +116,7 @@ class Bridge {
   const Config config_;
   Ledger ledger_;
   WatchHub hub_;
-  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<LedgerLog> journal_;  // the local Journal or the EtcdLog
   std::unique_ptr<Durability> durability_;
   std::unique_ptr<Metrics> metrics_;
   // The learned workload (placement.workload; bridge/server/workload.h).

@@ -149,6 +149,17 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
       code = kExitLostLease;
       break;
     }
+    if (bridge != nullptr && !config.journal.etcd.endpoints.empty()) {
+      // The shared log acknowledges nothing more (deposed by another
+      // replica, or etcd out of reach): serving on would only refuse, and a
+      // replica that can write should lead instead.
+      if (absl::Status s = bridge->LogHealth(); !s.ok()) {
+        spdlog::error("duet-bridge stops leading: the ledger's log in etcd failed: {}",
+                      std::string(s.message()));
+        code = kExitLostLease;
+        break;
+      }
+    }
     if (elected && bridge == nullptr) {
       spdlog::info("duet-bridge is the leader ({}): starting", lo.identity);
       (*standby)->Shutdown();

@@ -23,7 +23,8 @@ inline constexpr int kExitLostLease = 3;
 
 // Run() under kubernetes.leader_election: a standby (health NOT_SERVING,
 // duet_leader 0) until this replica holds the Lease, then the full Bridge;
-// exits kExitLostLease when the lease is lost, 0 on SIGTERM/SIGINT (from
+// exits kExitLostLease when the lease is lost or, with journal.etcd, when the
+// log in etcd fails (deposed, or etcd unreachable), 0 on SIGTERM/SIGINT (from
 // `signals`, already blocked in every thread), 1 when it cannot start.
 int RunWithLeaderElection(const Config& config, const sigset_t& signals);
 

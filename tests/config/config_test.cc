@@ -88,6 +88,49 @@ TEST(ConfigTest, ValidationNamesTheField) {
   bad([](Config& x) { x.log_level = "loud"; }, "log_level");
 }
 
+TEST(ConfigTest, JournalEtcdSection) {
+  auto c = ParseConfig(R"yaml(
+journal:
+  etcd:
+    endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379]
+    prefix: /duet/prod
+    request_timeout: 500ms
+    commit_timeout: 3s
+)yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->journal.etcd.endpoints,
+            (std::vector<std::string>{"http://10.0.0.1:2379", "http://10.0.0.2:2379"}));
+  EXPECT_EQ(c->journal.etcd.prefix, "/duet/prod");
+  EXPECT_EQ(c->journal.etcd.request_timeout, absl::Milliseconds(500));
+  EXPECT_EQ(c->journal.etcd.commit_timeout, absl::Seconds(3));
+  c->inventory.source = "embedded";
+  c->journal.dir = "";  // unused with etcd
+  EXPECT_TRUE(ValidateConfig(*c).ok()) << ValidateConfig(*c);
+  // Off by default: the local journal.
+  EXPECT_TRUE(Config().journal.etcd.endpoints.empty());
+
+  EXPECT_THAT(ParseConfig("journal: {etcd: {endpoint: x}}").status().message(),
+              HasSubstr("journal.etcd.endpoint: unknown key"));
+  EXPECT_THAT(ParseConfig("journal: {etcd: {commit_timeout: soon}}").status().message(),
+              HasSubstr("journal.etcd.commit_timeout: must be a duration"));
+  auto bad = [&](auto mutate, const std::string& msg) {
+    Config copy = *c;
+    mutate(copy);
+    absl::Status s = ValidateConfig(copy);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr(msg));
+  };
+  bad([](Config& x) { x.journal.etcd.endpoints[1] = "10.0.0.2:2379"; }, "journal.etcd.endpoints[1]");
+  bad([](Config& x) { x.journal.etcd.endpoints[0] = "https://h:2379"; }, "journal.etcd.endpoints[0]");
+  bad([](Config& x) { x.journal.etcd.endpoints[0] = "http://h:2379/v3"; }, "journal.etcd.endpoints[0]");
+  bad([](Config& x) { x.journal.etcd.prefix = "duet"; }, "journal.etcd.prefix");
+  bad([](Config& x) { x.journal.etcd.prefix = "/duet/"; }, "journal.etcd.prefix");
+  bad([](Config& x) { x.journal.etcd.request_timeout = absl::Milliseconds(1); },
+      "journal.etcd.request_timeout");
+  bad([](Config& x) { x.journal.etcd.commit_timeout = absl::Milliseconds(100); },
+      "journal.etcd.commit_timeout");
+}
+
 TEST(ConfigTest, KubernetesSection) {
   auto c = ParseConfig(R"yaml(
 inventory: {source: kubernetes}
