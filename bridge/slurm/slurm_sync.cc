@@ -10,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "bridge/placement/placement.h"
 #include "bridge/slurm/libslurm_client.h"
@@ -279,15 +281,37 @@ absl::Status SlurmSync::RunOnce() {
   return first;
 }
 
+namespace {
+// How long after the sync's own reconfigure a new slurmctld start is taken
+// for the restart that carries it out (AfterCtldStart).
+constexpr int64_t kOwnReconfigureRestartSeconds = 10;
+}  // namespace
+
 absl::Status SlurmSync::AfterCtldStart(const std::vector<SlurmNodeInfo>& nodes) {
   absl::StatusOr<int64_t> boot = slurm_->ControllerBootTime();
   if (absl::IsUnimplemented(boot.status())) return absl::OkStatus();
   if (!boot.ok()) return boot.status();
   if (*boot == ctld_boot_) return absl::OkStatus();
+  // Newer Slurm (seen on 24.11) carries `scontrol reconfigure` out by
+  // restarting slurmctld, which gives it a new BOOT_TIME. A new start seen
+  // within a few seconds of the sync's own reconfigure is that restart, not
+  // another start: reconfiguring again would restart slurmctld again, on
+  // every pass. (Slurm 22.05 reconfigures in place and keeps BOOT_TIME.)
+  if (own_reconfigure_at_ != 0 && ctld_boot_ != 0 && *boot > ctld_boot_ &&
+      *boot <= own_reconfigure_at_ + kOwnReconfigureRestartSeconds) {
+    spdlog::info("slurm sync: slurmctld restarted at {} to carry out duet's reconfigure; nothing "
+                 "more to do",
+                 *boot);
+    ctld_boot_ = *boot;
+    own_reconfigure_at_ = 0;
+    return absl::OkStatus();
+  }
+  own_reconfigure_at_ = 0;
   const bool any_gres = std::any_of(nodes.begin(), nodes.end(),
                                     [](const SlurmNodeInfo& n) { return !n.gres.empty(); });
   if (any_gres) {
     DUET_RETURN_IF_ERROR(slurm_->Reconfigure());
+    own_reconfigure_at_ = absl::ToUnixSeconds(absl::Now());
     Count(&SlurmSyncStats::reconfigures);
     spdlog::info(
         "slurm sync: slurmctld started at {} with GRES nodes: scontrol reconfigure (Slurm 22.05 "

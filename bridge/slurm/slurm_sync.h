@@ -294,6 +294,9 @@ class SlurmSync {
   std::set<std::string> mismatched_ ABSL_GUARDED_BY(run_mu_);
   // BOOT_TIME of the slurmctld last seen (0: none yet); see AfterCtldStart.
   int64_t ctld_boot_ ABSL_GUARDED_BY(run_mu_) = 0;
+  // When (wall clock, seconds since the epoch) the sync's own reconfigure
+  // returned, until the restart it may cause is seen; 0: none pending.
+  int64_t own_reconfigure_at_ ABSL_GUARDED_BY(run_mu_) = 0;
 
   std::atomic<bool> degraded_{false};
   mutable absl::Mutex stats_mu_;

@@ -81,7 +81,10 @@ TEST(PodSlurmTest, DeletedPodsPlaceholderIsCancelledInSlurmAndKeptWhileSlurmIsDo
   // slurmctld down: the pod goes, the placeholder stays (UNAVAILABLE).
   cluster->CtldStop();
   fake.Delete("Pod", "train-2", "ml");
-  ASSERT_TRUE(k8s::testing::WaitFor([&] { return watch.stats().release_failures >= 2; }));
+  // Each failed attempt may take the Slurm client's whole deadline (5 s: a
+  // newer libslurm keeps retrying the connection), so two take over 10 s.
+  ASSERT_TRUE(k8s::testing::WaitFor([&] { return watch.stats().release_failures >= 2; },
+                                    absl::Seconds(30)));
   EXPECT_TRUE(ledger.FindHolding("pl-a", p2->owner).has_value());
   ASSERT_TRUE(cluster->CtldStart());
   ASSERT_TRUE(k8s::testing::WaitFor(

@@ -5,6 +5,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
 #include "bridge/slurm/stale_holders.h"
@@ -354,6 +356,14 @@ TEST_F(SlurmSyncTest, SlurmctldRestartWithLivePlaceholdersAndJobs) {
   EXPECT_TRUE(ledger_.FindHolding("sy-g", p2->owner).has_value());
 
   ASSERT_TRUE(cluster_->CtldStart());
+  // Let the wall clock leave the second slurmctld started in. Where Slurm
+  // carries a reconfigure out by restarting slurmctld (24.11 and later), the
+  // restart then has a later BOOT_TIME, which the sync must take for its own
+  // reconfigure's and not for another start (it once reconfigured again,
+  // restarting slurmctld on every pass; seen under load in CI).
+  absl::StatusOr<int64_t> boot = client_->ControllerBootTime();
+  ASSERT_TRUE(boot.ok()) << boot.status();
+  ASSERT_TRUE(WaitFor([&] { return absl::ToUnixSeconds(absl::Now()) > *boot; }));
   ASSERT_TRUE(WaitFor([&] { return sync_->RunOnce().ok(); }));
   EXPECT_FALSE(sync_->degraded());
   EXPECT_EQ(cluster_->JobState(p1->owner.job_id), "RUNNING");
