@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "common/status_macros.h"
+#include "bridge/journal/fault_file_layer.h"
 #include "bridge/server/leadership.h"
 #include "bridge/server/pod_release.h"
 #include "bridge/server/sync_events.h"
@@ -225,6 +227,14 @@ absl::Status Bridge::OpenJournal() {
   jopts.dir = config_.journal.dir;
   jopts.fsync = config_.journal.fsync;
   jopts.snapshot_every = config_.journal.snapshot_every;
+  // TEST-ONLY seam (bench/soak): journal writes fail while the named control
+  // file says ENOSPC or EIO (bridge/journal/fault_file_layer.h).
+  if (const char* control = std::getenv("DUET_TEST_JOURNAL_FAULT_FILE");
+      control != nullptr && *control != '\0') {
+    journal_fault_files_ = NewControlFileFaultLayer(FileLayer::Posix(), control);
+    jopts.files = journal_fault_files_.get();
+    spdlog::warn("journal: test-only fault layer on, controlled by {}", control);
+  }
   DUET_ASSIGN_OR_RETURN(journal_, Journal::Open(jopts, &ledger_));
   spdlog::info("journal {}: recovered {} nodes and {} holdings", config_.journal.dir,
                ledger_.node_count(), ledger_.holding_count());
