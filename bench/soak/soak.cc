@@ -111,8 +111,8 @@ struct Options {
   double duration_s = 0;  // 0: until `ops`
   uint64_t seed = 1;
   int nodes = 3;
-  int max_pods = 24;
-  int slurm_op_ms = 300;
+  int max_pods = 12;
+  int slurm_op_ms = 1000;
   double fault_every_s = 30;
   double bound_s = 20;
   int check_every = 300;
@@ -198,6 +198,7 @@ class Soak {
   bool Setup();
   // Runs the operations and faults; then the final check.
   void Run();
+  bool SelfCheckPublic() { return SelfCheck(); }
   // Prints the summary; returns the exit status.
   int Report();
   void Teardown();
@@ -210,7 +211,8 @@ class Soak {
   void ConnectClients();
 
   // ---- operations ----
-  void Count(const std::string& kind, bool ok) {
+  void Count(const std::string& kind, bool ok, const std::string& error = "") {
+    if (!ok && !error.empty() && error_sample_[kind].size() < 3) error_sample_[kind].insert(error);
     ++ops_;
     ++ops_by_kind_[kind];
     // The time since the previous mark: this request and what prepared it.
@@ -240,7 +242,8 @@ class Soak {
   Pod* RandomPod(const std::function<bool(const Pod&)>& pred);
 
   // ---- faults ----
-  void InjectFault(const std::string& kind);
+  // False when the fault could not be injected now (then it is retried).
+  bool InjectFault(const std::string& kind);
   bool JournalFault(const std::string& word, const std::string& kind);
 
   // ---- checker ----
@@ -249,6 +252,9 @@ class Soak {
   // discrepancies (keys describing them).
   std::set<std::string> Check(const Snapshot& s);
   void CheckNow();
+  // The checker on made-up snapshots: a double-booked device, an orphan
+  // placeholder, a job the ledger misses. False if it misses any.
+  bool SelfCheck();
   void Violation(const std::string& what);
   // Waits, without operations, until Check sees no discrepancy; the time
   // from `healed`, or a violation after --bound.
@@ -276,11 +282,13 @@ class Soak {
   std::map<std::string, uint64_t> ops_by_kind_;
   std::map<std::string, uint64_t> errors_by_kind_;
   std::map<std::string, double> seconds_by_kind_;
+  std::map<std::string, std::set<std::string>> error_sample_;
   absl::Time mark_;
   std::map<std::string, uint64_t> faults_;
   std::map<std::string, std::vector<double>> converge_s_;
   uint64_t checks_ = 0;
   uint64_t violations_ = 0;
+  bool quiet_ = false;  // SelfCheck: count, do not print
   std::vector<std::string> violation_text_;
   std::map<std::string, absl::Time> first_seen_;
   std::set<std::string> reported_;
@@ -495,22 +503,25 @@ void Soak::OpPodSchedule() {
   auto prio = Extender("prioritize", {{"Pod", pod}, {"NodeNames", filter->second["NodeNames"]}});
   Count("extender.prioritize", prio && prio->first == 200);
   if (!prio || prio->first != 200 || !prio->second.is_array() || prio->second.empty()) return;
-  std::string top;
-  int best = -1;
-  for (const json& hp : prio->second) {
-    if (hp.value("Score", 0) > best) {
-      best = hp.value("Score", 0);
-      top = hp.value("Host", "");
+  // Best score first. The top node is tried first; after a refused bind the
+  // next one (kube-scheduler would retry the pod later and, as the extender
+  // scores, pick the same top node again: see RESULTS.md on starvation).
+  std::vector<std::pair<int, std::string>> ranked;
+  for (const json& hp : prio->second) ranked.push_back({-hp.value("Score", 0), hp.value("Host", "")});
+  std::sort(ranked.begin(), ranked.end());
+  for (const auto& [score, host] : ranked) {
+    auto bind = Extender("bind", {{"PodName", p->name},
+                                  {"PodNamespace", "default"},
+                                  {"PodUID", p->uid},
+                                  {"Node", host}});
+    const bool ok = bind && bind->first == 200 && bind->second.is_object() &&
+                    (bind->second["Error"].is_null() || bind->second["Error"] == "");
+    Count("extender.bind", ok, bind ? bind->second.dump().substr(0, 200) : "no answer");
+    if (ok) {
+      p->node = host;
+      break;
     }
   }
-  auto bind = Extender("bind", {{"PodName", p->name},
-                                {"PodNamespace", "default"},
-                                {"PodUID", p->uid},
-                                {"Node", top}});
-  const bool ok = bind && bind->first == 200 && bind->second.is_object() &&
-                  (bind->second["Error"].is_null() || bind->second["Error"] == "");
-  Count("extender.bind", ok);
-  if (ok) p->node = top;
 }
 
 std::set<uint32_t> Soak::PlaceholderGpus(const Pod& p, bool refresh) {
@@ -551,7 +562,7 @@ void Soak::OpPodHold() {
   const std::set<uint32_t> gpus = PlaceholderGpus(*p, /*refresh=*/true);
   if (gpus.empty()) return;
   grpc::Status s = Hold(*p, p->node, gpus);
-  Count("grpc.pod_hold", s.ok());
+  Count("grpc.pod_hold", s.ok(), absl::StrCat(s.error_code(), " ", s.error_message()));
   if (s.ok()) p->hold = true;
 }
 
@@ -568,7 +579,7 @@ void Soak::OpPodRelease() {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::ReleaseResponse resp;
   grpc::Status s = stub_->Release(&ctx, req, &resp);
-  Count("grpc.pod_release", s.ok());
+  Count("grpc.pod_release", s.ok(), absl::StrCat(s.error_code(), " ", s.error_message()));
   if (s.ok()) p->hold = false;
 }
 
@@ -586,7 +597,7 @@ void Soak::OpStealProbe() {
                        s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
                        s.error_code() == grpc::StatusCode::ABORTED ||
                        s.error_code() == grpc::StatusCode::NOT_FOUND;
-  Count("grpc.steal_probe", refused);
+  Count("grpc.steal_probe", refused, absl::StrCat(s.error_code(), " ", s.error_message()));
   if (s.ok()) {
     // Granted: a violation only if the victim's placeholder was live then
     // (it may have been released a moment ago); the checker decides with
@@ -717,13 +728,29 @@ void Soak::OpNodeDeleteAdd() {
 
 void Soak::OpSlurm() {
   const int r = static_cast<int>(rng_() % 100);
-  if (r < 55 || jobs_.empty()) {
+  // Slurm refuses every immediate allocation (a pod's placeholder) in the
+  // partition while a job pends there ("insufficient priority"), so the soak
+  // keeps the queue short: a pending job is cancelled before a new one goes.
+  CmdResult pending = cluster_->Cli("squeue -h -t PD -o %i");
+  Count("slurm.squeue", pending.rc == 0);
+  uint32_t pending_id = 0;
+  if (pending.rc == 0 && sscanf(pending.out.c_str(), "%u", &pending_id) == 1 && r < 70) {
+    CmdResult c = cluster_->Cli(absl::StrCat("scancel ", pending_id));
+    Count("slurm.scancel", c.rc == 0);
+    jobs_.erase(pending_id);
+    return;
+  }
+  if (r < 70 || jobs_.empty()) {
     const int gpus = 1 + static_cast<int>(rng_() % 4);
     const int secs = 2 + static_cast<int>(rng_() % 8);
     std::string wrap = absl::StrCat("sleep ", secs);
     if (rng_() % 3 == 0) wrap = absl::StrCat("srun --gres=gpu:1 sleep 1; sleep ", secs);
-    CmdResult c = cluster_->Cli(absl::StrCat("sbatch --parsable -o /dev/null --gres=gpu:", gpus,
-                                             " --wrap '", wrap, "'"));
+    // Not on the last node, which node churn deletes and adds: a job that
+    // pends for it would hold off every placeholder there (Slurm refuses an
+    // immediate allocation behind a pending job).
+    const std::string node = NodeName(static_cast<int>(rng_() % (o_.nodes - 1)));
+    CmdResult c = cluster_->Cli(absl::StrCat("sbatch --parsable -o /dev/null -w ", node,
+                                             " --gres=gpu:", gpus, " --wrap '", wrap, "'"));
     uint32_t id = 0;
     const bool ok = c.rc == 0 && sscanf(c.out.c_str(), "%u", &id) == 1;
     Count("slurm.sbatch", ok);
@@ -733,7 +760,7 @@ void Soak::OpSlurm() {
   auto it = jobs_.begin();
   std::advance(it, rng_() % jobs_.size());
   const uint32_t id = *it;
-  if (r < 80) {
+  if (r < 90) {
     CmdResult c = cluster_->Cli(absl::StrCat("scancel ", id));
     Count("slurm.scancel", c.rc == 0);
     jobs_.erase(id);
@@ -772,23 +799,42 @@ void Soak::OneOp() {
 bool Soak::JournalFault(const std::string& word, const std::string& kind) {
   // Needs a grant to attempt: a bound pod without its own holding.
   Pod* p = RandomPod([](const Pod& p) { return !p.node.empty() && !p.finished && !p.hold; });
-  for (int i = 0; p == nullptr && i < 40; ++i) {
+  for (int i = 0; p == nullptr && i < 200; ++i) {
+    if (i % 4 == 0) {
+      Pod* q = RandomPod([](const Pod& p) { return p.finished; });
+      if (q != nullptr) OpPodDelete(q->name);
+    }
     OpPodCreate();
     OpPodSchedule();
     p = RandomPod([](const Pod& p) { return !p.node.empty() && !p.finished && !p.hold; });
   }
-  if (p == nullptr) return false;
-  const std::set<uint32_t> gpus = PlaceholderGpus(*p, /*refresh=*/true);
-  if (gpus.empty()) return false;
+  grpc::Status s;
   std::ofstream(fault_file_) << word << "\n";
-  grpc::Status s = Hold(*p, p->node, gpus);
-  Count("grpc.pod_hold", !s.ok());
+  if (p != nullptr && !PlaceholderGpus(*p, /*refresh=*/true).empty()) {
+    s = Hold(*p, p->node, PlaceholderGpus(*p, false));
+    Count("grpc.pod_hold", !s.ok());
+  } else if ((p = RandomPod([](const Pod& p) { return p.hold; })) != nullptr) {
+    // A release is a journal write too.
+    v1::ReleaseRequest req;
+    req.set_node(p->node);
+    req.mutable_owner()->mutable_pod()->set_uid(p->uid);
+    req.mutable_owner()->mutable_pod()->set_namespace_("default");
+    req.mutable_owner()->mutable_pod()->set_name(p->name);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ReleaseResponse resp;
+    s = stub_->Release(&ctx, req, &resp);
+    Count("grpc.pod_release", !s.ok());
+    if (s.ok() && !resp.released()) s = grpc::Status(grpc::StatusCode::UNKNOWN, "nothing released");
+  } else {
+    fs::remove(fault_file_);
+    return false;
+  }
   fs::remove(fault_file_);
   if (s.ok()) {
     // I3: an answer means durable; the journal could not write.
-    Violation(absl::StrCat("I3: Hold(pod ", p->name, ") acknowledged while the journal failed with ",
-                           word));
-    p->hold = true;
+    Violation(absl::StrCat("I3: a change for pod ", p->name,
+                           " acknowledged while the journal failed with ", word));
     return true;
   }
   // The journal stays failed: the operator's remedy is a restart.
@@ -796,7 +842,8 @@ bool Soak::JournalFault(const std::string& word, const std::string& kind) {
   return StartBridge() || (std::cerr << "soak: restart after " << kind << " failed\n", false);
 }
 
-void Soak::InjectFault(const std::string& kind) {
+bool Soak::InjectFault(const std::string& kind) {
+  mark_ = absl::Now();
   bool injected = false;
   if (kind == "bridge_kill9") {
     bridge_->Kill(SIGKILL);
@@ -813,9 +860,9 @@ void Soak::InjectFault(const std::string& kind) {
     const std::string stat = kind == "watch_duplicate" ? "duplicated" : "reordered";
     const int before = fake_->Control("stats").value(stat, 0);
     fake_->Control("mangle", {{kind == "watch_duplicate" ? "duplicate" : "reorder", 20}});
-    // Pod churn makes the events the fault mangles.
+    // Node and pod churn makes the events the fault mangles.
     for (int i = 0; i < 12; ++i) {
-      if (i % 3 == 0) OpPodCreate();
+      if (i % 3 == 0) OpNodeCordon();
       if (i % 3 == 1) OpPodSchedule();
       if (i % 3 == 2) OpPodFinish();
     }
@@ -830,12 +877,13 @@ void Soak::InjectFault(const std::string& kind) {
   const absl::Time healed = absl::Now();
   last_heal_ = healed;
   if (!injected) {
-    std::cerr << "soak: fault " << kind << " was not injected\n";
+    std::cerr << "soak: fault " << kind << " could not be injected now; retried later\n";
     ++faults_[kind + ".not_injected"];
-    return;
+    return false;
   }
   ++faults_[kind];
   Converge(kind, healed);
+  return true;
 }
 
 // ------------------------------------------------------------------- checker
@@ -892,6 +940,7 @@ Snapshot Soak::Read() {
 
 void Soak::Violation(const std::string& what) {
   ++violations_;
+  if (quiet_) return;
   if (violation_text_.size() < 50) violation_text_.push_back(what);
   std::cerr << "soak: VIOLATION " << what << "\n";
 }
@@ -1034,6 +1083,51 @@ std::set<std::string> Soak::Check(const Snapshot& s) {
   return disc;
 }
 
+bool Soak::SelfCheck() {
+  auto holding = [](const std::string& kind, uint32_t job, const std::string& uid,
+                    std::set<uint32_t> gpus) {
+    duet::testing::LedgerHolding h;
+    h.node = "soak-a";
+    h.kind = kind;
+    h.job_id = job;
+    h.pod_uid = uid;
+    h.pod = "p";
+    h.devices["gpu"] = std::move(gpus);
+    return h;
+  };
+  json pod = {{"metadata", {{"name", "p"}, {"uid", "u1"}}},
+              {"spec", {{"nodeName", "soak-a"}}},
+              {"status", {{"phase", "Running"}}}};
+  SlurmJob job7{7, "wrap", "RUNNING", {{"soak-a", {0, 1}}}};
+  SlurmJob job8{8, "duet-pod:default/p", "RUNNING", {{"soak-a", {2}}}};
+  const uint64_t before = violations_;
+  bool ok = true;
+  quiet_ = true;
+  // Consistent: job 7 imported, pod p with placeholder 8 and its own holding.
+  Snapshot good;
+  good.holdings = {holding("slurm_job", 7, "", {0, 1}), holding("placeholder", 8, "u1", {2}),
+                   holding("pod", 0, "u1", {2})};
+  good.jobs = {{7, job7}, {8, job8}};
+  good.pods = {{"p", pod}};
+  ok &= Check(good).empty() && violations_ == before;
+  // I1: Slurm runs job 9 on GPU 2, which pod p's placeholder holds.
+  Snapshot i1 = good;
+  i1.jobs[9] = SlurmJob{9, "wrap", "RUNNING", {{"soak-a", {2}}}};
+  Check(i1);
+  ok &= violations_ == before + 1;
+  // I2: pod p is gone but its placeholder stays; I4: job 9 not imported.
+  Snapshot i2 = good;
+  i2.pods.clear();
+  i2.jobs[9] = SlurmJob{9, "wrap", "RUNNING", {{"soak-a", {5}}}};
+  std::set<std::string> d = Check(i2);
+  ok &= d.size() >= 3;
+  violations_ = before;
+  violation_text_.clear();
+  quiet_ = false;
+  if (!ok) std::cerr << "soak: the checker's self-check failed\n";
+  return ok;
+}
+
 void Soak::CheckNow() {
   Snapshot s = Read();
   if (!s.ok) return;
@@ -1081,11 +1175,12 @@ void Soak::Run() {
   while (ops_ < o_.ops && absl::Now() < end) {
     const absl::Time now = absl::Now();
     if (now >= next_fault) {
-      InjectFault(FaultKinds()[fault_i++ % FaultKinds().size()]);
+      if (InjectFault(FaultKinds()[fault_i % FaultKinds().size()])) ++fault_i;
       next_fault = absl::Now() + absl::Seconds(o_.fault_every_s);
       continue;
     }
     if (now >= next_node_churn) {
+      mark_ = absl::Now();
       OpNodeDeleteAdd();
       next_node_churn = absl::Now() + absl::Seconds(o_.fault_every_s);
       continue;
@@ -1122,6 +1217,7 @@ int Soak::Report() {
   j["ops_per_second"] = ops_ / std::max(1e-9, absl::ToDoubleSeconds(elapsed_));
   j["ops_by_kind"] = ops_by_kind_;
   j["errors_by_kind"] = errors_by_kind_;
+  j["error_samples"] = error_sample_;
   j["faults"] = faults_;
   j["checks"] = checks_;
   j["violations"] = violations_;
@@ -1136,6 +1232,9 @@ int Soak::Report() {
     std::printf("%-26s %10llu %8llu %10.2f\n", k.c_str(), static_cast<unsigned long long>(n),
                 static_cast<unsigned long long>(errors_by_kind_[k]),
                 1000.0 * seconds_by_kind_[k] / static_cast<double>(n));
+  }
+  for (const auto& [k, samples] : error_sample_) {
+    for (const std::string& e : samples) std::printf("  %s error: %s\n", k.c_str(), e.c_str());
   }
   std::printf("%-26s %8s %14s %14s\n", "fault", "injected", "converge p50 s", "converge p99 s");
   json conv;
@@ -1188,6 +1287,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   duet::soak::Soak soak(o);
   int rc = 1;
+  if (!soak.SelfCheckPublic()) return 1;
   if (soak.Setup()) {
     soak.Run();
     rc = soak.Report();
