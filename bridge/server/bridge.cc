@@ -528,17 +528,32 @@ absl::Status Bridge::ServeGrpc() {
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
   server_->GetHealthCheckService()->SetServingStatus("duet", true);
-  if (slurm_sync_ != nullptr) {
-    // "duet.slurm" is NOT_SERVING while Slurm is unreachable; the ledger
-    // (service "") keeps serving from what it knows.
-    health_thread_ = std::thread([this] {
-      absl::MutexLock lock(&health_mu_);
-      do {
+  // "duet.slurm" is NOT_SERVING while Slurm is unreachable; the ledger
+  // (service "") keeps serving from what it knows. A failed journal is failed
+  // for good (every change is refused from then on, I3): the bridge then
+  // reports NOT_SERVING on "" and "duet", for good, so that probes take it out
+  // of service and it gets restarted, instead of a bridge that looks healthy
+  // and refuses every grant.
+  health_thread_ = std::thread([this] {
+    absl::MutexLock lock(&health_mu_);
+    bool journal_failed = false;
+    do {
+      if (slurm_sync_ != nullptr) {
         server_->GetHealthCheckService()->SetServingStatus("duet.slurm",
                                                            !slurm_sync_->degraded());
-      } while (!health_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1)));
-    });
-  }
+      }
+      if (!journal_failed && journal_ != nullptr) {
+        absl::Status health = journal_->Health();
+        if (!health.ok()) {
+          journal_failed = true;
+          spdlog::error("journal failed, refusing every change until a restart: {}",
+                        std::string(health.message()));
+          server_->GetHealthCheckService()->SetServingStatus(false);
+          server_->GetHealthCheckService()->SetServingStatus("duet", false);
+        }
+      }
+    } while (!health_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1)));
+  });
   return absl::OkStatus();
 }
 
