@@ -77,6 +77,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "duet/v1/duet.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/e2e_helpers.h"
 #include "tests/k8s_adapter/extender/http_client.h"
@@ -286,6 +287,9 @@ class Soak {
   absl::Time mark_;
   std::map<std::string, uint64_t> faults_;
   std::map<std::string, std::vector<double>> converge_s_;
+  // Per fault kind: from injecting to healed (the bridge or slurmctld serving
+  // again, the watch fault sent, the journal-failed bridge restarted).
+  std::map<std::string, std::vector<double>> outage_s_;
   uint64_t checks_ = 0;
   uint64_t violations_ = 0;
   bool quiet_ = false;  // SelfCheck: count, do not print
@@ -329,6 +333,8 @@ bool Soak::Setup() {
   const std::string plug = absl::StrCat("bridge=unix://", socket, " timeout_ms=2000");
   TestSlurmCluster::Options co;
   co.spank = absl::StrCat(DUET_SPANK_SO, ":", plug);
+  // The cluster's watchdog must outlive the run (plus setup and the end).
+  co.lifetime_s = static_cast<int>(o_.duration_s > 0 ? o_.duration_s + 600 : 7 * 24 * 3600);
   cluster_ = TestSlurmCluster::Get(co);
   if (!cluster_->ok()) {
     std::cerr << "soak: the Slurm cluster did not start\n";
@@ -837,13 +843,29 @@ bool Soak::JournalFault(const std::string& word, const std::string& kind) {
                            " acknowledged while the journal failed with ", word));
     return true;
   }
-  // The journal stays failed: the operator's remedy is a restart.
+  // The journal stays failed for good, and the bridge must say so on
+  // grpc.health.v1 (readiness) rather than look healthy.
+  auto health = grpc::health::v1::Health::NewStub(bridge_->channel());
+  const bool not_serving = WaitFor(
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+        grpc::health::v1::HealthCheckResponse resp;
+        return health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp).ok() &&
+               resp.status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+      },
+      absl::Seconds(5));
+  if (!not_serving) {
+    Violation(absl::StrCat("journal failed with ", word, " but duet-bridge reports SERVING"));
+  }
+  // The remedy is a restart.
   bridge_->Kill(SIGKILL);
   return StartBridge() || (std::cerr << "soak: restart after " << kind << " failed\n", false);
 }
 
 bool Soak::InjectFault(const std::string& kind) {
   mark_ = absl::Now();
+  const absl::Time injected_at = mark_;
   bool injected = false;
   if (kind == "bridge_kill9") {
     bridge_->Kill(SIGKILL);
@@ -882,6 +904,7 @@ bool Soak::InjectFault(const std::string& kind) {
     return false;
   }
   ++faults_[kind];
+  outage_s_[kind].push_back(absl::ToDoubleSeconds(healed - injected_at));
   Converge(kind, healed);
   return true;
 }
@@ -1236,7 +1259,8 @@ int Soak::Report() {
   for (const auto& [k, samples] : error_sample_) {
     for (const std::string& e : samples) std::printf("  %s error: %s\n", k.c_str(), e.c_str());
   }
-  std::printf("%-26s %8s %14s %14s\n", "fault", "injected", "converge p50 s", "converge p99 s");
+  std::printf("%-20s %8s %12s %14s %14s\n", "fault", "injected", "heal p50 s", "converge p50 s",
+              "converge p99 s");
   json conv;
   std::vector<std::string> kinds = FaultKinds();
   kinds.push_back("end");
@@ -1244,9 +1268,12 @@ int Soak::Report() {
   for (const std::string& k : kinds) {
     const uint64_t n = k == "end" ? 1 : faults_[k];
     if (k != "end" && n == 0) all = false;
-    std::printf("%-26s %8llu %14s %14s\n", k.c_str(), static_cast<unsigned long long>(n),
-                Percentile(converge_s_[k], 0.5).c_str(), Percentile(converge_s_[k], 0.99).c_str());
+    std::printf("%-20s %8llu %12s %14s %14s\n", k.c_str(), static_cast<unsigned long long>(n),
+                Percentile(outage_s_[k], 0.5).c_str(), Percentile(converge_s_[k], 0.5).c_str(),
+                Percentile(converge_s_[k], 0.99).c_str());
     conv[k] = {{"n", converge_s_[k].size()},
+               {"heal_p50", Percentile(outage_s_[k], 0.5)},
+               {"heal_p99", Percentile(outage_s_[k], 0.99)},
                {"p50", Percentile(converge_s_[k], 0.5)},
                {"p99", Percentile(converge_s_[k], 0.99)}};
   }
