@@ -805,6 +805,12 @@ void Soak::OneOp() {
 bool Soak::JournalFault(const std::string& word, const std::string& kind) {
   // Needs a grant to attempt: a bound pod without its own holding.
   Pod* p = RandomPod([](const Pod& p) { return !p.node.empty() && !p.finished && !p.hold; });
+  if (p == nullptr) {
+    // Pending jobs make Slurm refuse every placeholder: clear the queue so a
+    // pod can be bound to attempt the grant on.
+    CmdResult c = cluster_->Cli("scancel --state=PENDING");
+    Count("slurm.scancel", c.rc == 0);
+  }
   for (int i = 0; p == nullptr && i < 200; ++i) {
     if (i % 4 == 0) {
       Pod* q = RandomPod([](const Pod& p) { return p.finished; });
