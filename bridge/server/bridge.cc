@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "grpcpp/server_builder.h"
 #include "common/status_macros.h"
 #include "bridge/etcd/etcd_log.h"
+#include "bridge/journal/fault_file_layer.h"
 #include "bridge/server/leadership.h"
 #include "bridge/server/pod_release.h"
 #include "bridge/server/sync_events.h"
@@ -240,6 +242,14 @@ absl::Status Bridge::OpenJournal() {
     jopts.dir = config_.journal.dir;
     jopts.fsync = config_.journal.fsync;
     jopts.snapshot_every = config_.journal.snapshot_every;
+    // TEST-ONLY seam (bench/soak): journal writes fail while the named control
+    // file says ENOSPC or EIO (bridge/journal/fault_file_layer.h).
+    if (const char* control = std::getenv("DUET_TEST_JOURNAL_FAULT_FILE");
+        control != nullptr && *control != '\0') {
+      journal_fault_files_ = NewControlFileFaultLayer(FileLayer::Posix(), control);
+      jopts.files = journal_fault_files_.get();
+      spdlog::warn("journal: test-only fault layer on, controlled by {}", control);
+    }
     DUET_ASSIGN_OR_RETURN(journal_, Journal::Open(jopts, &ledger_));
     spdlog::info("journal {}: recovered {} nodes and {} holdings", config_.journal.dir,
                  ledger_.node_count(), ledger_.holding_count());
@@ -534,17 +544,32 @@ absl::Status Bridge::ServeGrpc() {
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
   server_->GetHealthCheckService()->SetServingStatus("duet", true);
-  if (slurm_sync_ != nullptr) {
-    // "duet.slurm" is NOT_SERVING while Slurm is unreachable; the ledger
-    // (service "") keeps serving from what it knows.
-    health_thread_ = std::thread([this] {
-      absl::MutexLock lock(&health_mu_);
-      do {
+  // "duet.slurm" is NOT_SERVING while Slurm is unreachable; the ledger
+  // (service "") keeps serving from what it knows. A failed journal is failed
+  // for good (every change is refused from then on, I3): the bridge then
+  // reports NOT_SERVING on "" and "duet", for good, so that probes take it out
+  // of service and it gets restarted, instead of a bridge that looks healthy
+  // and refuses every grant.
+  health_thread_ = std::thread([this] {
+    absl::MutexLock lock(&health_mu_);
+    bool journal_failed = false;
+    do {
+      if (slurm_sync_ != nullptr) {
         server_->GetHealthCheckService()->SetServingStatus("duet.slurm",
                                                            !slurm_sync_->degraded());
-      } while (!health_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1)));
-    });
-  }
+      }
+      if (!journal_failed && journal_ != nullptr) {
+        absl::Status health = journal_->Health();
+        if (!health.ok()) {
+          journal_failed = true;
+          spdlog::error("journal failed, refusing every change until a restart: {}",
+                        std::string(health.message()));
+          server_->GetHealthCheckService()->SetServingStatus(false);
+          server_->GetHealthCheckService()->SetServingStatus("duet", false);
+        }
+      }
+    } while (!health_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1)));
+  });
   return absl::OkStatus();
 }
 

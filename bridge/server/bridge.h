@@ -116,6 +116,9 @@ class Bridge {
   const Config config_;
   Ledger ledger_;
   WatchHub hub_;
+  // Test-only journal fault layer (DUET_TEST_JOURNAL_FAULT_FILE); declared
+  // before journal_ so that it outlives it.
+  std::unique_ptr<FileLayer> journal_fault_files_;
   std::unique_ptr<LedgerLog> journal_;  // the local Journal or the EtcdLog
   std::unique_ptr<Durability> durability_;
   std::unique_ptr<Metrics> metrics_;

@@ -60,6 +60,11 @@ Control API (tests drive the fake through it; JSON bodies):
   POST /_fake/compact   forget all retained events: older versions get 410;
                         {"expire_watches": true} also ends open watches with 410
   POST /_fake/gone_mode {"mode": "frame" | "http"}
+  POST /_fake/mangle    {"duplicate": N, "reorder": M}: the next N watch events
+                        (any watch) are each sent twice; the next M batches are
+                        sent out of order: two events of one batch swapped, or
+                        a lone event held back until after the next event of its
+                        watch (at most 0.3 s; no BOOKMARK passes a held event)
   POST /_fake/slow      {"delay_ms": N} delay every reply and every frame
   POST /_fake/fail      {"count": N, "code": 500} fail the next N API requests
   GET  /_fake/requests  the API requests seen: [{"method","path","auth","body"}]
@@ -331,6 +336,8 @@ class Watch:
         self.kind, self.ns, self.sel, self.fsel = kind, ns, sel, fsel
         self.bookmarks = bookmarks
         self.inbox = []  # control actions, under State.cond
+        self.held = []  # events held back by "reorder", under State.cond
+        self.held_since = 0.0
 
 
 def rfc3339(t):
@@ -352,6 +359,10 @@ class State:
         self.bookmark_interval = bookmark_interval
         self.gone_mode = "frame"
         self.delay = 0.0
+        self.dup_left = 0  # /_fake/mangle budgets and what they did
+        self.reorder_left = 0
+        self.duplicated = 0
+        self.reordered = 0
         self.fail_count = 0
         self.fail_code = 500
         self.requests = []
@@ -646,6 +657,9 @@ def parse_body(raw, ctype="application/json"):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; with Nagle on, the body
+    # waits for the client's delayed ACK (40 ms a keep-alive request).
+    disable_nagle_algorithm = True
     server_version = "fake-apiserver/1"
 
     def log_message(self, fmt, *args):  # quiet
@@ -759,7 +773,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if method == "GET" and what == "stats":
             with st.cond:
                 return self._send_json(200, {"watches": len(st.watches), "resourceVersion": st.rv,
-                                             "rv_waiters": st.rv_waiters})
+                                             "rv_waiters": st.rv_waiters,
+                                             "duplicated": st.duplicated,
+                                             "reordered": st.reordered})
         if method != "POST":
             return self._status(405, "MethodNotAllowed", "control calls are POST")
         body, _ = self._json_body()
@@ -797,6 +813,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         w.inbox.append(("expire", body))
                 st.cond.notify_all()
                 return self._send_json(200, {"floor": st.floor})
+            if what == "mangle":
+                st.dup_left += int(body.get("duplicate", 0))
+                st.reorder_left += int(body.get("reorder", 0))
+                return self._send_json(200, {})
             if what == "gone_mode":
                 st.gone_mode = body.get("mode", "frame")
                 return self._send_json(200, {})
@@ -1181,6 +1201,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _frame(self, etype, obj):
         self._chunk(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
 
+    @staticmethod
+    def _mangle(st, w, out):
+        """/_fake/mangle on one batch of watch events (under st.cond)."""
+        now = time.monotonic()
+        if out and st.reorder_left > 0 and not w.held:
+            st.reorder_left -= 1
+            st.reordered += 1
+            if len(out) >= 2:
+                out = list(out)
+                out[-1], out[-2] = out[-2], out[-1]
+            else:
+                w.held, w.held_since, out = out, now, []
+        elif w.held and (out or now - w.held_since >= 0.3):
+            out, w.held = list(out) + w.held, []
+        if out and st.dup_left > 0:
+            doubled = []
+            for e in out:
+                doubled.append(e)
+                if st.dup_left > 0 and e[0] != "ERROR":
+                    doubled.append(e)
+                    st.dup_left -= 1
+                    st.duplicated += 1
+            out = doubled
+        return out
+
     def _watch(self, res, ns, sel, fsel, bookmarks, q):
         st = self.st
         kind, gv = res.key, res.gv
@@ -1242,6 +1287,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                             break
                         if bookmarks and now >= next_bookmark:
                             break
+                        if w.held and now - w.held_since >= 0.3:
+                            break
                         wake = min([t for t in (deadline, next_bookmark if bookmarks else None) if t]
                                    or [now + 1.0])
                         st.cond.wait(min(0.2, max(0.01, wake - now)))
@@ -1259,6 +1306,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                 out.append((t, obj))
                         if st.log:
                             pos_rv = max(pos_rv, st.log[-1][0])
+                        out = self._mangle(st, w, out)
                     cur_rv = st.rv
                     delay = st.delay
                 for a, body in actions:
@@ -1277,7 +1325,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         self._chunk(b"")
                         return
                 now = time.monotonic()
-                if bookmarks and (now >= next_bookmark or any(a == "bookmark" for a, _ in actions)):
+                if bookmarks and not w.held and (now >= next_bookmark or
+                                                 any(a == "bookmark" for a, _ in actions)):
                     self._frame("BOOKMARK", {"kind": res.kind, "apiVersion": gv,
                                              "metadata": {"resourceVersion": str(max(pos_rv, cur_rv))}})
                     next_bookmark = now + st.bookmark_interval

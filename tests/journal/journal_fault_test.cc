@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "bridge/journal/fault_file_layer.h"
 #include "bridge/journal/file_layer.h"
 #include "bridge/journal/journal.h"
 #include "bridge/ledger/ledger.h"
@@ -308,6 +310,50 @@ TEST(JournalFaultTest, SnapshotSyncFailureLeavesTheLogInCharge) {
   }
   files.DropUnsyncedData();
   EXPECT_EQ(Recover(dir.path()), (std::vector<std::string>{"slurm job 1 gpu 0", "slurm job 2 gpu 1"}));
+}
+
+// The seam duet-bridge installs for soak runs (DUET_TEST_JOURNAL_FAULT_FILE):
+// a control file switches write failures (ENOSPC) and fdatasync failures (EIO)
+// on and off; with it absent the journal works as on the real files.
+TEST(JournalFaultTest, ControlFileLayerFailsWritesOrSyncsWhileTheFileSaysSo) {
+  for (const char* word : {"ENOSPC", "EIO"}) {
+    SCOPED_TRACE(word);
+    TempDir dir;
+    const std::string control = dir.path() + "/fault";
+    std::unique_ptr<FileLayer> files = NewControlFileFaultLayer(FileLayer::Posix(), control);
+    {
+      Ledger ledger;
+      absl::StatusOr<std::unique_ptr<Journal>> j =
+          Journal::Open(Opts(dir.path() + "/journal", files.get()), &ledger);
+      ASSERT_TRUE(j.ok()) << j.status();
+      Journal* journal = j->get();
+      absl::StatusOr<uint64_t> up = ledger.UpsertNode(MakeNode());
+      ASSERT_TRUE(up.ok());
+      ASSERT_TRUE(journal->WaitDurable(*up).ok());
+      ASSERT_TRUE(Grant(&ledger, journal, Owner::SlurmJob(1), 0).ok());
+
+      std::ofstream(control) << word << "\n";
+      absl::Status refused = Grant(&ledger, journal, Owner::SlurmJob(2), 2);
+      EXPECT_TRUE(absl::IsUnavailable(refused)) << refused;
+      EXPECT_THAT(std::string(refused.message()),
+                  HasSubstr(std::string(word) == "EIO" ? "fdatasync" : "write "));
+      EXPECT_THAT(std::string(refused.message()),
+                  HasSubstr(strerror(std::string(word) == "EIO" ? EIO : ENOSPC)));
+      fs::remove(control);
+      // Failed for good, as on a real disk.
+      EXPECT_TRUE(absl::IsUnavailable(Grant(&ledger, journal, Owner::SlurmJob(3), 3)));
+    }
+    const std::vector<std::string> recovered = Recover(dir.path() + "/journal");
+    // Acknowledged: job 1. Refused: job 3 (never written). Job 2's record may
+    // have reached the file before its fdatasync failed (EIO), never with ENOSPC.
+    EXPECT_TRUE(std::find(recovered.begin(), recovered.end(), "slurm job 1 gpu 0") !=
+                recovered.end());
+    EXPECT_TRUE(std::find(recovered.begin(), recovered.end(), "slurm job 3 gpu 3") ==
+                recovered.end());
+    if (std::string(word) == "ENOSPC") {
+      EXPECT_EQ(recovered, std::vector<std::string>{"slurm job 1 gpu 0"});
+    }
+  }
 }
 
 }  // namespace

@@ -302,6 +302,36 @@ TEST_F(BridgeTest, HealthIsServing) {
   EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+// Regression (found by bench/soak): a journal that failed (every change
+// refused from then on) left the bridge reporting SERVING, so nothing took it
+// out of service. The journal fails here through the test-only seam.
+TEST_F(BridgeTest, AFailedJournalTurnsHealthNotServing) {
+  bridge_.reset();
+  const std::string control = (dir_ / "journal-fault").string();
+  setenv("DUET_TEST_JOURNAL_FAULT_FILE", control.c_str(), 1);
+  Start();
+  unsetenv("DUET_TEST_JOURNAL_FAULT_FILE");
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  auto status = [&] {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::Status s = health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp);
+    return s.ok() ? resp.status() : grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  };
+  ASSERT_TRUE(Hold(StepCount("gke-a", 5, 2)).ok());
+  EXPECT_EQ(status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  std::ofstream(control) << "EIO\n";
+  grpc::Status refused = Hold(StepCount("gke-a", 6, 1));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  std::filesystem::remove(control);
+  EXPECT_TRUE(fakes::WaitFor(
+      [&] { return status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING; },
+      absl::Seconds(5)));
+  // Failed for good: the disk working again changes nothing.
+  EXPECT_EQ(Hold(StepCount("gke-a", 7, 1)).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
 TEST_F(BridgeTest, InventoryFileChangesReachTheLedger) {
   bridge_.reset();
   config_.inventory.reload_period = absl::Milliseconds(100);

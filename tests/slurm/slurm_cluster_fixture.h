@@ -70,6 +70,9 @@ struct TestSlurmClusterOptions {
   int max_nodes = 64;
   // slurmctld serves configless slurmds (StartConfiglessSlurmd needs it).
   bool configless = false;
+  // Seconds after which the script's watchdog stops the cluster (a backstop
+  // for a binary that dies without stopping it); long runs (bench/soak) raise it.
+  int lifetime_s = 600;
 };
 
 class TestSlurmCluster {
@@ -249,7 +252,8 @@ class TestSlurmCluster {
   };
 
   void Start(const Options& options) {
-    std::string init = absl::StrCat("init --lifetime 600 --max-nodes ", options.max_nodes);
+    std::string init = absl::StrCat("init --lifetime ", options.lifetime_s, " --max-nodes ",
+                                    options.max_nodes);
     if (!options.spank.empty()) absl::StrAppend(&init, " --spank '", options.spank, "'");
     if (options.configless) absl::StrAppend(&init, " --configless");
     CmdResult r = RunCmd(Script(init), /*merge_stderr=*/false);
