@@ -69,8 +69,12 @@ TEST(BridgePodsTest, DeletedPodIsReleasedCountedAndReported) {
   ASSERT_TRUE(WaitFor([&] { return b->ledger()->holding_count() == 1; }));
   EXPECT_TRUE(b->ledger()->FindHolding("gke-a3-1", Owner::Pod("uid-train-1")).has_value());
 
-  const std::string text = b->metrics()->Render();
-  EXPECT_NE(text.find("duet_pod_releases_total{reason=\"deleted\"} 1"), std::string::npos) << text;
+  // The release is counted just after the ledger lets the holding go.
+  std::string text;
+  EXPECT_TRUE(WaitFor([&] {
+    text = b->metrics()->Render();
+    return text.find("duet_pod_releases_total{reason=\"deleted\"} 1") != std::string::npos;
+  })) << text;
   EXPECT_NE(text.find("duet_pod_releases_total{reason=\"orphaned\"} 0"), std::string::npos);
   EXPECT_NE(text.find("duet_k8s_watch_events_total{resource=\"pods\"}"), std::string::npos);
   EXPECT_NE(text.find("duet_k8s_watch_events_total{resource=\"nodes\"}"), std::string::npos);
