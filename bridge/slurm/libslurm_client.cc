@@ -426,6 +426,11 @@ absl::Status LibSlurmClient::DeleteNode(const std::string& name) {
   });
 }
 
+namespace {
+// NO_VAL - 1: the highest priority a job can be given.
+constexpr uint32_t kPlaceholderPriority = 0xfffffffd;
+}  // namespace
+
 absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
     const SlurmAllocRequest& request) {
   if (request.node.empty()) return absl::InvalidArgumentError("allocate: node is empty");
@@ -461,6 +466,14 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
     if (request.memory_mib > 0) desc.pn_min_memory = request.memory_mib;
     desc.tres_per_node = tres_per_node.data();
     desc.immediate = 1;
+    // An immediate allocation that is not the partition's top priority is
+    // refused ("insufficient priority"), on any node, whenever any job
+    // pends in the partition: a pod could never be placed beside a Slurm
+    // queue. A placeholder runs at once or not at all (it never waits ahead
+    // of anyone), so it gets the highest priority short of Slurm's special
+    // values (NO_VAL, INFINITE); setting it needs an operator, which the
+    // bridge is (it creates nodes).
+    desc.priority = kPlaceholderPriority;
     // Required from 24.11 (ESLURM_MISSING_WORK_DIR); a placeholder runs nothing.
     desc.work_dir = work_dir.data();
     desc.user_id = uid;

@@ -121,6 +121,40 @@ TEST_F(LibSlurmClientTest, DrainResumeWeightAndDelete) {
   cluster_->StopSlurmd("cl-b");
 }
 
+TEST_F(LibSlurmClientTest, PlaceholderIsGrantedWhileSlurmJobsPend) {
+  // Found by the soak (bench/soak): with any job pending in the partition,
+  // every immediate placeholder was refused, "insufficient priority", on any
+  // node, so no pod could be bound beside a Slurm queue.
+  AddGpuNode("cl-p", 15);
+  AddGpuNode("cl-q", 16);
+  uint32_t running = cluster_->Sbatch("-w cl-p --gres=gpu:4 --wrap 'sleep 60'");
+  ASSERT_TRUE(cluster_->WaitJobState(running, "RUNNING"));
+  uint32_t pending = cluster_->Sbatch("-w cl-p --gres=gpu:8 --wrap 'sleep 60'");
+  ASSERT_TRUE(cluster_->WaitJobState(pending, "PENDING"));
+  SlurmAllocRequest req;
+  req.job_name = "duet-pod:default/beside-queue";
+  req.comment = "duet-pod uid=u-q ns=default name=beside-queue";
+  req.gpus = 2;
+  req.cpus = 1;
+  req.memory_mib = 100;
+  // On the idle node, and on the free half of the node the pending job waits for.
+  for (const char* node : {"cl-q", "cl-p"}) {
+    req.node = node;
+    auto ph = client_->AllocatePlaceholder(req);
+    ASSERT_TRUE(ph.ok()) << node << ": " << ph.status();
+    EXPECT_EQ(ph->devices.gpus.size(), 2u);
+    EXPECT_EQ(cluster_->JobState(pending), "PENDING");
+    ASSERT_TRUE(client_->KillJob(ph->job_id).ok());
+  }
+  // A full node still refuses: RESOURCE_EXHAUSTED, not a grant.
+  req.node = "cl-p";
+  req.gpus = 5;
+  auto full = client_->AllocatePlaceholder(req);
+  EXPECT_TRUE(absl::IsResourceExhausted(full.status())) << full.status();
+  client_->KillJob(pending).IgnoreError();
+  client_->KillJob(running).IgnoreError();
+}
+
 TEST_F(LibSlurmClientTest, PlaceholderReadsBackIndicesAndBlocksJobs) {
   AddGpuNode("cl-c", 13);
   SlurmAllocRequest req;
