@@ -149,12 +149,15 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
       code = kExitLostLease;
       break;
     }
-    if (bridge != nullptr && !config.journal.etcd.endpoints.empty()) {
-      // The shared log acknowledges nothing more (deposed by another
-      // replica, or etcd out of reach): serving on would only refuse, and a
-      // replica that can write should lead instead.
+    if (bridge != nullptr) {
+      // The ledger's log acknowledges nothing more (etcd: deposed by another
+      // replica, or out of reach; the local journal: a write or fsync
+      // failed, e.g. a full disk): serving on would only refuse every
+      // change, and a replica that can write should lead instead. The exit
+      // gives the lease up to the standby, and kubelet restarts this one
+      // (which reopens its journal, or stands by).
       if (absl::Status s = bridge->LogHealth(); !s.ok()) {
-        spdlog::error("duet-bridge stops leading: the ledger's log in etcd failed: {}",
+        spdlog::error("duet-bridge stops leading: the ledger's log failed: {}",
                       std::string(s.message()));
         code = kExitLostLease;
         break;

@@ -84,7 +84,8 @@ class LeaderBridgeTest : public ::testing::Test {
 
   // Starts a replica. `identity_in_config` false: the identity comes from
   // $POD_NAME.
-  void Start(Replica* r, const std::string& name, bool identity_in_config) {
+  void Start(Replica* r, const std::string& name, bool identity_in_config,
+             const std::string& extra_env = "") {
     r->name = name;
     r->grpc_port = FreePort();
     r->metrics_port = FreePort();
@@ -106,7 +107,9 @@ class LeaderBridgeTest : public ::testing::Test {
     r->pid = fork();
     ASSERT_GE(r->pid, 0);
     if (r->pid == 0) {
-      char* envp[] = {const_cast<char*>(pod_env.c_str()), nullptr};
+      char* envp[] = {const_cast<char*>(pod_env.c_str()),
+                      extra_env.empty() ? nullptr : const_cast<char*>(extra_env.c_str()),
+                      nullptr};
       execle(DUET_BRIDGE_BIN, DUET_BRIDGE_BIN, "--config", cfg.c_str(), (char*)nullptr, envp);
       _exit(127);
     }
@@ -217,6 +220,37 @@ TEST_F(LeaderBridgeTest, LeaderThatCannotRenewExitsForARestart) {
   const absl::Time t0 = absl::Now();
   EXPECT_EQ(WaitExit(a_, absl::Seconds(10)), 3);
   EXPECT_LT(absl::Now() - t0, absl::Seconds(8));  // renew_deadline 1.5s + shutdown
+}
+
+TEST_F(LeaderBridgeTest, LeaderWhoseJournalFailedExitsAndTheStandbyTakesOver) {
+  // The journal's writes fail (a full disk) through the test-only fault
+  // layer (bridge/journal/fault_file_layer.h) while its control file says so.
+  const std::string control = dir_ + "/journal-fault";
+  Start(&a_, "bridge-a", true, "DUET_TEST_JOURNAL_FAULT_FILE=" + control);
+  ASSERT_TRUE(WaitFor([&] { return Health(a_, "") == "SERVING"; }, absl::Seconds(20)));
+  Start(&b_, "bridge-b", true);
+  ASSERT_TRUE(WaitFor([&] { return Health(b_, "") == "NOT_SERVING"; }, absl::Seconds(20)));
+  int nodes = 0;
+  ASSERT_EQ(ListNodes(a_, &nodes), grpc::StatusCode::OK);
+
+  std::ofstream(control) << "ENOSPC\n";
+  auto stub = v1::Ledger::NewStub(a_.Channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::HoldRequest req;
+  req.set_node("gke-h100-a");
+  req.mutable_owner()->mutable_pod()->set_uid("uid-full-disk");
+  req.mutable_owner()->mutable_pod()->set_namespace_("ml");
+  req.mutable_owner()->mutable_pod()->set_name("full-disk");
+  req.mutable_count()->set_kind(v1::DEVICE_KIND_GPU);
+  req.mutable_count()->set_count(1);
+  v1::HoldResponse resp;
+  EXPECT_FALSE(stub->Hold(&ctx, req, &resp).ok()) << "a grant the journal could not write";
+  // The leader gives up (status 3, for a restart) and the standby leads.
+  EXPECT_EQ(WaitExit(a_, absl::Seconds(10)), 3);
+  ASSERT_TRUE(WaitFor([&] { return Health(b_, "") == "SERVING"; }, absl::Seconds(15)));
+  EXPECT_EQ(Holder(), "bridge-b");
+  EXPECT_EQ(ListNodes(b_, &nodes), grpc::StatusCode::OK);
 }
 
 }  // namespace
