@@ -252,7 +252,10 @@ TEST(KubeClientTest, StreamErrors) {
 
   EXPECT_EQ(client->Stream("/api/v1/nope?watch=1", {}, ignore).code(), absl::StatusCode::kNotFound);
 
-  // Dropped mid-stream: UNAVAILABLE.
+  // Dropped mid-stream: UNAVAILABLE. The first watch above, which the
+  // client left, must be gone from the fake first: "drop" goes to the
+  // watches open at that moment, and the count below must be this one's.
+  ASSERT_TRUE(testing::WaitFor([&] { return fake.OpenWatches() == 0; }));
   std::thread t([&] {
     s = client->Stream("/api/v1/nodes?watch=1&resourceVersion=0", {}, ignore);
   });
