@@ -71,15 +71,6 @@ std::string Health(int port) {
   return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
 }
 
-bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(20));  // polling a condition with a deadline
-  }
-  return done();
-}
-
 int FreePort() { return testing::EtcdServer::FreePort(); }
 
 std::string DeviceKey(const std::string& node, const v1::HeldDevice& d) {
@@ -120,9 +111,7 @@ class Driver {
   void Pause() {
     absl::MutexLock lock(&mu_);
     paused_ = true;
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return idle_ == options_.workers;
-    };
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return idle_ == options_.workers; };
     mu_.Await(absl::Condition(&idle));
   }
   void Resume() {
@@ -381,8 +370,9 @@ class Driver {
         }
         // Closed intervals that ended before now can never overlap a later
         // grant: drop them.
-        on.erase(std::remove_if(on.begin(), on.end(), [&](const Interval& i) { return i.end <= now; }),
-                 on.end());
+        on.erase(
+            std::remove_if(on.begin(), on.end(), [&](const Interval& i) { return i.end <= now; }),
+            on.end());
         on.push_back(Interval{h.uid, now});
       }
       live_[h.uid] = h;
@@ -451,11 +441,13 @@ class Scenario {
     replicas_[0].name = "bridge-a";
     replicas_[1].name = "bridge-b";
     if (absl::Status s = StartReplica(&replicas_[0]); !s.ok()) return s;
-    if (!WaitUntil([&] { return Health(replicas_[0].port) == "SERVING"; }, absl::Seconds(20))) {
+    if (!k8s::testing::WaitFor([&] { return Health(replicas_[0].port) == "SERVING"; },
+                               absl::Seconds(20))) {
       return absl::DeadlineExceededError("bridge-a did not start serving");
     }
     if (absl::Status s = StartReplica(&replicas_[1]); !s.ok()) return s;
-    if (!WaitUntil([&] { return Health(replicas_[1].port) == "NOT_SERVING"; }, absl::Seconds(20))) {
+    if (!k8s::testing::WaitFor([&] { return Health(replicas_[1].port) == "NOT_SERVING"; },
+                               absl::Seconds(20))) {
       return absl::DeadlineExceededError("bridge-b did not start as a standby");
     }
 
@@ -479,8 +471,9 @@ class Scenario {
       } else {
         Kill(&replicas_[leader]);
       }
-      if (!WaitUntil([&] { return driver.FirstHoldAfterKill() != absl::InfiniteFuture(); },
-                     absl::Seconds(30))) {
+      if (!k8s::testing::WaitFor(
+              [&] { return driver.FirstHoldAfterKill() != absl::InfiniteFuture(); },
+              absl::Seconds(30))) {
         failed = absl::DeadlineExceededError("no Hold was acknowledged within 30 s of the kill");
         break;
       }
@@ -502,9 +495,9 @@ class Scenario {
         Replica& old = replicas_[leader];
         ::kill(old.pid, SIGCONT);
         int status = 0;
-        const bool exited = WaitUntil(
+        const bool exited = k8s::testing::WaitFor(
             [&] { return ::waitpid(old.pid, &status, WNOHANG) == old.pid; }, absl::Seconds(20));
-        f.deposed_exits.push_back(!exited ? -1
+        f.deposed_exits.push_back(!exited             ? -1
                                   : WIFEXITED(status) ? WEXITSTATUS(status)
                                                       : 128 + WTERMSIG(status));
         if (exited) {
@@ -523,8 +516,8 @@ class Scenario {
         failed = s;
         break;
       }
-      if (!WaitUntil([&] { return Health(replicas_[leader].port) == "NOT_SERVING"; },
-                     absl::Seconds(20))) {
+      if (!k8s::testing::WaitFor([&] { return Health(replicas_[leader].port) == "NOT_SERVING"; },
+                                 absl::Seconds(20))) {
         failed = absl::DeadlineExceededError("the restarted replica did not become a standby");
       }
     }
@@ -588,7 +581,7 @@ class Scenario {
   // health check can time out on a loaded machine); -1 if none.
   int ServingReplica() {
     int leader = -1;
-    WaitUntil(
+    k8s::testing::WaitFor(
         [&] {
           for (int r = 0; r < 2; ++r) {
             if (Health(replicas_[r].port) == "SERVING") leader = r;
