@@ -849,11 +849,21 @@ bool Soak::JournalFault(const std::string& word, const std::string& kind) {
                            " acknowledged while the journal failed with ", word));
     return true;
   }
-  // The journal stays failed for good, and the bridge must say so on
-  // grpc.health.v1 (readiness) rather than look healthy.
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE) {
+    // Refused before anything was written (e.g. the placeholder's devices
+    // changed since they were read): the journal was not reached.
+    std::cerr << "soak: " << kind << ": the change was refused before the journal ("
+              << s.error_message() << ")\n";
+    return false;
+  }
+  // The journal stays failed for good: the bridge exits with status 3 for a
+  // restart, and until it has, says so on grpc.health.v1 (readiness) rather
+  // than look healthy.
   auto health = grpc::health::v1::Health::NewStub(bridge_->channel());
-  const bool not_serving = WaitFor(
+  int exit_status = -1;
+  const bool gave_up = WaitFor(
       [&] {
+        if ((exit_status = bridge_->ExitStatus()) >= 0) return true;
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
         grpc::health::v1::HealthCheckResponse resp;
@@ -861,10 +871,17 @@ bool Soak::JournalFault(const std::string& word, const std::string& kind) {
                resp.status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING;
       },
       absl::Seconds(5));
-  if (!not_serving) {
+  if (!gave_up) {
     Violation(absl::StrCat("journal failed with ", word, " but duet-bridge reports SERVING"));
+  } else if (WaitFor([&] { return (exit_status = bridge_->ExitStatus()) >= 0; },
+                     absl::Seconds(10)) &&
+             exit_status != 3) {
+    Violation(absl::StrCat("journal failed with ", word, ": duet-bridge exited with status ",
+                           exit_status, ", not 3"));
+  } else if (exit_status < 0) {
+    Violation(absl::StrCat("journal failed with ", word, ": duet-bridge did not exit for a restart"));
   }
-  // The remedy is a restart.
+  // The remedy is a restart (kubelet's, here ours).
   bridge_->Kill(SIGKILL);
   return StartBridge() || (std::cerr << "soak: restart after " << kind << " failed\n", false);
 }

@@ -695,11 +695,28 @@ int Run(const Config& config) {
     spdlog::critical("duet-bridge cannot start: {}", bridge.status().ToString());
     return 1;
   }
-  int sig = 0;
-  sigwait(&set, &sig);
-  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  // A ledger log that failed (a journal write or fsync error, e.g. a full
+  // disk; etcd deposed or out of reach) acknowledges nothing more: exit for
+  // a restart, which reopens and recovers it, as a leader does, rather than
+  // stay up refusing every change. A transient error heals by itself then; a
+  // lasting one shows as a restarting pod with the reason in its log.
+  int code = 0;
+  while (true) {
+    timespec tick{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig > 0) {
+      spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      break;
+    }
+    if (absl::Status s = (*bridge)->LogHealth(); !s.ok()) {
+      spdlog::error("duet-bridge exits for a restart: the ledger's log failed: {}",
+                    std::string(s.message()));
+      code = kExitForRestart;
+      break;
+    }
+  }
   (*bridge)->Shutdown();
-  return 0;
+  return code;
 }
 
 }  // namespace duet

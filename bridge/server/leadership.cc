@@ -146,7 +146,7 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
     if (lost) {
       spdlog::error("duet-bridge lost the leader lease {}/{}: shutting down to restart as a standby",
                     lo.lease_namespace, lo.lease_name);
-      code = kExitLostLease;
+      code = kExitForRestart;
       break;
     }
     if (bridge != nullptr) {
@@ -159,7 +159,7 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
       if (absl::Status s = bridge->LogHealth(); !s.ok()) {
         spdlog::error("duet-bridge stops leading: the ledger's log failed: {}",
                       std::string(s.message()));
-        code = kExitLostLease;
+        code = kExitForRestart;
         break;
       }
     }

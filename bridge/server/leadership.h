@@ -18,12 +18,14 @@ std::string LeaderIdentity(const LeaderElectionConfig& config);
 // account's namespace file; a kubeconfig context's), else "default".
 std::string LeaderNamespace(const LeaderElectionConfig& config, const k8s::KubeConfig& kube);
 
-// Exit status of a leader that lost its lease (the Deployment restarts it).
-inline constexpr int kExitLostLease = 3;
+// Exit status of a bridge that must be restarted to serve again: a leader that
+// lost its lease, or any bridge whose ledger log failed (the Deployment
+// restarts it; the journal is reopened and recovered).
+inline constexpr int kExitForRestart = 3;
 
 // Run() under kubernetes.leader_election: a standby (health NOT_SERVING,
 // duet_leader 0) until this replica holds the Lease, then the full Bridge;
-// exits kExitLostLease when the lease is lost or, with journal.etcd, when the
+// exits kExitForRestart when the lease is lost or, with journal.etcd, when the
 // log in etcd fails (deposed, or etcd unreachable), 0 on SIGTERM/SIGINT (from
 // `signals`, already blocked in every thread), 1 when it cannot start.
 int RunWithLeaderElection(const Config& config, const sigset_t& signals);

@@ -155,6 +155,7 @@ class BridgeProcess {
   // Starts it; returns once its gRPC unix socket serves.
   ::testing::AssertionResult Start() {
     const pid_t parent = getpid();
+    exit_status_ = -1;
     pid_ = fork();
     if (pid_ < 0) return ::testing::AssertionFailure() << "fork failed";
     if (pid_ == 0) {
@@ -196,6 +197,17 @@ class BridgeProcess {
   }
 
   bool Running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+  // Its exit status (128 + the signal if a signal ended it) once it has
+  // exited by itself; -1 while it runs or if it was never started.
+  int ExitStatus() {
+    if (pid_ <= 0) return exit_status_;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return -1;
+    pid_ = -1;
+    channel_.reset();
+    exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_status_;
+  }
   pid_t pid() const { return pid_; }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   std::string Log(int lines = 60) const {
@@ -207,6 +219,7 @@ class BridgeProcess {
   const std::string log_;
   const std::string socket_;
   pid_t pid_ = -1;
+  int exit_status_ = -1;
   std::shared_ptr<grpc::Channel> channel_;
 };
 

@@ -52,7 +52,7 @@ TEST(FailoverTest, ADeposedLeaderThatWakesUpAcknowledgesNothingAndExits) {
   absl::StatusOr<failover::Figures> f = failover::Run(o);
   ASSERT_TRUE(f.ok()) << f.status();
   ASSERT_EQ(f->deposed_exits.size(), 1u);
-  EXPECT_EQ(f->deposed_exits[0], 3);  // kExitLostLease: it stops serving
+  EXPECT_EQ(f->deposed_exits[0], 3);  // kExitForRestart: it stops serving
   EXPECT_GT(f->live_checked, 0u);
   EXPECT_EQ(f->lost, 0u) << absl::StrJoin(f->findings, "\n");
   EXPECT_EQ(f->double_grants, 0u) << absl::StrJoin(f->findings, "\n");

@@ -96,8 +96,9 @@ class LeaderBridgeTest : public ::testing::Test {
                        << "inventory: {source: embedded}\n"
                        << "kubernetes:\n"
                        << "  kubeconfig: " << dir_ << "/kubeconfig\n"
+                       << (leader_election_ ? "" : "  watch_pods: false\n")
                        << "  leader_election:\n"
-                       << "    enabled: true\n"
+                       << "    enabled: " << (leader_election_ ? "true" : "false") << "\n"
                        << (identity_in_config ? "    identity: " + name + "\n" : "")
                        << "    lease_duration: " << absl::FormatDuration(kLease) << "\n"
                        << "    renew_deadline: 1500ms\n"
@@ -163,7 +164,37 @@ class LeaderBridgeTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
+  // Hold of one GPU on gke-h100-a for the pod with this UID.
+  static grpc::Status HoldPodGpu(Replica& r, const std::string& uid) {
+    auto stub = v1::Ledger::NewStub(r.Channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::HoldRequest req;
+    req.set_node("gke-h100-a");
+    req.mutable_owner()->mutable_pod()->set_uid(uid);
+    req.mutable_owner()->mutable_pod()->set_namespace_("ml");
+    req.mutable_owner()->mutable_pod()->set_name(uid);
+    req.mutable_count()->set_kind(v1::DEVICE_KIND_GPU);
+    req.mutable_count()->set_count(1);
+    v1::HoldResponse resp;
+    return stub->Hold(&ctx, req, &resp);
+  }
+  // The UIDs of the pods holding devices on the replica.
+  static std::vector<std::string> PodHolders(Replica& r) {
+    auto stub = v1::Ledger::NewStub(r.Channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::ListHoldingsResponse resp;
+    std::vector<std::string> uids;
+    if (!stub->ListHoldings(&ctx, v1::ListHoldingsRequest(), &resp).ok()) return {"error"};
+    for (const v1::Holding& h : resp.holdings()) {
+      if (h.owner().has_pod()) uids.push_back(h.owner().pod().uid());
+    }
+    return uids;
+  }
+
   FakeApiServer fake_;
+  bool leader_election_ = true;  // false: one bridge, kubernetes.leader_election off
   std::string dir_;
   std::unique_ptr<k8s::KubeClient> client_;
   Replica a_, b_;
@@ -234,23 +265,34 @@ TEST_F(LeaderBridgeTest, LeaderWhoseJournalFailedExitsAndTheStandbyTakesOver) {
   ASSERT_EQ(ListNodes(a_, &nodes), grpc::StatusCode::OK);
 
   std::ofstream(control) << "ENOSPC\n";
-  auto stub = v1::Ledger::NewStub(a_.Channel());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1::HoldRequest req;
-  req.set_node("gke-h100-a");
-  req.mutable_owner()->mutable_pod()->set_uid("uid-full-disk");
-  req.mutable_owner()->mutable_pod()->set_namespace_("ml");
-  req.mutable_owner()->mutable_pod()->set_name("full-disk");
-  req.mutable_count()->set_kind(v1::DEVICE_KIND_GPU);
-  req.mutable_count()->set_count(1);
-  v1::HoldResponse resp;
-  EXPECT_FALSE(stub->Hold(&ctx, req, &resp).ok()) << "a grant the journal could not write";
+  EXPECT_FALSE(HoldPodGpu(a_, "uid-full-disk").ok()) << "a grant the journal could not write";
   // The leader gives up (status 3, for a restart) and the standby leads.
   EXPECT_EQ(WaitExit(a_, absl::Seconds(10)), 3);
   ASSERT_TRUE(WaitFor([&] { return Health(b_, "") == "SERVING"; }, absl::Seconds(15)));
   EXPECT_EQ(Holder(), "bridge-b");
   EXPECT_EQ(ListNodes(b_, &nodes), grpc::StatusCode::OK);
+}
+
+// Without leader election a failed journal ends the process too (status 3),
+// instead of a bridge that stays up refusing every change; its restart
+// reopens the journal, recovers what was acknowledged, and grants again.
+TEST_F(LeaderBridgeTest, SingleBridgeWhoseJournalFailedExitsAndItsRestartRecovers) {
+  leader_election_ = false;
+  const std::string control = dir_ + "/journal-fault";
+  Start(&a_, "bridge-single", true, "DUET_TEST_JOURNAL_FAULT_FILE=" + control);
+  ASSERT_TRUE(WaitFor([&] { return Health(a_, "") == "SERVING"; }, absl::Seconds(20)));
+  ASSERT_TRUE(HoldPodGpu(a_, "uid-before").ok());
+
+  std::ofstream(control) << "ENOSPC\n";  // (EIO fails fsyncs; this journal does not fsync)
+  EXPECT_FALSE(HoldPodGpu(a_, "uid-during").ok()) << "a grant the journal could not write";
+  EXPECT_EQ(WaitExit(a_, absl::Seconds(10)), 3);
+
+  // The disk works again; kubelet's restart (here: ours) recovers.
+  fs::remove(control);
+  Start(&a_, "bridge-single", true);
+  ASSERT_TRUE(WaitFor([&] { return Health(a_, "") == "SERVING"; }, absl::Seconds(20)));
+  EXPECT_EQ(PodHolders(a_), std::vector<std::string>{"uid-before"});
+  EXPECT_TRUE(HoldPodGpu(a_, "uid-after").ok());
 }
 
 }  // namespace
