@@ -942,34 +942,9 @@ Snapshot Soak::Read() {
   v1::ListHoldingsResponse resp;
   if (!stub_->ListHoldings(&ctx, v1::ListHoldingsRequest(), &resp).ok()) return s;
   for (const v1::Holding& h : resp.holdings()) {
-    duet::testing::LedgerHolding l;
-    l.node = h.node();
-    switch (h.owner().kind_case()) {
-      case v1::Owner::kSlurmJob:
-        l.kind = "slurm_job";
-        l.job_id = h.owner().slurm_job().job_id();
-        break;
-      case v1::Owner::kSlurmStep:
-        l.kind = "slurm_step";
-        l.job_id = h.owner().slurm_step().job_id();
-        l.step_id = h.owner().slurm_step().step_id();
-        break;
-      case v1::Owner::kPlaceholder:
-        l.kind = "placeholder";
-        l.job_id = h.owner().placeholder().job_id();
-        l.pod_uid = h.owner().placeholder().pod_uid();
-        break;
-      case v1::Owner::kPod:
-        l.kind = "pod";
-        l.pod = h.owner().pod().name();
-        l.pod_uid = h.owner().pod().uid();
-        break;
-      case v1::Owner::KIND_NOT_SET:
-        break;
-    }
-    for (const v1::HeldDevice& d : h.devices()) {
-      if (d.kind() == v1::DEVICE_KIND_GPU) l.devices["gpu"].insert(d.index());
-    }
+    duet::testing::LedgerHolding l = duet::testing::ToLedgerHolding(h);
+    // The soak's pods are all in "default", known by name; its nodes have GPUs only.
+    if (l.kind == "pod") l.pod = h.owner().pod().name();
     s.holdings.push_back(std::move(l));
   }
   CmdResult c = cluster_->Cli("scontrol -d show job");

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bridge/etcd/etcd_client.h"
+#include "tests/fakes/free_port.h"
 #include "tests/fakes/wait.h"
 
 namespace duet {
@@ -22,23 +23,11 @@ namespace testing {
 
 bool EtcdServer::Available() { return ::access(kBinary, X_OK) == 0; }
 
-int EtcdServer::FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 EtcdServer::EtcdServer() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "duet-etcd-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) != nullptr) dir_ = tmpl;
-  client_port_ = FreePort();
-  peer_port_ = FreePort();
+  client_port_ = fakes::FreePort();
+  peer_port_ = fakes::FreePort();
 }
 
 EtcdServer::~EtcdServer() {

@@ -35,8 +35,6 @@ class EtcdServer {
 
   // http://127.0.0.1:<client port>
   std::string endpoint() const;
-  // A free loopback port nobody listens on (for an "etcd that is down").
-  static int FreePort();
   // etcd's own output, for a failing test's message.
   std::string Log() const;
 

@@ -30,6 +30,7 @@
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/free_port.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
 
 #ifndef DUET_BRIDGE_BIN
@@ -38,21 +39,7 @@
 
 namespace duet::testing {
 
-inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
+using ::duet::fakes::FreePort;
 
 // "0-2,5" -> {0,1,2,5}
 inline std::set<uint32_t> ExpandIdx(const std::string& s) {
@@ -100,6 +87,39 @@ struct LedgerHolding {
   NodeDevices devices;
 };
 
+// One holding of ListHoldings as a LedgerHolding.
+inline LedgerHolding ToLedgerHolding(const v1::Holding& h) {
+  LedgerHolding l;
+  l.node = h.node();
+  switch (h.owner().kind_case()) {
+    case v1::Owner::kSlurmJob:
+      l.kind = "slurm_job";
+      l.job_id = h.owner().slurm_job().job_id();
+      break;
+    case v1::Owner::kSlurmStep:
+      l.kind = "slurm_step";
+      l.job_id = h.owner().slurm_step().job_id();
+      l.step_id = h.owner().slurm_step().step_id();
+      break;
+    case v1::Owner::kPlaceholder:
+      l.kind = "placeholder";
+      l.job_id = h.owner().placeholder().job_id();
+      l.pod_uid = h.owner().placeholder().pod_uid();
+      break;
+    case v1::Owner::kPod:
+      l.kind = "pod";
+      l.pod = h.owner().pod().namespace_() + "/" + h.owner().pod().name();
+      l.pod_uid = h.owner().pod().uid();
+      break;
+    case v1::Owner::KIND_NOT_SET:
+      break;
+  }
+  for (const v1::HeldDevice& d : h.devices()) {
+    l.devices[d.kind() == v1::DEVICE_KIND_TPU ? "tpu" : "gpu"].insert(d.index());
+  }
+  return l;
+}
+
 // The ledger's holdings (ListHoldings); {} with a failed expectation on error.
 inline std::vector<LedgerHolding> ListLedgerHoldings(v1::Ledger::Stub* stub) {
   std::vector<LedgerHolding> out;
@@ -109,37 +129,7 @@ inline std::vector<LedgerHolding> ListLedgerHoldings(v1::Ledger::Stub* stub) {
   v1::ListHoldingsResponse resp;
   grpc::Status s = stub->ListHoldings(&ctx, v1::ListHoldingsRequest(), &resp);
   EXPECT_TRUE(s.ok()) << s.error_message();
-  for (const v1::Holding& h : resp.holdings()) {
-    LedgerHolding l;
-    l.node = h.node();
-    switch (h.owner().kind_case()) {
-      case v1::Owner::kSlurmJob:
-        l.kind = "slurm_job";
-        l.job_id = h.owner().slurm_job().job_id();
-        break;
-      case v1::Owner::kSlurmStep:
-        l.kind = "slurm_step";
-        l.job_id = h.owner().slurm_step().job_id();
-        l.step_id = h.owner().slurm_step().step_id();
-        break;
-      case v1::Owner::kPlaceholder:
-        l.kind = "placeholder";
-        l.job_id = h.owner().placeholder().job_id();
-        l.pod_uid = h.owner().placeholder().pod_uid();
-        break;
-      case v1::Owner::kPod:
-        l.kind = "pod";
-        l.pod = h.owner().pod().namespace_() + "/" + h.owner().pod().name();
-        l.pod_uid = h.owner().pod().uid();
-        break;
-      case v1::Owner::KIND_NOT_SET:
-        break;
-    }
-    for (const v1::HeldDevice& d : h.devices()) {
-      l.devices[d.kind() == v1::DEVICE_KIND_TPU ? "tpu" : "gpu"].insert(d.index());
-    }
-    out.push_back(std::move(l));
-  }
+  for (const v1::Holding& h : resp.holdings()) out.push_back(ToLedgerHolding(h));
   return out;
 }
 

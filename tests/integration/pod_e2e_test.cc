@@ -162,12 +162,7 @@ class World {
       ADD_FAILURE() << "the fake apiserver did not start";
       return;
     }
-    std::ofstream(dir_ / "kubeconfig")
-        << "apiVersion: v1\nkind: Config\n"
-        << "clusters: [{name: fake, cluster: {server: \"" << fake_->url() << "\"}}]\n"
-        << "users: [{name: dev, user: {}}]\n"
-        << "contexts: [{name: fake, context: {cluster: fake, user: dev}}]\n"
-        << "current-context: fake\n";
+    k8s::testing::WriteKubeconfig((dir_ / "kubeconfig").string(), fake_->url());
 
     std::ofstream inv(dir_ / "nodes.yaml");
     inv << "nodes:\n";

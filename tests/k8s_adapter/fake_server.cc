@@ -29,6 +29,15 @@ std::string MakeTempDir() {
   return d ? std::string(d) : "";
 }
 
+void WriteKubeconfig(const std::string& path, const std::string& server, const std::string& ns) {
+  std::ofstream(path) << "apiVersion: v1\nkind: Config\n"
+                      << "clusters: [{name: fake, cluster: {server: \"" << server << "\"}}]\n"
+                      << "users: [{name: dev, user: {}}]\n"
+                      << "contexts: [{name: fake, context: {cluster: fake, user: dev"
+                      << (ns.empty() ? "" : ", namespace: " + ns) << "}}]\n"
+                      << "current-context: fake\n";
+}
+
 void RemoveTree(const std::string& dir) {
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

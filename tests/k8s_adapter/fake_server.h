@@ -35,6 +35,10 @@ TlsFiles MakeTestCerts(const std::string& dir);
 std::string MakeTempDir();
 void RemoveTree(const std::string& dir);
 std::string ReadTestdata(const std::string& name);
+// Writes a kubeconfig at `path` whose current context reaches `server`
+// without credentials, with `ns` as the context's namespace if not empty.
+void WriteKubeconfig(const std::string& path, const std::string& server,
+                     const std::string& ns = "");
 
 class FakeApiServer {
  public:

@@ -35,12 +35,7 @@ class AuthzTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(fake_.ok());
     dir_ = k8s::testing::MakeTempDir();
-    std::ofstream(dir_ + "/kubeconfig")
-        << "apiVersion: v1\nkind: Config\n"
-        << "clusters: [{name: fake, cluster: {server: \"" << fake_.url() << "\"}}]\n"
-        << "users: [{name: dev, user: {}}]\n"
-        << "contexts: [{name: fake, context: {cluster: fake, user: dev}}]\n"
-        << "current-context: fake\n";
+    k8s::testing::WriteKubeconfig(dir_ + "/kubeconfig", fake_.url());
     // Pods bound to gke-h100-a and gke-h100-b.
     pod_a_ = PutPod("web-a", "gke-h100-a");
     pod_b_ = PutPod("web-b", "gke-h100-b");

@@ -30,12 +30,7 @@ TEST(BridgeKubernetesTest, SharedPoolNodesBecomeTheLedgersNodes) {
                    ("duet-bridge-k8s-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "kubeconfig") << "apiVersion: v1\nkind: Config\n"
-                                    << "clusters: [{name: fake, cluster: {server: \"" << fake.url()
-                                    << "\"}}]\n"
-                                    << "users: [{name: dev, user: {}}]\n"
-                                    << "contexts: [{name: fake, context: {cluster: fake, user: dev}}]\n"
-                                    << "current-context: fake\n";
+  k8s::testing::WriteKubeconfig((dir / "kubeconfig").string(), fake.url());
   Config config;
   config.grpc.listen = "127.0.0.1:0";
   config.metrics.listen = "";
@@ -83,11 +78,7 @@ TEST(BridgeKubernetesTest, AnUnreachableApiServerIsNamedAtStartUp) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("duet-bridge-k8s-down-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "kubeconfig")
-      << "apiVersion: v1\nkind: Config\n"
-      << "clusters: [{name: x, cluster: {server: \"http://127.0.0.1:9\"}}]\n"
-      << "users: [{name: dev, user: {}}]\n"
-      << "contexts: [{name: x, context: {cluster: x, user: dev}}]\ncurrent-context: x\n";
+  k8s::testing::WriteKubeconfig((dir / "kubeconfig").string(), "http://127.0.0.1:9");
   Config config;
   config.grpc.listen = "127.0.0.1:0";
   config.metrics.listen = "";
@@ -121,12 +112,7 @@ TEST(BridgeKubernetesTest, ExtenderBindsAPodWithAFileInventory) {
                    ("duet-bridge-extender-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "kubeconfig") << "apiVersion: v1\nkind: Config\n"
-                                    << "clusters: [{name: fake, cluster: {server: \"" << fake.url()
-                                    << "\"}}]\n"
-                                    << "users: [{name: dev, user: {}}]\n"
-                                    << "contexts: [{name: fake, context: {cluster: fake, user: dev}}]\n"
-                                    << "current-context: fake\n";
+  k8s::testing::WriteKubeconfig((dir / "kubeconfig").string(), fake.url());
   std::ofstream(dir / "nodes.yaml") << "nodes: [{name: gke-a, cpus: 208, memory_mib: 1843200, "
                                        "gpus: {count: 8, model: nvidia-h100-80gb}}]\n";
   Config config;

@@ -37,11 +37,7 @@ TEST(BridgePodsTest, DeletedPodIsReleasedCountedAndReported) {
   fake.Put(BoundPod("train-1", "uid-train-1", "gke-a3-1"));
 
   const std::string dir = k8s::testing::MakeTempDir();
-  std::ofstream(dir + "/kubeconfig") << "apiVersion: v1\nkind: Config\n"
-                                     << "clusters: [{name: fake, cluster: {server: \"" << fake.url()
-                                     << "\"}}]\nusers: [{name: dev, user: {}}]\n"
-                                     << "contexts: [{name: fake, context: {cluster: fake, user: dev}}]\n"
-                                     << "current-context: fake\n";
+  k8s::testing::WriteKubeconfig(dir + "/kubeconfig", fake.url());
   Config config;
   config.grpc.listen = "127.0.0.1:0";
   config.metrics.listen = "";
@@ -102,11 +98,7 @@ TEST(BridgePodsTest, WatchPodsOffMeansNoPodWatch) {
   ASSERT_TRUE(fake.ok());
   fake.Put(GoldenNode("gke_a3_h100_node.json", "gke-a3-1"));
   const std::string dir = k8s::testing::MakeTempDir();
-  std::ofstream(dir + "/kubeconfig") << "apiVersion: v1\nkind: Config\n"
-                                     << "clusters: [{name: fake, cluster: {server: \"" << fake.url()
-                                     << "\"}}]\nusers: [{name: dev, user: {}}]\n"
-                                     << "contexts: [{name: fake, context: {cluster: fake, user: dev}}]\n"
-                                     << "current-context: fake\n";
+  k8s::testing::WriteKubeconfig(dir + "/kubeconfig", fake.url());
   auto config = ParseConfig(absl::StrCat("grpc: {listen: \"127.0.0.1:0\"}\nmetrics: {listen: \"\"}\n",
                                          "journal: {dir: ", dir, "/journal, fsync: false}\n",
                                          "kubernetes: {kubeconfig: ", dir, "/kubeconfig, ",

@@ -28,6 +28,7 @@
 #include "grpcpp/create_channel.h"
 #include "proto/duet/v1/reasons.h"
 #include "tests/etcd/etcd_server.h"
+#include "tests/fakes/free_port.h"
 #include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
@@ -71,7 +72,7 @@ std::string Health(int port) {
   return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
 }
 
-int FreePort() { return testing::EtcdServer::FreePort(); }
+using fakes::FreePort;
 
 std::string DeviceKey(const std::string& node, const v1::HeldDevice& d) {
   return absl::StrCat(node, "/", d.kind(), "/", d.index());
@@ -425,12 +426,7 @@ class Scenario {
       std::filesystem::create_directories(dir_, ec);
       if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir_, ": ", ec.message()));
     }
-    std::ofstream(dir_ + "/kubeconfig")
-        << "apiVersion: v1\nkind: Config\n"
-        << "clusters: [{name: fake, cluster: {server: \"" << fake_.url() << "\"}}]\n"
-        << "users: [{name: dev, user: {}}]\n"
-        << "contexts: [{name: fake, context: {cluster: fake, user: dev, namespace: duet-system}}]\n"
-        << "current-context: fake\n";
+    k8s::testing::WriteKubeconfig(dir_ + "/kubeconfig", fake_.url(), "duet-system");
     if (options_.etcd) {
       if (!testing::EtcdServer::Available()) {
         return absl::FailedPreconditionError("/usr/bin/etcd is missing (etcd-server)");

@@ -18,6 +18,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/free_port.h"
 #include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
@@ -27,17 +28,7 @@ namespace fs = std::filesystem;
 using k8s::testing::FakeApiServer;
 using k8s::testing::WaitFor;
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using fakes::FreePort;
 
 constexpr absl::Duration kLease = absl::Seconds(2);
 constexpr absl::Duration kRetry = absl::Milliseconds(200);
@@ -62,12 +53,7 @@ class LeaderBridgeTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(fake_.ok());
     dir_ = k8s::testing::MakeTempDir();
-    std::ofstream(dir_ + "/kubeconfig")
-        << "apiVersion: v1\nkind: Config\n"
-        << "clusters: [{name: fake, cluster: {server: \"" << fake_.url() << "\"}}]\n"
-        << "users: [{name: dev, user: {}}]\n"
-        << "contexts: [{name: fake, context: {cluster: fake, user: dev, namespace: duet-system}}]\n"
-        << "current-context: fake\n";
+    k8s::testing::WriteKubeconfig(dir_ + "/kubeconfig", fake_.url(), "duet-system");
     k8s::KubeConfig c;
     c.server = fake_.url();
     client_ = *k8s::NewCurlKubeClient(c);

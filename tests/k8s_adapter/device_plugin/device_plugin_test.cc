@@ -686,11 +686,7 @@ TEST_F(DevicePluginTest, BypassPodIsPlacedOnlyWithItsOwnNodesToken) {
                             {"extra", {{"authentication.kubernetes.io/node-name", {node}}}}});
   }
   api_->Put(PendingPod("rogue", "uid-rogue", "nvidia.com/gpu", 2));
-  std::ofstream(dir_ / "kubeconfig") << "apiVersion: v1\nkind: Config\n"
-                                     << "clusters: [{name: f, cluster: {server: \"" << api_->url()
-                                     << "\"}}]\nusers: [{name: u, user: {}}]\n"
-                                     << "contexts: [{name: f, context: {cluster: f, user: u}}]\n"
-                                     << "current-context: f\n";
+  k8s::testing::WriteKubeconfig((dir_ / "kubeconfig").string(), api_->url());
   Config c;
   c.grpc.listen = "127.0.0.1:0";
   c.metrics.listen = "";
