@@ -701,13 +701,7 @@ int Run(const Config& config) {
   // stay up refusing every change. A transient error heals by itself then; a
   // lasting one shows as a restarting pod with the reason in its log.
   int code = 0;
-  while (true) {
-    timespec tick{0, 200 * 1000 * 1000};
-    const int sig = sigtimedwait(&set, nullptr, &tick);
-    if (sig > 0) {
-      spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      break;
-    }
+  while (!StopSignalReceived(set)) {
     if (absl::Status s = (*bridge)->LogHealth(); !s.ok()) {
       spdlog::error("duet-bridge exits for a restart: the ledger's log failed: {}",
                     std::string(s.message()));

@@ -78,6 +78,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartStandbyGrpc(const Config& con
 
 }  // namespace
 
+bool StopSignalReceived(const sigset_t& signals) {
+  timespec tick{0, 100 * 1000 * 1000};
+  const int sig = sigtimedwait(&signals, nullptr, &tick);
+  if (sig <= 0) return false;
+  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  return true;
+}
+
 int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
   const LeaderElectionConfig& le = config.kubernetes.leader_election;
   absl::StatusOr<k8s::KubeConfig> kc =
@@ -137,12 +145,7 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
   std::unique_ptr<Bridge> bridge;
   int code = 0;
   while (true) {
-    timespec tick{0, 100 * 1000 * 1000};
-    const int sig = sigtimedwait(&signals, nullptr, &tick);
-    if (sig > 0) {
-      spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      break;
-    }
+    if (StopSignalReceived(signals)) break;
     if (lost) {
       spdlog::error("duet-bridge lost the leader lease {}/{}: shutting down to restart as a standby",
                     lo.lease_namespace, lo.lease_name);

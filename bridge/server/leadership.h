@@ -23,6 +23,10 @@ std::string LeaderNamespace(const LeaderElectionConfig& config, const k8s::KubeC
 // restarts it; the journal is reopened and recovered).
 inline constexpr int kExitForRestart = 3;
 
+// Waits up to 100 ms for one of `signals` (blocked in every thread); true,
+// having logged it, if SIGTERM or SIGINT came. Run's loops poll with it.
+bool StopSignalReceived(const sigset_t& signals);
+
 // Run() under kubernetes.leader_election: a standby (health NOT_SERVING,
 // duet_leader 0) until this replica holds the Lease, then the full Bridge;
 // exits kExitForRestart when the lease is lost or, with journal.etcd, when the
