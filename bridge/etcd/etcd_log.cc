@@ -78,20 +78,14 @@ absl::StatusOr<std::unique_ptr<EtcdLog>> EtcdLog::Open(const Options& options, L
   std::unique_ptr<EtcdLog> log(new EtcdLog(options, ledger));
   DUET_RETURN_IF_ERROR(log->Fence());
   DUET_RETURN_IF_ERROR(log->Recover());
-  log->writer_ = std::thread([p = log.get()] { p->WriterLoop(); });
-  log->snapshotter_ = std::thread([p = log.get()] { p->SnapshotLoop(); });
+  log->StartThreads();
   ledger->AddListener(log.get());
   return log;
 }
 
 EtcdLog::~EtcdLog() {
   ledger_->RemoveListener(this);
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  if (snapshotter_.joinable()) snapshotter_.join();
-  if (writer_.joinable()) writer_.join();
+  StopThreads();
 }
 
 absl::Status EtcdLog::Fence() {

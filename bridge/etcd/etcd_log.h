@@ -148,7 +148,7 @@ class EtcdLog final : public DurableLog {
 
   absl::Status Fence();
   absl::Status Recover();
-  void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void WriterLoop() override ABSL_LOCKS_EXCLUDED(mu_);
   bool HasPendingLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits `ops` under the fence, retrying while etcd is unavailable until
@@ -171,8 +171,6 @@ class EtcdLog final : public DurableLog {
   std::unique_ptr<etcd::Client> snapshot_client_ ABSL_GUARDED_BY(snapshot_mu_);
 
   absl::Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  std::thread writer_;
-  std::thread snapshotter_;
 };
 
 }  // namespace duet

@@ -10,6 +10,20 @@ namespace duet {
 DurableLog::DurableLog(Naming naming, uint64_t snapshot_every)
     : naming_(std::move(naming)), snapshot_every_(snapshot_every) {}
 
+void DurableLog::StartThreads() {
+  writer_ = std::thread([this] { WriterLoop(); });
+  snapshotter_ = std::thread([this] { SnapshotLoop(); });
+}
+
+void DurableLog::StopThreads() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (snapshotter_.joinable()) snapshotter_.join();
+  if (writer_.joinable()) writer_.join();
+}
+
 bool DurableLog::AcceptLocked(const Change& change) {
   appended_seq_ = change.seq;
   if (!failed_.ok()) return false;  // nothing more is written; waiters get failed_

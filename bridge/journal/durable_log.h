@@ -7,13 +7,17 @@
 // buffered, written and snapshotted) stays in the subclass, which:
 //   - in OnChange, serializes the record, takes `mu_`, calls AcceptLocked and
 //     buffers the record only if it returns true;
-//   - in its writer thread, calls AwaitBatchLocked (under `mu_`) to wait for
-//     buffered records, writes what it takes without `mu_`, then calls
-//     NotifyObserver and, under `mu_`, MarkDurableLocked; or Fail on an error;
+//   - at the end of Open, calls StartThreads; in its destructor, after
+//     removing itself as the ledger's listener, calls StopThreads before
+//     anything else;
+//   - in its writer thread (WriterLoop), calls AwaitBatchLocked (under
+//     `mu_`) to wait for buffered records, writes what it takes without
+//     `mu_`, then calls NotifyObserver and, under `mu_`, MarkDurableLocked;
+//     or Fail on an error;
 //   - in WriteSnapshot, brackets its capture of the ledger with BeginCapture
-//     and EndCapture;
-//   - runs SnapshotLoop on a thread of its own, and sets `stop_` (under
-//     `mu_`) before joining its threads.
+//     and EndCapture.
+// The snapshot thread calls WriteSnapshot whenever MarkDurableLocked asks
+// for a snapshot.
 //
 // Contract: a seq is durable once the subclass has passed it to
 // MarkDurableLocked; WaitDurable returns OK for it from then on. After Fail
@@ -31,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -74,6 +79,14 @@ class DurableLog : public LedgerLog {
   // only when WriteSnapshot is called.
   DurableLog(Naming naming, uint64_t snapshot_every);
 
+  // Starts the writer thread (WriterLoop) and the snapshot thread.
+  void StartThreads();
+  // Sets `stop_` and joins both threads; the writer returns once the buffer
+  // is written (or dropped, if the log has failed).
+  void StopThreads() ABSL_LOCKS_EXCLUDED(mu_);
+  // The writer thread's body; returns when AwaitBatchLocked says so.
+  virtual void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_) = 0;
+
   // OnChange's bookkeeping: records `change` as appended and, while a
   // snapshot is being captured, keeps a released holding. False once the log
   // has failed: the record must then not be buffered.
@@ -106,19 +119,20 @@ class DurableLog : public LedgerLog {
   absl::Status BeginCapture() ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::pair<uint64_t, Holding>> EndCapture() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The snapshot thread: WriteSnapshot whenever MarkDurableLocked asks for
-  // one, until `stop_`.
-  void SnapshotLoop() ABSL_LOCKS_EXCLUDED(mu_);
-
   mutable absl::Mutex mu_;
   uint64_t appended_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
  private:
+  // The snapshot thread: WriteSnapshot whenever MarkDurableLocked asks for
+  // one, until `stop_`.
+  void SnapshotLoop() ABSL_LOCKS_EXCLUDED(mu_);
+
   const Naming naming_;
   const uint64_t snapshot_every_;
+
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 
   uint64_t since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
   bool snapshot_wanted_ ABSL_GUARDED_BY(mu_) = false;
@@ -127,6 +141,9 @@ class DurableLog : public LedgerLog {
   // released holding here (with its seq); see Journal::WriteSnapshot for why.
   bool capturing_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::pair<uint64_t, Holding>> captured_releases_ ABSL_GUARDED_BY(mu_);
+
+  std::thread writer_;
+  std::thread snapshotter_;
 };
 
 }  // namespace duet

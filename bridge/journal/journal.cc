@@ -203,20 +203,14 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const Options& options, L
   }
   std::unique_ptr<Journal> j(new Journal(options, ledger));
   DUET_RETURN_IF_ERROR(j->Recover());
-  j->writer_ = std::thread([p = j.get()] { p->WriterLoop(); });
-  j->snapshotter_ = std::thread([p = j.get()] { p->SnapshotLoop(); });
+  j->StartThreads();
   ledger->AddListener(j.get());
   return j;
 }
 
 Journal::~Journal() {
   ledger_->RemoveListener(this);
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  if (snapshotter_.joinable()) snapshotter_.join();
-  if (writer_.joinable()) writer_.join();
+  StopThreads();
   segment_.reset();
 }
 

@@ -129,7 +129,7 @@ class Journal final : public DurableLog {
   // Recovery, before the threads start.
   absl::Status Recover();
 
-  void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void WriterLoop() override ABSL_LOCKS_EXCLUDED(mu_);
   bool HasPendingLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes one batch to the active segment (opening a new one if needed).
@@ -154,9 +154,6 @@ class Journal final : public DurableLog {
   uint64_t segment_size_ = 0;
 
   absl::Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-
-  std::thread writer_;
-  std::thread snapshotter_;
 };
 
 }  // namespace duet
