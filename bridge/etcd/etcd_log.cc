@@ -48,9 +48,8 @@ std::string EtcdLog::LogKey(const std::string& prefix, uint64_t seq) {
 
 EtcdLog::EtcdLog(const Options& options, Ledger* ledger)
     : DurableLog({absl::StrCat("etcd log ", options.prefix), "logged", "acknowledged"},
-                 options.snapshot_every),
+                 options.snapshot_every, ledger),
       options_(options),
-      ledger_(ledger),
       fence_key_(options.prefix + "/fence") {
   etcd::Client::Options co;
   co.endpoints = options.endpoints;
@@ -78,14 +77,12 @@ absl::StatusOr<std::unique_ptr<EtcdLog>> EtcdLog::Open(const Options& options, L
   std::unique_ptr<EtcdLog> log(new EtcdLog(options, ledger));
   DUET_RETURN_IF_ERROR(log->Fence());
   DUET_RETURN_IF_ERROR(log->Recover());
-  log->StartThreads();
-  ledger->AddListener(log.get());
+  log->Start();
   return log;
 }
 
 EtcdLog::~EtcdLog() {
-  ledger_->RemoveListener(this);
-  StopThreads();
+  Stop();
 }
 
 absl::Status EtcdLog::Fence() {
@@ -201,10 +198,6 @@ EtcdLog::Stats EtcdLog::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
 }
-
-bool EtcdLog::HasPendingLocked() const { return !pending_.empty(); }
-
-void EtcdLog::DropPendingLocked() { pending_.clear(); }
 
 absl::Status EtcdLog::Commit(etcd::Client* client, const std::vector<etcd::Op>& ops,
                              absl::Time deadline, uint64_t* retries) {

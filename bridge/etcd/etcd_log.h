@@ -149,15 +149,16 @@ class EtcdLog final : public DurableLog {
   absl::Status Fence();
   absl::Status Recover();
   void WriterLoop() override ABSL_LOCKS_EXCLUDED(mu_);
-  bool HasPendingLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasPendingLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !pending_.empty();
+  }
+  void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { pending_.clear(); }
   // Commits `ops` under the fence, retrying while etcd is unavailable until
   // `deadline`. UNAVAILABLE when deposed or out of time.
   absl::Status Commit(etcd::Client* client, const std::vector<etcd::Op>& ops,
                       absl::Time deadline, uint64_t* retries);
 
   const Options options_;
-  Ledger* const ledger_;
   const std::string fence_key_;
   int64_t fence_revision_ = 0;  // set by Open, then read-only
   std::atomic<bool> deposed_{false};

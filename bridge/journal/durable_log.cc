@@ -7,15 +7,17 @@
 
 namespace duet {
 
-DurableLog::DurableLog(Naming naming, uint64_t snapshot_every)
-    : naming_(std::move(naming)), snapshot_every_(snapshot_every) {}
+DurableLog::DurableLog(Naming naming, uint64_t snapshot_every, Ledger* ledger)
+    : ledger_(ledger), naming_(std::move(naming)), snapshot_every_(snapshot_every) {}
 
-void DurableLog::StartThreads() {
+void DurableLog::Start() {
   writer_ = std::thread([this] { WriterLoop(); });
   snapshotter_ = std::thread([this] { SnapshotLoop(); });
+  ledger_->AddListener(this);
 }
 
-void DurableLog::StopThreads() {
+void DurableLog::Stop() {
+  ledger_->RemoveListener(this);
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;

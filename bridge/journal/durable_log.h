@@ -7,9 +7,8 @@
 // buffered, written and snapshotted) stays in the subclass, which:
 //   - in OnChange, serializes the record, takes `mu_`, calls AcceptLocked and
 //     buffers the record only if it returns true;
-//   - at the end of Open, calls StartThreads; in its destructor, after
-//     removing itself as the ledger's listener, calls StopThreads before
-//     anything else;
+//   - at the end of Open (once recovered), calls Start; first thing in its
+//     destructor, calls Stop;
 //   - in its writer thread (WriterLoop), calls AwaitBatchLocked (under
 //     `mu_`) to wait for buffered records, writes what it takes without
 //     `mu_`, then calls NotifyObserver and, under `mu_`, MarkDurableLocked;
@@ -75,15 +74,18 @@ class DurableLog : public LedgerLog {
   virtual absl::Status WriteSnapshot() ABSL_LOCKS_EXCLUDED(mu_) = 0;
 
  protected:
+  // The log of `ledger` (not owned; must outlive the log).
   // `snapshot_every`: records made durable between automatic snapshots; 0 =
   // only when WriteSnapshot is called.
-  DurableLog(Naming naming, uint64_t snapshot_every);
+  DurableLog(Naming naming, uint64_t snapshot_every, Ledger* ledger);
 
-  // Starts the writer thread (WriterLoop) and the snapshot thread.
-  void StartThreads();
-  // Sets `stop_` and joins both threads; the writer returns once the buffer
-  // is written (or dropped, if the log has failed).
-  void StopThreads() ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts the writer thread (WriterLoop) and the snapshot thread, then
+  // registers as the ledger's ChangeListener.
+  void Start();
+  // Removes itself as the ledger's listener, sets `stop_` and joins both
+  // threads; the writer returns once the buffer is written (or dropped, if
+  // the log has failed).
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   // The writer thread's body; returns when AwaitBatchLocked says so.
   virtual void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_) = 0;
 
@@ -118,6 +120,8 @@ class DurableLog : public LedgerLog {
   // count); EndCapture stops and returns them.
   absl::Status BeginCapture() ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::pair<uint64_t, Holding>> EndCapture() ABSL_LOCKS_EXCLUDED(mu_);
+
+  Ledger* const ledger_;
 
   mutable absl::Mutex mu_;
   uint64_t appended_seq_ ABSL_GUARDED_BY(mu_) = 0;

@@ -190,9 +190,8 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 
 Journal::Journal(const Options& options, Ledger* ledger)
     : DurableLog({absl::StrCat("journal ", options.dir), "journaled", "durable"},
-                 options.snapshot_every),
+                 options.snapshot_every, ledger),
       options_(options),
-      ledger_(ledger),
       files_(options.files != nullptr ? options.files : FileLayer::Posix()) {}
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const Options& options, Ledger* ledger) {
@@ -203,14 +202,12 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const Options& options, L
   }
   std::unique_ptr<Journal> j(new Journal(options, ledger));
   DUET_RETURN_IF_ERROR(j->Recover());
-  j->StartThreads();
-  ledger->AddListener(j.get());
+  j->Start();
   return j;
 }
 
 Journal::~Journal() {
-  ledger_->RemoveListener(this);
-  StopThreads();
+  Stop();
   segment_.reset();
 }
 
@@ -369,10 +366,6 @@ Journal::Stats Journal::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
 }
-
-bool Journal::HasPendingLocked() const { return !pending_.empty(); }
-
-void Journal::DropPendingLocked() { pending_.clear(); }
 
 absl::Status Journal::OpenSegment(uint64_t first_seq) {
   segment_.reset();  // every batch in it was already synced

@@ -130,8 +130,10 @@ class Journal final : public DurableLog {
   absl::Status Recover();
 
   void WriterLoop() override ABSL_LOCKS_EXCLUDED(mu_);
-  bool HasPendingLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasPendingLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !pending_.empty();
+  }
+  void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { pending_.clear(); }
   // Writes one batch to the active segment (opening a new one if needed).
   absl::Status WriteBatch(const std::string& batch, uint64_t first_seq, bool rotate);
   absl::Status OpenSegment(uint64_t first_seq);
@@ -139,7 +141,6 @@ class Journal final : public DurableLog {
   void Compact(uint64_t seq);
 
   const Options options_;
-  Ledger* const ledger_;
 
   std::string pending_ ABSL_GUARDED_BY(mu_);  // framed records not yet written
   uint64_t pending_first_seq_ ABSL_GUARDED_BY(mu_) = 0;
