@@ -47,7 +47,10 @@ std::string EtcdLog::LogKey(const std::string& prefix, uint64_t seq) {
 }
 
 EtcdLog::EtcdLog(const Options& options, Ledger* ledger)
-    : options_(options), ledger_(ledger), fence_key_(options.prefix + "/fence") {
+    : DurableLog({absl::StrCat("etcd log ", options.prefix), "logged", "acknowledged"},
+                 options.snapshot_every, ledger),
+      options_(options),
+      fence_key_(options.prefix + "/fence") {
   etcd::Client::Options co;
   co.endpoints = options.endpoints;
   co.request_timeout = options.request_timeout;
@@ -74,20 +77,12 @@ absl::StatusOr<std::unique_ptr<EtcdLog>> EtcdLog::Open(const Options& options, L
   std::unique_ptr<EtcdLog> log(new EtcdLog(options, ledger));
   DUET_RETURN_IF_ERROR(log->Fence());
   DUET_RETURN_IF_ERROR(log->Recover());
-  log->writer_ = std::thread([p = log.get()] { p->WriterLoop(); });
-  log->snapshotter_ = std::thread([p = log.get()] { p->SnapshotLoop(); });
-  ledger->AddListener(log.get());
+  log->Start();
   return log;
 }
 
 EtcdLog::~EtcdLog() {
-  ledger_->RemoveListener(this);
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  if (snapshotter_.joinable()) snapshotter_.join();
-  if (writer_.joinable()) writer_.join();
+  Stop();
 }
 
 absl::Status EtcdLog::Fence() {
@@ -194,59 +189,14 @@ absl::Status EtcdLog::Recover() {
 void EtcdLog::OnChange(const Change& change) {
   const std::string payload = RecordOf(change).SerializeAsString();
   absl::MutexLock lock(&mu_);
-  appended_seq_ = change.seq;
-  if (!failed_.ok()) return;  // nothing more is written; waiters get failed_
+  if (!AcceptLocked(change)) return;
   pending_.emplace_back(change.seq, payload);
   ++stats_.records;
-  if (capturing_ && change.type == Change::Type::kRelease) {
-    captured_releases_.emplace_back(change.seq, *change.holding);
-  }
-}
-
-absl::Status EtcdLog::WaitDurable(uint64_t seq) {
-  absl::MutexLock lock(&mu_);
-  if (seq > appended_seq_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("seq ", seq, " was never logged (last is ", appended_seq_, ")"));
-  }
-  auto done = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return durable_seq_ >= seq || !failed_.ok();
-  };
-  mu_.Await(absl::Condition(&done));
-  if (durable_seq_ >= seq) return absl::OkStatus();
-  return failed_;
-}
-
-absl::Status EtcdLog::Flush() {
-  uint64_t seq;
-  {
-    absl::MutexLock lock(&mu_);
-    seq = appended_seq_;
-  }
-  return WaitDurable(seq);
-}
-
-absl::Status EtcdLog::Health() const {
-  absl::MutexLock lock(&mu_);
-  return failed_;
 }
 
 EtcdLog::Stats EtcdLog::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
-}
-
-void EtcdLog::SetFsyncObserver(std::function<void(double, size_t, size_t)> observer) {
-  absl::MutexLock lock(&mu_);
-  observer_ = std::move(observer);
-}
-
-void EtcdLog::Fail(const absl::Status& s) {
-  absl::MutexLock lock(&mu_);
-  if (!failed_.ok()) return;
-  failed_ = s;
-  spdlog::error("etcd log {}: {}; no change after seq {} is acknowledged", options_.prefix,
-                std::string(s.message()), durable_seq_);
 }
 
 absl::Status EtcdLog::Commit(etcd::Client* client, const std::vector<etcd::Op>& ops,
@@ -283,15 +233,7 @@ void EtcdLog::WriterLoop() {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !pending_.empty() || stop_;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (!failed_.ok()) pending_.clear();
-      if (pending_.empty()) {
-        if (stop_) return;
-        continue;
-      }
+      if (!AwaitBatchLocked()) return;
       batch.swap(pending_);
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -315,23 +257,13 @@ void EtcdLog::WriterLoop() {
         Fail(s);
         break;
       }
-      std::function<void(double, size_t, size_t)> observer;
-      {
-        absl::MutexLock lock(&mu_);
-        observer = observer_;
-      }
-      // Told before the waiters wake, as the Journal does.
-      if (observer) observer(SecondsSince(t0), j - i, bytes);
+      NotifyObserver(SecondsSince(t0), j - i, bytes);
       absl::MutexLock lock(&mu_);
-      durable_seq_ = batch[j - 1].first;
+      MarkDurableLocked(batch[j - 1].first, j - i);
       stats_.durable_seq = durable_seq_;
       stats_.bytes += bytes;
       ++stats_.txns;
       stats_.retries += retries;
-      since_snapshot_ += j - i;
-      if (options_.snapshot_every != 0 && since_snapshot_ >= options_.snapshot_every) {
-        snapshot_wanted_ = true;
-      }
       i = j;
     }
     {
@@ -343,46 +275,20 @@ void EtcdLog::WriterLoop() {
   }
 }
 
-void EtcdLog::SnapshotLoop() {
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return snapshot_wanted_ || stop_;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stop_) return;
-    }
-    if (absl::Status s = WriteSnapshot(); !s.ok()) {
-      // The log still has everything; only compaction is late.
-      spdlog::error("etcd log {}: automatic snapshot failed: {}", options_.prefix, s.ToString());
-    }
-  }
-}
-
 absl::Status EtcdLog::WriteSnapshot() {
   absl::MutexLock snapshot_lock(&snapshot_mu_);
   const auto t0 = std::chrono::steady_clock::now();
+  DUET_RETURN_IF_ERROR(BeginCapture());
   uint64_t previous = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (!failed_.ok()) return failed_;
-    capturing_ = true;
-    captured_releases_.clear();
-    since_snapshot_ = 0;
-    snapshot_wanted_ = false;
-    previous = snapshot_seq_;
+    previous = snapshot_seq_;  // written only under snapshot_mu_, which is held
   }
   // As Journal::WriteSnapshot: the views at one seq, then the holdings, and
   // the releases in between (records.h, SnapshotChunks).
   LedgerSnapshot image = ledger_->Snapshot();
   std::vector<Holding> later = ledger_->ListHoldings();
-  std::vector<std::pair<uint64_t, Holding>> releases;
-  {
-    absl::MutexLock lock(&mu_);
-    capturing_ = false;
-    releases.swap(captured_releases_);
-  }
+  const std::vector<std::pair<uint64_t, Holding>> releases = EndCapture();
   const uint64_t seq = image.seq;
   if (seq == previous) return absl::OkStatus();  // nothing new since the last one
   DUET_ASSIGN_OR_RETURN(std::vector<internal::JournalSnapshot> chunks,

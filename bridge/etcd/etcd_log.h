@@ -41,8 +41,12 @@
 // transaction, the end marker, P/snapshot, and the deletion of the log keys
 // and the older snapshot it covers (compaction).
 //
+// The watermarks, the failure status, WaitDurable, Flush, Health, the
+// observer and the snapshot thread are DurableLog's
+// (bridge/journal/durable_log.h), shared with the Journal.
+//
 // Thread-safety: every public method may be called from any thread. `mu_`
-// guards the buffer, the watermarks, the failure status, the stats and the
+// (DurableLog's) guards the buffer, the watermarks, the failure status, the stats and the
 // capture state; `snapshot_mu_` serializes snapshots. No etcd request is made
 // under `mu_`. Lock order: the ledger's lock, then `mu_` (OnChange);
 // `snapshot_mu_` before the ledger's lock; never `mu_` while calling into the
@@ -64,13 +68,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "bridge/etcd/etcd_client.h"
-#include "bridge/journal/ledger_log.h"
+#include "bridge/journal/durable_log.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/ledger/types.h"
 
 namespace duet {
 
-class EtcdLog final : public LedgerLog {
+class EtcdLog final : public DurableLog {
  public:
   struct Options {
     // etcd v3 client URLs (http://host:port), tried in turn.
@@ -126,14 +130,10 @@ class EtcdLog final : public LedgerLog {
   ~EtcdLog() override;
 
   void OnChange(const Change& change) override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status WaitDurable(uint64_t seq) override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Flush() override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Health() const override ABSL_LOCKS_EXCLUDED(mu_);
-  void SetFsyncObserver(std::function<void(double seconds, size_t records, size_t bytes)> observer)
-      override ABSL_LOCKS_EXCLUDED(mu_);
+  // WaitDurable, Flush, Health and SetFsyncObserver: DurableLog's.
 
   // Writes a snapshot of the ledger now and compacts what it covers.
-  absl::Status WriteSnapshot() ABSL_LOCKS_EXCLUDED(mu_, snapshot_mu_);
+  absl::Status WriteSnapshot() override ABSL_LOCKS_EXCLUDED(mu_, snapshot_mu_);
 
   // True once a transaction found another writer's fence.
   bool deposed() const { return deposed_.load(); }
@@ -148,41 +148,30 @@ class EtcdLog final : public LedgerLog {
 
   absl::Status Fence();
   absl::Status Recover();
-  void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  void SnapshotLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void WriterLoop() override ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasPendingLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !pending_.empty();
+  }
+  void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { pending_.clear(); }
   // Commits `ops` under the fence, retrying while etcd is unavailable until
   // `deadline`. UNAVAILABLE when deposed or out of time.
   absl::Status Commit(etcd::Client* client, const std::vector<etcd::Op>& ops,
                       absl::Time deadline, uint64_t* retries);
-  void Fail(const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
-  Ledger* const ledger_;
   const std::string fence_key_;
   int64_t fence_revision_ = 0;  // set by Open, then read-only
   std::atomic<bool> deposed_{false};
 
-  mutable absl::Mutex mu_;
   std::vector<std::pair<uint64_t, std::string>> pending_ ABSL_GUARDED_BY(mu_);
-  uint64_t appended_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
-  bool snapshot_wanted_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t snapshot_seq_ ABSL_GUARDED_BY(mu_) = 0;  // the newest snapshot in etcd
   Stats stats_ ABSL_GUARDED_BY(mu_);
-  std::function<void(double, size_t, size_t)> observer_ ABSL_GUARDED_BY(mu_);
-  bool capturing_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::pair<uint64_t, Holding>> captured_releases_ ABSL_GUARDED_BY(mu_);
 
   // One client per thread that talks to etcd.
   std::unique_ptr<etcd::Client> writer_client_;
   std::unique_ptr<etcd::Client> snapshot_client_ ABSL_GUARDED_BY(snapshot_mu_);
 
   absl::Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  std::thread writer_;
-  std::thread snapshotter_;
 };
 
 }  // namespace duet

@@ -189,8 +189,9 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Journal::Journal(const Options& options, Ledger* ledger)
-    : options_(options),
-      ledger_(ledger),
+    : DurableLog({absl::StrCat("journal ", options.dir), "journaled", "durable"},
+                 options.snapshot_every, ledger),
+      options_(options),
       files_(options.files != nullptr ? options.files : FileLayer::Posix()) {}
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const Options& options, Ledger* ledger) {
@@ -201,20 +202,12 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const Options& options, L
   }
   std::unique_ptr<Journal> j(new Journal(options, ledger));
   DUET_RETURN_IF_ERROR(j->Recover());
-  j->writer_ = std::thread([p = j.get()] { p->WriterLoop(); });
-  j->snapshotter_ = std::thread([p = j.get()] { p->SnapshotLoop(); });
-  ledger->AddListener(j.get());
+  j->Start();
   return j;
 }
 
 Journal::~Journal() {
-  ledger_->RemoveListener(this);
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  if (snapshotter_.joinable()) snapshotter_.join();
-  if (writer_.joinable()) writer_.join();
+  Stop();
   segment_.reset();
 }
 
@@ -362,53 +355,16 @@ void Journal::OnChange(const Change& change) {
   const std::string payload = rec.SerializeAsString();
 
   absl::MutexLock lock(&mu_);
-  appended_seq_ = change.seq;
-  if (!failed_.ok()) return;  // nothing more is written; waiters get failed_
+  if (!AcceptLocked(change)) return;
   if (pending_.empty()) pending_first_seq_ = change.seq;
   AppendFrame(payload, &pending_);
   ++pending_records_;
   ++stats_.records;
-  if (capturing_ && change.type == Change::Type::kRelease) {
-    captured_releases_.emplace_back(change.seq, *change.holding);
-  }
-}
-
-absl::Status Journal::WaitDurable(uint64_t seq) {
-  absl::MutexLock lock(&mu_);
-  if (seq > appended_seq_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("seq ", seq, " was never journaled (last is ", appended_seq_, ")"));
-  }
-  auto done = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return durable_seq_ >= seq || !failed_.ok();
-  };
-  mu_.Await(absl::Condition(&done));
-  if (durable_seq_ >= seq) return absl::OkStatus();
-  return failed_;
-}
-
-absl::Status Journal::Flush() {
-  uint64_t seq;
-  {
-    absl::MutexLock lock(&mu_);
-    seq = appended_seq_;
-  }
-  return WaitDurable(seq);
-}
-
-absl::Status Journal::Health() const {
-  absl::MutexLock lock(&mu_);
-  return failed_;
 }
 
 Journal::Stats Journal::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
-}
-
-void Journal::SetFsyncObserver(std::function<void(double, size_t, size_t)> observer) {
-  absl::MutexLock lock(&mu_);
-  observer_ = std::move(observer);
 }
 
 absl::Status Journal::OpenSegment(uint64_t first_seq) {
@@ -441,15 +397,7 @@ void Journal::WriterLoop() {
     bool rotate = false;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !pending_.empty() || stop_;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (!failed_.ok()) pending_.clear();
-      if (pending_.empty()) {
-        if (stop_) return;
-        continue;
-      }
+      if (!AwaitBatchLocked()) return;
       batch.swap(pending_);
       first = pending_first_seq_;
       last = appended_seq_;
@@ -461,67 +409,26 @@ void Journal::WriterLoop() {
     const auto t0 = std::chrono::steady_clock::now();
     const absl::Status s = WriteBatch(batch, first, rotate);
     const double seconds = SecondsSince(t0);
-    if (s.ok()) {
-      // Told before the waiters wake, so whoever sees its change durable also
-      // sees the batch counted (metrics, tests).
-      std::function<void(double, size_t, size_t)> observer;
-      {
-        absl::MutexLock lock(&mu_);
-        observer = observer_;
-      }
-      if (observer) observer(seconds, records, batch.size());
-    }
-    {
+    if (!s.ok()) {
+      Fail(absl::UnavailableError(absl::StrCat("journal cannot persist changes: ", s.message())),
+           s.message());
+    } else {
+      NotifyObserver(seconds, records, batch.size());
       absl::MutexLock lock(&mu_);
-      if (!s.ok()) {
-        failed_ = absl::UnavailableError(
-            absl::StrCat("journal cannot persist changes: ", s.message()));
-        spdlog::error("journal {}: {}; no change after seq {} is durable", options_.dir,
-                      std::string(s.message()), durable_seq_);
-      } else {
-        durable_seq_ = last;
-        stats_.durable_seq = last;
-        stats_.bytes += batch.size();
-        ++stats_.batches;
-        if (options_.fsync) ++stats_.fsyncs;
-        since_snapshot_ += records;
-        if (options_.snapshot_every != 0 && since_snapshot_ >= options_.snapshot_every) {
-          snapshot_wanted_ = true;
-        }
-      }
+      MarkDurableLocked(last, records);
+      stats_.durable_seq = last;
+      stats_.bytes += batch.size();
+      ++stats_.batches;
+      if (options_.fsync) ++stats_.fsyncs;
     }
     batch.clear();  // keeps its capacity for the next swap
-  }
-}
-
-void Journal::SnapshotLoop() {
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return snapshot_wanted_ || stop_;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stop_) return;
-    }
-    if (absl::Status s = WriteSnapshot(); !s.ok()) {
-      // The log still has everything; only compaction is late.
-      spdlog::error("journal {}: automatic snapshot failed: {}", options_.dir, s.ToString());
-    }
   }
 }
 
 absl::Status Journal::WriteSnapshot() {
   absl::MutexLock snapshot_lock(&snapshot_mu_);
   const auto t0 = std::chrono::steady_clock::now();
-  {
-    absl::MutexLock lock(&mu_);
-    if (!failed_.ok()) return failed_;
-    capturing_ = true;
-    captured_releases_.clear();
-    since_snapshot_ = 0;
-    snapshot_wanted_ = false;
-  }
+  DUET_RETURN_IF_ERROR(BeginCapture());
   // Consistency without stopping writers. Ledger::Snapshot() gives every node
   // view exactly at seq S, so it says which (node, owner) holdings exist at S
   // and the node specs; but the views lack granted_at and the holding's
@@ -534,12 +441,7 @@ absl::Status Journal::WriteSnapshot() {
   // (OnChange runs under its lock) for the whole capture.
   LedgerSnapshot image = ledger_->Snapshot();
   std::vector<Holding> later = ledger_->ListHoldings();
-  std::vector<std::pair<uint64_t, Holding>> releases;
-  {
-    absl::MutexLock lock(&mu_);
-    capturing_ = false;
-    releases.swap(captured_releases_);
-  }
+  const std::vector<std::pair<uint64_t, Holding>> releases = EndCapture();
   const uint64_t seq = image.seq;
   DUET_ASSIGN_OR_RETURN(std::vector<internal::JournalSnapshot> chunks,
                         SnapshotChunks(image, later, releases));

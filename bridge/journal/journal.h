@@ -24,9 +24,13 @@
 //   DUET_ASSIGN_OR_RETURN(auto journal, Journal::Open(options, &ledger));
 //   ... HoldResult r = ledger.Hold(...); journal->WaitDurable(r.seq); answer.
 //
+// The watermarks, the failure status, WaitDurable, Flush, Health and the
+// observer are DurableLog's (bridge/journal/durable_log.h), shared with
+// EtcdLog.
+//
 // Thread-safety: every public method may be called from any thread. `mu_`
-// guards the append buffer, the durability watermark, the failure status, the
-// stats and the writer's segment bookkeeping; `snapshot_mu_` serializes
+// (DurableLog's) guards the append buffer, the durability watermark, the
+// failure status, the stats and the writer's segment bookkeeping; `snapshot_mu_` serializes
 // snapshots. I/O (through the FileLayer) is never done while holding `mu_`. Lock order: the ledger's
 // lock, then `mu_` (OnChange); `snapshot_mu_` before the ledger's lock, and
 // never `mu_` while calling into the ledger.
@@ -44,14 +48,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "bridge/journal/durable_log.h"
 #include "bridge/journal/file_layer.h"
-#include "bridge/journal/ledger_log.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/ledger/types.h"
 
 namespace duet {
 
-class Journal final : public LedgerLog {
+class Journal final : public DurableLog {
  public:
   struct Options {
     // The journal's directory; created (with parents) if missing.
@@ -105,30 +109,19 @@ class Journal final : public LedgerLog {
   // appends it to the buffer; no I/O, no blocking beyond `mu_`.
   void OnChange(const Change& change) override ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Blocks until every record with seq <= `seq` is on disk. OK at once for a
-  // seq that is already durable (including everything recovered by Open).
-  // UNAVAILABLE if writing or syncing failed: the journal then stays failed
-  // for good and the daemon must stop granting.
-  absl::Status WaitDurable(uint64_t seq) override ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Everything appended so far is durable.
-  absl::Status Flush() override ABSL_LOCKS_EXCLUDED(mu_);
+  // WaitDurable (DurableLog): blocks until every record with seq <= `seq`
+  // is on disk. OK at once for a seq that is already durable (including
+  // everything recovered by Open). UNAVAILABLE if writing or syncing failed:
+  // the journal then stays failed for good and the daemon must stop granting.
+  // Health: OK, or the UNAVAILABLE status that failed the journal.
+  // SetFsyncObserver: the observer is called after each log fsync (or write,
+  // when fsync is off).
 
   // Writes a snapshot of the ledger now, then deletes the log segments and
   // older snapshots it covers. Concurrent changes continue meanwhile.
-  absl::Status WriteSnapshot() ABSL_LOCKS_EXCLUDED(mu_, snapshot_mu_);
-
-  // OK, or the UNAVAILABLE status that failed the journal.
-  absl::Status Health() const override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status WriteSnapshot() override ABSL_LOCKS_EXCLUDED(mu_, snapshot_mu_);
 
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Called by the writer thread after each log fsync (or write, when fsync is
-  // off) with its latency in seconds and the batch's records and bytes. Must
-  // be quick and thread-safe; must not call back into the journal. Pass an
-  // empty function to remove.
-  void SetFsyncObserver(std::function<void(double seconds, size_t records, size_t bytes)> observer)
-      override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   Journal(const Options& options, Ledger* ledger);
@@ -136,8 +129,11 @@ class Journal final : public LedgerLog {
   // Recovery, before the threads start.
   absl::Status Recover();
 
-  void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  void SnapshotLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void WriterLoop() override ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasPendingLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !pending_.empty();
+  }
+  void DropPendingLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { pending_.clear(); }
   // Writes one batch to the active segment (opening a new one if needed).
   absl::Status WriteBatch(const std::string& batch, uint64_t first_seq, bool rotate);
   absl::Status OpenSegment(uint64_t first_seq);
@@ -145,26 +141,12 @@ class Journal final : public LedgerLog {
   void Compact(uint64_t seq);
 
   const Options options_;
-  Ledger* const ledger_;
 
-  mutable absl::Mutex mu_;
   std::string pending_ ABSL_GUARDED_BY(mu_);  // framed records not yet written
   uint64_t pending_first_seq_ ABSL_GUARDED_BY(mu_) = 0;
   size_t pending_records_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t appended_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool rotate_ ABSL_GUARDED_BY(mu_) = false;  // next batch starts a new segment
-  uint64_t since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
-  bool snapshot_wanted_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
-  std::function<void(double, size_t, size_t)> observer_ ABSL_GUARDED_BY(mu_);
-
-  // While a snapshot is being captured, OnChange also keeps every released
-  // holding here (with its seq); see WriteSnapshot for why.
-  bool capturing_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::pair<uint64_t, Holding>> captured_releases_ ABSL_GUARDED_BY(mu_);
 
   FileLayer* const files_;
 
@@ -173,9 +155,6 @@ class Journal final : public LedgerLog {
   uint64_t segment_size_ = 0;
 
   absl::Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-
-  std::thread writer_;
-  std::thread snapshotter_;
 };
 
 }  // namespace duet
