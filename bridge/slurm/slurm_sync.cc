@@ -348,6 +348,16 @@ absl::Status SlurmSync::DrainOrResume(const SlurmNodeInfo& have, const std::stri
     if (!s.ok()) return s;
     Count(&SlurmSyncStats::drains);
     spdlog::info("slurm sync: drained {} ({})", have.name, reason);
+    // Unusable from now, not from the next pass's read (this pass read the
+    // node before draining it): the node may be uncordoned in the ledger
+    // before then, and a filter that passed it would send binds that Slurm
+    // refuses ("Required node not available") until a pass resumes it.
+    if (options_.loads != nullptr) {
+      SlurmNodeInfo drained = have;
+      drained.drain = true;
+      drained.reason = reason;
+      options_.loads->MarkUnusable(have.name, have.state + "+DRAIN", UnusableReason(drained));
+    }
     if (options_.on_drain) options_.on_drain(have.name, true, reason);
   } else if (reason.empty() && IsDuetDrain(have)) {
     SlurmNodeUpdate u;
@@ -357,6 +367,9 @@ absl::Status SlurmSync::DrainOrResume(const SlurmNodeInfo& have, const std::stri
     if (!s.ok()) return s;
     Count(&SlurmSyncStats::resumes);
     spdlog::info("slurm sync: resumed {} (was: {})", have.name, have.reason);
+    // Usable again from the next pass's read, not at once: Slurm 22.05 can
+    // report a resumed dynamic node not responding until its slurmd's next
+    // registration, and refuses placeholders there until then.
     if (options_.on_drain) options_.on_drain(have.name, false, have.reason);
   } else if (!reason.empty() && IsDuetDrain(have) && have.reason != reason) {
     SlurmNodeUpdate u;

@@ -221,10 +221,16 @@ TEST_F(SlurmSyncTest, CordonUncordonRemovalAndAdminDrain) {
   ASSERT_TRUE(ledger_.UpsertNode(c).ok());
   ASSERT_TRUE(sync_->RunOnce().ok());
   EXPECT_EQ(cluster_->Cli("sinfo -h -N -n sy-c -o '%t|%E'").out, "drain|duet: cordoned\n");
+  // Unusable for the extender's filter from the pass that drained it, not
+  // only from the next pass's read: a node uncordoned in between would pass
+  // the filter while Slurm still refuses placeholders on it (errno 2068).
+  EXPECT_EQ(loads_.Unusable("sy-c"), "drained in Slurm (duet: cordoned)");
   c.state = NodeState::kReady;
   ASSERT_TRUE(ledger_.UpsertNode(c).ok());
   ASSERT_TRUE(sync_->RunOnce().ok());
   EXPECT_TRUE(WaitFor([&] { return cluster_->Cli("sinfo -h -N -n sy-c -o '%t'").out == "idle\n"; }));
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  EXPECT_EQ(loads_.Unusable("sy-c"), "") << "usable again once a pass reads it resumed";
   EXPECT_EQ(drain_calls_, (std::vector<std::string>{"sy-c drained: duet: cordoned",
                                                     "sy-c resumed: duet: cordoned"}));
 
