@@ -18,15 +18,27 @@
 // whole GPUs 1..8 and shares of one GPU, with CPU requests), as duet-bridge
 // does with the workload it learns; 0 scores each pod against its own shape.
 //
+// --online MIN_CHANGE (with --shapes N) scores as duet-bridge does: against a
+// WorkloadModel (the product's defaults: refresh 1 s, half-life 6 h) with
+// placement.workload.min_change MIN_CHANGE, warmed with 20 N arrivals drawn
+// from those N shapes, while a thread keeps observing one more such arrival
+// every --arrival_us microseconds (default 1000: a busy cluster's pod
+// stream) during the timed decisions. Compare --online 0 (a new snapshot,
+// and an empty fragmentation memo, after every refresh) with --online 0.02
+// (the default) run after run.
+//
 // Per configuration it prints one JSON line: per-call p50/p99 of filter,
 // prioritize and echo (one client, closed loop), decisions/s with one
 // client and with --clients clients at once.
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -37,6 +49,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/common/h100_node.h"
+#include "bridge/placement/workload_model.h"
 #include "k8s_adapter/extender/server.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -66,6 +79,8 @@ struct Flags {
   int threads = 2;
   int clients = 2;
   int shapes = 0;
+  double online = -1;  // min_change; < 0: a fixed workload (--shapes) or none
+  int arrival_us = 1000;
 };
 
 // `n` distinct shapes, the i-th with weight 1 / (i + 1).
@@ -147,7 +162,53 @@ int Run(const Flags& f) {
   const auto workload =
       std::make_shared<const placement::Workload>(SyntheticWorkload(f.shapes));
   ExtenderOptions eo;
-  if (f.shapes > 0) eo.workload = [workload] { return workload; };
+  if (f.shapes > 0 && f.online < 0) eo.workload = [workload] { return workload; };
+  // --online: the learned model, fed a stream drawn from the same shapes.
+  std::unique_ptr<placement::WorkloadModel> model;
+  std::atomic<bool> stream_on{false}, stream_stop{false};
+  std::thread stream;
+  uint64_t arrivals = 0;
+  if (f.shapes > 0 && f.online >= 0) {
+    placement::WorkloadModelOptions mo;
+    mo.min_change = f.online;
+    model = std::make_unique<placement::WorkloadModel>(mo);
+    std::vector<double> cumulative;
+    for (const placement::Workload::Shape& sh : workload->shapes()) {
+      cumulative.push_back((cumulative.empty() ? 0 : cumulative.back()) + sh.weight);
+    }
+    auto draw = [workload, cumulative](uint64_t i) {
+      // A fixed low-discrepancy sequence: the same stream in every run.
+      const double u = std::fmod(static_cast<double>(i) * 0.6180339887498949, 1.0) *
+                       cumulative.back();
+      const size_t k = std::upper_bound(cumulative.begin(), cumulative.end(), u) -
+                       cumulative.begin();
+      return workload->shapes()[std::min(k, cumulative.size() - 1)].request;
+    };
+    for (; arrivals < 20 * static_cast<uint64_t>(f.shapes); ++arrivals) {
+      model->Observe(absl::StrCat("warm-", arrivals), draw(arrivals), absl::Now());
+    }
+    placement::WorkloadModel* m = model.get();
+    eo.workload = [m] { return m->Current(absl::Now()); };
+    stream = std::thread([&, m, draw] {
+      uint64_t i = arrivals;
+      while (!stream_stop) {
+        if (stream_on) {
+          m->Observe(absl::StrCat("pod-", i), draw(i), absl::Now());
+          ++i;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(f.arrival_us));
+      }
+    });
+  }
+  // Stops the stream on every way out (the early returns on an error too).
+  struct StreamStop {
+    std::atomic<bool>* stop;
+    std::thread* thread;
+    ~StreamStop() {
+      *stop = true;
+      if (thread->joinable()) thread->join();
+    }
+  } stream_stopper{&stream_stop, &stream};
   Extender extender(&ledger, nullptr, &api, eo);
   ServerOptions so;
   so.threads = f.threads;
@@ -216,6 +277,7 @@ int Run(const Flags& f) {
       if (!Decide(c, filter_body, pod, &fu, &pu)) return 1;
     }
     std::vector<double> filter_us, prio_us, decision_us, echo_us;
+    stream_on = true;
     absl::Time start = absl::Now();
     for (int i = 0; i < f.decisions; ++i) {
       if (!Decide(c, filter_body, pod, &fu, &pu)) return 1;
@@ -224,6 +286,7 @@ int Run(const Flags& f) {
       decision_us.push_back(fu + pu);
     }
     const double one_client_rate = f.decisions / absl::ToDoubleSeconds(absl::Now() - start);
+    stream_on = false;
     for (int i = 0; i < f.decisions; ++i) {
       absl::Time t = absl::Now();
       auto r = c.Post("/duet/_echo", filter_body);
@@ -256,12 +319,21 @@ int Run(const Flags& f) {
                 {"server_threads", f.threads},
                 {"decisions", f.decisions},
                 {"filter_us", {{"p50", Pct(filter_us, 0.5)}, {"p99", Pct(filter_us, 0.99)}}},
-                {"prioritize_us", {{"p50", Pct(prio_us, 0.5)}, {"p99", Pct(prio_us, 0.99)}}},
+                {"prioritize_us",
+                 {{"p50", Pct(prio_us, 0.5)},
+                  {"p99", Pct(prio_us, 0.99)},
+                  {"p999", Pct(prio_us, 0.999)},
+                  {"max", Pct(prio_us, 1.0)}}},
                 {"decision_us", {{"p50", Pct(decision_us, 0.5)}, {"p99", Pct(decision_us, 0.99)}}},
                 {"echo_us", {{"p50", Pct(echo_us, 0.5)}, {"p99", Pct(echo_us, 0.99)}}},
                 {"decisions_per_s_1_client", one_client_rate},
                 {"decisions_per_s_clients", multi_rate},
                 {"clients", f.clients}};
+    if (model != nullptr) {
+      out["online_min_change"] = f.online;
+      out["arrival_us"] = f.arrival_us;
+      out["model_shapes"] = model->stats(absl::Now()).exported;
+    }
     std::printf("%s\n", out.dump().c_str());
     std::fflush(stdout);
   }
@@ -287,6 +359,10 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &f.threads);
     } else if (k == "--shapes") {
       ok = absl::SimpleAtoi(v, &f.shapes) && f.shapes >= 0;
+    } else if (k == "--online") {
+      ok = absl::SimpleAtod(v, &f.online) && f.online >= 0 && f.online <= 1;
+    } else if (k == "--arrival_us") {
+      ok = absl::SimpleAtoi(v, &f.arrival_us) && f.arrival_us > 0;
     } else if (k == "--clients") {
       ok = absl::SimpleAtoi(v, &f.clients);
     } else if (k == "--names") {
@@ -303,6 +379,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bad flag %s %s\n", k.c_str(), v.c_str());
       return 2;
     }
+  }
+  if (f.online >= 0 && f.shapes == 0) {
+    std::fprintf(stderr, "--online needs --shapes N > 0 (the shapes the pod stream draws from)\n");
+    return 2;
   }
   return duet::extender::Run(f);
 }
