@@ -239,6 +239,8 @@ class Soak {
   std::optional<std::pair<int, json>> Extender(const std::string& verb, const json& body);
   json ApiPod(const std::string& name);
   grpc::Status Hold(const Pod& as, const std::string& node, const std::set<uint32_t>& gpus);
+  // Release of what pod `as` holds on `node`; *released: whether anything was.
+  grpc::Status Release(const Pod& as, const std::string& node, bool* released = nullptr);
   std::set<uint32_t> PlaceholderGpus(const Pod& p, bool refresh);
   Pod* RandomPod(const std::function<bool(const Pod&)>& pred);
 
@@ -562,6 +564,21 @@ grpc::Status Soak::Hold(const Pod& as, const std::string& node, const std::set<u
   return stub_->Hold(&ctx, req, &resp);
 }
 
+grpc::Status Soak::Release(const Pod& as, const std::string& node, bool* released) {
+  v1::ReleaseRequest req;
+  req.set_node(node);
+  v1::PodRef* ref = req.mutable_owner()->mutable_pod();
+  ref->set_uid(as.uid);
+  ref->set_namespace_("default");
+  ref->set_name(as.name);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ReleaseResponse resp;
+  grpc::Status s = stub_->Release(&ctx, req, &resp);
+  if (released != nullptr) *released = s.ok() && resp.released();
+  return s;
+}
+
 void Soak::OpPodHold() {
   Pod* p = RandomPod([](const Pod& p) { return !p.node.empty() && !p.finished && !p.hold; });
   if (p == nullptr) return OpPodSchedule();
@@ -575,16 +592,7 @@ void Soak::OpPodHold() {
 void Soak::OpPodRelease() {
   Pod* p = RandomPod([](const Pod& p) { return p.hold; });
   if (p == nullptr) return OpPodHold();
-  v1::ReleaseRequest req;
-  req.set_node(p->node);
-  v1::PodRef* ref = req.mutable_owner()->mutable_pod();
-  ref->set_uid(p->uid);
-  ref->set_namespace_("default");
-  ref->set_name(p->name);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1::ReleaseResponse resp;
-  grpc::Status s = stub_->Release(&ctx, req, &resp);
+  grpc::Status s = Release(*p, p->node);
   Count("grpc.pod_release", s.ok(), absl::StrCat(s.error_code(), " ", s.error_message()));
   if (s.ok()) p->hold = false;
 }
@@ -620,15 +628,7 @@ void Soak::OpStealProbe() {
       Violation(absl::StrCat("I1: Hold(pod ", thief->name, ") granted on ", victim->node, " GPUs [",
                              absl::StrJoin(gpus, ","), "] of live pod ", victim->name));
     }
-    v1::ReleaseRequest req;
-    req.set_node(victim->node);
-    *req.mutable_owner()->mutable_pod() = v1::PodRef();
-    req.mutable_owner()->mutable_pod()->set_uid(thief->uid);
-    req.mutable_owner()->mutable_pod()->set_namespace_("default");
-    req.mutable_owner()->mutable_pod()->set_name(thief->name);
-    grpc::ClientContext ctx;
-    v1::ReleaseResponse resp;
-    stub_->Release(&ctx, req, &resp);
+    (void)Release(*thief, victim->node);  // undo the steal; its answer does not matter
   }
 }
 
@@ -827,17 +827,10 @@ bool Soak::JournalFault(const std::string& word, const std::string& kind) {
     Count("grpc.pod_hold", !s.ok());
   } else if ((p = RandomPod([](const Pod& p) { return p.hold; })) != nullptr) {
     // A release is a journal write too.
-    v1::ReleaseRequest req;
-    req.set_node(p->node);
-    req.mutable_owner()->mutable_pod()->set_uid(p->uid);
-    req.mutable_owner()->mutable_pod()->set_namespace_("default");
-    req.mutable_owner()->mutable_pod()->set_name(p->name);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::ReleaseResponse resp;
-    s = stub_->Release(&ctx, req, &resp);
+    bool released = false;
+    s = Release(*p, p->node, &released);
     Count("grpc.pod_release", !s.ok());
-    if (s.ok() && !resp.released()) s = grpc::Status(grpc::StatusCode::UNKNOWN, "nothing released");
+    if (s.ok() && !released) s = grpc::Status(grpc::StatusCode::UNKNOWN, "nothing released");
   } else {
     fs::remove(fault_file_);
     return false;

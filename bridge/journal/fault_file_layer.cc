@@ -51,34 +51,18 @@ class FaultFile final : public WritableFile {
   const std::string* control_;
 };
 
-class ControlFileFaultLayer final : public FileLayer {
+class ControlFileFaultLayer final : public ForwardingFileLayer {
  public:
   ControlFileFaultLayer(FileLayer* real, std::string control)
-      : real_(real), control_(std::move(control)) {}
+      : ForwardingFileLayer(real), control_(std::move(control)) {}
 
-  absl::Status CreateDir(const std::string& dir) override { return real_->CreateDir(dir); }
-  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) override {
-    return real_->ListDir(dir);
-  }
-  absl::Status ReadFile(const std::string& path, std::string* out) override {
-    return real_->ReadFile(path, out);
-  }
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    absl::StatusOr<std::unique_ptr<WritableFile>> f = real_->NewWritableFile(path);
+    absl::StatusOr<std::unique_ptr<WritableFile>> f = real()->NewWritableFile(path);
     if (!f.ok()) return f.status();
     return std::unique_ptr<WritableFile>(new FaultFile(*std::move(f), &control_));
   }
-  absl::Status Truncate(const std::string& path, uint64_t size, bool sync) override {
-    return real_->Truncate(path, size, sync);
-  }
-  absl::Status Rename(const std::string& from, const std::string& to) override {
-    return real_->Rename(from, to);
-  }
-  absl::Status Remove(const std::string& path) override { return real_->Remove(path); }
-  absl::Status SyncDir(const std::string& dir) override { return real_->SyncDir(dir); }
 
  private:
-  FileLayer* const real_;
   const std::string control_;
 };
 

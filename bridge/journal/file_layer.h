@@ -61,4 +61,37 @@ class FileLayer {
   virtual absl::Status SyncDir(const std::string& dir) = 0;
 };
 
+// A FileLayer that passes every call to `real` (not owned; must outlive it):
+// the base of layers that change a few calls (fault injection) and forward
+// the rest.
+class ForwardingFileLayer : public FileLayer {
+ public:
+  explicit ForwardingFileLayer(FileLayer* real) : real_(real) {}
+
+  absl::Status CreateDir(const std::string& dir) override { return real_->CreateDir(dir); }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) override {
+    return real_->ListDir(dir);
+  }
+  absl::Status ReadFile(const std::string& path, std::string* out) override {
+    return real_->ReadFile(path, out);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return real_->NewWritableFile(path);
+  }
+  absl::Status Truncate(const std::string& path, uint64_t size, bool sync) override {
+    return real_->Truncate(path, size, sync);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return real_->Rename(from, to);
+  }
+  absl::Status Remove(const std::string& path) override { return real_->Remove(path); }
+  absl::Status SyncDir(const std::string& dir) override { return real_->SyncDir(dir); }
+
+ protected:
+  FileLayer* real() const { return real_; }
+
+ private:
+  FileLayer* const real_;
+};
+
 }  // namespace duet

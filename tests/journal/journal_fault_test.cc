@@ -40,8 +40,9 @@ using ::testing::HasSubstr;
 // The real files, with failures switched on by the test: every sync or
 // append of a file whose path contains `fail_in` fails with `err`. It keeps,
 // per file, how much a successful sync has confirmed.
-class FaultyFiles final : public FileLayer {
+class FaultyFiles final : public ForwardingFileLayer {
  public:
+  FaultyFiles() : ForwardingFileLayer(FileLayer::Posix()) {}
   void FailSyncs(const std::string& fail_in, int err) {
     absl::MutexLock lock(&mu_);
     sync_fail_in_ = fail_in;
@@ -71,25 +72,15 @@ class FaultyFiles final : public FileLayer {
     }
   }
 
-  absl::Status CreateDir(const std::string& dir) override { return real_->CreateDir(dir); }
-  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) override {
-    return real_->ListDir(dir);
-  }
-  absl::Status ReadFile(const std::string& path, std::string* out) override {
-    return real_->ReadFile(path, out);
-  }
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    absl::StatusOr<std::unique_ptr<WritableFile>> f = real_->NewWritableFile(path);
+    absl::StatusOr<std::unique_ptr<WritableFile>> f = real()->NewWritableFile(path);
     if (!f.ok()) return f.status();
     absl::MutexLock lock(&mu_);
     synced_[path] = 0;
     return std::unique_ptr<WritableFile>(new File(this, *std::move(f)));
   }
-  absl::Status Truncate(const std::string& path, uint64_t size, bool sync) override {
-    return real_->Truncate(path, size, sync);
-  }
   absl::Status Rename(const std::string& from, const std::string& to) override {
-    absl::Status s = real_->Rename(from, to);
+    absl::Status s = real()->Rename(from, to);
     absl::MutexLock lock(&mu_);
     if (s.ok() && synced_.count(from)) {
       synced_[to] = synced_[from];
@@ -100,9 +91,8 @@ class FaultyFiles final : public FileLayer {
   absl::Status Remove(const std::string& path) override {
     absl::MutexLock lock(&mu_);
     synced_.erase(path);
-    return real_->Remove(path);
+    return real()->Remove(path);
   }
-  absl::Status SyncDir(const std::string& dir) override { return real_->SyncDir(dir); }
 
  private:
   class File final : public WritableFile {
@@ -147,7 +137,6 @@ class FaultyFiles final : public FileLayer {
     return err;
   }
 
-  FileLayer* const real_ = FileLayer::Posix();
   mutable absl::Mutex mu_;
   std::map<std::string, uint64_t> synced_ ABSL_GUARDED_BY(mu_);
   std::string sync_fail_in_ ABSL_GUARDED_BY(mu_);
