@@ -29,13 +29,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
 
-SUITE=${1:?usage: scripts/slurm-root.sh trixie|forky [root|build|test|all] [ctest args]}
+SUITE=${1:?usage: scripts/slurm-root.sh trixie|forky|slurm2511 [root|build|test|all] [ctest args]}
 STEP=${2:-all}
 shift $(($# < 2 ? $# : 2))
 CTEST_ARGS=("$@")  # for test/all, e.g. -R SpankDuet
+# DIST: the Debian release the root is made of.
 case "$SUITE" in
-  trixie | forky | sid) ;;
-  *) echo "slurm-root: unknown suite '$SUITE' (trixie|forky)" >&2; exit 2 ;;
+  trixie | forky | sid) DIST=$SUITE ;;
+  slurm2511) DIST=trixie ;;
+  *) echo "slurm-root: unknown suite '$SUITE' (trixie|forky|slurm2511)" >&2; exit 2 ;;
 esac
 ROOTS=${DUET_ROOTS:-/var/cache/duet/roots}
 NAME=${DUET_ROOT_NAME:-}
@@ -57,15 +59,36 @@ NICE=${DUET_NICE:-10}
 # What the Slurm tests need to build and run (scripts/deps.sh's list, less what
 # only other tests use, plus what minbase lacks: iproute2 for `ss`, bc for the
 # bench smoke, ccache for reruns).
-PACKAGES=(
+BASE_PACKAGES=(
   cmake ninja-build g++ pkg-config ccache ca-certificates
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   nlohmann-json3-dev libsimdjson-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libssl-dev libcurl4-openssl-dev
-  libslurm-dev slurm-wlm-basic-plugins-dev slurmctld slurmd slurm-client munge libmunge-dev
-  python3 curl procps util-linux openssl iproute2 bc
 )
+TAIL_PACKAGES=(munge libmunge-dev python3 curl procps util-linux openssl iproute2 bc)
+DEBIAN_SLURM=(libslurm-dev slurm-wlm-basic-plugins-dev slurmctld slurmd slurm-client)
+# slurm2511: Slurm's own build needs make and, for auth/slurm (and cred/slurm),
+# libjwt-dev: without it configure silently leaves auth_slurm.so out.
+SLURM_BUILD_PACKAGES=(make libjwt-dev)
+debian_packages() { echo "${BASE_PACKAGES[@]}" "${DEBIAN_SLURM[@]}" "${TAIL_PACKAGES[@]}"; }
+if [[ $SUITE == slurm2511 ]]; then
+  PACKAGES=("${BASE_PACKAGES[@]}" "${SLURM_BUILD_PACKAGES[@]}" "${TAIL_PACKAGES[@]}")
+else
+  read -ra PACKAGES <<<"$(debian_packages)"
+fi
+
+# slurm2511: Slurm 25.11.7 (the GKE Slurm Operator add-on's release; Debian
+# packages no 25.11) built from SchedMD's source inside the root, in Debian's
+# layout (plugins in /usr/lib/<triplet>/slurm-wlm, as the harness expects).
+# The tarball sits in shared/ beside the clone ($DUET_SLURM_TARBALL overrides;
+# $DUET_SLURM_SHA256 too, empty to skip the check).
+SLURM_TARBALL=${DUET_SLURM_TARBALL:-$SRC/../shared/slurm/src/slurm-25.11.7.tar.xz}
+SLURM_SHA256=${DUET_SLURM_SHA256-f71f1e5f33a72e7864104a6857e86862eac3c4e5e348c92dd0c10dbe03a82dec}
+SLURM_LIBDIR=/usr/lib/x86_64-linux-gnu
+SLURM_CONFIGURE=(--prefix=/usr --sysconfdir=/etc/slurm --libdir=$SLURM_LIBDIR
+  --localstatedir=/var --runstatedir=/run --with-munge=/usr --with-jwt=/usr)
+SLURM_MAKE=(pkglibdir=$SLURM_LIBDIR/slurm-wlm)
 # The ninja targets behind `ctest -L slurm`.
 TARGETS=(
   libslurm_client_test slurm_sync_test munge_auth_test spank_duet_test
@@ -129,7 +152,36 @@ in_root() {
     DEBIAN_FRONTEND=noninteractive CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=$RSRC "$@"
 }
 
-stamp() { printf '%s\n' "$SUITE" "$(mirror)" "${PACKAGES[@]}" | sha256sum | cut -c1-16; }
+# A root's stamp: what it was made of. slurm2511's also names the Slurm
+# tarball (its sha256) and how Slurm was configured, so a new tarball or new
+# flags make a new root, and an unchanged one skips the Slurm build.
+stamp_of() {  # stamp_of SUITE PACKAGE...
+  local suite=$1 extra=()
+  shift
+  if [[ $suite == slurm2511 ]]; then
+    extra=("$(slurm_tarball_sha)" "${SLURM_CONFIGURE[@]}" "${SLURM_MAKE[@]}")
+  fi
+  printf '%s\n' "$suite" "$(mirror)" "$@" "${extra[@]}" | sha256sum | cut -c1-16
+}
+stamp() { stamp_of "$SUITE" "${PACKAGES[@]}"; }
+
+SLURM_SHA=""
+slurm_tarball_sha() {
+  if [[ -n "$SLURM_SHA" ]]; then echo "$SLURM_SHA"; return; fi
+  if [[ ! -f "$SLURM_TARBALL" ]]; then
+    echo "slurm-root $SUITE: the Slurm 25.11 source tarball $SLURM_TARBALL is missing" \
+      "(shared/slurm/src/ beside the clone; set DUET_SLURM_TARBALL to its path)" >&2
+    exit 1
+  fi
+  local sha
+  sha=$(sha256sum "$SLURM_TARBALL" | cut -d' ' -f1)
+  if [[ -n "$SLURM_SHA256" && "$sha" != "$SLURM_SHA256" ]]; then
+    echo "slurm-root $SUITE: $SLURM_TARBALL has sha256 $sha, expected $SLURM_SHA256" \
+      "(DUET_SLURM_SHA256= to accept another tarball)" >&2
+    exit 1
+  fi
+  echo "$sha"
+}
 
 root_is_fresh() {
   [[ -f "$ROOT/.duet-root" ]] || return 1
@@ -137,33 +189,109 @@ root_is_fresh() {
   [[ -z "$(find "$ROOT/.duet-root" -mtime +"$MAX_AGE_DAYS")" ]]
 }
 
-make_root() {
-  if root_is_fresh; then
-    log "root $ROOT is up to date"
-    return
-  fi
+# Remove $1 (a root or a half-made one), never through a live mount.
+remove_root() {
+  local r=$1 d
+  [[ -e "$r" ]] || return 0
+  for d in dev/pts dev proc sys $(cd "$r" && ls -d src src-* 2>/dev/null); do
+    if mountpoint -q "$r/$d"; then umount -R -l "$r/$d"; fi
+  done
+  rm -rf --one-file-system "$r"
+}
+
+debootstrap_root() {
   local t0=$SECONDS m
   m=$(mirror)
-  umount_root
-  if [[ -e "$ROOT" ]]; then
-    # Never rm through a live mount.
-    for d in dev/pts dev proc sys $(cd "$ROOT" && ls -d src src-* 2>/dev/null); do
-      if mountpoint -q "$ROOT/$d"; then umount -R -l "$ROOT/$d"; fi
-    done
-    rm -rf --one-file-system "$ROOT"
-  fi
-  mkdir -p "$ROOTS"
-  log "debootstrap --variant=minbase $SUITE from $m"
+  log "debootstrap --variant=minbase $DIST from $m"
   # An older debootstrap has no script for a newer suite; sid's fits them all.
-  local script=/usr/share/debootstrap/scripts/$SUITE
+  local script=/usr/share/debootstrap/scripts/$DIST
   [[ -e "$script" ]] || script=/usr/share/debootstrap/scripts/sid
-  rm -rf --one-file-system "$ROOT.tmp"
-  debootstrap --variant=minbase "$SUITE" "$ROOT.tmp" "$m" "$script" >"$ROOTS/$SUITE.debootstrap.log" 2>&1 || {
+  remove_root "$ROOT.tmp"
+  debootstrap --variant=minbase "$DIST" "$ROOT.tmp" "$m" "$script" >"$ROOTS/$SUITE.debootstrap.log" 2>&1 || {
     tail -20 "$ROOTS/$SUITE.debootstrap.log" >&2
     exit 1
   }
   mv "$ROOT.tmp" "$ROOT"
   log "debootstrap: $((SECONDS - t0)) s"
+}
+
+# slurm2511 from a copy of an up-to-date trixie root (CI makes that one first):
+# its base system and duet's build packages are the same; Debian's Slurm
+# 24.11 packages come out. Fails (and the caller debootstraps) when there is
+# no such root or Slurm packages stay behind.
+seed_from_trixie() {
+  local src=$ROOTS/trixie t0=$SECONDS
+  [[ $SUITE == slurm2511 && -f "$src/.duet-root" ]] || return 1
+  local want
+  read -ra want <<<"$(debian_packages)"
+  [[ "$(cat "$src/.duet-root")" == "$(stamp_of trixie "${want[@]}")" ]] || return 1
+  log "copying the trixie root $src"
+  remove_root "$ROOT.tmp"
+  mkdir -p "$ROOT.tmp"
+  # Not its mounts, builds or ccache (other clones may be using it now).
+  tar -C "$src" --one-file-system --xattrs --exclude=./var/build --exclude=./var/cache/ccache \
+    --exclude='./src-*' -cf - . | tar -C "$ROOT.tmp" --xattrs -xpf - || { remove_root "$ROOT.tmp"; return 1; }
+  rm -f "$ROOT.tmp/.duet-root"
+  mkdir -p "$ROOT.tmp/src"
+  chroot "$ROOT.tmp" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    sh -c 'apt-get purge -y -q "$@" && apt-get autoremove --purge -y -q' sh "${DEBIAN_SLURM[@]}" \
+    >"$ROOTS/$SUITE.purge.log" 2>&1 || { tail -20 "$ROOTS/$SUITE.purge.log" >&2; remove_root "$ROOT.tmp"; return 1; }
+  local left
+  left=$(chroot "$ROOT.tmp" dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' '*slurm*' 2>/dev/null |
+    awk '$1 != "un" && $1 != "pn" {print $2}' | tr '\n' ' ')
+  if [[ -n "$left" || -e "$ROOT.tmp$SLURM_LIBDIR/slurm-wlm" ]]; then
+    log "Debian Slurm left in the copy ($left): debootstrapping instead"
+    remove_root "$ROOT.tmp"
+    return 1
+  fi
+  mv "$ROOT.tmp" "$ROOT"
+  log "copy of trixie, Debian's Slurm purged: $((SECONDS - t0)) s"
+}
+
+# Configure, build and install Slurm from $SLURM_TARBALL inside the root, as
+# Debian lays it out (binaries in /usr, plugins and libslurmfull in
+# $SLURM_LIBDIR/slurm-wlm, which also becomes the default PluginDir).
+build_slurm() {
+  local t0=$SECONDS sha dir=/var/build/slurm-src blog=$ROOTS/$SUITE.slurm-build.log
+  sha=$(slurm_tarball_sha)
+  rm -rf --one-file-system "$ROOT$dir"
+  mkdir -p "$ROOT$dir"
+  tar -C "$ROOT$dir" --strip-components=1 -xJf "$SLURM_TARBALL"
+  log "Slurm from $SLURM_TARBALL (sha256 ${sha:0:16}), log: $blog"
+  fail() { tail -30 "$blog" >&2; log "Slurm $1 failed (the whole log: $blog)" >&2; exit 1; }
+  in_root bash -c 'cd "$1" && shift && exec "$@"' - "$dir" nice -n "$NICE" \
+    ./configure "${SLURM_CONFIGURE[@]}" >"$blog" 2>&1 || fail configure
+  log "Slurm configure: $((SECONDS - t0)) s"
+  local t1=$SECONDS
+  in_root bash -c 'cd "$1" && shift && exec "$@"' - "$dir" nice -n "$NICE" \
+    make -j"$JOBS" "${SLURM_MAKE[@]}" >>"$blog" 2>&1 || fail make
+  log "Slurm make -j$JOBS: $((SECONDS - t1)) s"
+  t1=$SECONDS
+  in_root bash -c 'cd "$1" && shift && exec "$@"' - "$dir" nice -n "$NICE" \
+    make install "${SLURM_MAKE[@]}" >>"$blog" 2>&1 || fail "make install"
+  in_root ldconfig
+  rm -rf --one-file-system "$ROOT$dir"
+  log "Slurm make install: $((SECONDS - t1)) s"
+  # What the tests rely on: auth/slurm (only built with libjwt), sackd.
+  local f
+  for f in "$SLURM_LIBDIR/slurm-wlm/auth_slurm.so" "$SLURM_LIBDIR/slurm-wlm/cred_slurm.so" \
+    /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/sackd /usr/bin/scontrol /usr/include/slurm/spank.h; do
+    [[ -e "$ROOT$f" ]] || { log "Slurm installed no $f" >&2; exit 1; }
+  done
+  log "Slurm $(slurm_version) built and installed: $((SECONDS - t0)) s"
+}
+
+make_root() {
+  # (Here, not in the $(stamp) below, so that a missing tarball stops the run.)
+  [[ $SUITE != slurm2511 ]] || SLURM_SHA=$(slurm_tarball_sha)
+  if root_is_fresh; then
+    log "root $ROOT is up to date"
+    return
+  fi
+  umount_root
+  remove_root "$ROOT"
+  mkdir -p "$ROOTS"
+  seed_from_trixie || debootstrap_root
   local t1=$SECONDS
   mount_root
   in_root apt-get "${APT_OPTS[@]}" update
@@ -176,11 +304,18 @@ make_root() {
   }
   in_root apt-get clean
   log "apt install (${#PACKAGES[@]} packages): $((SECONDS - t1)) s"
+  [[ $SUITE != slurm2511 ]] || build_slurm
   stamp >"$ROOT/.duet-root"
 }
 
+# The Slurm release in the root: Debian's package, or (slurm2511, built from
+# source, no package) what slurmctld says it is.
 slurm_version() {
-  in_root dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null | sed 's/-.*//'
+  if [[ $SUITE == slurm2511 ]]; then
+    in_root slurmctld -V 2>/dev/null | awk '{print $2}'
+  else
+    in_root dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null | sed 's/-.*//'
+  fi
 }
 
 build() {
