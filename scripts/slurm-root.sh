@@ -2,9 +2,15 @@
 # duet's Slurm-facing tests against a newer Slurm, in a Debian root.
 #
 #   scripts/slurm-root.sh SUITE [root|build|test|all] [CTEST ARGS]   (default: all)
-#     SUITE  trixie (Slurm 24.11) | forky (Slurm 26.05)
+#     SUITE  trixie (Slurm 24.11) | forky (Slurm 26.05) | slurm2511 (Slurm 25.11.7,
+#            the GKE Slurm add-on's release, which Debian does not package: a
+#            trixie root without Debian's Slurm, Slurm built from source in it)
 #     root   make sure the root exists, up to date (debootstrap --variant=minbase
-#            from the host's Debian mirror, plus the build and test packages)
+#            from the host's Debian mirror, plus the build and test packages;
+#            slurm2511: a copy of an up-to-date trixie root when there is one,
+#            Debian's Slurm purged, or else debootstrap; then Slurm's configure,
+#            make -j$DUET_JOBS, make install in Debian's layout: plugins in
+#            /usr/lib/x86_64-linux-gnu/slurm-wlm, so auth/slurm and sackd are there)
 #     build  configure and build, inside the root, only what the Slurm tests need
 #     test   run them: ctest -L slurm (which holds the SPANK and the bridge's
 #            Slurm end-to-end tests) against the root's slurmctld/slurmd/munged
@@ -16,7 +22,11 @@
 # one per suite; the build dir and a ccache live inside the root, so a second
 # run on the same machine reuses all three. A root is rebuilt when it is
 # missing, half made, its package list changed, or older than
-# $DUET_ROOT_MAX_AGE_DAYS (default 14). Needs root (debootstrap, chroot, mounts).
+# $DUET_ROOT_MAX_AGE_DAYS (default 14); slurm2511's also when the Slurm
+# tarball's sha256 or Slurm's configure flags changed, else its Slurm build is
+# skipped. The tarball: shared/slurm/src/slurm-25.11.7.tar.xz beside the clone
+# (../shared), or $DUET_SLURM_TARBALL; its sha256 must be $DUET_SLURM_SHA256
+# (default the 25.11.7 one; empty: any). Needs root (debootstrap, chroot, mounts).
 # The clone is bind-mounted read-only at /src inside the root and built in
 # /var/build/duet; with DUET_ROOT_NAME=N, at /src-N and in /var/build/N, so that
 # two clones (worktrees) can use one root at once. Every run makes its mounts
@@ -83,7 +93,7 @@ fi
 # layout (plugins in /usr/lib/<triplet>/slurm-wlm, as the harness expects).
 # The tarball sits in shared/ beside the clone ($DUET_SLURM_TARBALL overrides;
 # $DUET_SLURM_SHA256 too, empty to skip the check).
-SLURM_TARBALL=${DUET_SLURM_TARBALL:-$SRC/../shared/slurm/src/slurm-25.11.7.tar.xz}
+SLURM_TARBALL=${DUET_SLURM_TARBALL:-$(dirname "$SRC")/shared/slurm/src/slurm-25.11.7.tar.xz}
 SLURM_SHA256=${DUET_SLURM_SHA256-f71f1e5f33a72e7864104a6857e86862eac3c4e5e348c92dd0c10dbe03a82dec}
 SLURM_LIBDIR=/usr/lib/x86_64-linux-gnu
 SLURM_CONFIGURE=(--prefix=/usr --sysconfdir=/etc/slurm --libdir=$SLURM_LIBDIR
