@@ -333,6 +333,17 @@ build() {
   local t0=$SECONDS
   local -a werror=(-DDUET_WERROR=ON)
   in_root mkdir -p /var/cache/ccache /var/build
+  # slurm2511 is trixie with another Slurm: the same compiler and headers but
+  # Slurm's, so it compiles into trixie's ccache (CI builds trixie first) and
+  # recompiles only what includes slurm.h. (ccache keys on the compiler and
+  # every header's content, so nothing of 24.11 can come back.)
+  local shared_cc=$ROOTS/trixie/var/cache/ccache
+  if [[ $SUITE == slurm2511 && -d "$shared_cc" ]] && ! mountpoint -q "$ROOT/var/cache/ccache"; then
+    mount --bind "$shared_cc" "$ROOT/var/cache/ccache"
+    MOUNTED=("$ROOT/var/cache/ccache" "${MOUNTED[@]}")
+    log "sharing trixie's ccache ($shared_cc)"
+  fi
+  in_root ccache --zero-stats >/dev/null 2>&1 || true
   local conf
   conf=$(in_root cmake -S $RSRC -B $RBUILD -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "${werror[@]}" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \
@@ -341,7 +352,10 @@ build() {
   log "configure: $((SECONDS - t0)) s"
   local t1=$SECONDS
   in_root nice -n "$NICE" cmake --build $RBUILD -j "$JOBS" --target "${TARGETS[@]}"
-  log "build (${#TARGETS[@]} targets, Slurm $(slurm_version)): $((SECONDS - t1)) s"
+  log "build (${#TARGETS[@]} targets, Slurm $(slurm_version)): $((SECONDS - t1)) s," \
+    "ccache $(in_root ccache --print-stats 2>/dev/null |
+      awk -F'\t' '$1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" {h += $2}
+        $1 == "cache_miss" {m = $2} END {printf "%d hits, %d misses", h, m}')"
 }
 
 run_tests() {
