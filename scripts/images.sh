@@ -2,7 +2,13 @@
 # Builds duet's container images (docker/*.Dockerfile) with podman, offline,
 # and smoke-runs them.
 #
-#   scripts/images.sh [trixie|forky|all] [duet|spank|all]   (default: all all)
+#   scripts/images.sh [trixie|forky|slurm2511|all] [duet|spank|all]   (default: all all)
+#
+# slurm2511 (spank only; not in "all"): the SPANK add-on for Slurm 25.11, the
+# GKE Slurm add-on's release, which Debian does not package: built on bookworm
+# (glibc 2.36, which the add-on's Ubuntu 24.04 slurmd image can load) against
+# Slurm built from shared/slurm/src/slurm-25.11.7.tar.xz beside the clone
+# ($DUET_SLURM_TARBALL overrides), copied into docker/slurm-src/ for the build.
 #
 # For each suite: a debootstrap --variant=minbase root from the host's Debian
 # mirror, imported as localhost/debian:SUITE and localhost/debian:SUITE-slim
@@ -27,7 +33,14 @@ KINDS=${2:-all}
 [[ "$SUITES" == all ]] && SUITES="trixie forky"
 [[ "$KINDS" == all ]] && KINDS="duet spank"
 for s in $SUITES; do
-  case "$s" in trixie | forky) ;; *) echo "images: unknown suite '$s' (trixie|forky|all)" >&2; exit 2 ;; esac
+  case "$s" in
+    trixie | forky) ;;
+    slurm2511) [[ "$KINDS" == "duet spank" ]] && KINDS=spank
+      if [[ "$KINDS" != spank ]]; then
+        echo "images: slurm2511 has only the spank image (duet-bridge: the trixie image serves 25.11)" >&2; exit 2
+      fi ;;
+    *) echo "images: unknown suite '$s' (trixie|forky|slurm2511|all)" >&2; exit 2 ;;
+  esac
 done
 for k in $KINDS; do
   case "$k" in duet | spank) ;; *) echo "images: unknown image '$k' (duet|spank|all)" >&2; exit 2 ;; esac
@@ -131,6 +144,20 @@ probe() {
   fi
 }
 
+# The Debian suite an image suite is built on.
+dist_of() { if [[ $1 == slurm2511 ]]; then echo bookworm; else echo "$1"; fi; }
+
+# slurm2511: the Slurm source tarball, into the build context.
+SLURM_CTX=docker/slurm-src
+slurm_tarball() {
+  local t=${DUET_SLURM_TARBALL:-$(dirname "$PWD")/shared/slurm/src/slurm-25.11.7.tar.xz}
+  [[ -f "$t" ]] || { echo "images: no Slurm 25.11 source tarball at $t (set DUET_SLURM_TARBALL)" >&2; return 1; }
+  mkdir -p "$SLURM_CTX"
+  cp "$t" "$SLURM_CTX/"
+  echo "$SLURM_CTX/$(basename "$t")"
+}
+trap 'rm -rf "$SLURM_CTX"' EXIT
+
 build() {
   local suite=$1 kind=$2 file name t0=$SECONDS slurm tag
   case $kind in
@@ -138,15 +165,23 @@ build() {
     spank) file=docker/spank.Dockerfile; name=duet-spank ;;
   esac
   local -a args=(--network host -f "$file" --build-arg BASE=localhost/debian
-    --build-arg "SUITE=$suite" --build-arg "CMAKE_BUILD_PARALLEL_LEVEL=$JOBS")
+    --build-arg "SUITE=$(dist_of "$suite")" --build-arg "CMAKE_BUILD_PARALLEL_LEVEL=$JOBS")
+  if [[ $suite == slurm2511 ]]; then
+    local tarball
+    tarball=$(slurm_tarball) || return 1
+    args+=(--build-arg "SLURM_TARBALL=$tarball")
+  fi
   local logf=$DIR/logs/$suite-$kind.build.log
   log "building $file on $suite (log: $logf)"
   # The build stage first, to read the Slurm release it got: that names the
   # image. The full build then reuses its layers.
   nice -n 10 podman build "${args[@]}" --target build -t "localhost/$name-build:$suite" . \
     >"$logf" 2>&1 || { tail -40 "$logf" >&2; return 1; }
+  # X.Y from the installed headers' SLURM_VERSION_NUMBER (0xXXYYZZ): Debian's
+  # libslurm-dev or Slurm built from source alike.
   slurm=$(podman run --rm --network none "localhost/$name-build:$suite" \
-    dpkg-query -W -f='${Version}' libslurm-dev | sed 's/^\([0-9]*\.[0-9]*\).*/\1/')
+    sed -n 's/^#define SLURM_VERSION_NUMBER 0x\(..\)\(..\).*/\1 \2/p' /usr/include/slurm/slurm_version.h |
+    { read -r maj min && printf '%d.%02d' "0x$maj" "0x$min"; })
   tag=localhost/$name:$VERSION-slurm$slurm
   nice -n 10 podman build "${args[@]}" -t "$tag" . >>"$logf" 2>&1 || { tail -40 "$logf" >&2; return 1; }
   BUILT_S=$((SECONDS - t0))
@@ -197,8 +232,8 @@ smoke_spank() {
 rc=0
 summary=()
 for suite in $SUITES; do
-  base_image "$suite"
-  probe "$suite"
+  base_image "$(dist_of "$suite")"
+  probe "$(dist_of "$suite")"
   for kind in $KINDS; do
     if ! build "$suite" "$kind"; then
       summary+=("images $suite $kind: build failed (log: $DIR/logs/$suite-$kind.build.log)")
