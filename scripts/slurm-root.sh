@@ -282,10 +282,11 @@ build_slurm() {
   in_root ldconfig
   rm -rf --one-file-system "$ROOT$dir"
   log "Slurm make install: $((SECONDS - t1)) s"
-  # What the tests rely on: auth/slurm (only built with libjwt), sackd.
+  # What the tests rely on: auth/slurm (auth_slurm.so, which is cred/slurm too;
+  # only built with libjwt), sackd.
   local f
-  for f in "$SLURM_LIBDIR/slurm-wlm/auth_slurm.so" "$SLURM_LIBDIR/slurm-wlm/cred_slurm.so" \
-    /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/sackd /usr/bin/scontrol /usr/include/slurm/spank.h; do
+  for f in "$SLURM_LIBDIR/slurm-wlm/auth_slurm.so" /usr/sbin/slurmctld /usr/sbin/slurmd \
+    /usr/sbin/slurmstepd /usr/sbin/sackd /usr/bin/scontrol /usr/include/slurm/spank.h; do
     [[ -e "$ROOT$f" ]] || { log "Slurm installed no $f" >&2; exit 1; }
   done
   log "Slurm $(slurm_version) built and installed: $((SECONDS - t0)) s"
