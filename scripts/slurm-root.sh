@@ -79,8 +79,11 @@ BASE_PACKAGES=(
 TAIL_PACKAGES=(munge libmunge-dev python3 curl procps util-linux openssl iproute2 bc)
 DEBIAN_SLURM=(libslurm-dev slurm-wlm-basic-plugins-dev slurmctld slurmd slurm-client)
 # slurm2511: Slurm's own build needs make and, for auth/slurm (and cred/slurm),
-# libjwt-dev: without it configure silently leaves auth_slurm.so out.
-SLURM_BUILD_PACKAGES=(make libjwt-dev)
+# libjwt-dev: without it configure silently leaves auth_slurm.so out. 25.11's
+# slurmctld will not start without serializer/json (libjson-c-dev: "fatal:
+# serializer_required: could not find plugin for application/json") and looks
+# for url_parser/http_parser (libhttp-parser-dev).
+SLURM_BUILD_PACKAGES=(make libjwt-dev libjson-c-dev libhttp-parser-dev)
 debian_packages() { echo "${BASE_PACKAGES[@]}" "${DEBIAN_SLURM[@]}" "${TAIL_PACKAGES[@]}"; }
 if [[ $SUITE == slurm2511 ]]; then
   PACKAGES=("${BASE_PACKAGES[@]}" "${SLURM_BUILD_PACKAGES[@]}" "${TAIL_PACKAGES[@]}")
