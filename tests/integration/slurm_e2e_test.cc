@@ -1044,9 +1044,10 @@ TEST_F(SlurmE2eTest, HetJobStepsRegisterOnEachComponentsNode) {
   const fs::path out = w_->dir() / "het.out";
   const std::string script = Script("het.sh", absl::StrCat(
       "#!/bin/sh\n"
-      "#SBATCH -w e2e-gpu-a --gres=gpu:1 -o ", out.string(), "\n"
+      "#SBATCH -w e2e-gpu-a --gres=gpu:1\n"
       "#SBATCH hetjob\n"
       "#SBATCH -w e2e-gpu-b --gres=gpu:2\n"
+      "exec >", out.string(), " 2>&1\n"
       "srun --het-group=1 sh -c 'echo g1 $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES; sleep 2'\n"
       "echo rc1=$?\n"
       "srun --het-group=0,1 sh -c 'echo g01 $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES; sleep 2'\n"
