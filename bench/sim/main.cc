@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -133,7 +134,14 @@ int Run(const Flags& flags) {
   std::vector<uint64_t> seeds;
   for (int r = 0; r < flags.runs; ++r) seeds.push_back(flags.seed + r);
   std::vector<std::vector<Arrival>> arrivals;
-  for (uint64_t s : seeds) arrivals.push_back(MakeArrivals(*trace, *mapping, s, flags.max_arrival));
+  for (uint64_t s : seeds) {
+    absl::StatusOr<std::vector<Arrival>> a = MakeArrivals(*trace, *mapping, s, flags.max_arrival);
+    if (!a.ok()) {
+      std::cerr << a.status().message() << "\n";
+      return 2;
+    }
+    arrivals.push_back(*std::move(a));
+  }
   ReplayOptions options;
   options.max_arrival = flags.max_arrival;
   options.step = flags.step;
