@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@
 #include "gtest/gtest.h"
 
 namespace duet::sim {
+
+// gtest prints a World by name (found by argument-dependent lookup).
+void PrintTo(World w, std::ostream* os) {
+  *os << (w == World::kKubernetes ? "Kubernetes" : "Slurm");
+}
+
 namespace {
 
 std::string WriteFile(const std::string& name, const std::string& text) {
