@@ -327,7 +327,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--step", flags.step, "record every step x capacity")->capture_default_str();
   app.add_option("--mapping", flags.mapping,
-                 "default | all-k8s | all-slurm | k8s=QOS[+QOS...]")
+                 "default | all-k8s | all-slurm | k8s=QOS[+QOS...]; a pod with no QoS (blank, "
+                 "or no qos column): all-k8s and all-slurm send it with the rest, default and "
+                 "k8s=... refuse the pod list unless k8s= lists none (then Kubernetes)")
       ->capture_default_str();
   app.add_option("--policies", flags.policies,
                  "comma list: duet, fgd, best-fit, most-allocated, spread, static, static-duet, "
