@@ -1064,7 +1064,8 @@ TEST_F(SlurmE2eTest, HetJobStepsRegisterOnEachComponentsNode) {
         }
         return c_->JobEnded(job);
       },
-      absl::Seconds(60));
+      // Only Slurm's backfill starts a hetjob (every 30 s by default).
+      absl::Seconds(180));
   const std::string text = ReadFile(out);
   EXPECT_NE(text.find("rc1=0"), std::string::npos) << text << w_->Log();
   EXPECT_NE(text.find("rc01=0"), std::string::npos) << text << w_->Log();
