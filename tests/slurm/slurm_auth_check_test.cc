@@ -14,8 +14,11 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/spdlog.h"
 
 namespace duet {
 namespace {
@@ -193,6 +196,43 @@ TEST_F(SlurmAuthCheckTest, MonitorFollowsASackdThatComesAndGoes) {
     monitor.OnPassSucceeded();
   }
   EXPECT_EQ(monitor.Check().source, SlurmAuthSource::kNone);
+}
+
+// The monitor's log: the first result, a failed pass once per failing
+// stretch, and every change; never the same news twice in a row.
+TEST_F(SlurmAuthCheckTest, MonitorSaysItAtStartOnTheFirstFailedPassAndOnEachChange) {
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  spdlog::default_logger()->sinks().push_back(ring);
+  auto count = [&](const std::string& needle) {
+    int n = 0;
+    for (const std::string& line : ring->last_formatted()) n += absl::StrContains(line, needle);
+    return n;
+  };
+  SlurmAuthMonitor monitor(WriteConf("AuthType=auth/slurm\nClusterName=c\n"), env_);
+  monitor.Check();
+  EXPECT_EQ(count("[error] slurm auth: no way to authenticate to slurmctld"), 1);
+  monitor.Check();  // no change: nothing new
+  monitor.OnPassFailed();
+  monitor.OnPassFailed();
+  monitor.Check();
+  EXPECT_EQ(count("a Slurm sync pass failed and duet-bridge has no way to authenticate"), 1);
+  EXPECT_EQ(count("[error]"), 2);
+  monitor.OnPassSucceeded();  // a later failing stretch is said again
+  monitor.OnPassFailed();
+  EXPECT_EQ(count("a Slurm sync pass failed"), 2);
+  {
+    UnixListener sackd(Run("slurm/sack.socket"));
+    monitor.Check();
+    monitor.Check();
+    EXPECT_EQ(count("[info] slurm auth: now AuthType=auth/slurm: credentials from the sack "
+                    "socket " + Run("slurm/sack.socket")),
+              1);
+    monitor.OnPassFailed();  // failed for another reason: nothing about auth
+    EXPECT_EQ(count("a Slurm sync pass failed"), 2);
+  }
+  monitor.Check();
+  EXPECT_EQ(count("[error] slurm auth: now no way to authenticate"), 1);
+  spdlog::default_logger()->sinks().pop_back();
 }
 
 TEST(LibslurmConfPathTest, ConfiguredThenEnvThenDefault) {
