@@ -29,6 +29,7 @@
 #include "bridge/server/watch_metrics.h"
 #include "bridge/server/workload.h"
 #include "bridge/slurm/munge_auth.h"
+#include "bridge/slurm/placeholder_policy.h"
 #include "bridge/slurm/slurm_key_auth.h"
 #include "k8s_adapter/kubeconfig/kubeconfig_file.h"
 #include "k8s_adapter/reconcile/node_inventory.h"
@@ -119,6 +120,36 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
   counter("duet_placeholder_repairs_total",
           "Lost placeholders re-created in Slurm for the pod's exact devices",
           s.placeholder_repairs);
+  {
+    // Every reason, 0 included, so a rate() over it starts at the first scrape.
+    prometheus::MetricFamily f = NewFamily(
+        "duet_placeholder_repair_failures_total",
+        "Failed attempts to re-make a lost placeholder, by reason: slurm_devices_busy (Slurm "
+        "counts the pod's devices in use with no job the ledger knows), ledger_conflict, "
+        "slurm_unavailable, other; retried at the next pass, then backing off to 5 min",
+        MetricType::Counter);
+    for (RepairFailure r : {RepairFailure::kSlurmDevicesBusy, RepairFailure::kLedgerConflict,
+                            RepairFailure::kSlurmUnavailable, RepairFailure::kOther}) {
+      const std::string name = RepairFailureName(r);
+      auto it = s.repair_failures.find(name);
+      AddValue(&f, {{"reason", name}}, it == s.repair_failures.end() ? 0.0 : it->second);
+    }
+    out.push_back(std::move(f));
+  }
+  if (s.placeholder_risks_known) {
+    // bridge/slurm/placeholder_policy.h: 1 while present, every kind listed.
+    prometheus::MetricFamily f = NewFamily(
+        "duet_slurm_placeholder_risk",
+        "1 while slurmctld's configuration could end, preempt or block a pod's placeholder, or "
+        "leaves steps able to open every GPU: partition_missing, shared_partition, time_limit, "
+        "preemptable, devices_unconstrained (the bridge's log says what to change)",
+        MetricType::Gauge);
+    for (PlaceholderRiskKind k : kAllPlaceholderRisks) {
+      const std::string name = PlaceholderRiskName(k);
+      AddValue(&f, {{"risk", name}}, s.placeholder_risks.count(name) ? 1.0 : 0.0);
+    }
+    out.push_back(std::move(f));
+  }
   gauge("duet_placeholders_fenced",
         "Lost placeholders not repaired yet: their pod's devices are held in the "
         "ledger only (SPANK refuses Slurm steps on them)",
@@ -351,6 +382,13 @@ absl::Status Bridge::StartSlurm() {
     so.on_placeholder_lost = PlaceholderLossEvents(events_.get());
   }
   so.pod_liveness = PodLivenessFromWatch();
+  so.pod_name = [this](const std::string& uid) -> std::optional<PlaceholderPod> {
+    k8s::PodWatch* watch = pod_view_.load();
+    if (watch == nullptr) return std::nullopt;
+    const k8s::PodSeen seen = watch->Lookup(uid);
+    if (seen.state == k8s::PodSeen::kNotSeen || seen.name.empty()) return std::nullopt;
+    return PlaceholderPod{uid, seen.ns, seen.name};
+  };
   so.policy = policy_;
   so.workload = LearnedWorkload();
   {
@@ -363,7 +401,9 @@ absl::Status Bridge::StartSlurm() {
   slurm_loads_ = std::make_unique<SlurmNodeLoads>();
   so.loads = slurm_loads_.get();
   slurm_sync_ = std::make_unique<SlurmSync>(so, &ledger_, slurm_.get(), Clock::Real());
-  placeholders_ = std::make_unique<Placeholders>(&ledger_, slurm_.get());
+  placeholders_ = std::make_unique<Placeholders>(
+      &ledger_, slurm_.get(),
+      PlaceholderJobOptions{config_.slurm.placeholder_partition, config_.slurm.placeholder_qos});
   stale_holders_ = std::make_unique<StaleHolders>(&ledger_, slurm_.get(), PodLivenessFromWatch());
   SlurmSync* sync = slurm_sync_.get();
   metrics_->AddCollector([sync] { return SlurmMetricFamilies(sync->degraded(), sync->stats()); });
