@@ -56,20 +56,21 @@ NICE=${DUET_NICE:-10}
 
 # What the Slurm tests need to build and run (scripts/deps.sh's list, less what
 # only other tests use, plus what minbase lacks: iproute2 for `ss`, bc for the
-# bench smoke, ccache for reruns).
+# bench smoke, ccache for reruns; sackd for the bridge's auth/slurm deployment
+# test).
 PACKAGES=(
   cmake ninja-build g++ pkg-config ccache ca-certificates
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   nlohmann-json3-dev libsimdjson-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev libssl-dev libcurl4-openssl-dev
-  libslurm-dev slurm-wlm-basic-plugins-dev slurmctld slurmd slurm-client munge libmunge-dev
+  libslurm-dev slurm-wlm-basic-plugins-dev slurmctld slurmd slurm-client sackd munge libmunge-dev
   python3 curl procps util-linux openssl iproute2 bc
 )
 # The ninja targets behind `ctest -L slurm`.
 TARGETS=(
   libslurm_client_test slurm_sync_test munge_auth_test spank_duet_test
-  slurm_e2e_test pod_e2e_test podlife_slurm_test slurm_bench_tool
+  slurm_e2e_test pod_e2e_test podlife_slurm_test slurm_bench_tool bridge_pod_auth_test
   duet-bridge duetctl spank_duet duet_spank_client
 )
 

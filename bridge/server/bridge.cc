@@ -161,6 +161,18 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
   return out;
 }
 
+// duet_slurm_auth_ready{source}: one series, the current check.
+std::vector<prometheus::MetricFamily> SlurmAuthFamilies(const SlurmAuthCheck& c) {
+  prometheus::MetricFamily f = NewFamily(
+      "duet_slurm_auth_ready",
+      "1 while libslurm has a way to authenticate to slurmctld (source: sack_socket, "
+      "munge_socket, or unchecked for other AuthTypes); 0 with source none: no sack socket or "
+      "munged answers (run sackd or munged beside duet-bridge)",
+      prometheus::MetricType::Gauge);
+  AddValue(&f, {{"source", SlurmAuthSourceName(c.source)}}, c.ready() ? 1 : 0);
+  return {std::move(f)};
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
@@ -395,6 +407,14 @@ absl::Status Bridge::StartSlurm() {
   stale_holders_ = std::make_unique<StaleHolders>(&ledger_, slurm_.get(), PodLivenessFromWatch());
   SlurmSync* sync = slurm_sync_.get();
   metrics_->AddCollector([sync] { return SlurmMetricFamilies(sync->degraded(), sync->stats()); });
+  // Said before the first pass: a bridge with no credential source (no
+  // sackd beside it under auth/slurm) would otherwise only log Slurm's
+  // authentication errors.
+  slurm_auth_ = std::make_unique<SlurmAuthMonitor>(LibslurmConfPath(config_.slurm.conf_path),
+                                                   SlurmAuthEnv::FromProcess());
+  slurm_auth_->Check();
+  SlurmAuthMonitor* auth = slurm_auth_.get();
+  metrics_->AddCollector([auth] { return SlurmAuthFamilies(auth->Check()); });
   // A first pass before serving, so Slurm and the ledger agree early. A
   // Slurm that is down is not fatal: the bridge serves degraded.
   absl::Status first = sync->RunOnce();
@@ -593,10 +613,23 @@ absl::Status Bridge::ServeGrpc() {
   health_thread_ = std::thread([this] {
     absl::MutexLock lock(&health_mu_);
     bool journal_failed = false;
+    uint64_t seen_passes = 0;
+    uint64_t seen_failed = 0;
     do {
       if (slurm_sync_ != nullptr) {
         server_->GetHealthCheckService()->SetServingStatus("duet.slurm",
                                                            !slurm_sync_->degraded());
+        if (slurm_auth_ != nullptr) {
+          // A failed pass: say whether the bridge has any credential at all.
+          const SlurmSyncStats st = slurm_sync_->stats();
+          if (st.failed_passes != seen_failed) {
+            slurm_auth_->OnPassFailed();
+          } else if (st.passes != seen_passes) {
+            slurm_auth_->OnPassSucceeded();
+          }
+          seen_passes = st.passes;
+          seen_failed = st.failed_passes;
+        }
       }
       if (!journal_failed && journal_ != nullptr) {
         absl::Status health = journal_->Health();

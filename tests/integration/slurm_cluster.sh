@@ -45,6 +45,15 @@
 #   slurm_cluster.sh slurmd-stop ROOT NAME
 #   slurm_cluster.sh stop ROOT          # cancel jobs, stop what we started, by PID
 #   slurm_cluster.sh env ROOT           # prints "export SLURM_CONF=..."
+#   slurm_cluster.sh sackd CONF
+#                                       # exec sackd -D in the foreground, as duet-bridge's
+#                                       # pod runs it beside the bridge: its key from
+#                                       # $SLURM_SACK_KEY, else slurm.key beside CONF; its
+#                                       # socket at /run/slurm/sack.socket (so: inside a
+#                                       # pod's mount namespace, pod_ns.sh)
+#   slurm_cluster.sh munged KEY         # exec munged -F with KEY on munge's default socket
+#                                       # /run/munge/munge.socket.2 (a pod's munged sidecar;
+#                                       # inside pod_ns.sh)
 #
 # Ports: $DUET_SLURM_CTLD_PORT / $DUET_SLURM_SLURMD_PORT, else random free ones.
 # Devices: $ROOT/dev/nvidia0..7 (c 195 N) and $ROOT/dev/accel0..3 (c 120 N).
@@ -337,6 +346,19 @@ cmd_stop() {
   fi
 }
 
+cmd_sackd() {
+  command -v sackd >/dev/null || die "sackd: not installed (Slurm 23.11+, package sackd)"
+  exec sackd -D -f "${1:?sackd: CONF missing}"
+}
+
+cmd_munged() {
+  local key=${1:?munged: KEY missing}
+  mkdir -p /run/munge
+  exec munged -F --key-file="$key" --socket=/run/munge/munge.socket.2 \
+    --pid-file=/run/munge/munged.pid --seed-file=/run/munge/munged.seed \
+    --log-file=/run/munge/munged.log
+}
+
 cmd=${1:-}; shift || true
 case $cmd in
   init) cmd_init "$@" ;;
@@ -357,5 +379,7 @@ case $cmd in
   slurmd-stop) cmd_slurmd_stop "$@" ;;
   stop) cmd_stop "$@" ;;
   env) set_root "$1"; echo "export SLURM_CONF=$SLURM_CONF" ;;
-  *) die "usage: init|start|ctld-stop|ctld-start|ctld-kill|create|slurmd|slurmd-configless|slurmd-stop|stop|env (see header)" ;;
+  sackd) cmd_sackd "$@" ;;
+  munged) cmd_munged "$@" ;;
+  *) die "usage: init|start|ctld-stop|ctld-start|ctld-kill|create|slurmd|slurmd-configless|slurmd-stop|stop|env|sackd|munged (see header)" ;;
 esac
