@@ -68,7 +68,8 @@ NICE=${DUET_NICE:-10}
 
 # What the Slurm tests need to build and run (scripts/deps.sh's list, less what
 # only other tests use, plus what minbase lacks: iproute2 for `ss`, bc for the
-# bench smoke, ccache for reruns).
+# bench smoke, ccache for reruns; sackd for the bridge's auth/slurm deployment
+# test: Debian's, or slurm2511's own build).
 BASE_PACKAGES=(
   cmake ninja-build g++ pkg-config ccache ca-certificates
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -77,7 +78,7 @@ BASE_PACKAGES=(
   libboost-dev libssl-dev libcurl4-openssl-dev
 )
 TAIL_PACKAGES=(munge libmunge-dev python3 curl procps util-linux openssl iproute2 bc)
-DEBIAN_SLURM=(libslurm-dev slurm-wlm-basic-plugins-dev slurmctld slurmd slurm-client)
+DEBIAN_SLURM=(libslurm-dev slurm-wlm-basic-plugins-dev slurmctld slurmd slurm-client sackd)
 # slurm2511: Slurm's own build needs make and, for auth/slurm (and cred/slurm),
 # libjwt-dev: without it configure silently leaves auth_slurm.so out. 25.11's
 # slurmctld will not start without serializer/json (libjson-c-dev: "fatal:
@@ -105,7 +106,7 @@ SLURM_MAKE=(pkglibdir=$SLURM_LIBDIR/slurm-wlm)
 # The ninja targets behind `ctest -L slurm`.
 TARGETS=(
   libslurm_client_test slurm_sync_test munge_auth_test spank_duet_test
-  slurm_e2e_test pod_e2e_test podlife_slurm_test slurm_bench_tool
+  slurm_e2e_test pod_e2e_test podlife_slurm_test slurm_bench_tool bridge_pod_auth_test
   duet-bridge duetctl spank_duet duet_spank_client
 )
 

@@ -24,22 +24,20 @@ std::string GetEnv(spank_t sp, const char* name) {
   return buf;
 }
 
-// This node's name: SLURMD_NODENAME is only set from task_init on, so take
-// entry S_JOB_NODEID of the step's node list.
-absl::StatusOr<std::string> NodeName(spank_t sp) {
-  std::string name = GetEnv(sp, "SLURMD_NODENAME");
-  if (!name.empty()) return name;
-  uint32_t node_id = 0;
-  if (spank_get_item(sp, S_JOB_NODEID, &node_id) != ESPANK_SUCCESS) {
-    return absl::InternalError("cannot read S_JOB_NODEID");
+// The Slurm node this slurmstepd serves. slurmstepd puts slurmd's own node
+// name into its process environment (SLURMD_NODENAME, from the configuration
+// slurmd hands it) before any plugin runs; the step's environment
+// (spank_getenv) is the user's, inherited from a batch script or set by hand,
+// and names whatever node the user likes. So only the process environment is
+// read: a step's holding is always recorded on the node it runs on.
+absl::StatusOr<std::string> NodeName() {
+  const char* name = ::getenv("SLURMD_NODENAME");
+  if (name == nullptr || name[0] == '\0') {
+    return absl::InternalError(
+        "slurmstepd's environment has no SLURMD_NODENAME: cannot tell which node this step "
+        "runs on");
   }
-  std::string list = GetEnv(sp, "SLURM_STEP_NODELIST");
-  if (list.empty()) list = GetEnv(sp, "SLURM_JOB_NODELIST");
-  std::vector<std::string> hosts = slurm_compat::ExpandHostlist(list.c_str());
-  if (node_id >= hosts.size()) {
-    return absl::InternalError(absl::StrCat("node ", node_id, " not in node list \"", list, "\""));
-  }
-  return hosts[node_id];
+  return std::string(name);
 }
 
 bool WantTpuProbe(const PluginConfig& c) {
@@ -113,7 +111,7 @@ absl::Status RemoteUserInit(spank_t sp, const PluginConfig& config, RemoteState*
   if (!gpus.ok()) return gpus.status();
   devices.gpus = *gpus;
 
-  auto node = NodeName(sp);
+  auto node = NodeName();
   if (!node.ok()) return node.status();
   st->node = *node;
 

@@ -35,6 +35,13 @@ static int g_show;
  * every task then fails before exec with exit code 1, which srun and sacct
  * report. */
 static char g_refusal[4096];
+/* What each task of a step with GPUs sees as CUDA_VISIBLE_DEVICES when
+ * Slurm's per-task binding leaves it unset (--gpu-bind=none with several
+ * tasks: every task would then see every GPU of the node, the pods' too):
+ * Slurm's own step-level value (already renumbered where a device cgroup
+ * applies), else the step's GPU indices. Set in user_init, applied in
+ * task_init. */
+static char g_visible_gpus[1024];
 static duet_spank_client_exit_fn g_client_exit;
 static duet_spank_client_init_post_opt_fn g_client_init_post_opt;
 
@@ -196,7 +203,34 @@ int slurm_spank_user_init(spank_t sp, int ac, char** av) {
     slurm_debug("duet: user_init (auth %s): client module %.1f ms, bridge %.1f ms", auth_name(),
                 t1 - t0, now_ms() - t1);
   }
-  if (g_refusal[0]) slurm_error("duet: %s", g_refusal);
+  if (g_refusal[0]) {
+    slurm_error("duet: %s", g_refusal);
+    return 0;
+  }
+  static const char* const kGpuLists[] = {"CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS",
+                                          "SLURM_JOB_GPUS"};
+  for (size_t i = 0; i < sizeof(kGpuLists) / sizeof(kGpuLists[0]); ++i) {
+    if (spank_getenv(sp, kGpuLists[i], g_visible_gpus, sizeof(g_visible_gpus)) ==
+            ESPANK_SUCCESS &&
+        g_visible_gpus[0] != '\0') {
+      break;
+    }
+    g_visible_gpus[0] = '\0';
+  }
+  return 0;
+}
+
+/* In each task, as the user, after Slurm set the task's GPU variables. */
+int slurm_spank_task_init(spank_t sp, int ac, char** av) {
+  (void)ac;
+  (void)av;
+  if (!spank_remote(sp) || g_visible_gpus[0] == '\0') return 0;
+  char buf[8];
+  if (spank_getenv(sp, "CUDA_VISIBLE_DEVICES", buf, sizeof(buf)) != ESPANK_ENV_NOEXIST) return 0;
+  if (spank_setenv(sp, "CUDA_VISIBLE_DEVICES", g_visible_gpus, 1) != ESPANK_SUCCESS) {
+    slurm_error("duet: cannot set CUDA_VISIBLE_DEVICES=%s for the task", g_visible_gpus);
+    return -1;
+  }
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -133,7 +134,14 @@ int Run(const Flags& flags) {
   std::vector<uint64_t> seeds;
   for (int r = 0; r < flags.runs; ++r) seeds.push_back(flags.seed + r);
   std::vector<std::vector<Arrival>> arrivals;
-  for (uint64_t s : seeds) arrivals.push_back(MakeArrivals(*trace, *mapping, s, flags.max_arrival));
+  for (uint64_t s : seeds) {
+    absl::StatusOr<std::vector<Arrival>> a = MakeArrivals(*trace, *mapping, s, flags.max_arrival);
+    if (!a.ok()) {
+      std::cerr << a.status().message() << "\n";
+      return 2;
+    }
+    arrivals.push_back(*std::move(a));
+  }
   ReplayOptions options;
   options.max_arrival = flags.max_arrival;
   options.step = flags.step;
@@ -319,7 +327,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--step", flags.step, "record every step x capacity")->capture_default_str();
   app.add_option("--mapping", flags.mapping,
-                 "default | all-k8s | all-slurm | k8s=QOS[+QOS...]")
+                 "default | all-k8s | all-slurm | k8s=QOS[+QOS...]; a pod with no QoS (blank, "
+                 "or no qos column): all-k8s and all-slurm send it with the rest, default and "
+                 "k8s=... refuse the pod list unless k8s= lists none (then Kubernetes)")
       ->capture_default_str();
   app.add_option("--policies", flags.policies,
                  "comma list: duet, fgd, best-fit, most-allocated, spread, static, static-duet, "

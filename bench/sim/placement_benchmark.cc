@@ -51,8 +51,10 @@ bool Setup() {
     f->views.push_back(f->ledger.GetNode(n.name));
   }
   f->loads.resize(f->views.size());
-  const std::vector<Arrival> arrivals =
+  absl::StatusOr<std::vector<Arrival>> made =
       MakeArrivals(f->trace, *ParseMapping("all-k8s"), 42, 1.3);
+  if (!made.ok()) return false;
+  const std::vector<Arrival>& arrivals = *made;
   const placement::Scorer duet(placement::Policy::kDuet, &f->workload);
   uint64_t capacity = 0;
   for (const NodeSpec& n : f->trace.nodes) capacity += n.devices.size() * kWholeDevice;

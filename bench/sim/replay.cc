@@ -106,17 +106,25 @@ std::vector<World> Partition(const Trace& trace, const std::vector<Arrival>& arr
 
 }  // namespace
 
-World Mapping::WorldOf(const std::string& qos) const {
+std::optional<World> Mapping::WorldOf(absl::string_view qos) const {
+  if (every_pod.has_value()) return every_pod;
+  if (qos.empty()) return no_qos;
   return std::find(kubernetes_qos.begin(), kubernetes_qos.end(), qos) != kubernetes_qos.end()
              ? World::kKubernetes
              : World::kSlurm;
 }
 
 std::string Mapping::Describe() const {
-  if (kubernetes_qos.empty()) return absl::StrCat(name, ": all -> Slurm");
-  if (name == "all-k8s") return "all-k8s: all -> Kubernetes";
+  if (every_pod.has_value()) {
+    return absl::StrCat(name, ": all -> ",
+                        *every_pod == World::kKubernetes ? "Kubernetes" : "Slurm",
+                        " (whatever the QoS, none included)");
+  }
   return absl::StrCat(name, ": ", absl::StrJoin(kubernetes_qos, "+"),
-                      " -> Kubernetes, every other QoS -> Slurm");
+                      " -> Kubernetes, every other QoS -> Slurm, no QoS -> ",
+                      !no_qos.has_value()                 ? "refused"
+                      : *no_qos == World::kKubernetes ? "Kubernetes"
+                                                          : "Slurm");
 }
 
 absl::StatusOr<Mapping> ParseMapping(absl::string_view text) {
@@ -125,11 +133,16 @@ absl::StatusOr<Mapping> ParseMapping(absl::string_view text) {
   if (text == "default") {
     m.kubernetes_qos = {"LS", "Guaranteed"};
   } else if (text == "all-k8s") {
-    m.kubernetes_qos = {"LS", "Guaranteed", "BE", "Burstable"};
+    m.every_pod = World::kKubernetes;
   } else if (text == "all-slurm") {
+    m.every_pod = World::kSlurm;
   } else if (absl::ConsumePrefix(&text, "k8s=")) {
     for (absl::string_view q : absl::StrSplit(text, '+', absl::SkipEmpty())) {
-      m.kubernetes_qos.emplace_back(q);
+      if (q == "none") {
+        m.no_qos = World::kKubernetes;
+      } else {
+        m.kubernetes_qos.emplace_back(q);
+      }
     }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -196,8 +209,20 @@ absl::StatusOr<Trace> LoadTrace(const std::string& nodes_path, const std::string
   return t;
 }
 
-std::vector<Arrival> MakeArrivals(const Trace& trace, const Mapping& mapping, uint64_t seed,
-                                  double max_arrival) {
+absl::StatusOr<std::vector<Arrival>> MakeArrivals(const Trace& trace, const Mapping& mapping,
+                                                  uint64_t seed, double max_arrival) {
+  // Every original's world, before any arrival: copies share their original's.
+  std::vector<World> world_of(trace.pods.size());
+  for (size_t i = 0; i < trace.pods.size(); ++i) {
+    const std::optional<World> w = mapping.WorldOf(trace.pods[i].qos);
+    if (!w.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pod ", trace.pods[i].name,
+          " has no QoS (a blank qos field, or the pod list has no qos column); mapping ",
+          mapping.Describe(), ". Use all-k8s, all-slurm, or k8s=QOS+...+none"));
+    }
+    world_of[i] = *w;
+  }
   std::vector<uint32_t> order(trace.pods.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
@@ -209,7 +234,7 @@ std::vector<Arrival> MakeArrivals(const Trace& trace, const Mapping& mapping, ui
   std::vector<Arrival> out;
   double requested = 0;
   auto add = [&](uint32_t pod) {
-    out.push_back({pod, mapping.WorldOf(trace.pods[pod].qos)});
+    out.push_back({pod, world_of[pod]});
     requested += static_cast<double>(trace.pods[pod].request.device_milli());
   };
   for (uint32_t pod : order) {

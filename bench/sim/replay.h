@@ -28,18 +28,34 @@ namespace duet::sim {
 
 enum class World : uint8_t { kKubernetes, kSlurm };
 
-// Which QoS classes go to Kubernetes; every other class goes to Slurm.
+// Which world each pod goes to. `all-k8s` and `all-slurm` send every pod to
+// one world whatever its QoS, a blank or absent one included (the pod list
+// may have no qos column: openb_pod_list_multigpu50.csv). `default` and
+// `k8s=...` split by QoS: the named classes to Kubernetes, every other
+// non-blank class to Slurm; a pod with no QoS goes where `no_qos` says, and
+// where that is unset (`default`, and `k8s=...` without `none`) the mapping
+// names no world for it and MakeArrivals refuses the pod list.
 struct Mapping {
   std::string name;
+  // Set: every pod goes to this world (all-k8s, all-slurm).
+  std::optional<World> every_pod;
+  // Otherwise: these classes go to Kubernetes, any other non-blank one to Slurm.
   std::vector<std::string> kubernetes_qos;
+  // Otherwise: where a pod with a blank QoS goes; unset: nowhere (refused).
+  std::optional<World> no_qos;
 
-  World WorldOf(const std::string& qos) const;
+  // The world of a pod with this QoS ("" when the pod list has no qos column
+  // or the field is blank); nullopt when the mapping names none.
+  std::optional<World> WorldOf(absl::string_view qos) const;
   // "LS,Guaranteed->Kubernetes; BE,Burstable->Slurm" style, for results.
   std::string Describe() const;
 };
 
-// "default" (LS, Guaranteed -> Kubernetes; BE, Burstable -> Slurm), "all-k8s",
-// "all-slurm", or "k8s=QOS[+QOS...]" (those to Kubernetes, the rest to Slurm).
+// "default" (LS, Guaranteed -> Kubernetes; BE, Burstable and any other
+// non-blank QoS -> Slurm; no QoS: refused), "all-k8s", "all-slurm" (every pod,
+// whatever its QoS), or "k8s=QOS[+QOS...]" (those to Kubernetes, the other
+// non-blank ones to Slurm; `none` in the list sends pods without a QoS to
+// Kubernetes, otherwise they are refused).
 absl::StatusOr<Mapping> ParseMapping(absl::string_view text);
 
 // One policy under test.
@@ -87,8 +103,10 @@ struct Arrival {
 // The arrival order for `seed`: the originals sorted by name and shuffled,
 // then copies drawn uniformly with replacement until the GPU milli requested
 // reach `max_arrival` x the cluster's GPU capacity. Deterministic for a seed
-// on every platform (no std:: distributions).
-std::vector<Arrival> MakeArrivals(const Trace& trace, const Mapping& mapping, uint64_t seed,
+// on every platform (no std:: distributions). Each arrival's world is
+// `mapping.WorldOf(qos)`; INVALID_ARGUMENT, naming the first such pod, when
+// the mapping names no world for a pod of the trace (no QoS under `default`).
+absl::StatusOr<std::vector<Arrival>> MakeArrivals(const Trace& trace, const Mapping& mapping, uint64_t seed,
                                   double max_arrival);
 
 struct ReplayOptions {

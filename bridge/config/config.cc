@@ -118,6 +118,8 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.String("node_addr_label", &c->slurm.node_addr_label));
     DUET_YAML(s.String("managed_feature", &c->slurm.managed_feature));
     DUET_YAML(s.Duration("release_grace", &c->slurm.release_grace));
+    DUET_YAML(s.String("placeholder_partition", &c->slurm.placeholder_partition));
+    DUET_YAML(s.String("placeholder_qos", &c->slurm.placeholder_qos));
     DUET_YAML(s.String("credential", &c->slurm.credential));
     DUET_YAML(s.String("key_file", &c->slurm.key_file));
     DUET_YAML(s.Duration("credential_ttl", &c->slurm.credential_ttl));

@@ -8,6 +8,7 @@
 // depends inward on it, never the config on bridge/slurm.
 
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,14 @@ struct SlurmSyncSettings {
   // Holdings granted less than this before the job list was read are not
   // released by a job import.
   absl::Duration release_grace = absl::Seconds(5);
+  // The partition (and QOS) placeholder jobs go to; empty: the cluster's
+  // default. Give placeholders a partition of their own on the shared nodes,
+  // with MaxTime=UNLIMITED and PreemptMode=OFF (docs/config.md, "Placeholders
+  // in Slurm"): in the users' partition they live by its time limit, its
+  // per-node caps and its preemption rules. Each pass checks the partition
+  // and reports what could end a placeholder (duet_slurm_placeholder_risk).
+  std::string placeholder_partition;
+  std::string placeholder_qos;
 
   // OK, or INVALID_ARGUMENT naming the field under `prefix` ("slurm.").
   absl::Status Validate(const std::string& prefix = "") const {
@@ -42,6 +51,15 @@ struct SlurmSyncSettings {
     }
     if (managed_feature.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(prefix, "managed_feature: must be set"));
+    }
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{
+                                         "placeholder_partition", &placeholder_partition},
+                                     {"placeholder_qos", &placeholder_qos}}) {
+      if (value->find_first_of(" \t\n,=") != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            prefix, key, ": must be one Slurm name (no spaces, commas or '='), not \"", *value,
+            "\""));
+      }
     }
     if (release_grace < absl::ZeroDuration()) {
       return absl::InvalidArgumentError(

@@ -29,6 +29,7 @@
 #include "bridge/server/watch_metrics.h"
 #include "bridge/server/workload.h"
 #include "bridge/slurm/munge_auth.h"
+#include "bridge/slurm/placeholder_policy.h"
 #include "bridge/slurm/slurm_key_auth.h"
 #include "k8s_adapter/kubeconfig/kubeconfig_file.h"
 #include "k8s_adapter/reconcile/node_inventory.h"
@@ -119,6 +120,36 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
   counter("duet_placeholder_repairs_total",
           "Lost placeholders re-created in Slurm for the pod's exact devices",
           s.placeholder_repairs);
+  {
+    // Every reason, 0 included, so a rate() over it starts at the first scrape.
+    prometheus::MetricFamily f = NewFamily(
+        "duet_placeholder_repair_failures_total",
+        "Failed attempts to re-make a lost placeholder, by reason: slurm_devices_busy (Slurm "
+        "counts the pod's devices in use with no job the ledger knows), ledger_conflict, "
+        "slurm_unavailable, other; retried at the next pass, then backing off to 5 min",
+        MetricType::Counter);
+    for (RepairFailure r : {RepairFailure::kSlurmDevicesBusy, RepairFailure::kLedgerConflict,
+                            RepairFailure::kSlurmUnavailable, RepairFailure::kOther}) {
+      const std::string name = RepairFailureName(r);
+      auto it = s.repair_failures.find(name);
+      AddValue(&f, {{"reason", name}}, it == s.repair_failures.end() ? 0.0 : it->second);
+    }
+    out.push_back(std::move(f));
+  }
+  if (s.placeholder_risks_known) {
+    // bridge/slurm/placeholder_policy.h: 1 while present, every kind listed.
+    prometheus::MetricFamily f = NewFamily(
+        "duet_slurm_placeholder_risk",
+        "1 while slurmctld's configuration could end, preempt or block a pod's placeholder, or "
+        "leaves steps able to open every GPU: partition_missing, shared_partition, time_limit, "
+        "preemptable, devices_unconstrained (the bridge's log says what to change)",
+        MetricType::Gauge);
+    for (PlaceholderRiskKind k : kAllPlaceholderRisks) {
+      const std::string name = PlaceholderRiskName(k);
+      AddValue(&f, {{"risk", name}}, s.placeholder_risks.count(name) ? 1.0 : 0.0);
+    }
+    out.push_back(std::move(f));
+  }
   gauge("duet_placeholders_fenced",
         "Lost placeholders not repaired yet: their pod's devices are held in the "
         "ledger only (SPANK refuses Slurm steps on them)",
@@ -128,6 +159,18 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
             ? -1
             : absl::ToDoubleSeconds(absl::Now() - s.last_success));
   return out;
+}
+
+// duet_slurm_auth_ready{source}: one series, the current check.
+std::vector<prometheus::MetricFamily> SlurmAuthFamilies(const SlurmAuthCheck& c) {
+  prometheus::MetricFamily f = NewFamily(
+      "duet_slurm_auth_ready",
+      "1 while libslurm has a way to authenticate to slurmctld (source: sack_socket, "
+      "munge_socket, or unchecked for other AuthTypes); 0 with source none: no sack socket or "
+      "munged answers (run sackd or munged beside duet-bridge)",
+      prometheus::MetricType::Gauge);
+  AddValue(&f, {{"source", SlurmAuthSourceName(c.source)}}, c.ready() ? 1 : 0);
+  return {std::move(f)};
 }
 
 }  // namespace
@@ -339,6 +382,13 @@ absl::Status Bridge::StartSlurm() {
     so.on_placeholder_lost = PlaceholderLossEvents(events_.get());
   }
   so.pod_liveness = PodLivenessFromWatch();
+  so.pod_name = [this](const std::string& uid) -> std::optional<PlaceholderPod> {
+    k8s::PodWatch* watch = pod_view_.load();
+    if (watch == nullptr) return std::nullopt;
+    const k8s::PodSeen seen = watch->Lookup(uid);
+    if (seen.state == k8s::PodSeen::kNotSeen || seen.name.empty()) return std::nullopt;
+    return PlaceholderPod{uid, seen.ns, seen.name};
+  };
   so.policy = policy_;
   so.workload = LearnedWorkload();
   {
@@ -351,10 +401,20 @@ absl::Status Bridge::StartSlurm() {
   slurm_loads_ = std::make_unique<SlurmNodeLoads>();
   so.loads = slurm_loads_.get();
   slurm_sync_ = std::make_unique<SlurmSync>(so, &ledger_, slurm_.get(), Clock::Real());
-  placeholders_ = std::make_unique<Placeholders>(&ledger_, slurm_.get());
+  placeholders_ = std::make_unique<Placeholders>(
+      &ledger_, slurm_.get(),
+      PlaceholderJobOptions{config_.slurm.placeholder_partition, config_.slurm.placeholder_qos});
   stale_holders_ = std::make_unique<StaleHolders>(&ledger_, slurm_.get(), PodLivenessFromWatch());
   SlurmSync* sync = slurm_sync_.get();
   metrics_->AddCollector([sync] { return SlurmMetricFamilies(sync->degraded(), sync->stats()); });
+  // Said before the first pass: a bridge with no credential source (no
+  // sackd beside it under auth/slurm) would otherwise only log Slurm's
+  // authentication errors.
+  slurm_auth_ = std::make_unique<SlurmAuthMonitor>(LibslurmConfPath(config_.slurm.conf_path),
+                                                   SlurmAuthEnv::FromProcess());
+  slurm_auth_->Check();
+  SlurmAuthMonitor* auth = slurm_auth_.get();
+  metrics_->AddCollector([auth] { return SlurmAuthFamilies(auth->Check()); });
   // A first pass before serving, so Slurm and the ledger agree early. A
   // Slurm that is down is not fatal: the bridge serves degraded.
   absl::Status first = sync->RunOnce();
@@ -553,10 +613,23 @@ absl::Status Bridge::ServeGrpc() {
   health_thread_ = std::thread([this] {
     absl::MutexLock lock(&health_mu_);
     bool journal_failed = false;
+    uint64_t seen_passes = 0;
+    uint64_t seen_failed = 0;
     do {
       if (slurm_sync_ != nullptr) {
         server_->GetHealthCheckService()->SetServingStatus("duet.slurm",
                                                            !slurm_sync_->degraded());
+        if (slurm_auth_ != nullptr) {
+          // A failed pass: say whether the bridge has any credential at all.
+          const SlurmSyncStats st = slurm_sync_->stats();
+          if (st.failed_passes != seen_failed) {
+            slurm_auth_->OnPassFailed();
+          } else if (st.passes != seen_passes) {
+            slurm_auth_->OnPassSucceeded();
+          }
+          seen_passes = st.passes;
+          seen_failed = st.failed_passes;
+        }
       }
       if (!journal_failed && journal_ != nullptr) {
         absl::Status health = journal_->Health();

@@ -20,6 +20,7 @@
 #include "bridge/server/service.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
+#include "bridge/slurm/slurm_auth_check.h"
 #include "bridge/slurm/slurm_key_auth.h"
 #include "bridge/slurm/slurm_sync.h"
 #include "bridge/slurm/stale_holders.h"
@@ -135,6 +136,9 @@ class Bridge {
   std::unique_ptr<SlurmClient> slurm_;
   std::unique_ptr<SlurmNodeLoads> slurm_loads_;  // before its users (destroyed after them)
   std::unique_ptr<SlurmSync> slurm_sync_;
+  // Whether libslurm has a credential source (a sack socket, munged); said
+  // at start, on failed passes (health thread) and on each scrape.
+  std::unique_ptr<SlurmAuthMonitor> slurm_auth_;
   std::unique_ptr<Placeholders> placeholders_;
   std::unique_ptr<StaleHolders> stale_holders_;
   // Set by LoadSlurmKey under slurm.credential slurm_key.

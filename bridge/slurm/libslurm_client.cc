@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -11,11 +12,13 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 
 #include "common/slurm/slurm_compat.h"
@@ -66,6 +69,20 @@ absl::Status SlurmError(const std::string& what) {
   }
 }
 
+// PreemptMode as slurm.conf spells it ("OFF", "REQUEUE", "SUSPEND,GANG").
+std::string PreemptModeString(uint16_t mode) {
+  std::vector<std::string> parts;
+  if (mode & PREEMPT_MODE_SUSPEND) parts.push_back("SUSPEND");
+  if (mode & PREEMPT_MODE_REQUEUE) parts.push_back("REQUEUE");
+  if (mode & PREEMPT_MODE_CANCEL) parts.push_back("CANCEL");
+  if (mode & PREEMPT_MODE_GANG) parts.push_back("GANG");
+  if (mode & PREEMPT_MODE_WITHIN) parts.push_back("WITHIN");
+#ifdef PREEMPT_MODE_PRIORITY  // 23.11 and later
+  if (mode & PREEMPT_MODE_PRIORITY) parts.push_back("PRIORITY");
+#endif
+  return parts.empty() ? "OFF" : absl::StrJoin(parts, ",");
+}
+
 std::vector<std::string> SplitFeatures(const char* s) {
   std::vector<std::string> out;
   if (s == nullptr) return out;
@@ -94,6 +111,11 @@ SlurmNodeInfo ToNodeInfo(const node_info_t& n) {
   info.not_responding = (n.node_state & NODE_STATE_NO_RESPOND) != 0;
   info.busy = base == NODE_STATE_ALLOCATED || base == NODE_STATE_MIXED ||
               (n.node_state & NODE_STATE_COMPLETING) != 0;
+  info.reboot = (n.node_state & (NODE_STATE_REBOOT_REQUESTED | NODE_STATE_REBOOT_ISSUED)) != 0;
+  info.failing = (n.node_state & NODE_STATE_FAIL) != 0;
+  info.powered_down = (n.node_state & (NODE_STATE_POWERED_DOWN | NODE_STATE_POWERING_DOWN |
+                                       NODE_STATE_POWER_DOWN)) != 0;
+  info.invalid_registration = (n.node_state & NODE_STATE_INVALID_REG) != 0;
   uint32_t cpus = 0;
   uint64_t memory_mib = 0;
   if (slurm_compat::NodeAllocated(n, &cpus, &memory_mib)) {
@@ -331,6 +353,96 @@ absl::Status LibSlurmClient::Reconfigure() {
   });
 }
 
+absl::StatusOr<SlurmClusterConfig> LibSlurmClient::ClusterConfig() {
+  return Run<SlurmClusterConfig>("load config", []() -> absl::StatusOr<SlurmClusterConfig> {
+    slurm_conf_t* conf = nullptr;
+    if (slurm_load_ctl_conf(0, &conf) != SLURM_SUCCESS) return SlurmError("load config");
+    SlurmClusterConfig c;
+    if (conf->preempt_type) c.preempt_type = conf->preempt_type;
+    c.preempt_mode = PreemptModeString(conf->preempt_mode);
+    c.preempt_params = slurm_compat::PreemptParams(*conf);
+    if (conf->task_plugin) c.task_plugin = conf->task_plugin;
+    // cgroup.conf as slurmctld read it: an opaque list of name/value pairs
+    // that only slurm_print_key_pairs reads ("Name    = value" lines).
+    if (conf->cgroup_conf != nullptr) {
+      char* text = nullptr;
+      size_t len = 0;
+      if (FILE* f = open_memstream(&text, &len)) {
+        char title[] = "";
+        slurm_print_key_pairs(f, conf->cgroup_conf, title);
+        std::fclose(f);
+        for (absl::string_view line : absl::StrSplit(absl::string_view(text, len), '\n')) {
+          std::pair<absl::string_view, absl::string_view> kv =
+              absl::StrSplit(line, absl::MaxSplits('=', 1));
+          if (absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(kv.first), "ConstrainDevices")) {
+            c.constrain_devices =
+                absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(kv.second), "yes");
+          }
+        }
+      }
+      std::free(text);
+    }
+    slurm_compat::FreeCtlConf(conf);
+    return c;
+  });
+}
+
+absl::StatusOr<std::vector<SlurmPartitionInfo>> LibSlurmClient::ListPartitions() {
+  return Run<std::vector<SlurmPartitionInfo>>(
+      "list partitions", []() -> absl::StatusOr<std::vector<SlurmPartitionInfo>> {
+        partition_info_msg_t* msg = nullptr;
+        if (slurm_load_partitions(0, &msg, SHOW_ALL) != SLURM_SUCCESS) {
+          return SlurmError("load partitions");
+        }
+        std::vector<SlurmPartitionInfo> out;
+        for (uint32_t i = 0; msg && i < msg->record_count; ++i) {
+          const partition_info_t& p = msg->partition_array[i];
+          SlurmPartitionInfo info;
+          if (p.name) info.name = p.name;
+          if (p.nodes) info.nodes = p.nodes;
+          info.is_default = (p.flags & PART_FLAG_DEFAULT) != 0;
+          info.hidden = (p.flags & PART_FLAG_HIDDEN) != 0;
+          info.root_only = (p.flags & PART_FLAG_ROOT_ONLY) != 0;
+          info.up = (p.state_up & PARTITION_UP) == PARTITION_UP;
+          if (p.max_time != INFINITE && p.max_time != NO_VAL) info.max_time_min = p.max_time;
+          if (p.preempt_mode != NO_VAL16) info.preempt_mode = PreemptModeString(p.preempt_mode);
+          info.priority_tier = p.priority_tier;
+          if (p.max_cpus_per_node != INFINITE && p.max_cpus_per_node != NO_VAL) {
+            info.max_cpus_per_node = p.max_cpus_per_node;
+          }
+          out.push_back(std::move(info));
+        }
+        slurm_free_partition_info_msg(msg);
+        return out;
+      });
+}
+
+absl::StatusOr<std::vector<SlurmReservationInfo>> LibSlurmClient::ListReservations() {
+  return Run<std::vector<SlurmReservationInfo>>(
+      "list reservations", []() -> absl::StatusOr<std::vector<SlurmReservationInfo>> {
+        reserve_info_msg_t* msg = nullptr;
+        if (slurm_load_reservations(0, &msg) != SLURM_SUCCESS) {
+          return SlurmError("load reservations");
+        }
+        std::vector<SlurmReservationInfo> out;
+        for (uint32_t i = 0; msg && i < msg->record_count; ++i) {
+          const reserve_info_t& r = msg->reservation_array[i];
+          SlurmReservationInfo info;
+          if (r.name) info.name = r.name;
+          if (r.node_list) info.nodes = slurm_compat::ExpandHostlist(r.node_list);
+          info.start = absl::FromTimeT(r.start_time);
+          info.end = absl::FromTimeT(r.end_time);
+          info.maint = (r.flags & RESERVE_FLAG_MAINT) != 0;
+          info.ignore_jobs = (r.flags & RESERVE_FLAG_IGN_JOBS) != 0;
+          if (r.users) info.users = r.users;
+          if (r.accounts) info.accounts = r.accounts;
+          out.push_back(std::move(info));
+        }
+        slurm_free_reservation_info_msg(msg);
+        return out;
+      });
+}
+
 absl::StatusOr<std::vector<SlurmNodeInfo>> LibSlurmClient::ListNodes() {
   return Run<std::vector<SlurmNodeInfo>>(
       "list nodes", []() -> absl::StatusOr<std::vector<SlurmNodeInfo>> {
@@ -426,11 +538,6 @@ absl::Status LibSlurmClient::DeleteNode(const std::string& name) {
   });
 }
 
-namespace {
-// NO_VAL - 1: the highest priority a job can be given.
-constexpr uint32_t kPlaceholderPriority = 0xfffffffd;
-}  // namespace
-
 absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
     const SlurmAllocRequest& request) {
   if (request.node.empty()) return absl::InvalidArgumentError("allocate: node is empty");
@@ -448,6 +555,8 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
     std::string name = request.job_name;
     std::string comment = request.comment;
     std::string work_dir = "/";
+    std::string partition = request.partition;
+    std::string qos = request.qos;
     std::vector<std::string> env = request.spank_env;
     std::vector<char*> env_ptrs;
     for (std::string& e : env) env_ptrs.push_back(e.data());
@@ -474,6 +583,14 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
     // values (NO_VAL, INFINITE); setting it needs an operator, which the
     // bridge is (it creates nodes).
     desc.priority = kPlaceholderPriority;
+    // A placeholder lasts as long as its pod: no time limit of its own (a
+    // partition whose MaxTime is finite refuses it; the start-up check,
+    // placeholder_policy.h, says so), never requeued (a preempted one must
+    // not come back later on other devices).
+    desc.time_limit = INFINITE;
+    desc.requeue = 0;
+    if (!partition.empty()) desc.partition = partition.data();
+    if (!qos.empty()) desc.qos = qos.data();
     // Required from 24.11 (ESLURM_MISSING_WORK_DIR); a placeholder runs nothing.
     desc.work_dir = work_dir.data();
     desc.user_id = uid;

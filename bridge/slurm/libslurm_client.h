@@ -85,6 +85,9 @@ class LibSlurmClient final : public SlurmClient {
   absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t job_id) override;
   absl::StatusOr<int64_t> ControllerBootTime() override;
   absl::Status Reconfigure() override;
+  absl::StatusOr<SlurmClusterConfig> ClusterConfig() override;
+  absl::StatusOr<std::vector<SlurmPartitionInfo>> ListPartitions() override;
+  absl::StatusOr<std::vector<SlurmReservationInfo>> ListReservations() override;
 
   // slurmctld's version string ("24.11.5"), from its configuration.
   absl::StatusOr<std::string> ControllerVersion();

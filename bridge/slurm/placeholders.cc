@@ -1,6 +1,7 @@
 #include "bridge/slurm/placeholders.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -28,7 +29,16 @@ std::string PlaceholderComment(const Owner& pod) {
                       " name=", pod.pod_name);
 }
 
-Placeholders::Placeholders(Ledger* ledger, SlurmClient* slurm) : ledger_(ledger), slurm_(slurm) {}
+Placeholders::Placeholders(Ledger* ledger, SlurmClient* slurm, PlaceholderJobOptions job_options)
+    : ledger_(ledger), slurm_(slurm), job_options_(std::move(job_options)) {}
+
+SlurmAllocRequest Placeholders::Request(const std::string& node) const {
+  SlurmAllocRequest req;
+  req.node = node;
+  req.partition = job_options_.partition;
+  req.qos = job_options_.qos;
+  return req;
+}
 
 absl::StatusOr<Holding> Placeholders::Create(const Owner& pod, const std::string& node,
                                              uint32_t gpus, uint32_t tpus, uint32_t cpus,
@@ -43,8 +53,7 @@ absl::StatusOr<Holding> Placeholders::Create(const Owner& pod, const std::string
     return absl::FailedPreconditionError(absl::StrCat(
         "node not usable: ", node, " is ", NodeStateName(view->spec.state), " in the ledger"));
   }
-  SlurmAllocRequest req;
-  req.node = node;
+  SlurmAllocRequest req = Request(node);
   req.job_name = absl::StrCat(kPlaceholderJobPrefix, pod.pod_namespace, "/", pod.pod_name);
   req.comment = PlaceholderComment(pod);
   req.gpus = gpus;
@@ -150,8 +159,7 @@ absl::StatusOr<std::vector<Holding>> Placeholders::Repair(const Holding& lost,
         run.push_back(order[j++].first);
       const bool piece = order[i].second;
       i = j;
-      SlurmAllocRequest req;
-      req.node = lost.node;
+      SlurmAllocRequest req = Request(lost.node);
       req.job_name =
           piece ? absl::StrCat(kPlaceholderJobPrefix, pod.ns, "/", pod.name) : "duet-repair-filler";
       req.comment =
@@ -181,8 +189,13 @@ absl::StatusOr<std::vector<Holding>> Placeholders::Repair(const Holding& lost,
     }
   }
   // Record the new pieces, then drop the lost one: the pod's group holds the
-  // devices throughout.
+  // devices throughout. slurmctld may reuse the lost job's id (it lost the
+  // job, e.g. in a crash, and numbers from its saved state): a piece with
+  // that id *is* the lost owner, whose holding is already there and must
+  // neither be released nor rolled back.
   std::vector<Holding> out;
+  std::vector<Holding> created;
+  bool reused = false;
   for (const Made& m : made) {
     if (!m.piece) continue;
     HoldRequest hold;
@@ -191,15 +204,26 @@ absl::StatusOr<std::vector<Holding>> Placeholders::Repair(const Holding& lost,
     hold.devices = m.devices;
     absl::StatusOr<HoldResult> held = ledger_->Hold(hold);
     if (!held.ok()) {
-      for (const Holding& h : out) (void)ledger_->Release(h.node, h.owner);
+      for (const Holding& h : created) (void)ledger_->Release(h.node, h.owner);
       return cancel_all(held.status());
+    }
+    if (hold.owner == lost.owner) {
+      reused = true;
+    } else if (held->created) {
+      created.push_back(held->holding);
     }
     out.push_back(held->holding);
   }
   for (const Made& m : made) {
     if (!m.piece) (void)slurm_->KillJob(m.job_id);
   }
-  (void)ledger_->Release(lost.node, lost.owner);
+  if (reused) {
+    spdlog::warn("placeholder repair on {}: Slurm reused job id {} of the lost placeholder of pod "
+                 "{}; its ledger holding stays as it is",
+                 lost.node, lost.owner.job_id, lost.owner.pod_uid);
+  } else {
+    (void)ledger_->Release(lost.node, lost.owner);
+  }
   return out;
 }
 

@@ -38,10 +38,17 @@ std::string PlaceholderComment(const Owner& pod);
 
 // The Slurm side of pods::PodHolds (the core holds a pod's devices through
 // this interface and never depends on Slurm).
+// Where placeholder jobs go in Slurm (slurm.placeholder_partition,
+// slurm.placeholder_qos); empty: the cluster's defaults.
+struct PlaceholderJobOptions {
+  std::string partition;
+  std::string qos;
+};
+
 class Placeholders final : public pods::PlaceholderMaker {
  public:
   // Neither is owned; both must outlive this object.
-  Placeholders(Ledger* ledger, SlurmClient* slurm);
+  Placeholders(Ledger* ledger, SlurmClient* slurm, PlaceholderJobOptions job_options = {});
 
   // Errors: INVALID_ARGUMENT (not a pod owner, nothing asked), NOT_FOUND
   // (node unknown to the ledger), FAILED_PRECONDITION (node not usable: not
@@ -75,8 +82,12 @@ class Placeholders final : public pods::PlaceholderMaker {
                                               uint32_t cpus, uint64_t memory_mib);
 
  private:
+  // A request for `node` named and placed as every placeholder job is.
+  SlurmAllocRequest Request(const std::string& node) const;
+
   Ledger* const ledger_;
   SlurmClient* const slurm_;
+  const PlaceholderJobOptions job_options_;
 };
 
 }  // namespace duet

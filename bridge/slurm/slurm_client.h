@@ -32,6 +32,12 @@
 
 namespace duet {
 
+// The priority of every placeholder job: NO_VAL - 1, the highest a job can be
+// given short of Slurm's special values. A placeholder runs at once or not at
+// all, so it never waits ahead of anyone; below the top priority Slurm refused
+// it whenever any job pended in the partition.
+inline constexpr uint32_t kPlaceholderPriority = 0xfffffffd;
+
 // What duet wants a Slurm node to be.
 struct SlurmNodeConfig {
   std::string name;
@@ -63,6 +69,11 @@ struct SlurmNodeInfo {
   bool down = false;
   bool not_responding = false;
   bool busy = false;                  // ALLOCATED/MIXED or COMPLETING
+  // Flags under which Slurm starts no job on the node.
+  bool reboot = false;                // REBOOT_REQUESTED or REBOOT_ISSUED
+  bool failing = false;               // FAIL
+  bool powered_down = false;          // POWERED_DOWN, POWERING_DOWN, POWER_DOWN
+  bool invalid_registration = false;  // INVALID_REG
   // What jobs (placeholders included) hold on the node now.
   uint32_t alloc_cpus = 0;
   uint64_t alloc_memory_mib = 0;
@@ -88,6 +99,53 @@ struct SlurmAllocRequest {
   uint64_t memory_mib = 0;  // 0: the partition default
   // Extra "NAME=value" entries for the job's SPANK environment (prolog).
   std::vector<std::string> spank_env;
+  // Partition and QOS of the job; empty: the cluster's defaults
+  // (slurm.placeholder_partition / placeholder_qos). A placeholder never
+  // asks for a time limit: it lasts as long as its pod (UNLIMITED).
+  std::string partition;
+  std::string qos;
+};
+
+// What slurmctld's configuration says about preemption and device
+// confinement (`scontrol show config`).
+struct SlurmClusterConfig {
+  std::string preempt_type;    // "preempt/none", "preempt/partition_prio", "preempt/qos"
+  std::string preempt_mode;    // "OFF", "REQUEUE", "SUSPEND,GANG", ...
+  std::string preempt_params;  // PreemptParameters, e.g. "min_exempt_priority=..."
+  std::string task_plugin;     // "task/cgroup,task/affinity", ...
+  // cgroup.conf's ConstrainDevices as slurmctld reports it; nullopt when it
+  // reports no cgroup configuration.
+  std::optional<bool> constrain_devices;
+};
+
+// A partition as slurmctld reports it.
+struct SlurmPartitionInfo {
+  std::string name;
+  std::string nodes;  // hostlist expression
+  bool is_default = false;
+  bool hidden = false;
+  bool root_only = false;
+  bool up = true;
+  // Minutes; nullopt: UNLIMITED.
+  std::optional<uint32_t> max_time_min;
+  // The partition's own PreemptMode ("OFF", "REQUEUE", ...); empty when it
+  // follows the cluster's.
+  std::string preempt_mode;
+  uint16_t priority_tier = 0;
+  // nullopt: no limit.
+  std::optional<uint32_t> max_cpus_per_node;
+};
+
+// An advance reservation as slurmctld reports it.
+struct SlurmReservationInfo {
+  std::string name;
+  std::vector<std::string> nodes;  // expanded
+  absl::Time start;
+  absl::Time end;
+  bool maint = false;        // MAINT
+  bool ignore_jobs = false;  // IGNORE_JOBS
+  std::string users;         // who may use it ("" when by account or group)
+  std::string accounts;
 };
 
 struct SlurmJobInfo {
@@ -154,6 +212,20 @@ class SlurmClient {
   }
   // `scontrol reconfigure`. The default is UNIMPLEMENTED (fakes).
   virtual absl::Status Reconfigure() { return absl::UnimplementedError("Reconfigure"); }
+
+  // Preemption and device-confinement settings of slurmctld. The default is
+  // UNIMPLEMENTED (fakes).
+  virtual absl::StatusOr<SlurmClusterConfig> ClusterConfig() {
+    return absl::UnimplementedError("ClusterConfig");
+  }
+  // Every partition. The default is UNIMPLEMENTED (fakes).
+  virtual absl::StatusOr<std::vector<SlurmPartitionInfo>> ListPartitions() {
+    return absl::UnimplementedError("ListPartitions");
+  }
+  // Every reservation, active or future. The default is UNIMPLEMENTED (fakes).
+  virtual absl::StatusOr<std::vector<SlurmReservationInfo>> ListReservations() {
+    return absl::UnimplementedError("ListReservations");
+  }
 };
 
 }  // namespace duet

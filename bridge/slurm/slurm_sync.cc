@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "bridge/placement/placement.h"
 #include "bridge/slurm/libslurm_client.h"
+#include "bridge/slurm/placeholder_policy.h"
 #include "bridge/slurm/placeholders.h"
 #include "spdlog/spdlog.h"
 
@@ -173,10 +174,33 @@ std::string UnusableReason(const SlurmNodeInfo& n) {
   if (n.down) return absl::StrCat("down in Slurm", why);
   if (n.drain) return absl::StrCat("drained in Slurm", why);
   if (n.not_responding) return "not responding in Slurm";
+  // Flags under which Slurm starts no new job on an otherwise idle node.
+  if (n.reboot) return absl::StrCat("reboot requested in Slurm", why);
+  if (n.failing) return absl::StrCat("failing in Slurm", why);
+  if (n.powered_down) return absl::StrCat("powered down in Slurm", why);
+  if (n.invalid_registration) return absl::StrCat("invalid registration in Slurm", why);
   return "";
 }
 
-void SlurmNodeLoads::Replace(const std::vector<SlurmNodeInfo>& nodes) {
+std::string ReservationReason(const SlurmReservationInfo& r, absl::Time now) {
+  if (r.end <= now) return "";
+  std::string who;
+  if (!r.users.empty()) absl::StrAppend(&who, " for users ", r.users);
+  if (!r.accounts.empty()) absl::StrAppend(&who, who.empty() ? " for" : ",", " accounts ",
+                                           r.accounts);
+  const std::string when = r.start <= now
+                               ? absl::StrCat("until ", absl::FormatTime(absl::RFC3339_sec, r.end,
+                                                                         absl::UTCTimeZone()))
+                               : absl::StrCat("from ", absl::FormatTime(absl::RFC3339_sec, r.start,
+                                                                        absl::UTCTimeZone()),
+                                              " (a placeholder has no end and would overlap it)");
+  return absl::StrCat("reserved in Slurm: reservation ", r.name, r.maint ? " (MAINT)" : "", who,
+                      " ", when);
+}
+
+void SlurmNodeLoads::Replace(const std::vector<SlurmNodeInfo>& nodes,
+                             const std::vector<SlurmReservationInfo>& reservations,
+                             absl::Time now) {
   absl::flat_hash_map<std::string, placement::NodeLoad> fresh;
   absl::flat_hash_map<std::string, std::pair<std::string, std::string>> states;
   absl::flat_hash_map<std::string, std::string> unusable;
@@ -188,6 +212,20 @@ void SlurmNodeLoads::Replace(const std::vector<SlurmNodeInfo>& nodes) {
     if (!why.empty()) unusable[n.name] = std::move(why);
     if (n.alloc_cpus == 0 && n.alloc_memory_mib == 0) continue;
     fresh[n.name] = placement::NodeLoad{uint64_t{n.alloc_cpus} * 1000, n.alloc_memory_mib};
+  }
+  // The earliest reservation of each node that is not over; a node state
+  // that already refuses placeholders keeps its own reason.
+  absl::flat_hash_map<std::string, const SlurmReservationInfo*> first;
+  for (const SlurmReservationInfo& r : reservations) {
+    if (r.end <= now) continue;
+    for (const std::string& node : r.nodes) {
+      auto [it, added] = first.emplace(node, &r);
+      if (!added && r.start < it->second->start) it->second = &r;
+    }
+  }
+  for (const auto& [node, r] : first) {
+    if (!states.contains(node) || unusable.contains(node)) continue;
+    unusable[node] = ReservationReason(*r, now);
   }
   absl::MutexLock lock(&mu_);
   loads_.swap(fresh);
@@ -255,7 +293,19 @@ absl::Status SlurmSync::RunOnce() {
     Count(&SlurmSyncStats::failed_passes);
     return nodes.status();
   }
-  if (options_.loads != nullptr) options_.loads->Replace(*nodes);
+  if (options_.loads != nullptr) {
+    // Reservations keep placeholders off their nodes (ReservationReason);
+    // a client that cannot list them (fakes) reports none.
+    absl::StatusOr<std::vector<SlurmReservationInfo>> reservations = slurm_->ListReservations();
+    if (!reservations.ok() && !absl::IsUnimplemented(reservations.status())) {
+      spdlog::warn("slurm sync: cannot list reservations: {}", reservations.status().ToString());
+    }
+    options_.loads->Replace(*nodes,
+                            reservations.ok() ? *reservations
+                                              : std::vector<SlurmReservationInfo>{},
+                            absl::Now());
+  }
+  CheckPlaceholderPolicy();
   LedgerSnapshot snap = ledger_->Snapshot();
   absl::Status first;
   auto note = [&first](absl::Status s) {
@@ -570,10 +620,15 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
   absl::flat_hash_set<std::string> ledger_nodes;
   for (const auto& v : snap.nodes) ledger_nodes.insert(v->spec.name);
   absl::flat_hash_set<uint32_t> live;
+  // Jobs Slurm lists as ended: their holdings go whenever they were granted
+  // (the grace below is for jobs too new to be in the list). Keeping one
+  // for the grace made the next job on its devices a false conflict.
+  absl::flat_hash_set<uint32_t> ended;
   absl::Status first;
 
   for (const SlurmJobInfo& job : *jobs) {
     if (job.live()) live.insert(job.job_id);
+    if (job.state == SlurmJobState::kFinished) ended.insert(job.job_id);
     if (!job.live()) continue;
     if (std::optional<PlaceholderPod> pod = ParsePlaceholderComment(job.comment)) {
       placeholders_seen_[job.job_id] = {*pod, job.cpus, job.memory_mib};
@@ -584,12 +639,22 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
   // First release holdings of jobs Slurm no longer runs. Only what was granted before the
   // list was read: a step may have registered since.
   absl::flat_hash_set<uint32_t> kept;  // lost placeholders still held
+  // Jobs' and steps' holdings kept only for the grace although they were
+  // granted before the list was read and their job is not live in it: if a
+  // live job of the list needs their devices, they belong to a job that had
+  // ended by then (Slurm never gives a device to two running jobs).
+  std::map<std::string, std::vector<Holding>> in_grace;  // by node
   for (const Holding& h : ledger_->ListHoldings()) {
     const bool slurm_side = h.owner.kind == OwnerKind::kSlurmJob ||
                             h.owner.kind == OwnerKind::kSlurmStep ||
                             h.owner.kind == OwnerKind::kPlaceholder;
     if (!slurm_side || live.contains(h.owner.job_id)) continue;
-    if (h.granted_at > listed_at - options_.release_grace) continue;
+    if (!ended.contains(h.owner.job_id) && h.granted_at > listed_at - options_.release_grace) {
+      if (h.owner.kind != OwnerKind::kPlaceholder && h.granted_at <= listed_at) {
+        in_grace[h.node].push_back(h);
+      }
+      continue;
+    }
     if (h.owner.kind == OwnerKind::kPlaceholder && PodOf(h.owner.pod_uid) != PodLiveness::kGone) {
       HandleLost(h, *jobs, nodes);
       kept.insert(h.owner.job_id);
@@ -632,6 +697,10 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
       req.owner = owner;
       req.devices = devices;
       auto held = ledger_->Hold(req);
+      if (!held.ok() && absl::IsResourceExhausted(held.status()) &&
+          ReleaseEndedHolders(d.node, devices, &in_grace[d.node]) > 0) {
+        held = ledger_->Hold(req);
+      }
       if (held.ok()) {
         Count(&SlurmSyncStats::holdings_imported);
         spdlog::info("slurm sync: imported {} on {}", owner.ToString(), d.node);
@@ -651,6 +720,9 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
   for (auto it = fenced_.begin(); it != fenced_.end();) {
     it = kept.contains(it->second) ? std::next(it) : fenced_.erase(it);
   }
+  for (auto it = repairs_.begin(); it != repairs_.end();) {
+    it = kept.contains(it->first.second) ? std::next(it) : repairs_.erase(it);
+  }
   {
     absl::MutexLock lock(&stats_mu_);
     stats_.placeholders_fenced = fenced_.size();
@@ -658,14 +730,85 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
   return first;
 }
 
+int SlurmSync::ReleaseEndedHolders(const std::string& node, const std::vector<HeldDevice>& devices,
+                                   std::vector<Holding>* candidates) {
+  int released = 0;
+  for (auto it = candidates->begin(); it != candidates->end();) {
+    const bool overlaps = std::any_of(it->devices.begin(), it->devices.end(),
+                                      [&](const HeldDevice& x) {
+                                        return std::any_of(
+                                            devices.begin(), devices.end(), [&](const HeldDevice& y) {
+                                              return x.kind == y.kind && x.index == y.index;
+                                            });
+                                      });
+    if (!overlaps) {
+      ++it;
+      continue;
+    }
+    auto r = ledger_->Release(node, it->owner);
+    if (r.ok() && r->released) {
+      ++released;
+      Count(&SlurmSyncStats::holdings_released);
+      spdlog::info("slurm sync: released {} on {}: job {} had ended (a running job holds its "
+                   "devices in Slurm)",
+                   it->owner.ToString(), node, it->owner.job_id);
+    }
+    it = candidates->erase(it);
+  }
+  return released;
+}
+
 PodLiveness SlurmSync::PodOf(const std::string& uid) const {
   return options_.pod_liveness ? options_.pod_liveness(uid) : PodLiveness::kUnknown;
 }
+
+const char* RepairFailureName(RepairFailure f) {
+  switch (f) {
+    case RepairFailure::kNodeUnusable: return "node_unusable";
+    case RepairFailure::kSlurmDevicesBusy: return "slurm_devices_busy";
+    case RepairFailure::kLedgerConflict: return "ledger_conflict";
+    case RepairFailure::kSlurmUnavailable: return "slurm_unavailable";
+    case RepairFailure::kOther: return "other";
+  }
+  return "other";
+}
+
+namespace {
+
+// Why a repair failed, from Placeholders::Repair's status (see its errors).
+RepairFailure ClassifyRepairFailure(const absl::Status& s) {
+  if (absl::IsUnavailable(s)) return RepairFailure::kSlurmUnavailable;
+  const absl::string_view m = s.message();
+  if (absl::StrContains(m, "also held by another owner in the ledger")) {
+    return RepairFailure::kLedgerConflict;
+  }
+  // Slurm had no room for, or chose other indices than, devices no other
+  // owner holds in the ledger: Slurm counts them in use although no job the
+  // ledger knows holds them (e.g. GRES it keeps counted after a restart).
+  if (absl::IsResourceExhausted(s) || absl::StrContains(m, "Slurm gave job")) {
+    return RepairFailure::kSlurmDevicesBusy;
+  }
+  if (absl::IsFailedPrecondition(s)) return RepairFailure::kNodeUnusable;
+  return RepairFailure::kOther;
+}
+
+// Waits between repair attempts of one lost placeholder: the first retry
+// at the next pass, then doubling up to five minutes, so a placeholder Slurm
+// cannot re-make does not allocate and cancel jobs every pass.
+absl::Duration RepairBackoff(int failures) {
+  if (failures <= 1) return absl::ZeroDuration();
+  return std::min(absl::Seconds(5) * (1 << std::min(failures - 2, 6)), absl::Minutes(5));
+}
+
+}  // namespace
 
 void SlurmSync::HandleLost(const Holding& h, const std::vector<SlurmJobInfo>& jobs,
                            const std::vector<SlurmNodeInfo>& nodes) {
   const auto key = std::make_pair(h.node, h.owner.job_id);
   const bool reported = fenced_.count(key) > 0;
+  RepairState& state = repairs_[key];
+  const absl::Time now = clock_->Now();
+  if (now < state.next_try) return;  // backing off; reported already
   PlaceholderLoss loss;
   loss.node = h.node;
   loss.lost_job_id = h.owner.job_id;
@@ -685,19 +828,32 @@ void SlurmSync::HandleLost(const Holding& h, const std::vector<SlurmJobInfo>& jo
       memory_mib = j.memory_mib;
     }
   }
+  // Neither the bridge nor Slurm kept the job (slurmctld lost it right
+  // after the bind, before a pass saw it): the pod watch names the pod, so
+  // the new placeholder is still "duet-pod:NS/NAME".
+  if ((loss.pod.ns.empty() || loss.pod.name.empty()) && options_.pod_name) {
+    if (std::optional<PlaceholderPod> named = options_.pod_name(h.owner.pod_uid)) {
+      loss.pod.ns = named->ns;
+      loss.pod.name = named->name;
+    }
+  }
   std::string unusable = "not known to Slurm";
   for (const SlurmNodeInfo& n : nodes) {
     if (n.name != h.node) continue;
     unusable = n.future ? "no slurmd registered" : UnusableReason(n);
   }
+  RepairFailure failure = RepairFailure::kNodeUnusable;
   if (unusable.empty()) {
     absl::StatusOr<std::vector<Holding>> fixed =
-        Placeholders(ledger_, slurm_).Repair(h, loss.pod, cpus, memory_mib);
+        Placeholders(ledger_, slurm_,
+                     {options_.placeholder_partition, options_.placeholder_qos})
+            .Repair(h, loss.pod, cpus, memory_mib);
     if (fixed.ok()) {
       loss.repaired = true;
       for (const Holding& n : *fixed) loss.new_job_ids.push_back(n.owner.job_id);
     } else {
       loss.detail = std::string(fixed.status().message());
+      failure = ClassifyRepairFailure(fixed.status());
     }
   } else {
     loss.detail = absl::StrCat("node ", h.node, " is ", unusable);
@@ -706,22 +862,79 @@ void SlurmSync::HandleLost(const Holding& h, const std::vector<SlurmJobInfo>& jo
     Count(&SlurmSyncStats::placeholder_repairs);
     if (!reported) Count(&SlurmSyncStats::placeholders_lost_repaired);
     fenced_.erase(key);
+    repairs_.erase(key);
     spdlog::warn(
         "slurm sync: placeholder job {} of pod {}/{} (uid {}) on {} was gone from Slurm; "
         "repaired as job(s) {}",
         h.owner.job_id, loss.pod.ns, loss.pod.name, loss.pod.uid, h.node,
         absl::StrJoin(loss.new_job_ids, ","));
   } else {
-    if (reported) return;  // reported once; the next pass tries again
+    loss.failure = failure;
+    // Waiting for a node to come back costs nothing; a refused repair made
+    // and cancelled Slurm jobs, so it backs off.
+    if (failure != RepairFailure::kNodeUnusable) {
+      ++state.failures;
+      state.next_try = now + RepairBackoff(state.failures);
+      {
+        absl::MutexLock lock(&stats_mu_);
+        ++stats_.repair_failures[RepairFailureName(failure)];
+      }
+    }
+    if (state.last_failure != failure || !reported) {
+      state.last_failure = failure;
+      std::string why = RepairFailureName(failure);
+      if (failure == RepairFailure::kSlurmDevicesBusy) {
+        absl::StrAppend(&why, ": Slurm counts these devices in use although no job the ledger "
+                              "knows holds them");
+      }
+      if (failure != RepairFailure::kNodeUnusable) {
+        absl::StrAppend(&why, "; next try in ",
+                        absl::FormatDuration(RepairBackoff(state.failures)));
+      }
+      spdlog::error(
+          "slurm sync: placeholder job {} of pod {}/{} (uid {}) on {} is gone from Slurm while "
+          "the pod runs; its devices stay held in the ledger (Slurm steps on them are refused) "
+          "until a repair succeeds or the pod is deleted ({}): {}",
+          h.owner.job_id, loss.pod.ns, loss.pod.name, loss.pod.uid, h.node, why, loss.detail);
+    }
+    if (reported) return;  // reported once; a later pass tries again
     Count(&SlurmSyncStats::placeholders_lost_fenced);
     fenced_.insert(key);
-    spdlog::error(
-        "slurm sync: placeholder job {} of pod {}/{} (uid {}) on {} is gone from Slurm while the "
-        "pod runs; its devices stay held in the ledger (Slurm steps on them are refused) until a "
-        "repair succeeds or the pod is deleted: {}",
-        h.owner.job_id, loss.pod.ns, loss.pod.name, loss.pod.uid, h.node, loss.detail);
   }
   if (options_.on_placeholder_lost) options_.on_placeholder_lost(loss);
+}
+
+void SlurmSync::CheckPlaceholderPolicy() {
+  absl::StatusOr<SlurmClusterConfig> config = slurm_->ClusterConfig();
+  if (absl::IsUnimplemented(config.status())) return;
+  absl::StatusOr<std::vector<SlurmPartitionInfo>> partitions =
+      config.ok() ? slurm_->ListPartitions()
+                  : absl::StatusOr<std::vector<SlurmPartitionInfo>>(config.status());
+  if (!partitions.ok()) {
+    spdlog::warn("slurm sync: cannot check where placeholders go: {}",
+                 partitions.status().ToString());
+    return;
+  }
+  std::map<std::string, std::string> risks;
+  for (const PlaceholderRisk& r :
+       PlaceholderRisks(*config, *partitions, options_.placeholder_partition)) {
+    risks[PlaceholderRiskName(r.kind)] = r.detail;
+  }
+  std::map<std::string, std::string> before;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    before.swap(stats_.placeholder_risks);
+    stats_.placeholder_risks = risks;
+    stats_.placeholder_risks_known = true;
+  }
+  for (const auto& [name, detail] : risks) {
+    auto it = before.find(name);
+    if (it != before.end() && it->second == detail) continue;
+    spdlog::error("slurm sync: placeholder risk {}: {}", name, detail);
+  }
+  for (const auto& [name, detail] : before) {
+    if (risks.count(name) == 0) spdlog::info("slurm sync: placeholder risk {} cleared", name);
+  }
 }
 
 absl::Status SlurmSync::SyncWeights(const LedgerSnapshot& snap,

@@ -51,6 +51,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -79,15 +80,23 @@ namespace duet {
 class SlurmNodeLoads {
  public:
   // Takes the nodes' alloc_cpus / alloc_memory_mib and forgets every Add.
-  void Replace(const std::vector<SlurmNodeInfo>& nodes) ABSL_LOCKS_EXCLUDED(mu_);
+  // `reservations` (Slurm's advance reservations as of the same pass) make
+  // their nodes unusable: a placeholder names no reservation and has no end,
+  // so Slurm starts none on a node reserved now or from any later time
+  // ("reserved in Slurm: reservation R (users U) from S to E").
+  void Replace(const std::vector<SlurmNodeInfo>& nodes,
+               const std::vector<SlurmReservationInfo>& reservations = {},
+               absl::Time now = absl::Now()) ABSL_LOCKS_EXCLUDED(mu_);
   // A placeholder made on `node` after the last Replace.
   void Add(const std::string& node, const placement::NodeLoad& load) ABSL_LOCKS_EXCLUDED(mu_);
   // Zero for a node Slurm did not report.
   placement::NodeLoad Get(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Why Slurm will not run work on `node` now ("drained: maint", "down:
-  // reason", "not responding"), as of the last Replace; empty when it will
-  // or when Slurm did not report the node. A node with no slurmd yet
-  // (FUTURE) is not counted: duet creates nodes ahead of their slurmd.
+  // Why Slurm will not run a placeholder on `node` ("drained in Slurm
+  // (maint)", "down in Slurm (reason)", "not responding in Slurm", "reboot
+  // requested in Slurm", "reserved in Slurm: ..."), as of the last Replace;
+  // empty when it will or when Slurm did not report the node. A node with no
+  // slurmd yet (FUTURE) is not counted: duet creates nodes ahead of their
+  // slurmd.
   std::string Unusable(const std::string& node) const ABSL_LOCKS_EXCLUDED(mu_);
   // Marks `node` unusable until the next Replace (adopt mode: no slurmd
   // registered, or unmapped): Unusable() returns `why`, State() returns
@@ -108,6 +117,21 @@ class SlurmNodeLoads {
   std::atomic<size_t> unusable_count_{0};
 };
 
+// Why a lost placeholder could not be re-made (metric label in
+// RepairFailureName): its node is unusable in Slurm; Slurm had no room for,
+// or chose other indices than, devices no other owner holds in the ledger
+// (it counts them in use with no job the ledger knows, as after some
+// slurmctld restarts); another owner holds them in the ledger; slurmctld
+// did not answer; anything else.
+enum class RepairFailure {
+  kNodeUnusable,
+  kSlurmDevicesBusy,
+  kLedgerConflict,
+  kSlurmUnavailable,
+  kOther,
+};
+const char* RepairFailureName(RepairFailure f);
+
 // A placeholder whose Slurm job vanished while its pod still runs.
 struct PlaceholderLoss {
   std::string node;
@@ -119,6 +143,8 @@ struct PlaceholderLoss {
   bool repaired = false;
   std::vector<uint32_t> new_job_ids;
   std::string detail;
+  // When not repaired: why (detail has Slurm's or the ledger's words).
+  RepairFailure failure = RepairFailure::kOther;
 };
 
 // slurm.nodes: who makes the Slurm node of a ledger node.
@@ -159,6 +185,11 @@ struct SlurmSyncOptions : SlurmSyncSettings {
   // nothing is known (kUnknown): placeholders are then cancelled only when
   // their pod releases, and a lost one is always kept and repaired.
   PodLivenessFn pod_liveness;
+  // The namespace and name of the pod with this uid, as the pod watch last
+  // saw it; nullopt when unknown. A lost placeholder that neither the sync
+  // nor Slurm's job list remembers (slurmctld lost it right after the bind)
+  // is re-made under the pod's name through it. Null: none.
+  std::function<std::optional<PlaceholderPod>(const std::string& pod_uid)> pod_name;
   // Told once per lost placeholder, after the pass that first saw it lost
   // (repaired or fenced), and again when a fenced one is repaired. Called
   // from the sync thread; must not block (duet-bridge posts Events). Null: none.
@@ -202,13 +233,28 @@ struct SlurmSyncStats {
   uint64_t placeholders_lost_fenced = 0;
   uint64_t placeholder_repairs = 0;
   uint64_t placeholders_fenced = 0;
+  // Failed repair attempts of lost placeholders, by RepairFailureName
+  // (node_unusable is not counted: nothing is tried while the node is).
+  // A failed repair is tried again at the next pass, then after 5 s,
+  // 10 s, ... up to 5 min.
+  std::map<std::string, uint64_t> repair_failures;
+  // What in Slurm's configuration could end or block a placeholder, as of
+  // the last pass that could read it (PlaceholderRiskName -> detail;
+  // bridge/slurm/placeholder_policy.h). Empty: none, or not read.
+  std::map<std::string, std::string> placeholder_risks;
+  bool placeholder_risks_known = false;
   absl::Time last_success = absl::InfinitePast();
 };
 
 // Why Slurm will not start work on `node` now ("down in Slurm (reason)",
-// "drained in Slurm (reason)", "not responding in Slurm"); empty when it
+// "drained in Slurm (reason)", "not responding in Slurm", "reboot requested
+// in Slurm", "failing in Slurm", "powered down in Slurm", ...); empty when it
 // will, and for a FUTURE node (no slurmd yet).
 std::string UnusableReason(const SlurmNodeInfo& node);
+
+// Why a reservation keeps placeholders off its nodes at `now` (see
+// SlurmNodeLoads::Replace); empty once it has ended.
+std::string ReservationReason(const SlurmReservationInfo& r, absl::Time now);
 
 // The Slurm node a ledger node becomes.
 SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& options);
@@ -256,6 +302,10 @@ class SlurmSync {
                   const std::vector<SlurmNodeInfo>& nodes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::Status SyncWeights(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Reads the preemption settings and partitions, and reports what could end
+  // or block a placeholder (placeholder_policy.h): logged when it changes,
+  // kept in stats. Nothing when the client cannot say (fakes).
+  void CheckPlaceholderPolicy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Slurm 22.05 workaround (README.md): after slurmctld starts with dynamic
   // nodes recovered from its state, new steps asking for GRES fail with
   // "Invalid generic resource (gres) specification" until a reconfigure.
@@ -267,6 +317,11 @@ class SlurmSync {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   void Count(uint64_t SlurmSyncStats::*field, uint64_t n = 1) ABSL_LOCKS_EXCLUDED(stats_mu_);
   PodLiveness PodOf(const std::string& uid) const;
+  // Releases the holdings among `candidates` (jobs' and steps' holdings on
+  // `node` whose job had ended when the job list was read) that overlap
+  // `devices`, and drops them from `candidates`. Returns how many it released.
+  int ReleaseEndedHolders(const std::string& node, const std::vector<HeldDevice>& devices,
+                          std::vector<Holding>* candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   const SlurmSyncOptions options_;
   Ledger* const ledger_;
@@ -287,6 +342,14 @@ class SlurmSync {
   std::map<uint32_t, PlaceholderSeen> placeholders_seen_ ABSL_GUARDED_BY(run_mu_);
   // Lost placeholders reported and not repaired yet, by (node, job id).
   std::set<std::pair<std::string, uint32_t>> fenced_ ABSL_GUARDED_BY(run_mu_);
+  // Repair attempts of lost placeholders, by (node, job id): failures so
+  // far, when the next may run, and the last failure reported.
+  struct RepairState {
+    int failures = 0;
+    absl::Time next_try = absl::InfinitePast();
+    std::optional<RepairFailure> last_failure;
+  };
+  std::map<std::pair<std::string, uint32_t>, RepairState> repairs_ ABSL_GUARDED_BY(run_mu_);
   // Adopt mode: ledger nodes reported (once each) as unregistered, unmapped
   // and with a GRES mismatch, as of the last pass.
   std::set<std::string> unregistered_ ABSL_GUARDED_BY(run_mu_);

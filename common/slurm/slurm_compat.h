@@ -205,4 +205,15 @@ inline void SetReasonUid(update_node_msg_t* msg, uid_t uid) {
 #endif
 }
 
+// PreemptParameters (min_exempt_priority, ...); "" before 23.02, which had
+// no such setting.
+inline std::string PreemptParams(const slurm_conf_t& conf) {
+#if DUET_SLURM_AT_LEAST(23, 2)
+  return conf.preempt_params != nullptr ? conf.preempt_params : "";
+#else
+  (void)conf;
+  return "";
+#endif
+}
+
 }  // namespace duet::slurm_compat

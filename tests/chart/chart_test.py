@@ -733,7 +733,7 @@ class SlinkyTest(unittest.TestCase):
     def test_bridge_mounts_the_slurm_key_beside_slurm_conf_and_runs_no_munged(self):
         dep = one("slinky", "Deployment", "duet-bridge")
         spec = pod_spec(dep)
-        self.assertEqual([c["name"] for c in spec["containers"]], ["duet-bridge"])
+        self.assertEqual([c["name"] for c in spec["containers"]], ["duet-bridge", "sackd"])
         c = spec["containers"][0]
         mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
         self.assertEqual(mounts["/etc/slurm/slurm.key"]["name"], "slurm-key")
@@ -750,6 +750,69 @@ class SlinkyTest(unittest.TestCase):
         self.assertNotIn("munge-key", volumes)
         sc = spec["securityContext"]
         self.assertEqual((sc["runAsUser"], sc["fsGroup"]), (401, 401))
+
+    def test_sackd_beside_the_bridge_has_the_key_and_shares_the_sack_socket_dir(self):
+        # libslurm never signs with slurm.key: it asks a sack socket, which
+        # the sidecar serves in the directory both containers mount.
+        spec = pod_spec(one("slinky", "Deployment", "duet-bridge"))
+        containers = {c["name"]: c for c in spec["containers"]}
+        bridge, sackd = containers["duet-bridge"], containers["sackd"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        bridge_mounts = {m["mountPath"]: m["name"] for m in bridge["volumeMounts"]}
+        sackd_mounts = {m["mountPath"]: m for m in sackd["volumeMounts"]}
+        self.assertEqual(bridge_mounts["/run/slurm"], "sack-socket")
+        self.assertEqual(sackd_mounts["/run/slurm"]["name"], "sack-socket")
+        self.assertIn("emptyDir", volumes["sack-socket"])
+        self.assertEqual(sackd_mounts["/etc/slurm/slurm.key"]["name"], "slurm-key")
+        self.assertIs(sackd_mounts["/etc/slurm/slurm.key"]["readOnly"], True)
+        # sackd refuses a key with any permission for others.
+        self.assertEqual(volumes["slurm-key"]["secret"]["defaultMode"] & 0o007, 0)
+        self.assertEqual(sackd_mounts["/etc/slurm/slurm.conf"]["name"], "slurm-conf")
+        self.assertEqual(sackd["command"], ["sackd"])
+        self.assertEqual(sackd["args"], ["-D", "-f", "/etc/slurm/slurm.conf"])
+        env = {e["name"]: e["value"] for e in sackd["env"]}
+        self.assertEqual(env["SLURM_SACK_KEY"], "/etc/slurm/slurm.key")
+        self.assertEqual(sackd["image"], "ghcr.io/slinkyproject/login:25.11-ubuntu24.04")
+        probe = ["test", "-S", "/run/slurm/sack.socket"]
+        self.assertEqual(sackd["livenessProbe"]["exec"]["command"], probe)
+        self.assertEqual(sackd["startupProbe"]["exec"]["command"], probe)
+        self.assertIn("limits", sackd["resources"])
+        sc = sackd["securityContext"]
+        self.assertIs(sc["readOnlyRootFilesystem"], True)
+        self.assertEqual(sc["capabilities"], {"drop": ["ALL"]})
+        # It runs as the pod's user, the bridge's: SlurmUser (401) here.
+        self.assertNotIn("runAsUser", sc)
+        self.assertEqual(spec["securityContext"]["runAsUser"], 401)
+        # libslurm searches /run/slurm/sack.socket; SLURM_SACK_SOCKET would
+        # make it try nothing else.
+        self.assertNotIn("SLURM_SACK_SOCKET", {e["name"] for e in bridge["env"]})
+
+    def test_sackd_configless_and_its_image(self):
+        proc = render([example("values-minimal.yaml"), example("values-slinky.yaml"),
+                       write_values("image: {slurmLine: '26.05'}\n"
+                                    "bridge: {slurm: {sackd: {confServer: "
+                                    "'slurm-controller.slurm:6817'}}}\n")])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        dep = [o for o in yaml.safe_load_all(proc.stdout)
+               if o and o["kind"] == "Deployment" and o["metadata"]["name"] == "duet-bridge"][0]
+        sackd = {c["name"]: c for c in pod_spec(dep)["containers"]}["sackd"]
+        self.assertEqual(sackd["args"], ["-D", "--conf-server", "slurm-controller.slurm:6817",
+                                         "--disable-reconfig"])
+        self.assertNotIn("/etc/slurm/slurm.conf", [m["mountPath"] for m in sackd["volumeMounts"]])
+        self.assertEqual(sackd["image"], "ghcr.io/slinkyproject/login:26.05-ubuntu26.04")
+        proc = render([example("values-minimal.yaml"), example("values-slinky.yaml"),
+                       write_values("bridge: {slurm: {sackd: {image: {repository: "
+                                    "gcr.io/gke-release/slinky/login, tag: "
+                                    "25.11-ubuntu24.04-gke.9}}}}\n")])
+        self.assertIn("image: gcr.io/gke-release/slinky/login:25.11-ubuntu24.04-gke.9",
+                      proc.stdout)
+
+    def test_no_sackd_under_munge(self):
+        spec = pod_spec(one("slurm", "Deployment", "duet-bridge"))
+        self.assertEqual([c["name"] for c in spec["containers"]], ["duet-bridge", "munged"])
+        self.assertNotIn("sack-socket", [v["name"] for v in spec["volumes"]])
+        for c in spec["containers"]:
+            self.assertNotIn("/run/slurm", [m["mountPath"] for m in c["volumeMounts"]])
 
     def test_bridge_config_adopts_slurmds_nodes(self):
         cfg = yaml.safe_load(one("slinky", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])

@@ -102,6 +102,11 @@ void FakeSlurmClient::set_ping(absl::Status status) {
   ping_ = std::move(status);
 }
 
+void FakeSlurmClient::set_next_job_id(uint32_t id) {
+  absl::MutexLock l(&mu_);
+  next_job_ = id;
+}
+
 size_t FakeSlurmClient::live_jobs() const {
   absl::MutexLock l(&mu_);
   return jobs_.size();

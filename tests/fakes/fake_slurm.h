@@ -10,7 +10,8 @@
 //                 that other Slurm jobs hold.
 //   scripts       set_allocation() makes every AllocatePlaceholder answer a
 //                 fixed result instead; set_ping() makes Ping fail (as a
-//                 slurmctld of another release does).
+//                 slurmctld of another release does); set_next_job_id()
+//                 reuses a job id.
 //   records       what was asked (allocation requests, kills) and how many
 //                 calls other than Ping were made.
 //
@@ -59,6 +60,9 @@ class FakeSlurmClient final : public SlurmClient {
   void set_allocation(absl::StatusOr<SlurmAllocation> result) ABSL_LOCKS_EXCLUDED(mu_);
   // Ping answers `status`.
   void set_ping(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  // The next allocation gets job id `id` (a slurmctld that lost jobs in a
+  // crash numbers on from its saved state, reusing their ids).
+  void set_next_job_id(uint32_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Placeholder jobs allocated and not killed.
   size_t live_jobs() const ABSL_LOCKS_EXCLUDED(mu_);

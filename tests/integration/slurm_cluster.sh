@@ -8,7 +8,10 @@
 # --lifetime seconds in case the test that owns it died without cleaning up.
 #
 #   ROOT=$(slurm_cluster.sh init [--spank SO[:ARGS]] [--max-nodes N] [--lifetime S]
-#                                [--auth munge|slurm] [--configless])
+#                                [--auth munge|slurm] [--configless] [--extra-conf LINES])
+#                                       # --extra-conf: lines appended to slurm.conf (partitions,
+#                                       # preemption; "PartitionName=duet ..." replaces the
+#                                       # default partition line)
 #                                       # --configless: SlurmctldParameters=enable_configless,
 #                                       # reconfig_on_restart, as Slinky's slurm.conf (for
 #                                       # slurmd-configless)
@@ -22,6 +25,7 @@
 #   slurm_cluster.sh start ROOT         # munged + slurmctld (-c: fresh state) + watchdog
 #   slurm_cluster.sh ctld-stop ROOT     # SIGTERM slurmctld only (state is kept)
 #   slurm_cluster.sh ctld-start ROOT    # slurmctld again without -c (recovers state)
+#   slurm_cluster.sh ctld-kill ROOT     # SIGKILL slurmctld (state since its last save is lost)
 #   slurm_cluster.sh create ROOT NAME IDX "ATTRS"
 #                                       # scontrol create NodeName=NAME NodeAddr=127.0.0.IDX ... State=FUTURE
 #   slurm_cluster.sh slurmd ROOT NAME IDX "CONF" [GRES.CONF LINES...]
@@ -41,6 +45,15 @@
 #   slurm_cluster.sh slurmd-stop ROOT NAME
 #   slurm_cluster.sh stop ROOT          # cancel jobs, stop what we started, by PID
 #   slurm_cluster.sh env ROOT           # prints "export SLURM_CONF=..."
+#   slurm_cluster.sh sackd CONF
+#                                       # exec sackd -D in the foreground, as duet-bridge's
+#                                       # pod runs it beside the bridge: its key from
+#                                       # $SLURM_SACK_KEY, else slurm.key beside CONF; its
+#                                       # socket at /run/slurm/sack.socket (so: inside a
+#                                       # pod's mount namespace, pod_ns.sh)
+#   slurm_cluster.sh munged KEY         # exec munged -F with KEY on munge's default socket
+#                                       # /run/munge/munge.socket.2 (a pod's munged sidecar;
+#                                       # inside pod_ns.sh)
 #
 # Ports: $DUET_SLURM_CTLD_PORT / $DUET_SLURM_SLURMD_PORT, else random free ones.
 # Devices: $ROOT/dev/nvidia0..7 (c 195 N) and $ROOT/dev/accel0..3 (c 120 N).
@@ -95,7 +108,7 @@ kill_pidfile() {  # kill_pidfile FILE: SIGTERM, wait up to 5 s, then SIGKILL
 }
 
 cmd_init() {
-  local spank="" max_nodes=64 lifetime=900 auth=${DUET_SLURM_AUTH:-} ctld_params=""
+  local spank="" max_nodes=64 lifetime=900 auth=${DUET_SLURM_AUTH:-} ctld_params="" extra=""
   while (($#)); do
     case $1 in
       --spank) spank=$2; shift 2 ;;
@@ -106,6 +119,7 @@ cmd_init() {
       # which it does not know. Only where asked, so that every other test's
       # cluster stays as it was.
       --configless) ctld_params="SlurmctldParameters=enable_configless,reconfig_on_restart"; shift ;;
+      --extra-conf) extra=$2; shift 2 ;;
       *) die "init: unknown argument $1" ;;
     esac
   done
@@ -191,8 +205,13 @@ KillWait=2
 MessageTimeout=5
 PlugStackConfig=$ROOT/etc/plugstack.conf
 TaskProlog=$ROOT/etc/task_prolog.sh
-PartitionName=duet Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO DefMemPerCPU=100
 EOF
+  # The users' partition, unless --extra-conf defines its own "duet".
+  if ! grep -q '^PartitionName=duet ' <<<"$extra"; then
+    echo "PartitionName=duet Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO DefMemPerCPU=100" \
+      >>"$ROOT/etc/slurm.conf"
+  fi
+  if [[ -n $extra ]]; then printf '%s\n' "$extra" >>"$ROOT/etc/slurm.conf"; fi
   echo "AutoDetect=off" >"$ROOT/etc/gres.conf"
   : >"$ROOT/etc/plugstack.conf"
   if [[ -n $spank ]]; then
@@ -327,17 +346,40 @@ cmd_stop() {
   fi
 }
 
+cmd_sackd() {
+  command -v sackd >/dev/null || die "sackd: not installed (Slurm 23.11+, package sackd)"
+  exec sackd -D -f "${1:?sackd: CONF missing}"
+}
+
+cmd_munged() {
+  local key=${1:?munged: KEY missing}
+  mkdir -p /run/munge
+  exec munged -F --key-file="$key" --socket=/run/munge/munge.socket.2 \
+    --pid-file=/run/munge/munged.pid --seed-file=/run/munge/munged.seed \
+    --log-file=/run/munge/munged.log
+}
+
 cmd=${1:-}; shift || true
 case $cmd in
   init) cmd_init "$@" ;;
   start) cmd_start "$@" ;;
   ctld-stop) set_root "$1"; kill_pidfile "$ROOT/run/slurmctld.bgpid" ;;
   ctld-start) set_root "$1"; start_ctld ;;
+  ctld-kill)
+    set_root "$1"
+    pid=$(cat "$ROOT/run/slurmctld.bgpid" 2>/dev/null || true)
+    if [[ -n $pid ]] && alive "$pid"; then
+      kill -9 "$pid"
+      for ((i = 0; i < 100; i++)); do alive "$pid" || break; sleep 0.05; done
+    fi
+    rm -f "$ROOT/run/slurmctld.bgpid" ;;
   create) cmd_create "$@" ;;
   slurmd) cmd_slurmd "$@" ;;
   slurmd-configless) cmd_slurmd_configless "$@" ;;
   slurmd-stop) cmd_slurmd_stop "$@" ;;
   stop) cmd_stop "$@" ;;
   env) set_root "$1"; echo "export SLURM_CONF=$SLURM_CONF" ;;
-  *) die "usage: init|start|ctld-stop|ctld-start|create|slurmd|slurmd-configless|slurmd-stop|stop|env (see header)" ;;
+  sackd) cmd_sackd "$@" ;;
+  munged) cmd_munged "$@" ;;
+  *) die "usage: init|start|ctld-stop|ctld-start|ctld-kill|create|slurmd|slurmd-configless|slurmd-stop|stop|env|sackd|munged (see header)" ;;
 esac

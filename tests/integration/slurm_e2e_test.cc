@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -41,6 +42,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/credential/munge_payload.h"
 #include "common/credential/slurm_key_cred.h"
 #include "duet/v1/duet.grpc.pb.h"
@@ -375,6 +377,63 @@ class SlurmE2eTest : public ::testing::Test {
       if (f.size() == 8 && f[0] == node && f[2] == kind) return {f[4], f[5], f[6], f[7]};
     }
     return {};
+  }
+
+  // A pod (as duet-node or the extender would) holds GPU `gpu` of `node`.
+  void HoldPodGpu(const std::string& node, const std::string& name, uint32_t gpu) {
+    grpc::ClientContext ctx;
+    v1::HoldRequest req;
+    req.set_node(node);
+    auto* pod = req.mutable_owner()->mutable_pod();
+    pod->set_uid("uid-" + name);
+    pod->set_namespace_("default");
+    pod->set_name(name);
+    auto* d = req.mutable_devices()->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(gpu);
+    v1::HoldResponse resp;
+    grpc::Status s = w_->stub()->Hold(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << w_->Ctl("holds").out;
+  }
+  void ReleasePod(const std::string& node, const std::string& name) {
+    grpc::ClientContext ctx;
+    v1::ReleaseRequest req;
+    req.set_node(node);
+    req.mutable_owner()->mutable_pod()->set_uid("uid-" + name);
+    v1::ReleaseResponse resp;
+    EXPECT_TRUE(w_->stub()->Release(&ctx, req, &resp).ok());
+  }
+
+  // The nodes on which the ledger held step `step` of `job` at any poll
+  // until `done` holds (polled every 50 ms, at most `timeout`).
+  template <typename Done>
+  std::map<std::string, NodeDevices> StepHoldingsUntil(uint32_t job, uint32_t step, Done done,
+                                                       absl::Duration timeout = absl::Seconds(60)) {
+    std::map<std::string, NodeDevices> seen;
+    WaitFor(
+        [&] {
+          for (const LedgerHolding& h : Holdings()) {
+            if (h.kind == "slurm_step" && h.job_id == job && h.step_id == step) {
+              seen[h.node] = h.devices;
+            }
+          }
+          return done();
+        },
+        timeout);
+    return seen;
+  }
+
+  // A batch script in the test's directory; returns its path.
+  std::string Script(const std::string& name, const std::string& text) {
+    const fs::path p = w_->dir() / name;
+    std::ofstream(p) << text;
+    ::chmod(p.c_str(), 0755);
+    return p.string();
+  }
+
+  static std::string ReadFile(const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
 
   World* w_ = nullptr;
@@ -783,7 +842,9 @@ TEST_F(SlurmE2eTest, SlurmctldDownIsReportedAndRecovered) {
   ASSERT_TRUE(c_->CtldStart());
   EXPECT_TRUE(WaitFor([&] { return health() == "SERVING"; })) << health() << w_->Log();
   EXPECT_TRUE(metric("duet_slurm_degraded 0"));
-  EXPECT_EQ(c_->JobState(job), "RUNNING");
+  // From 24.11 the bridge's reconfigure after a slurmctld start restarts
+  // slurmctld once more: scontrol may find none for a moment.
+  EXPECT_TRUE(WaitFor([&] { return c_->JobState(job) == "RUNNING"; })) << c_->JobState(job);
   ExpectLedgerAgreesWithSlurm("after slurmctld came back");
 }
 
@@ -920,6 +981,142 @@ TEST_F(SlurmE2eTest, ABatchJobsEndReachesTheLedgerAtItsBatchStepsExit) {
                "50 ms): median "
             << lags_ms[lags_ms.size() / 2] << ", max " << lags_ms.back()
             << " (the sync pass alone: up to sync_period 500 ms + release_grace 1 s)\n";
+}
+
+// Issue 24: a step knows where it runs from slurmstepd, never from the job's
+// environment. Multi-node GPU steps inside a two-node batch job (distributed
+// training's shape) inherit the batch script's SLURMD_NODENAME; each node's
+// part of the step must be registered on that node, beside pods that hold a
+// GPU on both nodes. (Each part registered on the batch node: the second one
+// was refused, "already holds gpu0,gpu1,gpu2 ... release it first".)
+TEST_F(SlurmE2eTest, MultiNodeStepsInABatchJobRegisterOnTheNodeEachPartRunsOn) {
+  HoldPodGpu("e2e-gpu-a", "pod-a", 7);
+  HoldPodGpu("e2e-gpu-b", "pod-b", 7);
+  const fs::path out = w_->dir() / "multi.out";
+  const fs::path rc = w_->dir() / "multi.rc";
+  const uint32_t job = c_->Sbatch(absl::StrCat(
+      "-N2 -w e2e-gpu-a,e2e-gpu-b --gres=gpu:3 --wrap 'srun -N2 --ntasks-per-node=1 "
+      "--gres=gpu:3 -o ", out.string(),
+      " sh -c \"echo part \\$SLURMD_NODENAME \\$CUDA_VISIBLE_DEVICES; sleep 3\"; echo $? > ",
+      rc.string(), "'"));
+  ASSERT_NE(job, 0u);
+  const auto seen = StepHoldingsUntil(job, 0, [&] { return c_->JobEnded(job); });
+  EXPECT_EQ(absl::StripAsciiWhitespace(ReadFile(rc)), "0") << ReadFile(out) << w_->Log();
+  const NodeDevices three{{"gpu", {0, 1, 2}}};
+  ASSERT_EQ(seen.size(), 2u) << ReadFile(out) << w_->Log();
+  EXPECT_EQ(seen.at("e2e-gpu-a"), three);
+  EXPECT_EQ(seen.at("e2e-gpu-b"), three);
+  const std::string text = ReadFile(out);
+  EXPECT_NE(text.find("part e2e-gpu-a 0,1,2"), std::string::npos) << text;
+  EXPECT_NE(text.find("part e2e-gpu-b 0,1,2"), std::string::npos) << text;
+  ReleasePod("e2e-gpu-a", "pod-a");
+  ReleasePod("e2e-gpu-b", "pod-b");
+}
+
+// A user's SLURMD_NODENAME must not move a step's registration: this step
+// runs on e2e-gpu-a; registered on e2e-gpu-b it would both leave a's GPU
+// unfenced and be refused on b's, which a pod holds.
+TEST_F(SlurmE2eTest, AUserSetSlurmdNodenameDoesNotMoveTheStep) {
+  HoldPodGpu("e2e-gpu-b", "pod-b0", 0);
+  auto run = std::async(std::launch::async, [&] {
+    return c_->Cli(
+        "env SLURMD_NODENAME=e2e-gpu-b srun -w e2e-gpu-a --gres=gpu:1 sh -c "
+        "'echo RAN $CUDA_VISIBLE_DEVICES; sleep 3'");
+  });
+  std::map<std::string, NodeDevices> seen;
+  WaitFor([&] {
+    for (const LedgerHolding& h : Holdings()) {
+      if (h.kind == "slurm_step") seen[h.node] = h.devices;
+    }
+    return run.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
+  CmdResult r = run.get();
+  EXPECT_EQ(r.rc, 0) << r.out << w_->Log();
+  EXPECT_NE(r.out.find("RAN 0"), std::string::npos) << r.out;
+  ASSERT_EQ(seen.size(), 1u) << w_->Ctl("holds").out;
+  EXPECT_EQ(seen.begin()->first, "e2e-gpu-a");
+  EXPECT_EQ(seen.begin()->second, (NodeDevices{{"gpu", {0}}}));
+  ReleasePod("e2e-gpu-b", "pod-b0");
+}
+
+// Heterogeneous jobs: each component's steps, and a step across both
+// components, register on the node each part runs on. The batch script runs
+// on component 0's node, whose name its steps inherit.
+TEST_F(SlurmE2eTest, HetJobStepsRegisterOnEachComponentsNode) {
+  const fs::path out = w_->dir() / "het.out";
+  const std::string script = Script("het.sh", absl::StrCat(
+      "#!/bin/sh\n"
+      "#SBATCH -w e2e-gpu-a --gres=gpu:1\n"
+      "#SBATCH hetjob\n"
+      "#SBATCH -w e2e-gpu-b --gres=gpu:2\n"
+      "exec >", out.string(), " 2>&1\n"
+      "srun --het-group=1 sh -c 'echo g1 $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES; sleep 2'\n"
+      "echo rc1=$?\n"
+      "srun --het-group=0,1 sh -c 'echo g01 $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES; sleep 2'\n"
+      "echo rc01=$?\n"));
+  const uint32_t job = c_->Sbatch(script);
+  ASSERT_NE(job, 0u);
+  std::map<std::string, NodeDevices> steps;  // "node" -> devices, any step of the job
+  WaitFor(
+      [&] {
+        for (const LedgerHolding& h : Holdings()) {
+          if (h.kind == "slurm_step" && h.job_id >= job && h.job_id <= job + 1) {
+            steps[h.node] = h.devices;
+          }
+        }
+        return c_->JobEnded(job);
+      },
+      // Only Slurm's backfill starts a hetjob (every 30 s by default).
+      absl::Seconds(180));
+  const std::string text = ReadFile(out);
+  EXPECT_NE(text.find("rc1=0"), std::string::npos) << text << w_->Log();
+  EXPECT_NE(text.find("rc01=0"), std::string::npos) << text << w_->Log();
+  EXPECT_NE(text.find("g1 e2e-gpu-b 0,1"), std::string::npos) << text;
+  EXPECT_NE(text.find("g01 e2e-gpu-a 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("g01 e2e-gpu-b 0,1"), std::string::npos) << text;
+  EXPECT_EQ(steps.count("e2e-gpu-b"), 1u) << w_->Ctl("holds").out;
+}
+
+// A GPU job that submits a GPU job to another node: the second job inherits
+// the first one's SLURMD_NODENAME. Its steps must register on their own node
+// (they were registered on the first job's node, on the GPU the first job
+// holds there, and refused).
+TEST_F(SlurmE2eTest, AGpuJobSubmittedFromAGpuJobRegistersOnItsOwnNode) {
+  const fs::path out = w_->dir() / "chain.out";
+  const fs::path id = w_->dir() / "chain.id";
+  const std::string inner = Script("chain-inner.sh",
+                                   "#!/bin/sh\n"
+                                   "srun --gres=gpu:1 sh -c 'echo chained $SLURMD_NODENAME "
+                                   "$CUDA_VISIBLE_DEVICES'\n"
+                                   "echo rc=$?\n");
+  const uint32_t job = c_->Sbatch(absl::StrCat(
+      "-w e2e-gpu-a --gres=gpu:1 --wrap 'sbatch --parsable -w e2e-gpu-b --gres=gpu:1 -o ",
+      out.string(), " ", inner, " > ", id.string(), "; sleep 20'"));
+  ASSERT_NE(job, 0u);
+  uint32_t second = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream in(id);
+    return static_cast<bool>(in >> second) && second != 0;
+  })) << c_->Cli("squeue").out;
+  ASSERT_TRUE(WaitFor([&] { return c_->JobEnded(second); }, absl::Seconds(60)));
+  const std::string text = ReadFile(out);
+  EXPECT_NE(text.find("chained e2e-gpu-b 0"), std::string::npos) << text << w_->Log();
+  EXPECT_NE(text.find("rc=0"), std::string::npos) << text;
+  c_->Cli(absl::StrCat("scancel ", job));
+}
+
+// --gpu-bind=none with several tasks: Slurm leaves each task's
+// CUDA_VISIBLE_DEVICES unset, so without a device cgroup every task would
+// see every GPU of the node, the pods' too. The plugin gives each task the
+// step's GPUs.
+TEST_F(SlurmE2eTest, GpuBindNoneTasksStillSeeOnlyTheStepsGpus) {
+  CmdResult r = c_->Cli(
+      "srun -w e2e-gpu-a -n2 --gres=gpu:2 --gpu-bind=none sh -c "
+      "'echo task$SLURM_PROCID=${CUDA_VISIBLE_DEVICES-unset}'");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("task0=0,1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("task1=0,1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("unset"), std::string::npos) << r.out;
 }
 
 }  // namespace

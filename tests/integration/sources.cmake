@@ -35,3 +35,18 @@ target_link_libraries(pod_e2e_test PRIVATE duet::proto duet::k8s absl::strings a
 add_dependencies(pod_e2e_test duet-bridge duetctl spank_duet)
 gtest_discover_tests(pod_e2e_test DISCOVERY_TIMEOUT 60 TEST_PREFIX pod_e2e.
   PROPERTIES LABELS slurm TIMEOUT 120)
+
+# duet-bridge as its pod runs it (a mount namespace with only what the chart
+# mounts, tests/integration/pod_ns.sh): without its sackd/munged sidecar it
+# says it cannot authenticate; with it, it creates its Slurm nodes.
+add_executable(bridge_pod_auth_test ${CMAKE_CURRENT_LIST_DIR}/bridge_pod_auth_test.cc)
+target_compile_options(bridge_pod_auth_test PRIVATE ${DUET_WARNINGS})
+target_include_directories(bridge_pod_auth_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(bridge_pod_auth_test PRIVATE
+  DUET_BRIDGE_BIN="$<TARGET_FILE:duet-bridge>"
+  DUET_POD_NS_SH="${PROJECT_SOURCE_DIR}/tests/integration/pod_ns.sh"
+  DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh")
+target_link_libraries(bridge_pod_auth_test PRIVATE absl::strings absl::time GTest::gtest_main)
+add_dependencies(bridge_pod_auth_test duet-bridge)
+gtest_discover_tests(bridge_pod_auth_test DISCOVERY_TIMEOUT 60
+  PROPERTIES LABELS slurm TIMEOUT 300)

@@ -89,7 +89,7 @@ TEST(ReplayTest, ArrivalsReachTheTargetAndFollowTheMapping) {
   absl::StatusOr<Trace> t = LoadTrace(f.nodes, f.pods);
   ASSERT_TRUE(t.ok());
   const Mapping m = *ParseMapping("default");
-  const std::vector<Arrival> a = MakeArrivals(*t, m, 7, 1.3);
+  const std::vector<Arrival> a = *MakeArrivals(*t, m, 7, 1.3);
   double requested = 0;
   for (const Arrival& x : a) {
     requested += t->pods[x.pod].request.device_milli();
@@ -101,7 +101,8 @@ TEST(ReplayTest, ArrivalsReachTheTargetAndFollowTheMapping) {
   EXPECT_GE(requested, 1.3 * capacity);
   std::vector<uint32_t> order, other;
   for (const Arrival& x : a) order.push_back(x.pod);
-  for (const Arrival& x : MakeArrivals(*t, m, 8, 1.3)) other.push_back(x.pod);
+  const std::vector<Arrival> b = *MakeArrivals(*t, m, 8, 1.3);
+  for (const Arrival& x : b) other.push_back(x.pod);
   EXPECT_NE(order, other) << "another seed should give another order";
 }
 
@@ -130,8 +131,8 @@ TEST(ReplayTest, ReplayIsDeterministicForASeed) {
   options.time_decisions = false;
   for (const char* name : {"duet", "fgd", "best-fit", "spread", "static", "static-duet"}) {
     const PolicySpec spec = *ParsePolicySpec(name);
-    absl::StatusOr<ReplayResult> r1 = Replay(*t, MakeArrivals(*t, m, 42, 1.3), w, spec, options);
-    absl::StatusOr<ReplayResult> r2 = Replay(*t, MakeArrivals(*t, m, 42, 1.3), w, spec, options);
+    absl::StatusOr<ReplayResult> r1 = Replay(*t, *MakeArrivals(*t, m, 42, 1.3), w, spec, options);
+    absl::StatusOr<ReplayResult> r2 = Replay(*t, *MakeArrivals(*t, m, 42, 1.3), w, spec, options);
     ASSERT_TRUE(r1.ok()) << name << ": " << r1.status();
     ASSERT_TRUE(r2.ok()) << name << ": " << r2.status();
     ASSERT_EQ(r1->rows.size(), 26u) << name;
@@ -150,7 +151,7 @@ TEST(ReplayTest, StaticPartitionSplitsGpusByDemand) {
   const placement::Workload w;
   ReplayOptions options;
   options.time_decisions = false;
-  absl::StatusOr<ReplayResult> r = Replay(*t, MakeArrivals(*t, *ParseMapping("default"), 1, 1.3),
+  absl::StatusOr<ReplayResult> r = Replay(*t, *MakeArrivals(*t, *ParseMapping("default"), 1, 1.3),
                                           w, *ParsePolicySpec("static"), options);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_GT(r->kubernetes_gpus, 0u);
@@ -170,7 +171,7 @@ TEST(ReplayTest, StaticVariantsDecomposeThePartition) {
   const placement::Workload w = placement::Workload::FromPods(requests);
   ReplayOptions options;
   options.time_decisions = false;
-  const std::vector<Arrival> arrivals = MakeArrivals(*t, *ParseMapping("default"), 3, 1.3);
+  const std::vector<Arrival> arrivals = *MakeArrivals(*t, *ParseMapping("default"), 3, 1.3);
   absl::StatusOr<ReplayResult> plain = Replay(*t, arrivals, w, *ParsePolicySpec("static"), options);
   absl::StatusOr<ReplayResult> same =
       Replay(*t, arrivals, w, *ParsePolicySpec("static-k8s:spread"), options);

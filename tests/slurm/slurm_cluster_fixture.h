@@ -14,6 +14,7 @@
 // Thread-safety: not thread-safe; use from the test thread.
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +74,9 @@ struct TestSlurmClusterOptions {
   // Seconds after which the script's watchdog stops the cluster (a backstop
   // for a binary that dies without stopping it); long runs (bench/soak) raise it.
   int lifetime_s = 600;
+  // Lines appended to slurm.conf (partitions, preemption); a
+  // "PartitionName=duet ..." line replaces the default users' partition.
+  std::string extra_conf;
 };
 
 class TestSlurmCluster {
@@ -228,6 +232,8 @@ class TestSlurmCluster {
   }
 
   void CtldStop() const { RunCmd(Script("ctld-stop " + root_)); }
+  // SIGKILL: whatever slurmctld had not saved yet (a job just allocated) is lost.
+  void CtldKill() const { RunCmd(Script("ctld-kill " + root_)); }
   bool CtldStart() const { return RunCmd(Script("ctld-start " + root_)).rc == 0; }
 
   void Stop() {
@@ -256,6 +262,17 @@ class TestSlurmCluster {
                                     options.max_nodes);
     if (!options.spank.empty()) absl::StrAppend(&init, " --spank '", options.spank, "'");
     if (options.configless) absl::StrAppend(&init, " --configless");
+    if (!options.extra_conf.empty()) {
+      char path[] = "/tmp/duet-extra-conf.XXXXXX";
+      const int fd = mkstemp(path);
+      if (fd < 0 || write(fd, options.extra_conf.data(), options.extra_conf.size()) !=
+                        static_cast<ssize_t>(options.extra_conf.size())) {
+        ADD_FAILURE() << "cannot write the extra slurm.conf lines";
+        return;
+      }
+      close(fd);
+      absl::StrAppend(&init, " --extra-conf \"$(cat ", path, ")\"");
+    }
     CmdResult r = RunCmd(Script(init), /*merge_stderr=*/false);
     root_ = std::string(absl::StripAsciiWhitespace(r.out));
     if (r.rc != 0 || root_.empty()) {

@@ -662,6 +662,35 @@ TEST_F(SlurmSyncTest, LostPlaceholderOnADrainedNodeIsFencedUntilTheNodeResumes) 
   EXPECT_TRUE(placeholders_->Cancel("sy-q", "uid-q1").ok());
 }
 
+// Jobs back to back on the same GPUs under the default release grace: the
+// pass that first sees the second job running still finds the first one's
+// import in the ledger (granted seconds ago, within the grace). The first had
+// ended by the time the list was read (Slurm gave its GPUs to a running job),
+// so it is released and the second imported: no conflict is counted, as
+// under pure Slurm load there is none (it was counted 1 here).
+TEST_F(SlurmSyncTest, BackToBackJobsOnTheSameGpusWithinTheGraceAreNoConflict) {
+  AddNode("sy-r", 48, 8);
+  SlurmSyncOptions o;
+  o.release_grace = absl::Seconds(60);
+  SlurmSync sync(o, &ledger_, client_.get(), Clock::Real());
+  const uint32_t first = cluster_->Sbatch("-w sy-r --gres=gpu:8 --wrap 'sleep 2'");
+  ASSERT_NE(first, 0u);
+  ASSERT_TRUE(cluster_->WaitJobState(first, "RUNNING"));
+  ASSERT_TRUE(sync.RunOnce().ok());
+  ASSERT_TRUE(ledger_.FindHolding("sy-r", Owner::SlurmJob(first)).has_value());
+  const uint32_t second = cluster_->Sbatch("-w sy-r --gres=gpu:8 --wrap 'sleep 30'");
+  ASSERT_NE(second, 0u);
+  ASSERT_TRUE(cluster_->WaitJobState(second, "RUNNING", absl::Seconds(30)))
+      << cluster_->Cli("squeue").out;
+  ASSERT_TRUE(sync.RunOnce().ok());
+  EXPECT_EQ(sync.stats().conflicts, 0u);
+  EXPECT_FALSE(ledger_.FindHolding("sy-r", Owner::SlurmJob(first)).has_value());
+  auto held = ledger_.FindHolding("sy-r", Owner::SlurmJob(second));
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->devices.size(), 8u);
+  client_->KillJob(second).IgnoreError();
+}
+
 // An admin's drain is reported as unusable (the extender's filter drops the
 // node) with Slurm's reason, and Slurm's state is kept for duetctl.
 TEST_F(SlurmSyncTest, AdminDrainMakesTheNodeUnusableWithItsReason) {

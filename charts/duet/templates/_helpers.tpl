@@ -49,6 +49,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" $i.repository (default (printf "%s-slurm%s" .Chart.AppVersion (toString $i.slurmLine)) $i.tag) -}}
 {{- end -}}
 
+{{/* The sackd sidecar's image (auth: slurm): a Slurm image of the cluster's
+release with sackd in it. The tag defaults to Slinky's login image of the
+release that image.slurmLine serves: 24.11 -> 25.11 (the GKE add-on's),
+26.05 -> 26.05. */}}
+{{- define "duet.sackd.image" -}}
+{{- $i := .Values.bridge.slurm.sackd.image -}}
+{{- $tags := dict "24.11" "25.11-ubuntu24.04" "26.05" "26.05-ubuntu26.04" -}}
+{{- $tag := $i.tag | default (get $tags (toString .Values.image.slurmLine)) -}}
+{{- if not $tag -}}
+{{- fail (printf "bridge.slurm.sackd.image.tag: required when image.slurmLine is %q" (toString .Values.image.slurmLine)) -}}
+{{- end -}}
+{{- printf "%s:%s" $i.repository $tag -}}
+{{- end -}}
+
 {{/* kube-scheduler image: the tag defaults to the cluster's own version
 (vMAJOR.MINOR.PATCH of .Capabilities.KubeVersion, a vendor suffix such as
 "-gke.1842000" dropped), so the second scheduler stays within the
@@ -125,6 +139,8 @@ name the extender certificate must carry. */}}
 {{- define "duet.paths.slurmConf" -}}/etc/slurm/slurm.conf{{- end -}}
 {{- define "duet.paths.mungeSocketDir" -}}/run/munge{{- end -}}
 {{- define "duet.paths.slurmKey" -}}/etc/slurm/slurm.key{{- end -}}
+{{- /* Where sackd listens (sack.socket) and libslurm looks (sack_api.c). */ -}}
+{{- define "duet.paths.sackSocketDir" -}}/run/slurm{{- end -}}
 
 {{/*
 The bridge's YAML config (docs/config.md): bridge.config as written, plus the
