@@ -181,7 +181,10 @@ build() {
   # libslurm-dev or Slurm built from source alike.
   slurm=$(podman run --rm --network none "localhost/$name-build:$suite" \
     sed -n 's/^#define SLURM_VERSION_NUMBER 0x\(..\)\(..\).*/\1 \2/p' /usr/include/slurm/slurm_version.h |
-    { read -r maj min && printf '%d.%02d' "0x$maj" "0x$min"; })
+    { read -r maj min && printf '%d.%02d' "0x$maj" "0x$min"; }) || true
+  if [[ -z "$slurm" ]]; then
+    echo "images: no Slurm release in localhost/$name-build:$suite (log: $logf)" >&2; return 1
+  fi
   tag=localhost/$name:$VERSION-slurm$slurm
   nice -n 10 podman build "${args[@]}" -t "$tag" . >>"$logf" 2>&1 || { tail -40 "$logf" >&2; return 1; }
   BUILT_S=$((SECONDS - t0))
