@@ -8,24 +8,11 @@
 #include "bridge/slurm/placeholders.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_slurm.h"
+#include "tests/slurm/test_node_spec.h"
 
 namespace duet {
 namespace {
 
-NodeSpec EightGpus(const std::string& name) {
-  NodeSpec s;
-  s.name = name;
-  s.cpus = 8;
-  s.memory_mib = 16000;
-  for (uint32_t i = 0; i < 8; ++i) {
-    DeviceSpec d;
-    d.kind = DeviceKind::kGpu;
-    d.index = i;
-    d.model = "nvidia-h100-80gb";
-    s.devices.push_back(d);
-  }
-  return s;
-}
 
 std::set<uint32_t> PodGpus(const Ledger& ledger, const std::string& node, const std::string& uid) {
   std::set<uint32_t> out;
@@ -38,7 +25,9 @@ std::set<uint32_t> PodGpus(const Ledger& ledger, const std::string& node, const 
 
 class PlaceholderRepairTest : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_TRUE(ledger_.UpsertNode(EightGpus("n1")).ok()); }
+  void SetUp() override {
+    ASSERT_TRUE(ledger_.UpsertNode(::duet::testing::TestNodeSpec("n1", 1, 8)).ok());
+  }
 
   // The ledger holds `gpus` for pod uid-a as placeholder job `job`, whose
   // Slurm job is gone (the fake has no such job: its GPUs are free there).

@@ -20,6 +20,7 @@
 #include "bridge/slurm/slurm_sync.h"
 #include "gtest/gtest.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
+#include "tests/slurm/test_node_spec.h"
 
 namespace duet {
 namespace {
@@ -28,7 +29,7 @@ using ::duet::testing::CmdResult;
 using ::duet::testing::TestSlurmCluster;
 using ::duet::testing::WaitFor;
 
-constexpr char kGpu[] = "nvidia-h100-80gb";
+constexpr const char* kGpu = ::duet::testing::kTestGpuModel;
 constexpr char kPods[] = "duet-pods";
 
 // The placeholders' partition as docs/config.md gives it.
@@ -54,23 +55,6 @@ std::string ExtraConf() {
   return absl::StrCat(conf, kPodsPartition, "\n");
 }
 
-NodeSpec Spec(const std::string& name, int idx) {
-  NodeSpec s;
-  s.name = name;
-  s.cpus = 8;
-  s.memory_mib = 16000;
-  s.pool = "shared-h100";
-  s.labels["duet.dev/slurm-node-addr"] = absl::StrCat("127.0.0.", idx);
-  s.labels["cloud.google.com/gke-accelerator"] = kGpu;
-  for (int i = 0; i < 8; ++i) {
-    DeviceSpec d;
-    d.kind = DeviceKind::kGpu;
-    d.index = i;
-    d.model = kGpu;
-    s.devices.push_back(d);
-  }
-  return s;
-}
 
 class SlurmPolicyTest : public ::testing::Test {
  protected:
@@ -99,7 +83,7 @@ class SlurmPolicyTest : public ::testing::Test {
   }
 
   void AddNode(const std::string& name, int idx) {
-    ASSERT_TRUE(ledger_.UpsertNode(Spec(name, idx)).ok());
+    ASSERT_TRUE(ledger_.UpsertNode(::duet::testing::TestNodeSpec(name, idx, 8)).ok());
     ASSERT_TRUE(sync_->RunOnce().ok());
     cluster_->StartSlurmd(name, idx, 8, 16000, 8, kGpu);
     ASSERT_TRUE(cluster_->WaitNodeState(name, "IDLE")) << cluster_->Log("slurmctld.log");

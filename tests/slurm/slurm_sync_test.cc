@@ -14,6 +14,7 @@
 #include "spdlog/sinks/ringbuffer_sink.h"
 #include "spdlog/spdlog.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
+#include "tests/slurm/test_node_spec.h"
 
 namespace duet {
 namespace {
@@ -22,37 +23,13 @@ using ::duet::testing::CmdResult;
 using ::duet::testing::TestSlurmCluster;
 using ::duet::testing::WaitFor;
 
-constexpr char kGpu[] = "nvidia-h100-80gb";
-constexpr char kTpu[] = "tpu-v5-lite-podslice";
+constexpr const char* kGpu = ::duet::testing::kTestGpuModel;
+constexpr const char* kTpu = ::duet::testing::kTestTpuModel;
 
 NodeSpec Spec(const std::string& name, int idx, int gpus, int tpus) {
-  NodeSpec s;
-  s.name = name;
-  s.cpus = 8;
-  s.memory_mib = 16000;
-  s.pool = gpus ? "shared-h100" : "shared-v5e";
-  s.zone = "us-central1-a";
-  s.labels["duet.dev/slurm-node-addr"] = absl::StrCat("127.0.0.", idx);
-  s.labels["cloud.google.com/gce-topology-block"] = "b7";
-  if (gpus) s.labels["cloud.google.com/gke-accelerator"] = kGpu;
-  if (tpus) s.labels["cloud.google.com/gke-tpu-accelerator"] = kTpu;
-  for (int i = 0; i < gpus; ++i) {
-    DeviceSpec d;
-    d.kind = DeviceKind::kGpu;
-    d.index = i;
-    d.model = kGpu;
-    s.devices.push_back(d);
-  }
-  for (int i = 0; i < tpus; ++i) {
-    DeviceSpec d;
-    d.kind = DeviceKind::kTpu;
-    d.index = i;
-    d.model = kTpu;
-    d.topology.tpu_topology = "2x4";
-    s.devices.push_back(d);
-  }
-  return s;
+  return ::duet::testing::TestNodeSpec(name, idx, gpus, tpus);
 }
+
 
 class SlurmSyncTest : public ::testing::Test {
  protected:
