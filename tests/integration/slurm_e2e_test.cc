@@ -1052,6 +1052,13 @@ TEST_F(SlurmE2eTest, HetJobStepsRegisterOnEachComponentsNode) {
       "exec >", out.string(), " 2>&1\n"
       "srun --het-group=1 sh -c 'echo g1 $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES; sleep 2'\n"
       "echo rc1=$?\n"
+      // srun returns when the tasks exit, before slurmctld has always ended
+      // the step. A step asked for then is "temporarily disabled" and srun
+      // retries with a growing backoff while its other component's
+      // credential ages: in CI (Slurm 22.05, under load) it expired after
+      // 120 s. Wait until slurmctld lists no numbered step.
+      "i=0; while squeue -h -s -o %i | grep -Eq '[.][0-9]+$' && [ $i -lt 60 ]; do\n"
+      "  i=$((i+1)); sleep 1; done\n"
       "srun --het-group=0,1 sh -c 'echo g01 $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES; sleep 2'\n"
       "echo rc01=$?\n"));
   const uint32_t job = c_->Sbatch(script);
