@@ -23,6 +23,20 @@ absl::Status BindPod(KubeClient& client, const std::string& ns, const std::strin
       .status();
 }
 
+absl::Status EvictPod(KubeClient& client, const std::string& ns, const std::string& name,
+                      const std::string& uid) {
+  nlohmann::json e = {{"apiVersion", "policy/v1"},
+                      {"kind", "Eviction"},
+                      {"metadata", {{"name", name}, {"namespace", ns}}}};
+  // The uid goes in the deletion's preconditions: evicting a pod that was
+  // replaced under the same name must fail, not evict the new one.
+  if (!uid.empty()) e["deleteOptions"] = {{"preconditions", {{"uid", uid}}}};
+  return client
+      .Post(absl::StrCat("/api/v1/namespaces/", QueryEscape(ns), "/pods/", QueryEscape(name), "/eviction"),
+            e.dump())
+      .status();
+}
+
 absl::Status PatchPodAnnotations(KubeClient& client, const std::string& ns, const std::string& name,
                                  const std::map<std::string, std::optional<std::string>>& changes) {
   nlohmann::json ann = nlohmann::json::object();

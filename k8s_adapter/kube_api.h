@@ -1,7 +1,7 @@
 #pragma once
 
 // The few writes duet-bridge makes to the Kubernetes API, over a KubeClient:
-// pod bindings, pod annotation patches and Events. Errors are the
+// pod bindings, pod annotation patches, pod evictions and Events. Errors are the
 // KubeClient's (kube_client.h): e.g. ABORTED when a pod is already bound or
 // its UID does not match, NOT_FOUND when the pod is gone.
 
@@ -20,6 +20,20 @@ namespace k8s {
 // precondition: the binding fails (ABORTED) if the pod was replaced.
 absl::Status BindPod(KubeClient& client, const std::string& ns, const std::string& name,
                      const std::string& uid, const std::string& node);
+
+// POST /api/v1/namespaces/{ns}/pods/{name}/eviction (a policy/v1 Eviction):
+// the Eviction API deletes the pod only if its PodDisruptionBudget allows one
+// more disruption, and spends that disruption. A non-empty `uid` is a
+// precondition on the deletion. OK: the eviction was accepted and the pod is
+// being deleted (gracefully: it may still be listed, with a
+// deletionTimestamp). NOT_FOUND: the pod is gone (callers treat that as
+// done). RESOURCE_EXHAUSTED (HTTP 429): a PodDisruptionBudget forbids it now;
+// retry later. ABORTED (409): the pod was replaced (`uid` no longer
+// matches). Other errors are the KubeClient's, among them UNAVAILABLE (500)
+// when more than one PodDisruptionBudget selects the pod, which retrying
+// does not cure.
+absl::Status EvictPod(KubeClient& client, const std::string& ns, const std::string& name,
+                      const std::string& uid);
 
 // Merge-patches the pod's metadata.annotations: a value sets the key,
 // std::nullopt removes it.

@@ -665,6 +665,7 @@ class RbacTest(unittest.TestCase):
             (("",), ("nodes",), ("get", "list", "watch")),
             (("",), ("pods",), ("get", "list", "patch", "watch")),
             (("",), ("pods/binding",), ("create",)),
+            (("",), ("pods/eviction",), ("create",)),
             (("",), ("events",), ("create", "patch")),
             (("authentication.k8s.io",), ("tokenreviews",), ("create",)),
         ]))

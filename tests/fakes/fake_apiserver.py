@@ -12,9 +12,10 @@ tests/fakes/README.md.
               /openapi/v3[/<group-version>] (kubectl create/apply -f validate
               server-side with fieldValidation=Strict)
   core/v1     nodes, namespaces (cluster-scoped); pods, events (namespaced and
-              across namespaces); POST pods/{name}/binding and bindings
-  groups      coordination.k8s.io/v1 leases, events.k8s.io/v1 events
-              (namespaced and across namespaces)
+              across namespaces); POST pods/{name}/binding and bindings;
+              POST pods/{name}/eviction (a policy/v1 Eviction)
+  groups      coordination.k8s.io/v1 leases, events.k8s.io/v1 events,
+              policy/v1 poddisruptionbudgets (namespaced and across namespaces)
   verbs       GET one, list (labelSelector, fieldSelector, limit/continue,
               resourceVersion), watch, POST (generateName), PUT (409 Conflict on
               a stale metadata.resourceVersion), PATCH (JSON Patch, merge patch,
@@ -34,6 +35,21 @@ done (POST /_fake/delete); `--pod-deletion immediate` (or POST
 metadata.finalizers stays, marked, until an update empties them. A binding sets
 spec.nodeName and the PodScheduled=True condition.
 
+An eviction follows kube-apiserver's rules: 404 for a missing pod, 409 when
+deleteOptions.preconditions do not match, 400 for a body that is not an
+Eviction named as the URL; a pod that is Pending, Succeeded, Failed or being
+deleted is deleted at once; otherwise the PodDisruptionBudgets of the pod's
+namespace whose spec.selector matches its labels decide: more than one is a
+500; one with status.disruptionsAllowed 0 (or missing) answers 429
+TooManyRequests (cause DisruptionBudget; an unready pod passes while
+currentHealthy >= desiredHealthy > 0 or with unhealthyPodEvictionPolicy
+AlwaysAllow); else the budget loses one disruption (status written: MODIFIED)
+and the pod is deleted as a DELETE with the Eviction's deleteOptions would
+(graceful for a bound pod); 201 Success. There is no disruption controller:
+a budget's status is what the test stored (create it, then write status
+through the status subresource or /_fake/put) and only evictions change it.
+Evictions appear in /_fake/requests like every API request.
+
 Watches (`watch=` in any Go ParseBool form) stream newline-delimited
 {"type","object"} frames over chunked encoding, replay from `resourceVersion`,
 send BOOKMARK frames when `allowWatchBookmarks` is true, end after
@@ -45,11 +61,13 @@ list from a resourceVersion the fake has not reached yet waits up to
 "Too large resource version" Status (an ERROR frame for a watch).
 
 Error replies are Status objects with kind, apiVersion, metadata, status,
-message, reason, details {name, group, kind[, causes]} and code.
+message, reason, details {name, group, kind[, causes][, retryAfterSeconds]}
+and code, with a Retry-After header when retryAfterSeconds is set.
 
 Control API (tests drive the fake through it; JSON bodies):
-  POST /_fake/put       an object (Node/Pod/Event/Lease/Namespace; apiVersion
-                        events.k8s.io/v1 for the new Event): create or replace
+  POST /_fake/put       an object (Node/Pod/Event/Lease/Namespace/
+                        PodDisruptionBudget; apiVersion events.k8s.io/v1 for
+                        the new Event): create or replace
   POST /_fake/delete    {"kind","namespace","name"[,"apiVersion"]}: remove now
                         (for a pod: the kubelet has stopped it)
   POST /_fake/pod_deletion {"mode": "graceful" | "immediate"}
@@ -138,6 +156,11 @@ class Resource:
             if sub == "binding":
                 out.append({"name": self.plural + "/binding", "singularName": "", "namespaced": True,
                             "kind": "Binding", "verbs": ["create"]})
+            elif sub == "eviction":
+                # A subresource of another group's kind: discovery names the
+                # group and version (kubectl drain looks for exactly this).
+                out.append({"name": self.plural + "/eviction", "singularName": "", "namespaced": True,
+                            "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]})
             elif sub == "status":
                 out.append({"name": self.plural + "/status", "singularName": "",
                             "namespaced": self.namespaced, "kind": self.kind,
@@ -150,10 +173,12 @@ RESOURCES = [
     Resource("Namespace", "namespaces", "", "v1", False, ("ns",), model="V1Namespace",
              subresources=("status",)),
     Resource("Pod", "pods", "", "v1", True, ("po",), ("all",), model="V1Pod",
-             subresources=("binding", "status")),
+             subresources=("binding", "eviction", "status")),
     Resource("Event", "events", "", "v1", True, ("ev",), model="CoreV1Event"),
     Resource("Lease", "leases", "coordination.k8s.io", "v1", True, model="V1Lease"),
     Resource("Event", "events", "events.k8s.io", "v1", True, ("ev",), model="EventsV1Event"),
+    Resource("PodDisruptionBudget", "poddisruptionbudgets", "policy", "v1", True, ("pdb",),
+             model="V1PodDisruptionBudget", subresources=("status",)),
 ]
 BY_KEY = {r.key: r for r in RESOURCES}
 BY_PATH = {(r.prefix, r.plural): r for r in RESOURCES}
@@ -329,6 +354,93 @@ class FieldSelector:
             if ((cur or "") == val) != eq:
                 return False
         return True
+
+
+def pdb_selects(selector, labels):
+    """Whether a PodDisruptionBudget's spec.selector (a metav1.LabelSelector:
+    matchLabels, matchExpressions with In/NotIn/Exists/DoesNotExist) selects a
+    pod with `labels`, as the eviction subresource decides it: a missing,
+    empty or invalid selector selects nothing, not everything."""
+    if not isinstance(selector, dict):
+        return False
+    match = selector.get("matchLabels") or {}
+    exprs = selector.get("matchExpressions") or []
+    if not match and not exprs:
+        return False
+    labels = labels or {}
+    if any(labels.get(k) != v for k, v in match.items()):
+        return False
+    for e in exprs:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        has = key in labels
+        if (op in ("In", "NotIn")) != bool(values):
+            return False  # In/NotIn need values, Exists/DoesNotExist take none: invalid
+        if op == "In":
+            ok = has and labels[key] in values
+        elif op == "NotIn":
+            ok = not has or labels[key] not in values
+        elif op == "Exists":
+            ok = has
+        elif op == "DoesNotExist":
+            ok = not has
+        else:
+            return False  # an unknown operator: invalid
+        if not ok:
+            return False
+    return True
+
+
+def pod_ready(pod):
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def pdb_too_many_requests(cause, retry_after=0):
+    """The 429 an eviction gets while a budget forbids it (clients retry)."""
+    details = {"causes": [{"reason": "DisruptionBudget", "message": cause}]}
+    if retry_after:
+        details["retryAfterSeconds"] = retry_after
+    return ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                    details)
+
+
+def pdb_allow_eviction(pdb, pod):
+    """kube-apiserver's check of one PodDisruptionBudget before an eviction of
+    `pod`: raises the refusal, or returns the budget's new state (one
+    disruption fewer, the pod in status.disruptedPods), or None when the
+    eviction does not count against the budget (an unready pod). The fake has
+    no disruption controller: status is what the test stored."""
+    name, spec, status = pdb["metadata"]["name"], pdb.get("spec") or {}, pdb.get("status") or {}
+    if not pod_ready(pod):
+        # An unready pod is not one of the healthy pods the budget protects.
+        if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+            return None
+        if status.get("currentHealthy", 0) >= status.get("desiredHealthy", 0) > 0:
+            return None
+    if status.get("observedGeneration", 0) < pdb["metadata"].get("generation", 0):
+        raise pdb_too_many_requests("The disruption budget %s is still being processed by the server." % name, 10)
+    allowed = status.get("disruptionsAllowed", 0)
+    if allowed < 0:
+        raise ApiError(403, "Forbidden", 'poddisruptionbudget.policy "%s" is forbidden: pdb disruptions allowed '
+                       "is negative" % name, {"name": name, "group": "policy", "kind": "poddisruptionbudget"})
+    if allowed == 0:
+        raise pdb_too_many_requests("The disruption budget %s needs %d healthy pods and has %d currently"
+                                    % (name, status.get("desiredHealthy", 0), status.get("currentHealthy", 0)))
+    new = copy.deepcopy(pdb)
+    ns = new.setdefault("status", {})
+    ns["disruptionsAllowed"] = allowed - 1
+    # Tells the disruption controller the pod is going (it stops counting it).
+    ns.setdefault("disruptedPods", {})[pod["metadata"]["name"]] = now_rfc3339()
+    if allowed == 1:
+        conds = ns.setdefault("conditions", [])
+        c = next((c for c in conds if c.get("type") == "DisruptionAllowed"), None)
+        if c is None:
+            c = {"type": "DisruptionAllowed"}
+            conds.append(c)
+        if c.get("status") != "False":
+            c.update(status="False", lastTransitionTime=now_rfc3339())
+        c.update(reason="InsufficientPods", message="", observedGeneration=ns.get("observedGeneration", 0))
+    return new
 
 
 class Watch:
@@ -758,7 +870,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             try:
                 self._api(method, path, q, raw)
             except ApiError as e:
-                self._send_json(e.code, e.status)
+                retry = (e.status.get("details") or {}).get("retryAfterSeconds")
+                self._send_json(e.code, e.status, [("Retry-After", str(retry))] if retry else None)
         except DropConnection:
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
@@ -930,6 +1043,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                            "application/json, application/yaml, application/vnd.kubernetes.protobuf")
         if method == "POST" and sub == "binding":
             return self._binding(ns, name, parse_body(raw))
+        if method == "POST" and sub == "eviction":
+            return self._eviction(ns, name, parse_body(raw), q)
         if method == "POST" and name is None:
             return self._create(res, ns, parse_body(raw, ctype), q)
         if method == "PUT" and name is not None and sub in (None, "status"):
@@ -1130,6 +1245,60 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 sched.pop("reason", None)
                 sched.pop("message", None)
             self.st.put(new, api=True)
+        self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                              "status": "Success", "code": 201})
+
+    def _eviction(self, ns, name, body, q):
+        """POST pods/{name}/eviction: a policy/v1 (or v1beta1) Eviction. The
+        pod's PodDisruptionBudget (pdb_allow_eviction) gives one disruption,
+        then the pod is deleted as a DELETE with the Eviction's deleteOptions
+        would delete it (graceful for a bound pod). Pods that are Pending,
+        Succeeded, Failed or already being deleted skip the budgets, as on the
+        real server. The fake checks the deleteOptions preconditions before the
+        budget (the real server decrements first, and its disruption
+        controller later returns a disruption the failed delete did not use)."""
+        pods = BY_KEY["Pod"]
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be a policy/v1 Eviction object")
+        if body.get("kind") not in (None, "", "Eviction") or \
+                body.get("apiVersion") not in (None, "", "policy/v1", "policy/v1beta1"):
+            raise bad_request("the body of the request must be a policy/v1 Eviction, not %s %s"
+                              % (body.get("apiVersion"), body.get("kind")))
+        md = body.get("metadata") or {}
+        if not isinstance(md, dict):
+            raise bad_request("metadata must be an object")
+        if md.get("namespace") not in (None, "", ns):
+            raise bad_request("the namespace of the provided object does not match the namespace sent on the "
+                              "request")
+        if md.get("name") != name:
+            raise bad_request("name in URL does not match name in Eviction object")
+        opts = body.get("deleteOptions") or {}
+        if not isinstance(opts, dict):
+            raise bad_request("deleteOptions must be an object")
+        grace = opts.get("gracePeriodSeconds")
+        if grace is not None and not isinstance(grace, int):
+            raise bad_request("deleteOptions.gracePeriodSeconds: %r is not an integer" % grace)
+        dry = self._dry_run(q) or opts.get("dryRun") == ["All"]
+        st = self.st
+        with st.cond:
+            pod = st.objects["Pod"].get((ns, name))
+            if pod is None:
+                raise not_found(pods, name)
+            st.delete(pods, ns, name, preconditions=opts.get("preconditions"), dry_run=True)  # 409s
+            phase = (pod.get("status") or {}).get("phase")
+            if phase not in ("Pending", "Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
+                budgets = [p for (pns, _), p in sorted(st.objects["PodDisruptionBudget.policy"].items())
+                           if pns == ns and pdb_selects((p.get("spec") or {}).get("selector"),
+                                                        pod["metadata"].get("labels"))]
+                if len(budgets) > 1:
+                    err = ApiError(500, None, "This pod has more than one PodDisruptionBudget, which the eviction "
+                                   "subresource does not support.")
+                    del err.status["reason"]  # the real reply has none
+                    raise err
+                new = pdb_allow_eviction(budgets[0], pod) if budgets else None
+                if new is not None and not dry:
+                    st.put(new, api=True)  # as an update of its status: MODIFIED, new resourceVersion
+            st.delete(pods, ns, name, grace=grace, preconditions=opts.get("preconditions"), dry_run=dry)
         self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                               "status": "Success", "code": 201})
 

@@ -1,8 +1,9 @@
 // The fake apiserver (tests/fakes/fake_apiserver.py) against a third real
 // client, @kubernetes/client-node 1.x, over HTTPS with a bearer token: list,
 // watch, create, patch (its default JSON Patch, merge patch, strategic merge
-// patch, server-side apply), binding, events.k8s.io/v1, namespaces, leases
-// across namespaces, graceful deletion and the Status error bodies.
+// patch, server-side apply), binding, eviction under a PodDisruptionBudget,
+// events.k8s.io/v1, namespaces, leases across namespaces, graceful deletion
+// and the Status error bodies.
 // The client is installed outside the clone by scripts/client-node.sh; this
 // test only looks it up (offline). Run: node tests/k8s_adapter/client_node_test.mjs
 import { test, before, after } from 'node:test';
@@ -28,7 +29,7 @@ function clientModulePath() {
 
 const k8s = await import(pathToFileURL(clientModulePath()).href);
 
-let tmp, certs, fake, url, kc, core, coord, events;
+let tmp, certs, fake, url, kc, core, coord, events, policy;
 
 function makeTls(dir) {
   const run = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
@@ -118,6 +119,7 @@ before(async () => {
   core = kc.makeApiClient(k8s.CoreV1Api);
   coord = kc.makeApiClient(k8s.CoordinationV1Api);
   events = kc.makeApiClient(k8s.EventsV1Api);
+  policy = kc.makeApiClient(k8s.PolicyV1Api);
   await put(node('gpu-node-1', { 'cloud.google.com/gke-accelerator': 'nvidia-h100-80gb' }));
   await put(node('tpu-node-1', { 'cloud.google.com/gke-nodepool': 'shared-v5e' }));
 });
@@ -260,6 +262,37 @@ test('binding sets nodeName and PodScheduled; delete of a bound pod is graceful'
     await new Promise((res) => setTimeout(res, 100));
   }
   assert.ok(Date.now() - t0 >= 900, `deleted after ${Date.now() - t0} ms, before its grace period`);
+});
+
+test('eviction spends the PodDisruptionBudget, then gets 429', async () => {
+  for (const name of ['evict-0', 'evict-1']) {
+    const p = pod(name);
+    p.metadata.labels = { app: 'evictable' };
+    p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] };
+    await put(p);
+  }
+  await policy.createNamespacedPodDisruptionBudget({ namespace: 'default', body: {
+    metadata: { name: 'evictable' },
+    spec: { minAvailable: 1, selector: { matchLabels: { app: 'evictable' } } } } });
+  await policy.patchNamespacedPodDisruptionBudgetStatus({ name: 'evictable', namespace: 'default',
+    body: { status: { disruptionsAllowed: 1, currentHealthy: 2, desiredHealthy: 1, expectedPods: 2 } } },
+  k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch));
+  const evict = (name) => core.createNamespacedPodEviction({ name, namespace: 'default', body: {
+    apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name, namespace: 'default' } } });
+
+  await evict('evict-0');
+  assert.equal((await call('GET', '/api/v1/namespaces/default/pods/evict-0')).code, 404);
+  const pdb = await policy.readNamespacedPodDisruptionBudget({ name: 'evictable', namespace: 'default' });
+  assert.equal(pdb.status.disruptionsAllowed, 0);
+  await assert.rejects(evict('evict-1'), (e) => {
+    const s = statusOf(e);
+    assert.equal(e.code, 429);
+    assert.equal(s.reason, 'TooManyRequests');
+    assert.equal(s.details.causes[0].reason, 'DisruptionBudget');
+    return true;
+  });
+  assert.equal((await call('GET', '/api/v1/namespaces/default/pods/evict-1')).code, 200);
+  await core.deleteNamespacedPod({ name: 'evict-1', namespace: 'default' });
 });
 
 test('events.k8s.io/v1 events and namespaces', async () => {

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The fake apiserver's own behaviour where it copies kube-apiserver's rules:
 the four patch types, Status error bodies, graceful deletion and finalizers,
-binding, namespaces, events.k8s.io/v1, discovery and OpenAPI v3, field
-validation and a watch or list from a resourceVersion not reached yet.
+binding, eviction and PodDisruptionBudgets, namespaces, events.k8s.io/v1,
+discovery and OpenAPI v3, field validation and a watch or list from a
+resourceVersion not reached yet.
 Plain HTTP with urllib, so every status code and header is visible."""
 
 import http.client
@@ -16,9 +17,13 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_harness as fh  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fakes"))
+import fake_apiserver  # noqa: E402  (its pure helpers; the server runs as a process)
+
 PATCH = {"json": "application/json-patch+json", "merge": "application/merge-patch+json",
          "smp": "application/strategic-merge-patch+json", "apply": "application/apply-patch+yaml"}
 PODS = "/api/v1/namespaces/default/pods"
+PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
 
 
 class Base:
@@ -48,6 +53,13 @@ class Base:
 
     def patch(self, name, kind, body, path=PODS, query=""):
         return self.req("PATCH", "%s/%s%s" % (path, name, query), body, PATCH[kind])
+
+    def evict(self, name, uid=None, **extra):
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": "default"}}
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        body.update(extra)
+        return self.req("POST", "%s/%s/eviction" % (PODS, name), body)
 
 
 
@@ -293,6 +305,130 @@ class FakeTest(Base, unittest.TestCase):
         self.assertEqual((c["type"], c["status"]), ("PodScheduled", "True"))
         self.assertIn("lastTransitionTime", c)
 
+    def running_pod(self, name, ready=True, **kw):
+        """A pod a budget protects: Running (and Ready unless told)."""
+        p = fh.pod(name, **kw)
+        p["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]}
+        return self.fake.put(p)
+
+    def budget(self, name, selector, **status):
+        code, got, _ = self.req("POST", PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                                               "metadata": {"name": name},
+                                               "spec": {"minAvailable": 1, "selector": selector}})
+        self.assertEqual(code, 201, got)
+        code, got, _ = self.patch(name, "merge", {"status": status}, PDBS, "/status")
+        self.assertEqual(code, 200, got)
+        return got
+
+    def test_eviction_spends_the_disruption_budget(self):
+        p0 = self.running_pod("p0", node_name="gpu-node-1")
+        self.running_pod("p1", node_name="gpu-node-1")
+        self.budget("trainers", {"matchExpressions": [{"key": "app", "operator": "In", "values": ["trainer"]}]},
+                    disruptionsAllowed=1, currentHealthy=2, desiredHealthy=1, expectedPods=2, observedGeneration=0)
+        rv = self.req("GET", PDBS)[1]["metadata"]["resourceVersion"]
+
+        # Refusals that leave the budget alone.
+        code, err, _ = self.evict("p0", uid="not-the-uid")
+        self.assertEqual((code, err["reason"]), (409, "Conflict"), err)
+        self.assertIn("Precondition failed: UID in precondition: not-the-uid", err["message"])
+        code, err, _ = self.req("POST", PODS + "/p0/eviction", {"apiVersion": "policy/v1", "kind": "Eviction",
+                                                                "metadata": {"name": "p1"}})
+        self.assertEqual((code, err["message"]), (400, "name in URL does not match name in Eviction object"))
+        code, err, _ = self.req("POST", PODS + "/p0/eviction", fh.pod("p0"))
+        self.assertEqual((code, err["reason"]), (400, "BadRequest"))
+        code, err, _ = self.evict("gone")
+        self.assertEqual((code, err["reason"], err["details"]), (404, "NotFound", {"name": "gone", "kind": "pods"}))
+        code, _, _ = self.req("POST", PODS + "/p0/eviction?dryRun=All",
+                              {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p0"}})
+        self.assertEqual(code, 201)
+        self.assertEqual(self.req("GET", PDBS + "/trainers")[1]["status"]["disruptionsAllowed"], 1)
+        self.assertNotIn("deletionTimestamp", self.req("GET", PODS + "/p0")[1]["metadata"])
+
+        # The one disruption: a bound pod's deletion is graceful, as a DELETE's.
+        code, got, _ = self.evict("p0", uid=p0["metadata"]["uid"])
+        self.assertEqual((code, got), (201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                             "status": "Success", "code": 201}))
+        self.assertEqual(self.req("GET", PODS + "/p0")[1]["metadata"]["deletionGracePeriodSeconds"], 30)
+        pdb = self.req("GET", PDBS + "/trainers")[1]
+        self.assertEqual(pdb["status"]["disruptionsAllowed"], 0)
+        self.assertEqual(list(pdb["status"]["disruptedPods"]), ["p0"])
+        [cond] = pdb["status"]["conditions"]
+        self.assertEqual((cond["type"], cond["status"], cond["reason"]),
+                         ("DisruptionAllowed", "False", "InsufficientPods"))
+
+        # Budget spent: 429 with the real reply, and nothing changes.
+        code, err, headers = self.evict("p1")
+        self.assertEqual((code, err), (429, {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "reason": "TooManyRequests", "code": 429,
+            "details": {"causes": [{"reason": "DisruptionBudget",
+                                    "message": "The disruption budget trainers needs 1 healthy pods and has 2 "
+                                               "currently"}]}}))
+        self.assertIsNone(headers.get("Retry-After"))
+        self.assertNotIn("deletionTimestamp", self.req("GET", PODS + "/p1")[1]["metadata"])
+        # A pod already being deleted, a Pending pod and an unready pod (with
+        # enough healthy ones) pass the spent budget.
+        self.assertEqual(self.evict("p0")[0], 201)
+        self.pod("pending")
+        self.assertEqual(self.evict("pending")[0], 201)
+        self.assertEqual(self.req("GET", PODS + "/pending")[0], 404)
+        self.running_pod("unready", ready=False)
+        self.assertEqual(self.evict("unready")[0], 201)
+        self.assertEqual(self.req("GET", PODS + "/unready")[0], 404)
+        self.assertEqual(self.req("GET", PDBS + "/trainers")[1]["status"]["disruptionsAllowed"], 0)
+
+        # The budget's watch saw its status change once per write.
+        conn = http.client.HTTPConnection("127.0.0.1", self.fake.port, timeout=10)
+        conn.request("GET", PDBS + "?watch=1&timeoutSeconds=1&resourceVersion=" + rv)
+        frames = [json.loads(x) for x in conn.getresponse().read().decode().splitlines() if x]
+        conn.close()
+        self.assertEqual([(f["type"], f["object"]["status"]["disruptionsAllowed"]) for f in frames],
+                         [("MODIFIED", 0)])
+        evictions = [r["path"] for r in self.fake.requests() if r["path"].endswith("/eviction")]
+        self.assertEqual(evictions.count(PODS + "/p0/eviction"), 5)
+
+        # Two budgets over one pod: the eviction subresource gives up.
+        self.budget("also", {"matchLabels": {"app": "trainer"}}, disruptionsAllowed=5)
+        code, err, _ = self.evict("p1")
+        self.assertEqual((code, err["message"]), (500, "This pod has more than one PodDisruptionBudget, which "
+                                                       "the eviction subresource does not support."))
+        self.assertEqual(self.req("GET", PDBS + "/also")[1]["status"]["disruptionsAllowed"], 5)
+
+    def test_eviction_budget_refusals_and_selectors(self):
+        self.running_pod("p0")
+        self.budget("b", {"matchLabels": {"app": "trainer"}}, disruptionsAllowed=-1)
+        code, err, _ = self.evict("p0")
+        self.assertEqual((code, err["reason"]), (403, "Forbidden"))
+        self.assertEqual(err["message"], 'poddisruptionbudget.policy "b" is forbidden: pdb disruptions allowed '
+                                         "is negative")
+        # A budget the disruption controller has not seen since its spec changed.
+        self.patch("b", "merge", {"metadata": {"generation": 2},
+                                  "status": {"disruptionsAllowed": 1, "observedGeneration": 1}}, PDBS)
+        code, err, headers = self.evict("p0")
+        self.assertEqual((code, err["details"]["retryAfterSeconds"], headers.get("Retry-After")), (429, 10, "10"))
+        self.assertIn("still being processed", err["details"]["causes"][0]["message"])
+        # An empty selector selects nothing here (not everything).
+        code, got, _ = self.patch("b", "merge", {"spec": {"selector": {"matchLabels": None}}}, PDBS)
+        self.assertEqual((code, got["spec"]["selector"]), (200, {}))
+        self.assertEqual(self.evict("p0")[0], 201)
+
+        sel = fake_apiserver.pdb_selects
+        labels = {"app": "trainer", "tier": "gold"}
+        self.assertTrue(sel({"matchLabels": {"app": "trainer"}}, labels))
+        self.assertFalse(sel({"matchLabels": {"app": "infer"}}, labels))
+        self.assertTrue(sel({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["infer"]},
+                                                  {"key": "tier", "operator": "Exists"},
+                                                  {"key": "gpu", "operator": "DoesNotExist"}]}, labels))
+        self.assertFalse(sel({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, labels))
+        self.assertFalse(sel({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["trainer"]}]},
+                             labels))
+        self.assertFalse(sel({"matchExpressions": [{"key": "x", "operator": "In", "values": ["1"]}]}, labels))
+        self.assertFalse(sel({"matchExpressions": [{"key": "app", "operator": "In"}]}, labels))  # invalid
+        self.assertFalse(sel({"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}, labels))
+        self.assertFalse(sel({}, labels))
+        self.assertFalse(sel(None, labels))
+
     def test_namespaces_and_cascade(self):
         names = [n["metadata"]["name"] for n in self.req("GET", "/api/v1/namespaces")[1]["items"]]
         self.assertEqual(names, ["default", "kube-node-lease", "kube-public", "kube-system"])
@@ -317,13 +453,23 @@ class FakeTest(Base, unittest.TestCase):
     # ---- discovery, OpenAPI, field validation ----
     def test_discovery_and_openapi(self):
         groups = {g["name"] for g in self.req("GET", "/apis")[1]["groups"]}
-        self.assertEqual(groups, {"coordination.k8s.io", "events.k8s.io"})
+        self.assertEqual(groups, {"coordination.k8s.io", "events.k8s.io", "policy"})
         self.assertEqual([r["name"] for r in self.req("GET", "/apis/events.k8s.io/v1")[1]["resources"]],
                          ["events"])
-        core = {r["name"] for r in self.req("GET", "/api/v1")[1]["resources"]}
-        self.assertTrue({"nodes", "namespaces", "pods", "pods/binding", "events", "bindings"} <= core)
+        core = {r["name"]: r for r in self.req("GET", "/api/v1")[1]["resources"]}
+        self.assertTrue({"nodes", "namespaces", "pods", "pods/binding", "pods/eviction", "events",
+                         "bindings"} <= set(core))
+        # kubectl drain finds the Eviction's group and version here.
+        self.assertEqual(core["pods/eviction"], {"name": "pods/eviction", "singularName": "", "namespaced": True,
+                                                 "group": "policy", "version": "v1", "kind": "Eviction",
+                                                 "verbs": ["create"]})
+        policy = {r["name"]: r for r in self.req("GET", "/apis/policy/v1")[1]["resources"]}
+        self.assertEqual(set(policy), {"poddisruptionbudgets", "poddisruptionbudgets/status"})
+        self.assertEqual((policy["poddisruptionbudgets"]["kind"], policy["poddisruptionbudgets"]["shortNames"]),
+                         ("PodDisruptionBudget", ["pdb"]))
         index = self.req("GET", "/openapi/v3")[1]["paths"]
-        self.assertEqual(set(index), {"api/v1", "apis/coordination.k8s.io/v1", "apis/events.k8s.io/v1"})
+        self.assertEqual(set(index), {"api/v1", "apis/coordination.k8s.io/v1", "apis/events.k8s.io/v1",
+                                      "apis/policy/v1"})
         doc = self.req("GET", index["api/v1"]["serverRelativeURL"])[1]
         patch = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]
         self.assertEqual(patch["x-kubernetes-group-version-kind"], {"group": "", "version": "v1", "kind": "Pod"})

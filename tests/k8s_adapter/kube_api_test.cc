@@ -66,6 +66,80 @@ TEST(KubeApiTest, BindPatchAndEvent) {
   EXPECT_EQ(FormatMicroTime(absl::FromUnixMicros(1764680000123456)), "2025-12-02T12:53:20.123456Z");
 }
 
+// A pod a PodDisruptionBudget protects: Running and Ready (the Eviction API
+// deletes Pending pods without asking the budget).
+nlohmann::json ReadyPod(const std::string& name) {
+  nlohmann::json pod = Pod(name);
+  pod["metadata"]["labels"] = {{"app", "a"}};
+  pod["status"] = {{"phase", "Running"}, {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}};
+  return pod;
+}
+
+TEST(KubeApiTest, EvictPodRespectsDisruptionBudgets) {
+  FakeApiServer fake;
+  ASSERT_TRUE(fake.ok());
+  const std::string uid0 = fake.Put(ReadyPod("trainer-0"))["metadata"]["uid"];
+  const std::string uid1 = fake.Put(ReadyPod("trainer-1"))["metadata"]["uid"];
+  nlohmann::json other = ReadyPod("infer-0");
+  other["metadata"]["labels"] = {{"app", "b"}};
+  fake.Put(other);
+  KubeConfig c;
+  c.server = fake.url();
+  auto client = *NewCurlKubeClient(c);
+
+  // A budget over app=a with one disruption to give. The status is written
+  // through its subresource, as the disruption controller would.
+  const std::string pdbs = "/apis/policy/v1/namespaces/ml/poddisruptionbudgets";
+  nlohmann::json pdb = {{"apiVersion", "policy/v1"},
+                        {"kind", "PodDisruptionBudget"},
+                        {"metadata", {{"name", "a-budget"}}},
+                        {"spec", {{"minAvailable", 1}, {"selector", {{"matchLabels", {{"app", "a"}}}}}}}};
+  ASSERT_TRUE(client->Post(pdbs, pdb.dump()).ok());
+  nlohmann::json status = {{"status",
+                            {{"disruptionsAllowed", 1},
+                             {"currentHealthy", 2},
+                             {"desiredHealthy", 1},
+                             {"expectedPods", 2}}}};
+  ASSERT_TRUE(client->Patch(pdbs + "/a-budget/status", status.dump(), PatchType::kMerge).ok());
+  auto allowed = [&] {
+    return nlohmann::json::parse(*client->Get(pdbs + "/a-budget"))["status"]["disruptionsAllowed"];
+  };
+
+  ASSERT_TRUE(EvictPod(*client, "ml", "trainer-0", uid0).ok());
+  EXPECT_EQ(client->Get("/api/v1/namespaces/ml/pods/trainer-0").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(allowed(), 0);
+
+  // The budget is spent: the second pod stays.
+  absl::Status s = EvictPod(*client, "ml", "trainer-1", uid1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("disruption budget"));
+  EXPECT_TRUE(client->Get("/api/v1/namespaces/ml/pods/trainer-1").ok());
+  EXPECT_EQ(allowed(), 0);
+
+  // A pod outside the budget, but replaced (another uid): refused, kept.
+  s = EvictPod(*client, "ml", "infer-0", "not-the-uid");
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_TRUE(client->Get("/api/v1/namespaces/ml/pods/infer-0").ok());
+
+  EXPECT_EQ(EvictPod(*client, "ml", "trainer-0", uid0).code(), absl::StatusCode::kNotFound);
+
+  // What went on the wire: a policy/v1 Eviction, the uid only when given.
+  ASSERT_TRUE(EvictPod(*client, "ml", "infer-0", "").ok());
+  std::vector<nlohmann::json> bodies;
+  for (const auto& r : fake.Requests()) {
+    if (r["method"] == "POST" && r["path"] == "/api/v1/namespaces/ml/pods/infer-0/eviction") {
+      bodies.push_back(nlohmann::json::parse(r["body"].get<std::string>()));
+    }
+  }
+  ASSERT_EQ(bodies.size(), 2u);
+  EXPECT_EQ(bodies[0], (nlohmann::json{{"apiVersion", "policy/v1"},
+                                       {"kind", "Eviction"},
+                                       {"metadata", {{"name", "infer-0"}, {"namespace", "ml"}}},
+                                       {"deleteOptions", {{"preconditions", {{"uid", "not-the-uid"}}}}}}));
+  EXPECT_FALSE(bodies[1].contains("deleteOptions"));
+}
+
 }  // namespace
 }  // namespace k8s
 }  // namespace duet

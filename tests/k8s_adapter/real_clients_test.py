@@ -4,6 +4,7 @@ python3-kubernetes (which rejects objects missing required fields, so it also
 validates the golden object shapes). Each kubectl call gets a fresh cache dir
 so discovery is exercised every time."""
 
+import json
 import os
 import select
 import shutil
@@ -201,7 +202,70 @@ class Base:
                            env=dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp), timeout=30)
         self.assertIn('pods "bound-0" not found', r.stderr)
 
+    def budgeted_pods(self, names, allowed):
+        """Running, Ready pods on gpu-node-1 (1 s grace) under a budget over
+        app=trainer with `allowed` disruptions."""
+        for name in names:
+            p = fh.pod(name, node_name="gpu-node-1")
+            p["spec"]["terminationGracePeriodSeconds"] = 1
+            p["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+            self.fake.put(p)
+        self.put_budget(allowed, len(names))
+
+    def put_budget(self, allowed, healthy):
+        """The budget as the disruption controller would write it."""
+        self.fake.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                       "metadata": {"name": "trainers", "namespace": "default"},
+                       "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}},
+                       "status": {"disruptionsAllowed": allowed, "currentHealthy": healthy,
+                                  "desiredHealthy": healthy - allowed, "expectedPods": healthy,
+                                  "observedGeneration": 0}})
+
+    def test_kubectl_drain_waits_for_the_disruption_budget(self):
+        self.fake.delete("Pod", "trainer-0")
+        self.budgeted_pods(["p0", "p1"], 1)
+        # One eviction passes, the other gets 429s until drain's timeout.
+        r = subprocess.run(self.kubectl_args("drain", "gpu-node-1", "--force", "--timeout=3s"),
+                           capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp))
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("Cannot evict pod as it would violate the pod's disruption budget", r.stderr)
+        left = self.kubectl("get", "pods", "-o", "name").split()
+        self.assertEqual(len(left), 1, left)
+        evictions = [q for q in self.fake.requests() if q["path"].split("?")[0].endswith("/eviction")]
+        self.assertEqual({q["content_type"] for q in evictions}, {"application/json"})  # not protobuf
+        # The disruption controller (the test here) gives one more: drain ends.
+        self.put_budget(1, 1)
+        self.assertIn("drained", self.kubectl("drain", "gpu-node-1", "--force", "--timeout=20s"))
+        self.assertEqual(self.kubectl("get", "pods", "-o", "name"), "")
+
     # ---- python3-kubernetes ----
+    def test_python_eviction_and_disruption_budget(self):
+        api = self.api()
+        v1, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+        self.fake.delete("Pod", "trainer-0")
+        self.budgeted_pods(["p0", "p1"], 1)
+        pdb = policy.read_namespaced_pod_disruption_budget("trainers", "default")  # full deserialization
+        self.assertEqual(pdb.status.disruptions_allowed, 1)
+
+        def evict(name):  # the reply is a Status: its HTTP code is what tells
+            return v1.create_namespaced_pod_eviction_with_http_info(name, "default", client.V1Eviction(
+                metadata=client.V1ObjectMeta(name=name, namespace="default"),
+                delete_options=client.V1DeleteOptions(grace_period_seconds=0)))[1]
+        self.assertEqual(evict("p0"), 201)
+        with self.assertRaises(kubernetes.client.exceptions.ApiException) as e:
+            v1.read_namespaced_pod("p0", "default")
+        self.assertEqual(e.exception.status, 404)
+        pdb = policy.read_namespaced_pod_disruption_budget("trainers", "default")
+        self.assertEqual(pdb.status.disruptions_allowed, 0)
+        self.assertIn("p0", pdb.status.disrupted_pods)
+        with self.assertRaises(kubernetes.client.exceptions.ApiException) as e:
+            evict("p1")
+        self.assertEqual(e.exception.status, 429)
+        [cause] = json.loads(e.exception.body)["details"]["causes"]
+        self.assertEqual(cause["reason"], "DisruptionBudget")
+        self.assertEqual(v1.read_namespaced_pod("p1", "default").metadata.deletion_timestamp, None)
+
     def test_python_json_patch_and_future_watch(self):
         v1 = client.CoreV1Api(self.api())
         p = v1.patch_namespaced_pod("trainer-0", "default", [
