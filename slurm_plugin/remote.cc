@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/reason.h"
 #include "common/slurm/slurm_format.h"
 #include "common/slurm/slurm_compat.h"
@@ -82,6 +85,52 @@ bool IsUnreachable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
 }
 
+// Never longer than this, whatever a bridge says (slurm.preemption_wait is
+// at most 1 h).
+constexpr absl::Duration kMaxEvictionWait = absl::Hours(1);
+
+// Slurm preempted a pod's placeholder for this job, and the bridge is
+// evicting the pod (POD_EVICTING): asks again each second until the devices
+// are free or the bridge's wait (metadata wait_s, renewed with each answer)
+// is over. Returns the last answer.
+absl::Status WaitForEvictedPod(BridgeClient& bridge, const RemoteState& st,
+                               const StepDevices& devices, absl::Status s) {
+  const absl::Time start = absl::Now();
+  const std::string step = absl::StrCat(st.job_id, ".", st.step_id);
+  bool said = false;
+  while (ReasonOf(s) == v1::reason::kPodEvicting) {
+    const auto meta = ReasonMetadata(s);
+    int64_t wait_s = 0;
+    if (auto it = meta.find("wait_s"); it != meta.end()) wait_s = std::atoll(it->second.c_str());
+    const absl::Time now = absl::Now();
+    const absl::Time deadline = std::min(now + absl::Seconds(wait_s), start + kMaxEvictionWait);
+    if (now >= deadline) break;
+    if (!said) {
+      const auto holder = meta.find("holder");
+      slurm_info("duet: step %s on %s waits up to %lld s for pod %s to leave its devices "
+                 "(Slurm preempted the pod's placeholder for this job)",
+                 step.c_str(), st.node.c_str(), static_cast<long long>(wait_s),
+                 holder != meta.end() ? holder->second.c_str() : "?");
+      said = true;
+    }
+    absl::SleepFor(std::min(absl::Seconds(1), deadline - now));
+    s = bridge.HoldStep(st.node, st.job_id, st.step_id, devices);
+  }
+  if (said && s.ok()) {
+    slurm_info("duet: step %s on %s got its devices after %.1f s", step.c_str(), st.node.c_str(),
+               absl::ToDoubleSeconds(absl::Now() - start));
+  } else if (said) {
+    s = WithMessage(s, absl::StrCat("waited ", absl::FormatDuration(absl::Trunc(absl::Now() - start,
+                                                                                 absl::Seconds(1))),
+                                    " for the pod on its devices to be evicted (Slurm preempted "
+                                    "its placeholder for this job), and the pod is still there (a "
+                                    "PodDisruptionBudget may forbid the eviction; see "
+                                    "duet_pod_evictions_total): ",
+                                    s.message()));
+  }
+  return s;
+}
+
 }  // namespace
 
 void RemoteInitPostOpt(spank_t sp, const PluginConfig& config, RemoteState* st) {
@@ -132,6 +181,7 @@ absl::Status RemoteUserInit(spank_t sp, const PluginConfig& config, RemoteState*
   bridge.UseAuth(config.auth, config.munge_socket, config.slurm_key);
   if (!devices.empty()) {
     absl::Status s = bridge.HoldStep(st->node, st->job_id, st->step_id, devices);
+    if (ReasonOf(s) == v1::reason::kPodEvicting) s = WaitForEvictedPod(bridge, *st, devices, s);
     if (s.ok()) {
       st->registered = true;
     } else if (IsUnreachable(s) && config.on_unreachable == OnUnreachable::kAllow) {

@@ -120,6 +120,8 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.Duration("release_grace", &c->slurm.release_grace));
     DUET_YAML(s.String("placeholder_partition", &c->slurm.placeholder_partition));
     DUET_YAML(s.String("placeholder_qos", &c->slurm.placeholder_qos));
+    DUET_YAML(s.String("preemption", &c->slurm.preemption));
+    DUET_YAML(s.Duration("preemption_wait", &c->slurm.preemption_wait));
     DUET_YAML(s.String("credential", &c->slurm.credential));
     DUET_YAML(s.String("key_file", &c->slurm.key_file));
     DUET_YAML(s.Duration("credential_ttl", &c->slurm.credential_ttl));

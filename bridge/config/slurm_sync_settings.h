@@ -42,6 +42,15 @@ struct SlurmSyncSettings {
   // and reports what could end a placeholder (duet_slurm_placeholder_risk).
   std::string placeholder_partition;
   std::string placeholder_qos;
+  // What a Slurm preemption of a placeholder means (docs/config.md,
+  // "Preemption"). "protect": nothing may preempt one (the pass reports a
+  // configuration that could, duet_slurm_placeholder_risk{risk="preemptable"});
+  // a placeholder Slurm preempted anyway is handled as lost and its pod's
+  // devices stay fenced. "evict-pods": a preempted placeholder's pod is
+  // evicted through the Eviction API (PodDisruptionBudgets apply), and the
+  // preemptor's steps wait for its devices up to `preemption_wait`.
+  std::string preemption = "protect";
+  absl::Duration preemption_wait = absl::Minutes(5);
 
   // OK, or INVALID_ARGUMENT naming the field under `prefix` ("slurm.").
   absl::Status Validate(const std::string& prefix = "") const {
@@ -60,6 +69,15 @@ struct SlurmSyncSettings {
             prefix, key, ": must be one Slurm name (no spaces, commas or '='), not \"", *value,
             "\""));
       }
+    }
+    if (preemption != "protect" && preemption != "evict-pods") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "preemption: \"", preemption, "\" is not one of protect, evict-pods"));
+    }
+    if (preemption_wait < absl::Seconds(1) || preemption_wait > absl::Hours(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "preemption_wait: must be between 1s and 1h, not ",
+          absl::FormatDuration(preemption_wait)));
     }
     if (release_grace < absl::ZeroDuration()) {
       return absl::InvalidArgumentError(

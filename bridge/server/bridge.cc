@@ -29,8 +29,10 @@
 #include "bridge/server/watch_metrics.h"
 #include "bridge/server/workload.h"
 #include "bridge/slurm/munge_auth.h"
+#include "bridge/slurm/pod_evictions.h"
 #include "bridge/slurm/placeholder_policy.h"
 #include "bridge/slurm/slurm_key_auth.h"
+#include "k8s_adapter/kube_api.h"
 #include "k8s_adapter/kubeconfig/kubeconfig_file.h"
 #include "k8s_adapter/reconcile/node_inventory.h"
 #include "spdlog/spdlog.h"
@@ -158,6 +160,30 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
         s.last_success == absl::InfinitePast()
             ? -1
             : absl::ToDoubleSeconds(absl::Now() - s.last_success));
+  return out;
+}
+
+// slurm.preemption: evict-pods.
+std::vector<prometheus::MetricFamily> PodEvictionFamilies(const PodEvictionStats& s) {
+  prometheus::MetricFamily total = NewFamily(
+      "duet_pod_evictions_total",
+      "Evictions of pods whose placeholder Slurm preempted (slurm.preemption: evict-pods), by "
+      "result: evicted (the API accepted it, or the pod was gone), blocked (a "
+      "PodDisruptionBudget refused it; tried again), failed (another refusal; tried again), "
+      "expired (the pod still held its devices when the preemptor's wait ran out)",
+      prometheus::MetricType::Counter);
+  AddValue(&total, {{"result", "evicted"}}, static_cast<double>(s.evicted));
+  AddValue(&total, {{"result", "blocked"}}, static_cast<double>(s.blocked));
+  AddValue(&total, {{"result", "failed"}}, static_cast<double>(s.failed));
+  AddValue(&total, {{"result", "expired"}}, static_cast<double>(s.expired));
+  prometheus::MetricFamily pending = NewFamily(
+      "duet_pod_evictions_pending",
+      "Pods being evicted for a Slurm preemption that still hold their devices",
+      prometheus::MetricType::Gauge);
+  AddValue(&pending, {}, s.pending);
+  std::vector<prometheus::MetricFamily> out;
+  out.push_back(std::move(total));
+  out.push_back(std::move(pending));
   return out;
 }
 
@@ -317,7 +343,8 @@ absl::Status Bridge::ConnectKubernetes() {
   // For the Node watch, the extender's bindings and the callers'
   // TokenReviews (auth.mode token).
   if (config_.inventory.source != "kubernetes" && config_.extender.listen.empty() &&
-      config_.auth.mode != "token") {
+      config_.auth.mode != "token" &&
+      !(config_.slurm.enabled && config_.slurm.preemption == "evict-pods")) {
     return absl::OkStatus();
   }
   DUET_ASSIGN_OR_RETURN(k8s::KubeConfig kc, k8s::ResolveKubeConfig(config_.kubernetes.kubeconfig,
@@ -400,6 +427,21 @@ absl::Status Bridge::StartSlurm() {
   }
   slurm_loads_ = std::make_unique<SlurmNodeLoads>();
   so.loads = slurm_loads_.get();
+  if (config_.slurm.preemption == "evict-pods") {
+    // ConnectKubernetes made the client for it.
+    PodEvictionsOptions eo;
+    eo.wait = config_.slurm.preemption_wait;
+    k8s::KubeClient* kube = kube_client_.get();
+    eo.evict = [kube](const PlaceholderPod& pod) {
+      return k8s::EvictPod(*kube, pod.ns, pod.name, pod.uid);
+    };
+    SlurmClient* slurm = slurm_.get();
+    eo.get_job = [slurm](uint32_t job_id) { return slurm->GetJob(job_id); };
+    pod_evictions_ = std::make_unique<PodEvictions>(std::move(eo), Clock::Real());
+    so.evictions = pod_evictions_.get();
+    PodEvictions* ev = pod_evictions_.get();
+    metrics_->AddCollector([ev] { return PodEvictionFamilies(ev->stats()); });
+  }
   slurm_sync_ = std::make_unique<SlurmSync>(so, &ledger_, slurm_.get(), Clock::Real());
   placeholders_ = std::make_unique<Placeholders>(
       &ledger_, slurm_.get(),
@@ -514,6 +556,13 @@ LedgerService::Options Bridge::ServiceOptions() {
   if (slurm_loads_ != nullptr) {
     SlurmNodeLoads* loads = slurm_loads_.get();
     sopts.slurm_state = [loads](const std::string& node) { return loads->State(node); };
+  }
+  if (pod_evictions_ != nullptr) {
+    PodEvictions* ev = pod_evictions_.get();
+    const Ledger* ledger = &ledger_;
+    sopts.pod_eviction_wait = [ev, ledger](const HoldRequest& r, bool ask_slurm) {
+      return PodEvictionWait(*ev, *ledger, r, absl::Now(), ask_slurm);
+    };
   }
   return sopts;
 }

@@ -135,6 +135,9 @@ class Bridge {
   std::unique_ptr<LedgerInventorySink> sink_;
   std::unique_ptr<SlurmClient> slurm_;
   std::unique_ptr<SlurmNodeLoads> slurm_loads_;  // before its users (destroyed after them)
+  // slurm.preemption: evict-pods (null otherwise); used by the sync and
+  // the service, so destroyed after both.
+  std::unique_ptr<PodEvictions> pod_evictions_;
   std::unique_ptr<SlurmSync> slurm_sync_;
   // Whether libslurm has a credential source (a sack socket, munged); said
   // at start, on failed passes (health thread) and on each scrape.

@@ -300,11 +300,25 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
     return Refuse(call, a);
   }
   absl::StatusOr<HoldResult> result = ledger_->Hold(*request);
-  if (!result.ok() && absl::IsResourceExhausted(result.status()) &&
-      request->owner.holder_class() == HolderClass::kSlurm && options_.resolve_slurm_conflict &&
+  const bool slurm_conflict = !result.ok() && absl::IsResourceExhausted(result.status()) &&
+                              request->owner.holder_class() == HolderClass::kSlurm;
+  if (slurm_conflict && options_.pod_eviction_wait) {
+    // A preemptor's step asking again while its devices' pod is evicted.
+    if (std::optional<absl::Status> wait = options_.pod_eviction_wait(*request, false)) {
+      return Refuse(call, *wait);
+    }
+  }
+  if (slurm_conflict && options_.resolve_slurm_conflict &&
       options_.resolve_slurm_conflict(*request)) {
     result = ledger_->Hold(*request);
     if (metrics_ != nullptr) metrics_->CountStaleRetry(result.ok());
+  }
+  if (!result.ok() && absl::IsResourceExhausted(result.status()) &&
+      request->owner.holder_class() == HolderClass::kSlurm && options_.pod_eviction_wait) {
+    // Not a conflict: the preemptor's devices are on their way.
+    if (std::optional<absl::Status> wait = options_.pod_eviction_wait(*request, true)) {
+      return Refuse(call, *wait);
+    }
   }
   if (!result.ok()) {
     if (metrics_ != nullptr && absl::IsResourceExhausted(result.status())) {

@@ -65,6 +65,15 @@ class LedgerService final : public v1::Ledger::CallbackService {
     // holdings that Slurm says are stale (StaleHolders::ReleaseEnded). Null:
     // no second try.
     std::function<bool(const HoldRequest& request)> resolve_slurm_conflict;
+    // slurm.preemption: evict-pods. A Hold for a Slurm owner refused with
+    // RESOURCE_EXHAUSTED is answered with what this returns instead, when
+    // it returns something: the POD_EVICTING refusal, while every pod on the
+    // devices is being evicted for the Slurm preemption that gave them to
+    // this job. Asked first with `ask_slurm` false (evictions under way only,
+    // so a waiting step's retries cost no Slurm call), then, after
+    // resolve_slurm_conflict, with true. Null or nullopt: the refusal as is.
+    std::function<std::optional<absl::Status>(const HoldRequest& request, bool ask_slurm)>
+        pod_eviction_wait;
     // Slurm's state and reason of a node for ListNodes/GetNode answers
     // (Node.slurm_state/slurm_reason); null when Slurm is off.
     std::function<std::pair<std::string, std::string>(const std::string& node)> slurm_state;

@@ -138,6 +138,7 @@ SlurmJobInfo ToJobInfo(const slurm_job_info_t& j) {
     default: info.state = SlurmJobState::kFinished; break;
   }
   if (j.job_state & JOB_COMPLETING) info.state = SlurmJobState::kCompleting;
+  info.preempted = (j.job_state & JOB_STATE_BASE) == JOB_PREEMPTED;
   if (info.state == SlurmJobState::kPending) {
     const char* r = slurm_compat::JobReasonString(j.state_reason);
     if (r) info.state_reason = r;

@@ -40,7 +40,8 @@ const char* PlaceholderRiskName(PlaceholderRiskKind kind) {
 
 std::vector<PlaceholderRisk> PlaceholderRisks(const SlurmClusterConfig& config,
                                               const std::vector<SlurmPartitionInfo>& partitions,
-                                              const std::string& placeholder_partition) {
+                                              const std::string& placeholder_partition,
+                                              bool evict_pods) {
   std::vector<PlaceholderRisk> out;
   const SlurmPartitionInfo* part = nullptr;
   for (const SlurmPartitionInfo& p : partitions) {
@@ -78,7 +79,20 @@ std::vector<PlaceholderRisk> PlaceholderRisks(const SlurmClusterConfig& config,
     const bool preempt_on = !config.preempt_type.empty() &&
                             !absl::EndsWith(config.preempt_type, "/none");
     const std::optional<uint64_t> exempt = MinExemptPriority(config.preempt_params);
-    if (preempt_on && !(exempt && *exempt < kPlaceholderPriority)) {
+    const std::string mode = part->preempt_mode.empty() ? config.preempt_mode : part->preempt_mode;
+    if (preempt_on && !(exempt && *exempt < kPlaceholderPriority) && evict_pods) {
+      // Intended: a preemptor cancels (or, as a placeholder is never
+      // requeued, REQUEUE cancels) a placeholder and its pod is evicted. A
+      // suspended one keeps its job and its pod, which evict-pods does not cover.
+      if (absl::StrContains(mode, "SUSPEND") || absl::StrContains(mode, "GANG")) {
+        out.push_back({PlaceholderRiskKind::kPreemptable,
+                       absl::StrCat("PreemptMode=", mode, " for placeholders in ",
+                                    Quoted(part->name),
+                                    ": Slurm would suspend a placeholder, which slurm.preemption: "
+                                    "evict-pods does not cover (it covers CANCEL and REQUEUE); "
+                                    "set PreemptMode=CANCEL on it")});
+      }
+    } else if (preempt_on && !(exempt && *exempt < kPlaceholderPriority)) {
       std::string why;
       if (absl::EndsWith(config.preempt_type, "/partition_prio")) {
         if (part->preempt_mode != "OFF") {
@@ -92,9 +106,7 @@ std::vector<PlaceholderRisk> PlaceholderRisks(const SlurmClusterConfig& config,
             why = absl::StrCat("PreemptType=", config.preempt_type, ": jobs of ",
                                absl::StrJoin(above, ", "), " may preempt placeholders in ",
                                Quoted(part->name), " (PriorityTier=", part->priority_tier,
-                               ", PreemptMode=",
-                               part->preempt_mode.empty() ? config.preempt_mode : part->preempt_mode,
-                               "); set PreemptMode=OFF on it");
+                               ", PreemptMode=", mode, "); set PreemptMode=OFF on it");
           }
         }
       } else {

@@ -67,9 +67,12 @@ struct PlaceholderRisk {
 
 // The risks of `config` and `partitions` for placeholders sent to
 // `placeholder_partition` ("" = the default partition), in
-// kAllPlaceholderRisks order.
+// kAllPlaceholderRisks order. Under `evict_pods` (slurm.preemption:
+// evict-pods) preemption by CANCEL or REQUEUE is the intended path, not a
+// risk; SUSPEND and GANG still are.
 std::vector<PlaceholderRisk> PlaceholderRisks(const SlurmClusterConfig& config,
                                               const std::vector<SlurmPartitionInfo>& partitions,
-                                              const std::string& placeholder_partition);
+                                              const std::string& placeholder_partition,
+                                              bool evict_pods = false);
 
 }  // namespace duet

@@ -161,6 +161,9 @@ struct SlurmJobInfo {
   // the job asked it per node (0: per CPU, or not known).
   uint32_t cpus = 0;
   uint64_t memory_mib = 0;
+  // Ended (or ending) by preemption: PREEMPTED, the state Slurm gives a job
+  // it cancelled (PreemptMode CANCEL) or could not requeue (REQUEUE).
+  bool preempted = false;
 
   // Running, suspended or completing: its devices are (still) in use.
   bool live() const {

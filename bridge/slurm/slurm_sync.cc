@@ -644,7 +644,9 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
   // live job of the list needs their devices, they belong to a job that had
   // ended by then (Slurm never gives a device to two running jobs).
   std::map<std::string, std::vector<Holding>> in_grace;  // by node
+  std::set<std::string> placeholder_pods;  // pods holding a placeholder
   for (const Holding& h : ledger_->ListHoldings()) {
+    if (h.owner.kind == OwnerKind::kPlaceholder) placeholder_pods.insert(h.owner.pod_uid);
     const bool slurm_side = h.owner.kind == OwnerKind::kSlurmJob ||
                             h.owner.kind == OwnerKind::kSlurmStep ||
                             h.owner.kind == OwnerKind::kPlaceholder;
@@ -667,6 +669,7 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
                    h.node, h.owner.job_id);
     }
   }
+  if (options_.evictions != nullptr) options_.evictions->Retain(placeholder_pods);
   // Then record every live job (placeholders as such) the ledger lacks.
   for (const SlurmJobInfo& job : *jobs) {
     if (!job.live()) continue;
@@ -704,6 +707,11 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
       if (held.ok()) {
         Count(&SlurmSyncStats::holdings_imported);
         spdlog::info("slurm sync: imported {} on {}", owner.ToString(), d.node);
+      } else if (options_.evictions != nullptr && absl::IsResourceExhausted(held.status()) &&
+                 PodEvictionWait(*options_.evictions, *ledger_, req, clock_->Now(),
+                                 /*ask_slurm=*/false)) {
+        // A preemptor on the devices of a pod being evicted (slurm.preemption:
+        // evict-pods): imported once the pod has left; not a conflict.
       } else {
         Count(&SlurmSyncStats::conflicts);
         spdlog::error("slurm sync: cannot record {} on {} (Slurm runs it): {}", owner.ToString(),
@@ -837,6 +845,25 @@ void SlurmSync::HandleLost(const Holding& h, const std::vector<SlurmJobInfo>& jo
       loss.pod.name = named->name;
     }
   }
+  // Slurm preempted it: the preemptor runs on the pod's devices now, so a
+  // repair cannot get them back. slurm.preemption decides.
+  bool preempted = false;
+  for (const SlurmJobInfo& j : jobs) {
+    if (j.job_id == h.owner.job_id) preempted = j.preempted;
+  }
+  if (preempted && options_.evictions != nullptr && !loss.pod.name.empty()) {
+    if (now < options_.evictions->Preempted(loss.pod, h.node, h.owner.job_id)) return;
+    // The wait is over and the pod stays (a PodDisruptionBudget): its
+    // placeholder is re-made like any lost one, so that Slurm stops giving
+    // its devices to jobs that duet would refuse.
+  } else if (preempted && !reported) {
+    spdlog::error(
+        "slurm sync: Slurm preempted placeholder job {} of pod {}/{} (uid {}) on {} although "
+        "slurm.preemption is {}: its devices stay fenced and the preemptor's steps on them are "
+        "refused; exempt the placeholder partition from preemption (docs/config.md, "
+        "\"Placeholders in Slurm\") or set slurm.preemption: evict-pods",
+        h.owner.job_id, loss.pod.ns, loss.pod.name, loss.pod.uid, h.node, options_.preemption);
+  }
   std::string unusable = "not known to Slurm";
   for (const SlurmNodeInfo& n : nodes) {
     if (n.name != h.node) continue;
@@ -917,7 +944,8 @@ void SlurmSync::CheckPlaceholderPolicy() {
   }
   std::map<std::string, std::string> risks;
   for (const PlaceholderRisk& r :
-       PlaceholderRisks(*config, *partitions, options_.placeholder_partition)) {
+       PlaceholderRisks(*config, *partitions, options_.placeholder_partition,
+                        options_.preemption == "evict-pods")) {
     risks[PlaceholderRiskName(r.kind)] = r.detail;
   }
   std::map<std::string, std::string> before;

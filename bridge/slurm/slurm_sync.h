@@ -66,6 +66,7 @@
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/placement.h"
 #include "bridge/slurm/placeholders.h"
+#include "bridge/slurm/pod_evictions.h"
 #include "bridge/slurm/slurm_client.h"
 #include "bridge/slurm/stale_holders.h"
 #include "bridge/config/slurm_sync_settings.h"
@@ -201,6 +202,11 @@ struct SlurmSyncOptions : SlurmSyncSettings {
   std::function<void(const std::string& node, bool drained, const std::string& reason)> on_drain;
   // Refreshed from every pass that reads Slurm's nodes. Null: none. Not owned.
   SlurmNodeLoads* loads = nullptr;
+  // slurm.preemption: evict-pods: a lost placeholder that Slurm preempted
+  // has its pod evicted through it instead of being re-made, and evictions
+  // of pods that have left are forgotten each pass. Null: protect (a
+  // preempted placeholder is lost like any other). Not owned.
+  PodEvictions* evictions = nullptr;
 };
 
 struct SlurmSyncStats {

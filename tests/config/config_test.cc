@@ -352,6 +352,26 @@ TEST(ConfigTest, SlurmNodesCreateOrAdopt) {
   EXPECT_THAT(ValidateConfig(*c).message(), HasSubstr("slurm.nodes: \"slinky\" must be create"));
 }
 
+TEST(ConfigTest, SlurmPreemptionProtectOrEvictPods) {
+  const std::string base = "inventory: {source: file, file: n.yaml}\n";
+  auto c = ParseConfig(base + "slurm: {enabled: true}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->slurm.preemption, "protect");
+  EXPECT_EQ(c->slurm.preemption_wait, absl::Minutes(5));
+  c = ParseConfig(base + "slurm: {enabled: true, preemption: evict-pods, preemption_wait: 90s}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->slurm.preemption, "evict-pods");
+  EXPECT_EQ(c->slurm.preemption_wait, absl::Seconds(90));
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  c->slurm.preemption = "requeue";
+  EXPECT_THAT(ValidateConfig(*c).message(),
+              HasSubstr("slurm.preemption: \"requeue\" is not one of protect, evict-pods"));
+  c->slurm.preemption = "evict-pods";
+  c->slurm.preemption_wait = absl::Hours(2);
+  EXPECT_THAT(ValidateConfig(*c).message(),
+              HasSubstr("slurm.preemption_wait: must be between 1s and 1h"));
+}
+
 TEST(ConfigTest, DevConfigIsValid) {
   Config c = DevConfig("/tmp/x");
   EXPECT_TRUE(ValidateConfig(c).ok());

@@ -149,8 +149,24 @@ class World {
       return;
     }
     dir_ = tmpl;
+    // The eviction tests: Slurm preempts by partition priority (PreemptMode
+    // CANCEL); placeholders go to a partition of their own that a job in
+    // partition "high" may preempt, and the bridge runs slurm.preemption:
+    // evict-pods.
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    evict_pods_ = absl::StrContains(test, "Evict");
     TestSlurmCluster::Options o;
     o.spank = absl::StrCat(DUET_SPANK_SO, ":bridge=unix://", socket(), " timeout_ms=2000");
+    if (evict_pods_) {
+      o.extra_conf =
+          "PreemptType=preempt/partition_prio\nPreemptMode=CANCEL\n"
+          "PartitionName=duet Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 "
+          "DefMemPerCPU=100\n"
+          "PartitionName=duet-pods Nodes=ALL MaxTime=INFINITE State=UP Hidden=YES "
+          "PriorityTier=1 DefMemPerCPU=100\n"
+          "PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 "
+          "DefMemPerCPU=100\n";
+    }
     cluster_ = TestSlurmCluster::Get(o);  // registers the cluster's Stopper first...
     ::testing::AddGlobalTestEnvironment(new Stopper(this));  // ...so this one runs first
     if (!cluster_->ok()) return;
@@ -195,13 +211,20 @@ class World {
         << "  conf_path: " << cluster_->conf() << "\n"
         << "  call_timeout: 3s\n"
         << "  sync_period: 500ms\n"
-        << "  release_grace: 1s\n"
-        << cluster_->BridgeAuthYaml() << "log_level: info\n";
+        << "  release_grace: 1s\n";
+    if (evict_pods_) {
+      const bool budget = absl::StrContains(test, "Budget");
+      cfg << "  placeholder_partition: duet-pods\n"
+          << "  preemption: evict-pods\n"
+          << "  preemption_wait: " << (budget ? "12s" : "60s") << "\n";
+    }
+    cfg << cluster_->BridgeAuthYaml() << "log_level: info\n";
     cfg.close();
     ok_ = true;
   }
 
   bool ok_ = false;
+  bool evict_pods_ = false;
   fs::path dir_;
   TestSlurmCluster* cluster_ = nullptr;
   std::unique_ptr<FakeApiServer> fake_;
@@ -773,6 +796,92 @@ TEST_F(PodLifeE2eTest, FilterDropsANodeAnAdminDrainedInSlurm) {
         Extender("filter", {{"Pod", pod}, {"NodeNames", {kNodes[0].name, kNodes[1].name}}}).second;
     return filter["NodeNames"].size() == 2;
   })) << filter.dump();
+}
+
+// slurm.preemption: evict-pods, with Slurm preempting by partition
+// priority (World: PreemptMode=CANCEL, placeholders in partition duet-pods,
+// tier 1; partition high, tier 10). A job in partition high that needs a
+// pod's GPUs: Slurm cancels the pod's placeholder (PREEMPTED) and starts the
+// job; its step's devices are still the pod's in the ledger, so spank_duet
+// waits (POD_EVICTING) while the bridge evicts the pod through the Eviction
+// API; the step runs once the pod has left.
+class EvictPodsE2eTest : public PodLifeE2eTest {
+ protected:
+  // duet-bridge's /metrics value of the series `series` (-1: absent).
+  double Metric(const std::string& series) {
+    for (absl::string_view l : absl::StrSplit(w_->Metrics(), '\n')) {
+      if (absl::ConsumePrefix(&l, series) && absl::ConsumePrefix(&l, " ")) {
+        return std::atof(std::string(l).c_str());
+      }
+    }
+    return -1;
+  }
+  int Evictions(const std::string& name) {
+    int n = 0;
+    for (const json& r : w_->fake()->Requests()) {
+      if (r.value("method", "") == "POST" &&
+          r.value("path", "") ==
+              absl::StrCat("/api/v1/namespaces/default/pods/", name, "/eviction")) {
+        ++n;
+      }
+    }
+    return n;
+  }
+};
+
+TEST_F(EvictPodsE2eTest, EvictPodsPreemptedPlaceholdersPodLeavesAndThePreemptorsStepRuns) {
+  const std::string uid = "0d1c2b3a-4958-4a6b-8c7d-6e5f4a3b2c1d";
+  auto [placeholder, pod_gpus] = Bind("server-0", uid, 4);
+  ASSERT_NE(placeholder, 0u);
+  ASSERT_EQ(pod_gpus.size(), 4u);
+  // Every GPU of node a: only by preempting the placeholder.
+  CmdResult r = c_->Cli(absl::StrCat("srun -p high -w ", kNodeA,
+                                     " --gres=gpu:8 sh -c 'echo got $CUDA_VISIBLE_DEVICES'"));
+  EXPECT_EQ(r.rc, 0) << r.out << w_->Log();
+  EXPECT_NE(r.out.find("got 0,1,2,3,4,5,6,7"), std::string::npos) << r.out;
+  // (Slurm has purged the preempted placeholder's record: MinJobAge=2.)
+  EXPECT_TRUE(ApiPod("server-0").is_null()) << "the pod was not evicted";
+  EXPECT_EQ(Evictions("server-0"), 1);
+  EXPECT_EQ(Metric("duet_pod_evictions_total{result=\"evicted\"}"), 1) << w_->Metrics();
+  EXPECT_TRUE(WaitFor([&] { return LedgerPodGpus(uid).empty(); })) << w_->Ctl("holds").out;
+  EXPECT_EQ(Metric("duet_slurm_conflicts_total"), 0) << "a waiting preemptor is no conflict";
+}
+
+// A PodDisruptionBudget that allows no disruption: the eviction is refused
+// (429) and retried, the pod stays, and the preemptor's step is refused at
+// the end of the wait (12 s here) with a reason, never run on the pod's
+// GPUs. The pod's placeholder is then re-made on the same GPUs.
+TEST_F(EvictPodsE2eTest, EvictPodsABudgetKeepsThePodAndThePreemptorsStepIsRefusedAfterTheWait) {
+  w_->fake()->Put(json::parse(R"({
+    "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+    "metadata": {"name": "trainers", "namespace": "default"},
+    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}},
+    "status": {"currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1,
+               "disruptionsAllowed": 0, "observedGeneration": 1}
+  })"));
+  const std::string uid = "1e2d3c4b-5a69-4b7c-9d8e-7f6a5b4c3d2e";
+  auto [placeholder, pod_gpus] = Bind("server-1", uid, 4);
+  ASSERT_NE(placeholder, 0u);
+  // Running and Ready, as the kubelet reports it: a budget protects only
+  // such pods (the Eviction API lets a Pending one go).
+  json pod = ApiPod("server-1");
+  pod["status"] = json::parse(R"({"phase": "Running", "qosClass": "Burstable",
+      "conditions": [{"type": "Ready", "status": "True"}]})");
+  w_->fake()->Put(pod);
+  const absl::Time t0 = absl::Now();
+  CmdResult r = c_->Cli(absl::StrCat("srun -p high -w ", kNodeA,
+                                     " --gres=gpu:8 sh -c 'echo got $CUDA_VISIBLE_DEVICES'"));
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("got "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("and the pod is still there"), std::string::npos) << r.out;
+  EXPECT_GE(absl::Now() - t0, absl::Seconds(10)) << "the step did not wait";
+  EXPECT_TRUE(ApiPod("server-1").is_object()) << "the budget did not keep the pod";
+  EXPECT_GE(Evictions("server-1"), 2) << "refused evictions are retried";
+  EXPECT_GE(Metric("duet_pod_evictions_total{result=\"blocked\"}"), 2) << w_->Metrics();
+  EXPECT_EQ(Metric("duet_pod_evictions_total{result=\"evicted\"}"), 0);
+  EXPECT_EQ(LedgerPodGpus(uid), pod_gpus) << "the pod keeps its GPUs";
+  // The preemptor has ended: the pod's placeholder comes back on its GPUs.
+  WaitForRepair("server-1", uid, placeholder, pod_gpus, absl::Seconds(30));
 }
 
 }  // namespace

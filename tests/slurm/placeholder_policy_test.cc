@@ -98,6 +98,26 @@ TEST(PlaceholderPolicyTest, PartitionPrioPreemptsUnlessOffOrExempt) {
             (std::set<std::string>{"preemptable"}));
 }
 
+// slurm.preemption: evict-pods wants placeholders preemptable by CANCEL or
+// REQUEUE (the pod is evicted); a mode that would suspend one stays a risk.
+TEST(PlaceholderPolicyTest, UnderEvictPodsOnlySuspendingPreemptionIsARisk) {
+  SlurmClusterConfig c = Confined();
+  c.preempt_type = "preempt/partition_prio";
+  c.preempt_mode = "CANCEL";
+  std::vector<SlurmPartitionInfo> parts = {Partition("high", false, 10),
+                                           Partition("duet-pods", false, 1)};
+  EXPECT_TRUE(PlaceholderRisks(c, parts, "duet-pods", /*evict_pods=*/true).empty());
+  EXPECT_EQ(Names(PlaceholderRisks(c, parts, "duet-pods", /*evict_pods=*/false)),
+            (std::set<std::string>{"preemptable"}));
+  c.preempt_mode = "SUSPEND,GANG";
+  auto risks = PlaceholderRisks(c, parts, "duet-pods", /*evict_pods=*/true);
+  EXPECT_EQ(Names(risks), (std::set<std::string>{"preemptable"}));
+  EXPECT_TRUE(absl::StrContains(Detail(risks, PlaceholderRiskKind::kPreemptable), "suspend"))
+      << Detail(risks, PlaceholderRiskKind::kPreemptable);
+  parts[1].preempt_mode = "REQUEUE";  // the partition's own mode wins
+  EXPECT_TRUE(PlaceholderRisks(c, parts, "duet-pods", /*evict_pods=*/true).empty());
+}
+
 TEST(PlaceholderPolicyTest, QosPreemptionIsARiskUnlessExempt) {
   SlurmClusterConfig c = Confined();
   c.preempt_type = "preempt/qos";

@@ -20,6 +20,12 @@ inline constexpr char kDeviceUnknown[] = "DEVICE_UNKNOWN";
 // RESOURCE_EXHAUSTED: a named device is held by a pod (or a pod's Slurm
 // placeholder). Metadata: node, device, holder.
 inline constexpr char kHeldByPod[] = "HELD_BY_POD";
+// RESOURCE_EXHAUSTED: a named device is held by a pod whose Slurm
+// placeholder Slurm preempted, and the bridge is evicting that pod
+// (slurm.preemption: evict-pods): a Slurm step may ask again until the wait
+// is over. Metadata: node, device, holder (the pod, "NS/NAME"), wait_s (whole
+// seconds the step may still wait, at least 1).
+inline constexpr char kPodEvicting[] = "POD_EVICTING";
 // RESOURCE_EXHAUSTED: a named device is held by a Slurm job or step.
 // Metadata: node, device, holder.
 inline constexpr char kHeldBySlurm[] = "HELD_BY_SLURM";
