@@ -16,13 +16,22 @@ absl::Status FakeSlurmClient::Ping() {
 absl::StatusOr<std::vector<SlurmNodeInfo>> FakeSlurmClient::ListNodes() {
   absl::MutexLock l(&mu_);
   ++calls_;
-  return std::vector<SlurmNodeInfo>();
+  std::vector<SlurmNodeInfo> out;
+  for (const auto& [name, node] : nodes_) out.push_back(node);
+  return out;
 }
 
-absl::StatusOr<std::optional<SlurmNodeInfo>> FakeSlurmClient::GetNode(const std::string&) {
+absl::StatusOr<std::optional<SlurmNodeInfo>> FakeSlurmClient::GetNode(const std::string& name) {
   absl::MutexLock l(&mu_);
   ++calls_;
-  return std::optional<SlurmNodeInfo>();
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return std::optional<SlurmNodeInfo>();
+  return std::optional<SlurmNodeInfo>(it->second);
+}
+
+void FakeSlurmClient::add_node(SlurmNodeInfo node) {
+  absl::MutexLock l(&mu_);
+  nodes_[node.name] = std::move(node);
 }
 
 absl::Status FakeSlurmClient::CreateNode(const SlurmNodeConfig&) {

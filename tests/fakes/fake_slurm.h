@@ -15,8 +15,9 @@
 //   records       what was asked (allocation requests, kills) and how many
 //                 calls other than Ping were made.
 //
-// Node and job tables are empty: ListNodes, GetNode, ListJobs and GetJob
-// answer "none"; CreateNode, UpdateNode and DeleteNode succeed.
+// Node and job tables are empty unless add_node() lists a node: ListNodes,
+// GetNode, ListJobs and GetJob answer "none"; CreateNode, UpdateNode and
+// DeleteNode succeed (and change nothing).
 //
 // Thread-safety: thread-safe; `mu_` guards everything.
 
@@ -60,6 +61,8 @@ class FakeSlurmClient final : public SlurmClient {
   void set_allocation(absl::StatusOr<SlurmAllocation> result) ABSL_LOCKS_EXCLUDED(mu_);
   // Ping answers `status`.
   void set_ping(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  // ListNodes and GetNode answer `node` from now on.
+  void add_node(SlurmNodeInfo node) ABSL_LOCKS_EXCLUDED(mu_);
   // The next allocation gets job id `id` (a slurmctld that lost jobs in a
   // crash numbers on from its saved state, reusing their ids).
   void set_next_job_id(uint32_t id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -81,6 +84,7 @@ class FakeSlurmClient final : public SlurmClient {
   std::optional<absl::StatusOr<SlurmAllocation>> allocation_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<uint32_t>> used_ ABSL_GUARDED_BY(mu_);  // by node
   std::map<uint32_t, SlurmJobNodeDevices> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, SlurmNodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   std::vector<SlurmAllocRequest> asked_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> killed_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
