@@ -12,7 +12,8 @@
 //   EIO     SyncData/Sync fail with "Input/output error" (the data may have
 //           reached the page cache; nothing confirmed it durable)
 // Failures are UNAVAILABLE, as FileLayer::Posix() reports them. Every other
-// operation (directories, reads, renames) is passed through unchanged.
+// operation (directories, reads, renames, the directory lock) is passed
+// through unchanged.
 //
 // Thread-safety: as FileLayer; the control file is re-read on each call.
 

@@ -1,6 +1,7 @@
 #include "bridge/journal/file_layer.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +64,32 @@ class PosixWritableFile final : public WritableFile {
   const int fd_;
   const std::string path_;
 };
+
+// A flock(2) lock. flock locks belong to the open file description, so the
+// lock is held exactly as long as `fd_` is open, and any other open of the
+// file (another process, or another Lock in this one) is refused.
+class PosixFileLock final : public FileLock {
+ public:
+  explicit PosixFileLock(int fd) : fd_(fd) {}
+  ~PosixFileLock() override { close(fd_); }
+
+ private:
+  const int fd_;
+};
+
+// Who holds the lock on the file open as `fd`: the first line of the file,
+// as its holder wrote it once it had the lock. Empty in the instant between
+// the holder's lock and its write (or if it crashed then).
+std::string LockHolder(int fd) {
+  char buf[256];
+  ssize_t n;
+  do {
+    n = pread(fd, buf, sizeof(buf), 0);
+  } while (n < 0 && errno == EINTR);
+  std::string text(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  text = text.substr(0, text.find('\n'));
+  return text.empty() ? "a holder that has not named itself yet" : text;
+}
 
 class PosixFileLayer final : public FileLayer {
  public:
@@ -134,6 +161,38 @@ class PosixFileLayer final : public FileLayer {
 
   absl::Status SyncDir(const std::string& dir) override {
     return OpenAndSync(dir, O_RDONLY | O_DIRECTORY, fsync, "fsync");
+  }
+
+  absl::StatusOr<std::unique_ptr<FileLock>> Lock(const std::string& path,
+                                                 absl::string_view holder) override {
+    // No O_TRUNC: until flock says the lock is ours, the content is the
+    // current holder's name, which a refused caller reports.
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno(errno, "open", path);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      absl::Status s =
+          err == EWOULDBLOCK
+              ? absl::FailedPreconditionError(absl::StrCat(path, " held by ", LockHolder(fd)))
+              : Errno(err, "flock", path);
+      close(fd);
+      return s;
+    }
+    auto lock = std::make_unique<PosixFileLock>(fd);  // releases it on any error below
+    // Ours now: replace the previous holder's name (a stale one, left by a
+    // process that has exited) with ours. Written first and cut after, so a
+    // refused caller reading in between still finds our name on line one.
+    const std::string text = absl::StrCat(holder, "\n");
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t w =
+          pwrite(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return Errno(errno, "write", path);
+      done += static_cast<size_t>(w);
+    }
+    if (ftruncate(fd, static_cast<off_t>(text.size())) != 0) return Errno(errno, "truncate", path);
+    return std::unique_ptr<FileLock>(std::move(lock));
   }
 };
 

@@ -7,7 +7,9 @@
 //
 // Every failure is UNAVAILABLE with the operation and the path named
 // ("fdatasync /var/lib/duet/journal/wal-...log: Input/output error"): to the
-// journal every I/O failure means "cannot persist".
+// journal every I/O failure means "cannot persist". The one exception is
+// Lock's "someone else holds it", which is FAILED_PRECONDITION: nothing is
+// wrong with the disk, the directory is in use.
 
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +37,12 @@ class WritableFile {
   virtual const std::string& path() const = 0;
 };
 
+// An exclusive lock taken by FileLayer::Lock; destroying it releases it.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
 // Thread-safe: the journal's writer, snapshot and opening threads call it
 // concurrently (never on the same file).
 class FileLayer {
@@ -59,6 +67,17 @@ class FileLayer {
   virtual absl::Status Remove(const std::string& path) = 0;
   // Makes the directory's entries (created, renamed, removed files) durable.
   virtual absl::Status SyncDir(const std::string& dir) = 0;
+
+  // Takes an exclusive lock on `path` without waiting, held until the result
+  // is destroyed. The file is created if missing and never truncated or
+  // removed before the lock is held (its content names the current holder);
+  // once held, its content is replaced by `holder`. Every Lock is its own
+  // claim: a second Lock of the same file conflicts even in the same process.
+  // Errors: FAILED_PRECONDITION when another claim holds the lock, with the
+  // message "<path> held by <the first line of the file>"; UNAVAILABLE when
+  // the file cannot be opened, locked (no lock support) or written.
+  virtual absl::StatusOr<std::unique_ptr<FileLock>> Lock(const std::string& path,
+                                                         absl::string_view holder) = 0;
 };
 
 // A FileLayer that passes every call to `real` (not owned; must outlive it):
@@ -86,6 +105,10 @@ class ForwardingFileLayer : public FileLayer {
   }
   absl::Status Remove(const std::string& path) override { return real_->Remove(path); }
   absl::Status SyncDir(const std::string& dir) override { return real_->SyncDir(dir); }
+  absl::StatusOr<std::unique_ptr<FileLock>> Lock(const std::string& path,
+                                                 absl::string_view holder) override {
+    return real_->Lock(path, holder);
+  }
 
  protected:
   FileLayer* real() const { return real_; }

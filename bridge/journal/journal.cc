@@ -1,5 +1,6 @@
 #include "bridge/journal/journal.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -29,6 +30,9 @@ constexpr char kSegmentSuffix[] = ".log";
 constexpr char kSnapshotPrefix[] = "snapshot-";
 constexpr char kSnapshotSuffix[] = ".pb";
 constexpr char kTmpSuffix[] = ".tmp";
+// The one-writer lock (see journal.h). Not a segment, snapshot or .tmp name,
+// so recovery and compaction never touch it.
+constexpr char kLockName[] = "LOCK";
 
 void PutFixed32(std::string* out, uint32_t v) {
   char b[4] = {static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16),
@@ -182,6 +186,14 @@ uint64_t PeekSeq(const char* p, size_t n) {
   return UINT64_MAX;
 }
 
+// What the lock file says about its holder, for whoever is refused:
+// "pid 1234 on host node-7".
+std::string LockHolderText() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return absl::StrCat("pid ", getpid(), " on host ", host[0] != '\0' ? host : "(unknown)");
+}
+
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -209,12 +221,31 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const Options& options, L
 Journal::~Journal() {
   Stop();
   segment_.reset();
+  // Last: the threads that write, rename and delete files are joined.
+  lock_.reset();
 }
 
 absl::Status Journal::Recover() {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string& dir = options_.dir;
   DUET_RETURN_IF_ERROR(files_->CreateDir(dir));
+  // One writer per directory, before anything in it is read, truncated or
+  // deleted. Two journals on one directory would each number records from
+  // the same seq, grant the same device to two owners, and delete or
+  // truncate each other's files; the next start would then refuse with
+  // DATA_LOSS. The lock is held until the destructor.
+  if (absl::StatusOr<std::unique_ptr<FileLock>> lock =
+          files_->Lock(dir + "/" + kLockName, LockHolderText());
+      lock.ok()) {
+    lock_ = *std::move(lock);
+  } else if (absl::IsFailedPrecondition(lock.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "journal ", dir, " is in use by another process: ", lock.status().message(),
+        "; only one duet-bridge may use a journal directory (two would grant the same "
+        "device twice); refusing to start"));
+  } else {
+    return lock.status();
+  }
   DUET_ASSIGN_OR_RETURN(DirListing listing, ListDir(files_, dir));
   for (const std::string& tmp : listing.tmp) {
     // A snapshot that was never renamed into place: not part of the state.

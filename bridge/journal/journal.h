@@ -9,9 +9,28 @@
 //   snapshot-<seq, 20 digits>.pb     framed JournalSnapshot chunks, one per
 //                                    node (with its holdings), then an end
 //                                    marker: a chunk without nodes
+//   LOCK                             the one-writer lock; its content is
+//                                    "pid <pid> on host <hostname>" of the
+//                                    process that holds it (or last held it)
 // Every frame is [u32 length][u32 crc32 of the payload][payload], little
 // endian. A snapshot covers every record with seq <= its seq; segments whose
 // records it covers are deleted once it is durable (compaction).
+//
+// One writer per directory: Open takes an exclusive flock(2) on <dir>/LOCK
+// (FileLayer::Lock) before it reads, truncates or deletes anything there,
+// and the journal holds it until it is destroyed; the kernel drops it when
+// the process dies, even by SIGKILL. A second Open of the same directory, by
+// another duet-bridge or in the same process, fails with FAILED_PRECONDITION
+// and touches no file but LOCK (which it only opens and reads):
+//   journal /var/lib/duet/journal is in use by another process:
+//   /var/lib/duet/journal/LOCK held by pid 1234 on host node-7; only one
+//   duet-bridge may use a journal directory (two would grant the same device
+//   twice); refusing to start
+// The LOCK file stays after a clean exit; the name in it is then stale and
+// blocks nothing (it is rewritten by the next holder). It must not be
+// deleted by hand while a bridge runs: a new file would be a second lock.
+// flock needs a local file system (or NFS with lock support); where locking
+// fails, Open fails (UNAVAILABLE) instead of running unprotected.
 //
 // How a change becomes durable (group commit): the ledger calls OnChange under
 // its own lock; the journal only serializes the record and appends it to an
@@ -91,7 +110,11 @@ class Journal final : public DurableLog {
   //
   // A torn last record (a crash in the middle of a write) is dropped, the
   // segment truncated before it, and a warning logged. Errors:
-  //   FAILED_PRECONDITION  the ledger is not empty, options.dir is empty
+  //   FAILED_PRECONDITION  the ledger is not empty; or another journal (in
+  //                        this or another process) holds options.dir, the
+  //                        message naming the directory and the holder's pid
+  //                        and host as its LOCK file says
+  //   INVALID_ARGUMENT     options.dir is empty
   //   DATA_LOSS            a corrupt snapshot or log record, or a record the
   //                        ledger refuses; the message names the file and the
   //                        byte offset. The daemon must not start.
@@ -149,6 +172,11 @@ class Journal final : public DurableLog {
   Stats stats_ ABSL_GUARDED_BY(mu_);
 
   FileLayer* const files_;
+
+  // The directory's lock (`<dir>/LOCK`), from Recover until the destructor:
+  // every file of the directory is read, written, truncated, renamed and
+  // deleted only while it is held.
+  std::unique_ptr<FileLock> lock_;
 
   // The writer thread's own state (only it touches these after Open).
   std::unique_ptr<WritableFile> segment_;

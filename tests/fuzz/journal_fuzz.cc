@@ -117,6 +117,8 @@ void WriteSeeds(const std::string& out) {
     ledger.Release("node-0", duet::Owner::SlurmJob(7)).IgnoreError();
     (*j)->Flush().IgnoreError();
     for (const auto& e : fs::directory_iterator(work)) {
+      // Log segments only (the directory also holds the journal's LOCK).
+      if (e.path().filename().string().rfind("wal-", 0) != 0) continue;
       std::ifstream in(e.path(), std::ios::binary);
       std::ofstream o(fs::path(out) / "wal", std::ios::binary);
       o.put('\0');

@@ -345,5 +345,29 @@ TEST(JournalFaultTest, ControlFileLayerFailsWritesOrSyncsWhileTheFileSaysSo) {
   }
 }
 
+// The fault layers pass the directory lock through (ForwardingFileLayer): a
+// journal opened through one still keeps every other opener out, and the
+// other way round.
+TEST(JournalFaultTest, TheFaultLayersKeepTheDirectoryLock) {
+  TempDir dir;
+  FaultyFiles faulty;
+  std::unique_ptr<FileLayer> control =
+      NewControlFileFaultLayer(FileLayer::Posix(), dir.path() + "/fault");
+  for (FileLayer* holder : {static_cast<FileLayer*>(&faulty), control.get()}) {
+    for (FileLayer* other : {static_cast<FileLayer*>(&faulty), control.get(),
+                             static_cast<FileLayer*>(nullptr)}) {
+      Ledger held_ledger;
+      absl::StatusOr<std::unique_ptr<Journal>> held =
+          Journal::Open(Opts(dir.path() + "/journal", holder), &held_ledger);
+      ASSERT_TRUE(held.ok()) << held.status();
+      Ledger other_ledger;
+      absl::StatusOr<std::unique_ptr<Journal>> refused =
+          Journal::Open(Opts(dir.path() + "/journal", other), &other_ledger);
+      EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+      EXPECT_THAT(std::string(refused.status().message()), HasSubstr("/journal/LOCK held by pid "));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace duet

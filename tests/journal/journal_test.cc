@@ -186,6 +186,22 @@ std::vector<size_t> FrameOffsets(const std::string& path) {
   return out;
 }
 
+// Every file of `dir` (name -> content), to show that nothing changed.
+std::map<std::string, std::string> DirContents(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    out[e.path().filename().string()] =
+        std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  return out;
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // Captures log lines for the duration of a test.
 class LogCapture {
  public:
@@ -501,6 +517,131 @@ TEST(JournalTest, SnapshotTakenWhileWritersRunIsConsistent) {
   EXPECT_EQ(journal->stats().recovered_records, 0u);
   EXPECT_EQ(Dump(ledger, false), before);
   EXPECT_TRUE(ledger.CheckInvariants().ok());
+}
+
+// The review's hole: two journals on one directory both started, numbered
+// records from the same seq and gave one GPU to two owners. The second must
+// be refused before it reads, truncates or deletes anything, naming the
+// holder; the first must not notice.
+TEST(JournalLockTest, ASecondJournalOnTheDirectoryIsRefusedAndTouchesNothing) {
+  TempDir dir;
+  Ledger ledger;
+  auto first = MustOpen(Opts(dir.path()), &ledger);
+  ASSERT_NE(first, nullptr);
+  AddNodes(&ledger, 2);
+  ASSERT_TRUE(ledger.Hold(HoldCount("node-0", Owner::SlurmJob(1), 2)).ok());
+  ASSERT_TRUE(first->WriteSnapshot().ok());  // a snapshot, and a sealed segment
+  ASSERT_TRUE(ledger.Hold(HoldCount("node-1", Owner::SlurmJob(2), 1)).ok());
+  ASSERT_TRUE(first->Flush().ok());
+  // A leftover a recovery would delete, and the first journal ignores.
+  std::ofstream(dir.path() + "/snapshot-00000000000000000099.pb.tmp") << "half a snapshot";
+  const std::map<std::string, std::string> before = DirContents(dir.path());
+  ASSERT_EQ(FilesWithPrefix(dir.path(), "snapshot-").size(), 2u);  // .pb and .pb.tmp
+  ASSERT_GE(FilesWithPrefix(dir.path(), "wal-").size(), 1u);
+  EXPECT_EQ(before.count("LOCK"), 1u);
+
+  Ledger other;
+  absl::StatusOr<std::unique_ptr<Journal>> second = Journal::Open(Opts(dir.path()), &other);
+  EXPECT_FALSE(second.ok());
+  if (second.ok()) {
+    // What a second daemon does next (the old behavior): grant, and so write
+    // over the first one's numbering. Lets the comparison below show it.
+    (void)other.Hold(HoldCount("node-0", Owner::SlurmJob(99), 1));
+    (void)(*second)->Flush();
+    second->reset();
+  } else {
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+    const std::string msg(second.status().message());
+    EXPECT_THAT(msg, HasSubstr(absl::StrCat("journal ", dir.path(), " is in use")));
+    EXPECT_THAT(msg,
+                HasSubstr(absl::StrCat(dir.path(), "/LOCK held by pid ", getpid(), " on host ")));
+  }
+  // Nothing was read into the refused ledger, and no file changed: not the
+  // log, the snapshot, the leftover, nor the lock file.
+  EXPECT_EQ(other.node_count(), 0u);
+  EXPECT_EQ(DirContents(dir.path()), before);
+
+  // The first goes on, and everything it acknowledged survives a reopen.
+  ASSERT_TRUE(ledger.Hold(HoldCount("node-1", Owner::SlurmJob(3), 1)).ok());
+  ASSERT_TRUE(first->Flush().ok());
+  const std::vector<std::string> state = Dump(ledger, true);
+  const uint64_t seq = ledger.seq();
+  first.reset();
+  Ledger again;
+  auto reopened = MustOpen(Opts(dir.path()), &again);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(Dump(again, true), state);
+  EXPECT_EQ(again.seq(), seq);
+  EXPECT_EQ(again.holding_count(), 3u);
+}
+
+// The lock dies with its holder; the name left in the file does not block.
+TEST(JournalLockTest, AStaleLockFileDoesNotBlockTheNextOpen) {
+  TempDir dir;
+  {
+    Ledger ledger;
+    auto j = MustOpen(Opts(dir.path()), &ledger);
+    ASSERT_NE(j, nullptr);
+    AddNodes(&ledger, 1);
+  }
+  // As a crashed holder on another host would leave it.
+  const std::string lock = dir.path() + "/LOCK";
+  EXPECT_TRUE(fs::exists(lock));
+  std::ofstream(lock, std::ios::trunc) << "pid 999999 on host elsewhere\n";
+  Ledger ledger;
+  auto j = MustOpen(Opts(dir.path()), &ledger);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(ledger.node_count(), 1u);
+  // Rewritten with the new holder, the old name gone entirely.
+  EXPECT_EQ(ReadWhole(lock).rfind(absl::StrCat("pid ", getpid(), " on host "), 0), 0u)
+      << ReadWhole(lock);
+  EXPECT_THAT(ReadWhole(lock), ::testing::Not(HasSubstr("999999")));
+  EXPECT_EQ(ReadWhole(lock).back(), '\n');
+}
+
+// Across processes: the refused opener names the other process's pid (read
+// from the lock file, not its own), and the lock goes when that process is
+// SIGKILLed, without any cleanup.
+TEST(JournalLockTest, AnotherProcessHoldingTheJournalIsNamedAndItsDeathFreesIt) {
+  TempDir dir;
+  int ready[2], release[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(ready[0]);
+    close(release[1]);
+    Ledger ledger;
+    auto opened = Journal::Open(Opts(dir.path()), &ledger);
+    if (!opened.ok()) _exit(2);
+    if (!ledger.UpsertNode(MakeNode("node-0")).ok() || !(*opened)->Flush().ok()) _exit(3);
+    const char c = 'r';
+    if (write(ready[1], &c, 1) != 1) _exit(4);
+    char unused;
+    (void)read(release[0], &unused, 1);  // until the parent kills it
+    _exit(0);
+  }
+  close(ready[1]);
+  close(release[0]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1) << "the child could not open the journal";
+  {
+    Ledger ledger;
+    auto refused = Journal::Open(Opts(dir.path()), &ledger);
+    EXPECT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr(absl::StrCat("LOCK held by pid ", pid, " on host ")));
+  }
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(waitpid(pid, nullptr, 0), pid);
+  close(ready[0]);
+  close(release[1]);
+  Ledger ledger;
+  auto j = MustOpen(Opts(dir.path()), &ledger);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(ledger.node_count(), 1u);
 }
 
 // A child process grants holdings as fast as it can and reports each one on a
