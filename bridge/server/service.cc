@@ -5,8 +5,10 @@
 #include <map>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bridge/api/convert.h"
+#include "bridge/api/validate.h"
 #include "common/reason.h"
 #include "common/credential/munge_payload.h"
 #include "common/credential/slurm_key_cred.h"
@@ -32,6 +34,28 @@ absl::Status NotGrantingError() {
                     v1::reason::kNotServing);
 }
 
+// Who a WatchNodes stream counts against: the peer's address without its
+// port, so that many connections from one host are one caller. Not the
+// bearer token (WatchNodes checks none, so a caller could make up a new one
+// per stream), nor a TLS client certificate (many duet-nodes may share one).
+// The unix socket's callers are trusted by its file permissions and gRPC
+// does not tell them apart: they are one caller.
+std::string WatchCaller(const grpc::CallbackServerContext& ctx) {
+  const std::string peer = ctx.peer();  // "ipv4:10.0.0.5:41234", "ipv6:[::1]:41234", "unix:..."
+  if (absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) {
+    return peer.substr(0, peer.rfind(':'));
+  }
+  if (absl::StartsWith(peer, "unix")) return peer.substr(0, peer.find(':'));
+  return peer;
+}
+
+// Node checks by owner: a pod's node is a Kubernetes Node; a Slurm step's is
+// whatever slurmd calls it (CheckNodeName says why that differs).
+absl::Status CheckNodeFor(const Owner& owner, const std::string& node) {
+  return owner.holder_class() == HolderClass::kPod ? CheckKubeNodeName("node", node)
+                                                   : CheckNodeName("node", node);
+}
+
 google::protobuf::Timestamp NowProto() {
   return google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(absl::Now()));
 }
@@ -52,6 +76,12 @@ class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::No
  public:
   WatchReactor(LedgerService* service, std::set<std::string> names)
       : service_(service), names_(std::move(names)) {}
+
+  // The stream holds a slot of `caller` (TakeWatchSlot), given back in OnDone.
+  void HoldSlot(std::string caller) {
+    caller_ = std::move(caller);
+    has_slot_ = true;
+  }
 
   // Subscribes, then queues the current state ahead of any update that raced
   // in; updates no newer than that state are skipped by generation.
@@ -126,8 +156,7 @@ class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::No
 
   void OnDone() override {
     if (subscribed_) service_->hub_->Remove(this);
-    const int streams = --service_->watch_streams_;
-    if (service_->metrics_ != nullptr) service_->metrics_->SetWatchStreams(streams);
+    if (has_slot_) service_->ReleaseWatchSlot(caller_);
     delete this;
   }
 
@@ -169,6 +198,9 @@ class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::No
 
   LedgerService* const service_;
   const std::set<std::string> names_;
+  // Set before the stream starts, read in OnDone: no lock needed.
+  std::string caller_;
+  bool has_slot_ = false;
   bool subscribed_ = false;
   absl::Mutex mu_;
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
@@ -262,10 +294,43 @@ grpc::ServerUnaryReactor* LedgerService::AnswerWhenDurable(const UnaryCall& call
   return call.reactor;
 }
 
+absl::Status LedgerService::TakeWatchSlot(const std::string& caller) {
+  absl::MutexLock lock(&watch_mu_);
+  auto refuse = [](const char* scope, int limit, const char* whose) {
+    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                          "too many watch streams ", whose, " (max ", limit, ")")),
+                      v1::reason::kTooManyWatches,
+                      {{"scope", scope}, {"limit", absl::StrCat(limit)}});
+  };
+  const int per_caller = options_.max_watch_streams_per_caller;
+  auto it = watch_streams_by_caller_.find(caller);
+  if (per_caller > 0 && it != watch_streams_by_caller_.end() && it->second >= per_caller) {
+    return refuse("caller", per_caller, "from this caller");
+  }
+  if (watch_streams_ >= options_.max_watch_streams) {
+    return refuse("total", options_.max_watch_streams, "on this bridge");
+  }
+  ++watch_streams_by_caller_[caller];
+  ++watch_streams_;
+  if (metrics_ != nullptr) metrics_->SetWatchStreams(watch_streams_);
+  return absl::OkStatus();
+}
+
+void LedgerService::ReleaseWatchSlot(const std::string& caller) {
+  absl::MutexLock lock(&watch_mu_);
+  auto it = watch_streams_by_caller_.find(caller);
+  if (it != watch_streams_by_caller_.end() && --it->second <= 0) watch_streams_by_caller_.erase(it);
+  --watch_streams_;
+  if (metrics_ != nullptr) metrics_->SetWatchStreams(watch_streams_);
+}
+
 grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* ctx,
                                                    const v1::ListNodesRequest* req,
                                                    v1::ListNodesResponse* resp) {
   const UnaryCall call = StartCall(ctx, "ListNodes");
+  // Bounded and distinct names keep the answer within the ledger's own size:
+  // 200,000 copies of one name used to be answered 200,000 times (90 MB).
+  if (absl::Status v = CheckNodeNames("names", req->names()); !v.ok()) return Answer(call, v);
   if (req->names().empty()) {
     for (const auto& view : ledger_->Snapshot().nodes) NodeToProto(*view, resp->add_nodes());
   } else {
@@ -281,9 +346,7 @@ grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* LedgerService::GetNode(grpc::CallbackServerContext* ctx,
                                                  const v1::GetNodeRequest* req, v1::Node* resp) {
   const UnaryCall call = StartCall(ctx, "GetNode");
-  if (req->name().empty()) {
-    return Answer(call, absl::InvalidArgumentError("name: must be set"));
-  }
+  if (absl::Status v = CheckNodeName("name", req->name()); !v.ok()) return Answer(call, v);
   auto view = ledger_->GetNode(req->name());
   if (view == nullptr) return Answer(call, UnknownNodeError(req->name()));
   NodeToProto(*view, resp);
@@ -294,8 +357,15 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
                                               const v1::HoldRequest* req, v1::HoldResponse* resp) {
   const UnaryCall call = StartCall(ctx, "Hold");
   if (!serving()) return Refuse(call, NotGrantingError());
+  if (absl::Status v = CheckHoldSelection(*req); !v.ok()) return Refuse(call, v);
   absl::StatusOr<HoldRequest> request = FromProto(*req);
   if (!request.ok()) return Refuse(call, request.status());
+  // Before the authorizer (which may ask the API server about the pod) and
+  // the ledger (which journals what it grants and echoes names in errors).
+  if (absl::Status v = CheckOwnerStrings(request->owner); !v.ok()) return Refuse(call, v);
+  if (absl::Status v = CheckNodeFor(request->owner, request->node); !v.ok()) {
+    return Refuse(call, v);
+  }
   if (absl::Status a = AuthorizeCall(*ctx, call.method, request->node, request->owner); !a.ok()) {
     return Refuse(call, a);
   }
@@ -344,6 +414,8 @@ grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ct
   }
   absl::StatusOr<Owner> owner = FromProto(req->owner());
   if (!owner.ok()) return Answer(call, owner.status());
+  if (absl::Status v = CheckOwnerStrings(*owner); !v.ok()) return Answer(call, v);
+  if (absl::Status v = CheckNodeFor(*owner, req->node()); !v.ok()) return Answer(call, v);
   if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), *owner); !a.ok()) {
     return Answer(call, a);
   }
@@ -360,6 +432,9 @@ grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContex
                                                       const v1::ListHoldingsRequest* req,
                                                       v1::ListHoldingsResponse* resp) {
   const UnaryCall call = StartCall(ctx, "ListHoldings");
+  if (!req->node().empty()) {
+    if (absl::Status v = CheckNodeName("node", req->node()); !v.ok()) return Answer(call, v);
+  }
   if (!req->node().empty() && ledger_->GetNode(req->node()) == nullptr) {
     return Answer(call, UnknownNodeError(req->node()));
   }
@@ -403,17 +478,21 @@ grpc::ServerUnaryReactor* LedgerService::GetWorkload(grpc::CallbackServerContext
 
 grpc::ServerWriteReactor<v1::NodeEvent>* LedgerService::WatchNodes(
     grpc::CallbackServerContext* ctx, const v1::WatchNodesRequest* req) {
-  std::set<std::string> names(req->names().begin(), req->names().end());
-  auto* reactor = new WatchReactor(this, names);
-  const int streams = ++watch_streams_;
-  if (metrics_ != nullptr) metrics_->SetWatchStreams(streams);
-  if (streams > options_.max_watch_streams) {
-    reactor->Refuse(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 absl::StrCat("too many watch streams (max ",
-                                              options_.max_watch_streams, ")")));
+  const absl::Status valid = CheckNodeNames("names", req->names());
+  std::set<std::string> names;
+  if (valid.ok()) names.insert(req->names().begin(), req->names().end());
+  auto* reactor = new WatchReactor(this, std::move(names));
+  if (!valid.ok()) {
+    reactor->Refuse(ToGrpc(valid));
     return reactor;
   }
-  for (const std::string& n : names) {
+  std::string caller = WatchCaller(*ctx);
+  if (absl::Status slot = TakeWatchSlot(caller); !slot.ok()) {
+    reactor->Refuse(ToGrpc(slot));
+    return reactor;
+  }
+  reactor->HoldSlot(std::move(caller));
+  for (const std::string& n : req->names()) {
     if (ledger_->GetNode(n) == nullptr) {
       reactor->Refuse(ToGrpc(UnknownNodeError(n)));
       return reactor;
@@ -437,7 +516,9 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
     return Refuse(call, absl::InvalidArgumentError(
                             absl::StrCat("pod: ", v.ok() ? "uid must be set" : v.message())));
   }
-  if (req->node().empty()) return Refuse(call, absl::InvalidArgumentError("node: must be set"));
+  if (absl::Status v = CheckOwnerStrings(pod); !v.ok()) return Refuse(call, v);
+  if (absl::Status v = CheckKubeNodeName("node", req->node()); !v.ok()) return Refuse(call, v);
+  if (absl::Status v = CheckPlacePodAmounts(*req); !v.ok()) return Refuse(call, v);
   if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), pod); !a.ok()) {
     return Refuse(call, a);
   }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -34,7 +35,13 @@ struct SlurmCallerCredentials {
 class LedgerService final : public v1::Ledger::CallbackService {
  public:
   struct Options {
+    // WatchNodes streams open at once, in all.
     int max_watch_streams = 256;
+    // ... and from one caller (WatchCaller: its peer address), so that one
+    // peer, authenticated or not, cannot take every slot from duet-node.
+    // Refusals carry TOO_MANY_WATCHES. 0 or less: no per-caller limit (all
+    // callers behind one NAT share an address).
+    int max_watch_streams_per_caller = 16;
     // Events queued per watch stream before it is told to resync.
     size_t max_watch_queue = 4096;
     // Set: Hold and Release for a Slurm owner (slurm_job, slurm_step) must
@@ -127,6 +134,10 @@ class LedgerService final : public v1::Ledger::CallbackService {
   // where the one that applies is not set.
   absl::Status AuthorizeCall(const grpc::CallbackServerContext& ctx, const char* method,
                              const std::string& node, const Owner& owner) const;
+  // A WatchNodes slot for `caller` under both limits; TOO_MANY_WATCHES when
+  // none is left. Every slot taken is given back by ReleaseWatchSlot.
+  absl::Status TakeWatchSlot(const std::string& caller);
+  void ReleaseWatchSlot(const std::string& caller);
   // A unary call being handled: when it started, its method (for metrics)
   // and the reactor that answers it.
   struct UnaryCall {
@@ -156,7 +167,10 @@ class LedgerService final : public v1::Ledger::CallbackService {
   const Options options_;
   pods::PodHolds pod_holds_;
   std::atomic<bool> serving_{true};
-  std::atomic<int> watch_streams_{0};
+  absl::Mutex watch_mu_;
+  int watch_streams_ ABSL_GUARDED_BY(watch_mu_) = 0;
+  // Open streams per caller; a caller leaves the map with its last stream.
+  std::map<std::string, int> watch_streams_by_caller_ ABSL_GUARDED_BY(watch_mu_);
 };
 
 }  // namespace duet

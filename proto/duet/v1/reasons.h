@@ -56,6 +56,11 @@ inline constexpr char kNotAuthenticated[] = "NOT_AUTHENTICATED";
 // owner on that node (duet-node of another node, a pod bound elsewhere, an
 // identity that is neither duet-node nor an operator). Metadata: why, node.
 inline constexpr char kNotPermitted[] = "NOT_PERMITTED";
+// RESOURCE_EXHAUSTED: WatchNodes refused for lack of a stream slot: the
+// caller (its peer address) already has its share open (scope "caller"),
+// or the bridge has all it serves (scope "total"). Close a stream or retry
+// later. Metadata: scope, limit.
+inline constexpr char kTooManyWatches[] = "TOO_MANY_WATCHES";
 }  // namespace reason
 
 }  // namespace duet::v1
