@@ -1,5 +1,9 @@
 #include "bridge/config/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,6 +18,35 @@
 namespace duet {
 namespace {
 
+std::string OctalMode(uint32_t mode) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%04o", mode);
+  return text;
+}
+
+// A file mode written in octal as chmod takes it ("0660", 0660 or 660):
+// YAML would read an unquoted 0660 as decimal or octal depending on the
+// version, so the digits are always read as octal here.
+absl::Status FileMode(Section* s, const std::string& key, uint32_t* out) {
+  std::string text;
+  DUET_YAML(s->String(key, &text));
+  if (text.empty()) return absl::OkStatus();
+  uint32_t mode = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '7' || mode > 0777) {
+      mode = ~0u;
+      break;
+    }
+    mode = mode * 8 + static_cast<uint32_t>(ch - '0');
+  }
+  if (mode > 0777) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        s->Path(key), ": \"", text, "\" must be an octal file mode of 0000..0777, e.g. 0660"));
+  }
+  *out = mode;
+  return absl::OkStatus();
+}
+
 absl::Status ParseInto(const YAML::Node& root, Config* c) {
   Section top(root, "");
   DUET_YAML(top.Check());
@@ -22,10 +55,13 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.Check());
     DUET_YAML(s.String("listen", &c->grpc.listen));
     DUET_YAML(s.String("unix_socket", &c->grpc.unix_socket));
+    DUET_YAML(FileMode(&s, "unix_socket_mode", &c->grpc.unix_socket_mode));
+    DUET_YAML(s.Bool("allow_insecure", &c->grpc.allow_insecure));
     DUET_YAML(s.String("plaintext_listen", &c->grpc.plaintext_listen));
     DUET_YAML(s.Int("max_message_bytes", &c->grpc.max_message_bytes));
     DUET_YAML(s.Int("max_concurrent_streams", &c->grpc.max_concurrent_streams));
     DUET_YAML(s.Int("max_watch_streams", &c->grpc.max_watch_streams));
+    DUET_YAML(s.Int("max_watch_streams_per_caller", &c->grpc.max_watch_streams_per_caller));
     DUET_YAML(s.Duration("shutdown_grace", &c->grpc.shutdown_grace));
     Section t(s.Child("tls"), "grpc.tls");
     DUET_YAML(t.Check());
@@ -224,15 +260,119 @@ absl::Status ValidateAuth(const Config& c) {
   if (c.kubernetes.request_timeout < absl::Seconds(1)) {
     return absl::InvalidArgumentError("kubernetes.request_timeout: must be at least 1s");
   }
-  if (c.slurm.enabled && c.slurm.EffectiveCredential() == "none") {
+  // Token mode trusts every call over the unix socket (its file mode is the
+  // check), so a socket every local user may connect to would make each of
+  // them an operator.
+  if (!c.grpc.unix_socket.empty() && (c.grpc.unix_socket_mode & 0002) != 0) {
     return absl::InvalidArgumentError(
-        "auth.mode: token with slurm.credential none would leave Slurm-owned Hold/Release "
-        "unauthenticated: set slurm.credential to munge or slurm_key");
+        absl::StrCat("grpc.unix_socket_mode: ", OctalMode(c.grpc.unix_socket_mode),
+                     " lets every local user connect, and auth.mode token trusts calls over "
+                     "grpc.unix_socket: clear the others' bits (e.g. 0660)"));
+  }
+  // Whether or not slurm.enabled: the SPANK plugin calls the bridge either
+  // way, and a token-checked pod API beside an open Slurm one is no check.
+  if (c.slurm.EffectiveCredential() == "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "auth.mode: token with slurm.credential none",
+        c.slurm.credential.empty() ? " (slurm.require_munge: false)" : "",
+        " would leave Slurm-owned Hold/Release unauthenticated: set slurm.credential to munge "
+        "or slurm_key"));
+  }
+  return absl::OkStatus();
+}
+
+// An open door beyond loopback is taken only with grpc.allow_insecure.
+absl::Status ValidateOpenDoors(const Config& c) {
+  if (c.grpc.allow_insecure) return absl::OkStatus();
+  for (const OpenDoor& d : OpenDoors(c)) {
+    if (d.reach != "beyond_loopback") continue;
+    const std::string fix =
+        d.what == "pods"
+            ? "set auth.mode: token (with grpc.tls), listen on loopback only"
+            : "set slurm.credential: munge or slurm_key, listen on loopback only";
+    return absl::InvalidArgumentError(absl::StrCat(d.listener, ": ", d.Describe(), "; ", fix,
+                                                   ", or set grpc.allow_insecure: true to "
+                                                   "accept it"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+bool IsLoopbackAddress(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  std::string host = colon == std::string::npos ? host_port : host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  // Addresses, not names that look like them ("127.example.com").
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return host == "localhost";
+}
+
+std::string OpenDoor::Describe() const {
+  const std::string who = reach == "beyond_loopback" ? "any peer that reaches it"
+                          : reach == "loopback"      ? "any local process"
+                                                     : "any local process allowed to connect";
+  const std::string setting = what == "pods" ? "auth.mode none" : "slurm.credential none";
+  const std::string does = what == "pods"
+                               ? "hold and release devices for any pod"
+                               : "hold and release devices as any Slurm job or step";
+  return absl::StrCat(address, " is ", how, " with ", setting, ": ", who, " may ", does);
+}
+
+std::vector<OpenDoor> OpenDoors(const Config& c) {
+  struct Listener {
+    const char* field;
+    std::string address;
+    bool tls;
+  };
+  const bool tls = !c.grpc.tls.cert_file.empty();
+  std::vector<Listener> listeners;
+  if (!c.grpc.listen.empty()) listeners.push_back({"grpc.listen", c.grpc.listen, tls});
+  if (!c.grpc.plaintext_listen.empty()) {
+    listeners.push_back({"grpc.plaintext_listen", c.grpc.plaintext_listen, false});
+  }
+  if (!c.grpc.unix_socket.empty()) {
+    listeners.push_back({"grpc.unix_socket", c.grpc.unix_socket, false});
+  }
+  // auth.mode token trusts the unix socket by design (its file mode is the
+  // check); mode none trusts every listener.
+  const bool pods_open = c.auth.mode == "none";
+  const bool slurm_open = c.slurm.EffectiveCredential() == "none";
+  std::vector<OpenDoor> out;
+  for (const Listener& l : listeners) {
+    const bool unix_socket = l.field == std::string("grpc.unix_socket");
+    // A client certificate is a credential: that listener is not open.
+    if (l.tls && !c.grpc.tls.client_ca_file.empty()) continue;
+    OpenDoor d;
+    d.listener = l.field;
+    d.address = l.address;
+    if (unix_socket) {
+      d.reach = "unix_socket";
+      d.how = absl::StrCat("a unix socket, mode ", OctalMode(c.grpc.unix_socket_mode));
+    } else if (IsLoopbackAddress(l.address)) {
+      d.reach = "loopback";
+      d.how = l.tls ? "TLS TCP on loopback" : "plaintext TCP on loopback";
+    } else {
+      d.reach = "beyond_loopback";
+      d.how = l.tls ? "TLS TCP beyond loopback without client certificates"
+                    : "plaintext TCP beyond loopback";
+    }
+    if (pods_open) {
+      d.what = "pods";
+      out.push_back(d);
+    }
+    if (slurm_open) {
+      d.what = "slurm";
+      out.push_back(d);
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text) {
   Config c;
@@ -273,6 +413,10 @@ absl::Status ValidateConfig(const Config& c) {
   if (c.grpc.max_concurrent_streams < 1) {
     return absl::InvalidArgumentError("grpc.max_concurrent_streams: must be at least 1");
   }
+  if (c.grpc.max_watch_streams_per_caller < 0) {
+    return absl::InvalidArgumentError(
+        "grpc.max_watch_streams_per_caller: must be 0 (no per-caller limit) or more");
+  }
   if (c.grpc.max_watch_streams < 1) {
     return absl::InvalidArgumentError("grpc.max_watch_streams: must be at least 1");
   }
@@ -285,7 +429,11 @@ absl::Status ValidateConfig(const Config& c) {
   if (!c.grpc.tls.client_ca_file.empty() && c.grpc.tls.cert_file.empty()) {
     return absl::InvalidArgumentError("grpc.tls.client_ca_file: needs cert_file and key_file");
   }
+  if (c.grpc.unix_socket_mode > 0777) {
+    return absl::InvalidArgumentError("grpc.unix_socket_mode: must be 0000..0777");
+  }
   DUET_YAML(ValidateAuth(c));
+  DUET_YAML(ValidateOpenDoors(c));
   if (c.journal.etcd.endpoints.empty()) {
     if (c.journal.dir.empty()) return absl::InvalidArgumentError("journal.dir: must be set");
   } else {

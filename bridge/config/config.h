@@ -35,14 +35,29 @@ struct GrpcConfig {
   // not accepted on it (auth.allow_plaintext_tokens). Empty: none.
   std::string plaintext_listen;
   // Unix socket path (node-local clients: the SPANK plugin, duet-node).
-  // Empty: no unix listener.
+  // Empty: no unix listener. Its directory must not be writable by every
+  // user without the sticky bit (anyone could swap the socket for their own).
   std::string unix_socket;
+  // File mode of unix_socket, set right after bind (YAML: octal, "0660").
+  // Connecting needs write permission on the socket: with 0660 only the
+  // bridge's user and group may call over it.
+  uint32_t unix_socket_mode = 0660;
+  // Accept a mutation that needs no credential on a TCP listener beyond
+  // loopback (auth.mode none, or slurm.credential none, on a listener other
+  // hosts can reach without a client certificate). Off: such a
+  // configuration is refused at start; on: it starts, and says so at error
+  // level for every such listener.
+  bool allow_insecure = false;
   // Largest request the server accepts, in bytes.
   int max_message_bytes = 4 << 20;
   // HTTP/2 streams per connection.
   int max_concurrent_streams = 256;
   // WatchNodes streams served at once; more are refused (RESOURCE_EXHAUSTED).
   int max_watch_streams = 256;
+  // WatchNodes streams one caller (peer IP; the unix socket's callers
+  // together) may hold at once, so no peer takes every slot. 0: no
+  // per-caller limit (duet-nodes behind one NAT address need more).
+  int max_watch_streams_per_caller = 16;
   // On SIGTERM, how long in-flight calls get before they are cancelled.
   absl::Duration shutdown_grace = absl::Seconds(10);
   TlsConfig tls;
@@ -150,16 +165,20 @@ struct SlurmConfig : SlurmSyncSettings {
   //            to it by name, never creates, deletes or recreates one, and
   //            still drains/resumes, weighs, adds features and checks GRES.
   std::string nodes = "create";
-  // While `enabled`: what a Hold/Release over gRPC for a Slurm owner
-  // (slurm_job, slurm_step) must carry to show that slurmstepd of that job on
-  // that node is calling; else UNAUTHENTICATED / PERMISSION_DENIED and the
-  // ledger is not touched. spank_duet's plugstack auth= must match.
+  // What a Hold/Release over gRPC for a Slurm owner (slurm_job, slurm_step)
+  // must carry to show that slurmstepd of that job on that node is calling;
+  // else UNAUTHENTICATED / PERMISSION_DENIED (UNAVAILABLE: munged cannot be
+  // asked) and the ledger is not touched. Checked whether or not `enabled`:
+  // the SPANK plugin calls the bridge even when the bridge does not sync with
+  // slurmctld. spank_duet's plugstack auth= must match.
   //   munge      a munge credential from root (slurmstepd) or `munge_uid`
   //              binding node, job and step (clusters on auth/munge)
   //   slurm_key  an HMAC under the cluster's slurm.key binding node, job,
   //              step and call, fresh (credential_ttl) and used once
   //              (clusters on auth/slurm: Slinky, the GKE add-on)
-  //   none       such calls are trusted as is
+  //   none       such calls are trusted as is: only as an explicit choice,
+  //              refused with auth.mode token and, beyond loopback, without
+  //              grpc.allow_insecure; said at start at error level
   // "" (unset): munge, or none when require_munge is false.
   std::string credential;
   // slurm.key for `slurm_key`; "" = slurm.key beside conf_path.
@@ -249,6 +268,30 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text);
 absl::StatusOr<Config> LoadConfigFile(const std::string& path);
 // Checks values; the first problem is returned with its field path.
 absl::Status ValidateConfig(const Config& config);
+
+// A mutating call that needs no credential on one gRPC listener: auth.mode
+// none leaves pods' Hold/Release/PlacePod open, slurm.credential none Slurm
+// owners' Hold/Release. A TCP listener that checks client certificates
+// (grpc.tls.client_ca_file) is no open door. Validation refuses the ones
+// beyond loopback unless grpc.allow_insecure; the bridge logs each at start
+// and exports them as duet_open_access.
+struct OpenDoor {
+  std::string listener;  // grpc.listen | grpc.plaintext_listen | grpc.unix_socket
+  std::string address;   // host:port, or the socket's path
+  std::string what;      // pods | slurm
+  std::string reach;     // beyond_loopback | loopback | unix_socket
+  std::string how;       // e.g. "plaintext TCP beyond loopback", "a unix socket, mode 0660"
+  // For people, after the listener's name: the address, how it is reached,
+  // by which setting, who may do what ("0.0.0.0:50151 is plaintext TCP
+  // beyond loopback with auth.mode none: any peer that reaches it may hold
+  // and release devices for any pod").
+  std::string Describe() const;
+};
+// Every open door of `config`, listener by listener, pods before slurm.
+std::vector<OpenDoor> OpenDoors(const Config& config);
+// True for a listen address only this host can reach: localhost, 127.0.0.0/8
+// or [::1].
+bool IsLoopbackAddress(const std::string& host_port);
 
 // The embedded default used by `duet-bridge --dev`: local listeners, a
 // journal under the given directory, the embedded demo inventory.

@@ -6,14 +6,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc/tls.h"
 #include "common/metrics/metrics.h"
@@ -51,6 +53,53 @@ bool SocketInUse(const std::string& path) {
   const bool in_use = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
   return in_use;
+}
+
+std::string OctalMode(uint32_t mode) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%04o", mode);
+  return text;
+}
+
+// Adds `bits` to the process umask while it lives; 0: leaves it alone. (The
+// umask is read by setting it, to 0077 for that instant: what other threads
+// create meanwhile loses only group and others' bits, never the owner's.)
+class NarrowedUmask {
+ public:
+  explicit NarrowedUmask(mode_t bits) : bits_(bits), before_(bits != 0 ? ::umask(0077) : 0) {
+    if (bits_ != 0) ::umask(before_ | bits_);
+  }
+  ~NarrowedUmask() {
+    if (bits_ != 0) ::umask(before_);
+  }
+  NarrowedUmask(const NarrowedUmask&) = delete;
+  NarrowedUmask& operator=(const NarrowedUmask&) = delete;
+
+ private:
+  const mode_t bits_;
+  const mode_t before_;
+};
+
+// grpc.unix_socket's directory: whoever may write to it may replace the socket
+// with their own and answer the SPANK plugin and duet-node in the bridge's
+// place. World-writable is refused unless sticky (as /tmp is: others may not
+// remove or rename what they do not own there).
+absl::Status CheckSocketDirectory(const std::string& socket) {
+  std::string dir = std::filesystem::path(socket).parent_path().string();
+  if (dir.empty()) dir = ".";
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return absl::UnavailableError(absl::StrCat("grpc.unix_socket ", socket, ": directory ", dir,
+                                               ": ", std::strerror(errno)));
+  }
+  if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "grpc.unix_socket ", socket, ": its directory ", dir, " (mode ",
+        OctalMode(st.st_mode & 07777), ") is writable by every user without the sticky bit: "
+        "anyone could replace the socket; use a directory only duet-bridge's user may write "
+        "(e.g. 0755)"));
+  }
+  return absl::OkStatus();
 }
 
 prometheus::MetricFamily Family(const std::string& name, const std::string& help,
@@ -199,6 +248,45 @@ std::vector<prometheus::MetricFamily> SlurmAuthFamilies(const SlurmAuthCheck& c)
   return {std::move(f)};
 }
 
+// Says at start, one line per listener, which mutations need no credential
+// there (OpenDoors, bridge/config/config.h): error level beyond loopback and
+// for Slurm owners (the SPANK plugin signs its calls; none is a risky choice
+// anywhere), warning level for pods on loopback or the unix socket
+// (auth.mode none: development). duet_open_access says the same to alerts.
+void AnnounceOpenDoors(const Config& config, Metrics* metrics) {
+  const std::vector<OpenDoor> doors = OpenDoors(config);
+  for (const OpenDoor& d : doors) {
+    const std::string line = absl::StrCat(d.listener, " ", d.Describe());
+    if (d.reach == "beyond_loopback" || d.what == "slurm") {
+      spdlog::error("{}", line);
+    } else {
+      spdlog::warn("{}", line);
+    }
+  }
+  // Every listener and kind of owner, 0 included, so an alert can tell a
+  // closed door from an older bridge that does not say.
+  std::vector<std::string> listeners;
+  if (!config.grpc.listen.empty()) listeners.push_back("grpc.listen");
+  if (!config.grpc.plaintext_listen.empty()) listeners.push_back("grpc.plaintext_listen");
+  if (!config.grpc.unix_socket.empty()) listeners.push_back("grpc.unix_socket");
+  metrics->AddCollector([doors, listeners] {
+    prometheus::MetricFamily f = NewFamily(
+        "duet_open_access",
+        "1 where a gRPC listener takes a mutation with no credential: what pods (auth.mode "
+        "none) or slurm (slurm.credential none); the start-up log says who may reach it",
+        prometheus::MetricType::Gauge);
+    for (const std::string& listener : listeners) {
+      for (const char* what : {"pods", "slurm"}) {
+        const bool open = std::any_of(doors.begin(), doors.end(), [&](const OpenDoor& d) {
+          return d.listener == listener && d.what == what;
+        });
+        AddValue(&f, {{"listener", listener}, {"what", what}}, open ? 1 : 0);
+      }
+    }
+    return std::vector<prometheus::MetricFamily>{std::move(f)};
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
@@ -262,9 +350,13 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   DUET_RETURN_IF_ERROR(b->ServeGrpc());
   DUET_RETURN_IF_ERROR(b->ServeExtender());
   b->metrics_->SetServing(true);
+  AnnounceOpenDoors(config, b->metrics_.get());
   spdlog::info("duet-bridge serving: grpc {} unix {} metrics {} extender {}; {} nodes, {} holdings",
                config.grpc.listen.empty() ? "-" : absl::StrCat("port ", b->grpc_port_),
-               config.grpc.unix_socket.empty() ? "-" : config.grpc.unix_socket,
+               config.grpc.unix_socket.empty()
+                   ? "-"
+                   : absl::StrCat(config.grpc.unix_socket, " (mode ",
+                                  OctalMode(config.grpc.unix_socket_mode), ")"),
                config.metrics.listen.empty() ? "-" : config.metrics.listen,
                b->extender_server_ == nullptr
                    ? "-"
@@ -278,9 +370,9 @@ absl::Status Bridge::LoadSlurmKey() {
   // Read first: a missing or unreadable key stops the bridge here with the
   // file named, before libslurm (which needs the same key) or anything else
   // starts; never a bridge that would refuse every step later.
-  if (!config_.slurm.enabled || config_.slurm.EffectiveCredential() != "slurm_key") {
-    return absl::OkStatus();
-  }
+  // Whether or not slurm.enabled: the SPANK plugin's calls are checked either
+  // way (SlurmOwnerCheck).
+  if (config_.slurm.EffectiveCredential() != "slurm_key") return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> made = SlurmKeyAuth::Create(
       {config_.slurm.key_file, config_.slurm.conf_path, config_.slurm.credential_ttl});
   if (!made.ok()) {
@@ -514,6 +606,7 @@ absl::Status Bridge::ServeMetrics(const BridgeStartOptions& options) {
 LedgerService::Options Bridge::ServiceOptions() {
   LedgerService::Options sopts;
   sopts.max_watch_streams = config_.grpc.max_watch_streams;
+  sopts.max_watch_streams_per_caller = config_.grpc.max_watch_streams_per_caller;
   sopts.authorize_slurm_owner = SlurmOwnerCheck();
   // auth.mode token: pod-owned Hold/Release and PlacePod need a caller the
   // API server vouches for (bridge/auth/authz.h).
@@ -524,13 +617,7 @@ LedgerService::Options Bridge::ServiceOptions() {
                                    const std::string& node, const Owner& owner) {
       return authz->Check(auth::CallerFromContext(ctx), method, node, owner);
     };
-  } else if (!config_.grpc.listen.empty() &&
-             !absl::StartsWith(config_.grpc.listen, "127.0.0.1:") &&
-             !absl::StartsWith(config_.grpc.listen, "localhost:") &&
-             !absl::StartsWith(config_.grpc.listen, "[::1]:")) {
-    spdlog::warn("auth.mode: none: whoever reaches grpc.listen {} can hold and release devices "
-                 "for any pod", config_.grpc.listen);
-  }
+  }  // mode none: Start names every listener that leaves open (AnnounceOpenDoors)
   // PlacePod (device plugin) holds like the extender's bind
   // (pods::PodHolds): the same policy, and the same Slurm CPU/memory loads,
   // told of every placeholder it makes; Slurm placeholders when Slurm is on.
@@ -568,11 +655,18 @@ LedgerService::Options Bridge::ServiceOptions() {
 }
 
 Bridge::SlurmOwnerCheckFn Bridge::SlurmOwnerCheck() {
-  // Slurm owners' Hold/Release must carry slurm.credential (DESIGN.md §9).
+  // Slurm owners' Hold/Release must carry slurm.credential (DESIGN.md §9),
+  // whether or not this bridge syncs with slurmctld (slurm.enabled): the SPANK
+  // plugin on the Slurm nodes calls it either way, and an unchecked call can
+  // release a running step's devices or hold every free one as a made-up job.
   Metrics* m = metrics_.get();
-  if (config_.slurm.enabled && config_.slurm.EffectiveCredential() == "munge") {
+  const std::string credential = config_.slurm.EffectiveCredential();
+  if (credential == "munge") {
     auto auth = std::make_shared<MungeAuth>(
         MungeAuthOptions{config_.slurm.munge_socket, config_.slurm.munge_uid});
+    spdlog::info("Slurm owners' Hold/Release need a munge credential (munged at {})",
+                 config_.slurm.munge_socket.empty() ? "/run/munge/munge.socket.2"
+                                                    : config_.slurm.munge_socket);
     return [auth, m](const SlurmCallerCredentials& c, const char* method, const std::string& node,
                      const Owner& owner) {
       absl::Status s = auth->Check(c.munge, method, node, owner);
@@ -586,8 +680,8 @@ Bridge::SlurmOwnerCheckFn Bridge::SlurmOwnerCheck() {
       return s;
     };
   }
-  if (key_auth_ != nullptr) {
-    std::shared_ptr<SlurmKeyAuth> auth = key_auth_;
+  if (credential == "slurm_key") {
+    std::shared_ptr<SlurmKeyAuth> auth = key_auth_;  // LoadSlurmKey loaded it, or Start failed
     spdlog::info("Slurm owners' Hold/Release need a slurm.key credential (key {})",
                  auth->key_file());
     return [auth, m](const SlurmCallerCredentials& c, const char* method, const std::string& node,
@@ -598,11 +692,9 @@ Bridge::SlurmOwnerCheckFn Bridge::SlurmOwnerCheck() {
       return s;
     };
   }
-  if (config_.slurm.enabled) {
-    spdlog::warn(
-        "slurm.credential: none: Hold/Release for Slurm jobs are trusted without a credential; "
-        "whoever reaches the gRPC port can hold or release for any Slurm job");
-  }
+  // "none", written on purpose (the default is munge): validation refused it
+  // beyond loopback without grpc.allow_insecure, and Start names every
+  // listener it leaves open at error level.
   return nullptr;
 }
 
@@ -627,19 +719,36 @@ absl::Status Bridge::ServeGrpc() {
                              &grpc_plaintext_port_);
   }
   const std::string& socket = config_.grpc.unix_socket;
-  if (!socket.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(socket).parent_path(), ec);
-    if (SocketInUse(socket)) {
-      return absl::UnavailableError(
-          absl::StrCat("grpc.unix_socket ", socket, ": another process is serving on it"));
+  // bind() makes the socket 0777 & ~umask, and connecting needs only write
+  // permission on it; create_directories makes its directory 0777 & ~umask.
+  // Under a umask that lets group or others write (0 under some service
+  // managers) anyone could call in before the chmod below, or replace the
+  // socket. So the umask drops group and others' write until the listeners
+  // are bound (it is process-wide: files other threads create meanwhile are
+  // only stricter); then the socket gets grpc.unix_socket_mode.
+  {
+    NarrowedUmask narrowed(socket.empty() ? 0 : 0022);
+    if (!socket.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(socket).parent_path(), ec);
+      DUET_RETURN_IF_ERROR(CheckSocketDirectory(socket));
+      if (SocketInUse(socket)) {
+        return absl::UnavailableError(
+            absl::StrCat("grpc.unix_socket ", socket, ": another process is serving on it"));
+      }
+      ::unlink(socket.c_str());  // a stale socket from a previous run
+      // Node-local clients authenticate by file permissions; no TLS on the socket.
+      builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
     }
-    ::unlink(socket.c_str());  // a stale socket from a previous run
-    // Node-local clients authenticate by file permissions; no TLS on the socket.
-    builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
   }
-  builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
+  if (server_ != nullptr && !socket.empty() &&
+      ::chmod(socket.c_str(), static_cast<mode_t>(config_.grpc.unix_socket_mode)) != 0) {
+    return absl::UnavailableError(absl::StrCat("grpc.unix_socket ", socket, ": chmod ",
+                                               OctalMode(config_.grpc.unix_socket_mode), ": ",
+                                               std::strerror(errno)));
+  }
   if (server_ == nullptr || (!config_.grpc.listen.empty() && grpc_port_ == 0) ||
       (!config_.grpc.plaintext_listen.empty() && grpc_plaintext_port_ == 0)) {
     return absl::UnavailableError(absl::StrCat(

@@ -372,6 +372,129 @@ TEST(ConfigTest, SlurmPreemptionProtectOrEvictPods) {
               HasSubstr("slurm.preemption_wait: must be between 1s and 1h"));
 }
 
+// auth.mode none and slurm.credential none leave mutations open to whoever
+// reaches a listener: beyond loopback only with grpc.allow_insecure, and
+// Slurm's credential is asked for whether or not slurm.enabled.
+TEST(ConfigTest, OpenDoorsBeyondLoopbackNeedAllowInsecure) {
+  const std::string base = "inventory: {source: embedded}\n";
+  auto message = [&](const std::string& yaml) {
+    auto c = ParseConfig(base + yaml);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::string(ValidateConfig(*c).message()) : "";
+  };
+  // No auth section: mode none, refused on a plaintext TCP listener others reach.
+  EXPECT_EQ(message("grpc: {listen: \"0.0.0.0:50151\"}"),
+            "grpc.listen: 0.0.0.0:50151 is plaintext TCP beyond loopback with auth.mode none: "
+            "any peer that reaches it may hold and release devices for any pod; set auth.mode: "
+            "token (with grpc.tls), listen on loopback only, or set grpc.allow_insecure: true "
+            "to accept it");
+  EXPECT_THAT(message("grpc: {plaintext_listen: \"10.1.2.3:50152\"}"),
+              HasSubstr("grpc.plaintext_listen: 10.1.2.3:50152 is plaintext TCP beyond loopback "
+                        "with auth.mode none"));
+  // TLS alone is no credential; client certificates are.
+  EXPECT_THAT(message("grpc: {listen: \"[::]:50151\", tls: {cert_file: a, key_file: b}}"),
+              HasSubstr("grpc.listen: [::]:50151 is TLS TCP beyond loopback without client "
+                        "certificates with auth.mode none"));
+  EXPECT_EQ(message("grpc: {listen: \"[::]:50151\", tls: {cert_file: a, key_file: b, "
+                    "client_ca_file: c}}"),
+            "");
+  // Loopback and the unix socket are no reason to refuse (development).
+  for (const char* ok : {"grpc: {listen: \"127.0.0.1:1\"}", "grpc: {listen: \"localhost:1\"}",
+                         "grpc: {listen: \"[::1]:1\"}",
+                         "grpc: {listen: \"\", unix_socket: /run/duet/b.sock}"}) {
+    EXPECT_EQ(message(ok), "") << ok;
+  }
+  EXPECT_EQ(message("grpc: {listen: \"0.0.0.0:50151\", allow_insecure: true}"), "");
+  // slurm.credential none (or require_munge: false), Slurm on or off: on
+  // loopback as it is, beyond it only with allow_insecure (auth.mode none is
+  // then open there too, and named first).
+  for (const char* slurm : {"slurm: {credential: none}", "slurm: {require_munge: false}",
+                            "slurm: {enabled: true, credential: none}"}) {
+    EXPECT_EQ(message(absl::StrCat("grpc: {listen: \"127.0.0.1:1\"}\n", slurm)), "") << slurm;
+    EXPECT_THAT(message(absl::StrCat("grpc: {listen: \"0.0.0.0:1\"}\n", slurm)),
+                HasSubstr("grpc.allow_insecure: true"))
+        << slurm;
+    auto c = ParseConfig(
+        absl::StrCat(base, "grpc: {listen: \"0.0.0.0:1\", allow_insecure: true}\n", slurm));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(ValidateConfig(*c).ok()) << slurm << ": " << ValidateConfig(*c);
+    const std::vector<OpenDoor> doors = OpenDoors(*c);
+    ASSERT_EQ(doors.size(), 2u) << slurm;
+    EXPECT_EQ(doors[1].listener + " " + doors[1].Describe(),
+              "grpc.listen 0.0.0.0:1 is plaintext TCP beyond loopback with slurm.credential none: "
+              "any peer that reaches it may hold and release devices as any Slurm job or step");
+  }
+}
+
+TEST(ConfigTest, TokenModeNeedsASlurmCredentialWithOrWithoutSlurm) {
+  const std::string token =
+      "inventory: {source: embedded}\n"
+      "auth: {mode: token, node_service_account: \"system:serviceaccount:duet:duet-node\"}\n";
+  auto message = [&](const std::string& yaml) {
+    auto c = ParseConfig(token + yaml);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::string(ValidateConfig(*c).message()) : "";
+  };
+  EXPECT_EQ(message(""), "");  // the default credential, munge
+  EXPECT_EQ(message("slurm: {credential: none}"),
+            "auth.mode: token with slurm.credential none would leave Slurm-owned Hold/Release "
+            "unauthenticated: set slurm.credential to munge or slurm_key");
+  EXPECT_EQ(message("slurm: {require_munge: false}"),
+            "auth.mode: token with slurm.credential none (slurm.require_munge: false) would leave "
+            "Slurm-owned Hold/Release unauthenticated: set slurm.credential to munge or "
+            "slurm_key");
+  EXPECT_THAT(message("slurm: {enabled: true, credential: none}"),
+              HasSubstr("auth.mode: token with slurm.credential none"));
+  // Token mode trusts the unix socket: every local user must not reach it.
+  EXPECT_EQ(message("grpc: {unix_socket: /run/duet/b.sock, unix_socket_mode: \"0666\"}"),
+            "grpc.unix_socket_mode: 0666 lets every local user connect, and auth.mode token "
+            "trusts calls over grpc.unix_socket: clear the others' bits (e.g. 0660)");
+  EXPECT_EQ(message("grpc: {unix_socket: /run/duet/b.sock, unix_socket_mode: \"0664\"}"), "");
+}
+
+TEST(ConfigTest, UnixSocketModeIsOctal) {
+  EXPECT_EQ(Config().grpc.unix_socket_mode, 0660u);
+  for (const char* text : {"0600", "600", "\"0600\""}) {
+    auto c = ParseConfig(absl::StrCat("grpc: {unix_socket_mode: ", text, "}"));
+    ASSERT_TRUE(c.ok()) << text << ": " << c.status();
+    EXPECT_EQ(c->grpc.unix_socket_mode, 0600u) << text;
+  }
+  for (const char* bad : {"0668", "rw-rw----", "01777", "-1"}) {
+    EXPECT_THAT(ParseConfig(absl::StrCat("grpc: {unix_socket_mode: \"", bad, "\"}"))
+                    .status()
+                    .message(),
+                HasSubstr("grpc.unix_socket_mode: \"" + std::string(bad) +
+                          "\" must be an octal file mode of 0000..0777, e.g. 0660"))
+        << bad;
+  }
+}
+
+TEST(ConfigTest, OpenDoorsNameEveryOpenListener) {
+  Config c = DevConfig("/tmp/x");
+  std::vector<std::string> lines;
+  for (const OpenDoor& d : OpenDoors(c)) lines.push_back(d.listener + " " + d.Describe());
+  EXPECT_THAT(lines, ::testing::ElementsAre(
+                         "grpc.listen 127.0.0.1:50151 is plaintext TCP on loopback with auth.mode "
+                         "none: any local process may hold and release devices for any pod",
+                         "grpc.unix_socket /tmp/x/bridge.sock is a unix socket, mode 0660 with "
+                         "auth.mode none: any local process allowed to connect may hold and "
+                         "release devices for any pod"));
+  c.slurm.credential = "none";
+  c.grpc.listen = "";
+  ASSERT_EQ(OpenDoors(c).size(), 2u);
+  EXPECT_EQ(OpenDoors(c)[1].what, "slurm");
+  EXPECT_EQ(OpenDoors(c)[1].reach, "unix_socket");
+  c.auth.mode = "token";  // trusts the socket: no door for pods
+  ASSERT_EQ(OpenDoors(c).size(), 1u);
+  EXPECT_EQ(OpenDoors(c)[0].what, "slurm");
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.2:1"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:1"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:1"));
+  EXPECT_FALSE(IsLoopbackAddress("[::]:1"));
+  EXPECT_FALSE(IsLoopbackAddress("127.example.com:1"));
+  EXPECT_FALSE(IsLoopbackAddress("localhost.evil.com:1"));
+}
+
 TEST(ConfigTest, DevConfigIsValid) {
   Config c = DevConfig("/tmp/x");
   EXPECT_TRUE(ValidateConfig(c).ok());

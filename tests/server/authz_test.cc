@@ -281,14 +281,20 @@ TEST_F(AuthzTest, OperatorsActForAnyPodAndSlurmOwnersKeepTheirOwnPath) {
   Start(BaseConfig());
   ASSERT_TRUE(Hold("admin-token", PodHold(pod_b_, "web-b", "gke-h100-a")).ok());
   ASSERT_TRUE(Release("admin-token", pod_b_, "gke-h100-a").ok());
-  // Slurm-owned calls are decided by slurm.credential (off here), not by tokens.
+  // Slurm-owned calls are decided by slurm.credential (munge by default,
+  // Slurm off or on), not by tokens: an operator's token is no credential.
   v1::HoldRequest slurm;
   slurm.set_node("gke-h100-a");
   slurm.mutable_owner()->mutable_slurm_job()->set_job_id(42);
   slurm.mutable_count()->set_kind(v1::DEVICE_KIND_GPU);
   slurm.mutable_count()->set_count(1);
-  EXPECT_TRUE(Hold("", slurm).ok());
-  EXPECT_EQ(Holdings(), 1u);
+  for (const char* token : {"", "admin-token"}) {
+    grpc::Status s = Hold(token, slurm);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+    EXPECT_NE(s.error_message().find("has no munge credential"), std::string::npos)
+        << s.error_message();
+  }
+  EXPECT_EQ(Holdings(), 0u);
 }
 
 TEST_F(AuthzTest, ReviewsAreCachedForTheirTtl) {

@@ -37,7 +37,8 @@ constexpr char kInventory[] = R"(nodes:
 )";
 
 // A bridge on a free loopback port, journal and inventory file in `dir`, no
-// metrics listener.
+// metrics listener. Slurm owners' calls carry no credential here (these tests
+// drive the ledger through gRPC; bridge_access_test checks the credential).
 Config LocalConfig(const std::filesystem::path& dir) {
   Config c;
   c.grpc.listen = "127.0.0.1:0";
@@ -45,6 +46,7 @@ Config LocalConfig(const std::filesystem::path& dir) {
   c.journal.dir = (dir / "journal").string();
   c.inventory.source = "file";
   c.inventory.file = (dir / "nodes.yaml").string();
+  c.slurm.credential = "none";
   return c;
 }
 
