@@ -137,8 +137,11 @@ class World {
     World* w_;
   };
 
+  // slurmstepd reaches the bridge over TCP, as from a Slurm node; the
+  // socket file is the tests' operator side only.
+  std::string grpc_address() const { return absl::StrCat("127.0.0.1:", grpc_port_); }
   std::string PlugstackArgs() const {
-    return absl::StrCat("bridge=unix://", socket(), " timeout_ms=2000",
+    return absl::StrCat("bridge=", grpc_address(), " timeout_ms=2000",
                         cluster_->PlugstackAuthArgs());
   }
 
@@ -156,7 +159,8 @@ class World {
     const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     evict_pods_ = absl::StrContains(test, "Evict");
     TestSlurmCluster::Options o;
-    o.spank = absl::StrCat(DUET_SPANK_SO, ":bridge=unix://", socket(), " timeout_ms=2000");
+    grpc_port_ = FreePort();
+    o.spank = absl::StrCat(DUET_SPANK_SO, ":bridge=", grpc_address(), " timeout_ms=2000");
     if (evict_pods_) {
       o.extra_conf =
           "PreemptType=preempt/partition_prio\nPreemptMode=CANCEL\n"
@@ -194,7 +198,7 @@ class World {
     extender_port_ = FreePort();
     metrics_port_ = FreePort();
     std::ofstream cfg(dir_ / "bridge.yaml");
-    cfg << "grpc: {listen: \"\", unix_socket: " << socket() << "}\n"
+    cfg << "grpc: {listen: \"" << grpc_address() << "\", unix_socket: " << socket() << "}\n"
         << "metrics: {listen: \"127.0.0.1:" << metrics_port_ << "\"}\n"
         << "journal: {dir: " << (dir_ / "journal").string() << "}\n"
         << "inventory: {source: file, file: " << (dir_ / "nodes.yaml").string()
@@ -230,6 +234,7 @@ class World {
   std::unique_ptr<FakeApiServer> fake_;
   int extender_port_ = 0;
   int metrics_port_ = 0;
+  int grpc_port_ = 0;
   std::unique_ptr<BridgeProcess> bridge_;
   std::unique_ptr<v1::Ledger::Stub> stub_;
 };

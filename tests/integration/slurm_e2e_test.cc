@@ -107,8 +107,12 @@ class World {
   std::string socket() const { return (dir_ / "bridge.sock").string(); }
   int metrics_port() const { return metrics_port_; }
 
+  // slurmstepd reaches the bridge over TCP, as from a Slurm node (NodeSet
+  // pod) to the bridge's Service: never through the bridge's own socket
+  // file, which only the tests' operator side (duetctl, the stub) uses.
+  std::string grpc_address() const { return absl::StrCat("127.0.0.1:", grpc_port_); }
   std::string PlugstackArgs(const std::string& extra = "") const {
-    return absl::StrCat("bridge=unix://", socket(), " timeout_ms=2000 tpu=yes",
+    return absl::StrCat("bridge=", grpc_address(), " timeout_ms=2000 tpu=yes",
                         cluster_ && cluster_->ok() ? cluster_->PlugstackAuthArgs() : "", extra);
   }
   void SetPlugstack(const std::string& args) const {
@@ -188,6 +192,7 @@ class World {
       return;
     }
     dir_ = tmpl;
+    grpc_port_ = FreePort();
     TestSlurmCluster::Options o;
     o.spank = absl::StrCat(DUET_SPANK_SO, ":", PlugstackArgs());
     cluster_ = TestSlurmCluster::Get(o);  // registers the cluster's Stopper first...
@@ -216,7 +221,7 @@ class World {
     }
     inv.close();
     std::ofstream cfg(dir_ / "bridge.yaml");
-    cfg << "grpc: {listen: \"\", unix_socket: " << socket() << "}\n"
+    cfg << "grpc: {listen: \"" << grpc_address() << "\", unix_socket: " << socket() << "}\n"
         << "metrics: {listen: \"127.0.0.1:" << metrics_port_ << "\"}\n"
         << "journal: {dir: " << (dir_ / "journal").string() << "}\n"
         << "inventory: {source: file, file: " << (dir_ / "nodes.yaml").string()
@@ -235,6 +240,7 @@ class World {
   fs::path dir_;
   TestSlurmCluster* cluster_ = nullptr;
   int metrics_port_ = 0;
+  int grpc_port_ = 0;
   std::unique_ptr<BridgeProcess> bridge_;
   std::unique_ptr<v1::Ledger::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
