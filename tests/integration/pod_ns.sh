@@ -13,7 +13,11 @@
 #   --bind SRC:DST SRC (a file or directory, read before anything is hidden)
 #                  at DST; DST's parent directories are made when missing,
 #                  which must then lie in /run or a hidden DIR (nothing is
-#                  created outside the namespace)
+#                  created outside the namespace). A SRC under /run is the
+#                  caller's (read through a descriptor of the caller's /run
+#                  taken before the pod's /run replaces it), e.g.
+#                  --bind /run/slurmctld:/run/slurmctld puts slurmctld's
+#                  sack.socket where the caller's Slurm clients look
 #
 # CMD runs in the namespace, as the caller (root: unshare and mount need it)
 # and in the caller's network and PID namespaces; it is exec'd, so its PID is
@@ -61,6 +65,13 @@ while (($#)); do
 done
 (($#)) || die "no command"
 
+# 0. Sources under /run: reached through a descriptor of the caller's /run
+#    (the path /proc/PID/fd/N/REST walks the old /run once the pod's own
+#    hides it; mount -c keeps mount(8) from resolving it to the new one).
+run_fd=""
+for b in "${binds[@]}"; do
+  case ${b%%:*} in /run | /run/*) exec {run_fd}</run; break ;; esac
+done
 # 1. The pod's own /run, and in it a staging place for every bound path,
 #    taken while the paths are still visible.
 mount -t tmpfs -o mode=755 duet-pod-run /run
@@ -68,11 +79,16 @@ mkdir /run/.pod-stage
 i=0
 for b in "${binds[@]}"; do
   src=${b%%:*}
-  [[ -e $src ]] || die "--bind $b: $src does not exist"
+  mount_opts=()
+  case $src in
+    /run | /run/*) src=/proc/$$/fd/$run_fd${src#/run}; mount_opts=(-c) ;;
+  esac
+  [[ -e $src ]] || die "--bind $b: ${b%%:*} does not exist"
   if [[ -d $src ]]; then mkdir "/run/.pod-stage/$i"; else : >"/run/.pod-stage/$i"; fi
-  mount --bind "$src" "/run/.pod-stage/$i"
+  mount "${mount_opts[@]}" --bind "$src" "/run/.pod-stage/$i"
   i=$((i + 1))
 done
+if [[ -n $run_fd ]]; then exec {run_fd}<&-; fi
 # 2. Hide.
 for d in "${hide[@]}"; do
   [[ -d $d ]] || die "--hide $d: not a directory"

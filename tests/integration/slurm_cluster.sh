@@ -8,7 +8,8 @@
 # --lifetime seconds in case the test that owns it died without cleaning up.
 #
 #   ROOT=$(slurm_cluster.sh init [--spank SO[:ARGS]] [--max-nodes N] [--lifetime S]
-#                                [--auth munge|slurm] [--configless] [--extra-conf LINES])
+#                                [--auth munge|slurm] [--configless] [--isolated]
+#                                [--extra-conf LINES])
 #                                       # --extra-conf: lines appended to slurm.conf (partitions,
 #                                       # preemption; "PartitionName=duet ..." replaces the
 #                                       # default partition line)
@@ -22,6 +23,16 @@
 #                                       # slurm = AuthType=auth/slurm, CredType=cred/slurm,
 #                                       # AuthInfo=use_client_ids, $ROOT/etc/slurm.key, as
 #                                       # Slinky runs Slurm. munged runs either way.
+#                                       # --isolated (or $DUET_SLURM_ISOLATED=1): a cluster
+#                                       # laid out as the chart and Slinky deploy it, each
+#                                       # daemon in a pod's mount namespace (pod_ns.sh) with
+#                                       # only what its pod mounts; implies --configless, and
+#                                       # slurm.conf has no PlugStackConfig= (Slurm's default:
+#                                       # plugstack.conf beside slurm.conf, which configless
+#                                       # slurmds get from slurmctld, as under Slinky). Marked
+#                                       # by $ROOT/run/isolated; start, ctld-start and
+#                                       # slurmd-configless then run their daemon in its pod
+#                                       # (see "Isolated clusters" below)
 #   slurm_cluster.sh start ROOT         # munged + slurmctld (-c: fresh state) + watchdog
 #   slurm_cluster.sh ctld-stop ROOT     # SIGTERM slurmctld only (state is kept)
 #   slurm_cluster.sh ctld-start ROOT    # slurmctld again without -c (recovers state)
@@ -54,6 +65,32 @@
 #   slurm_cluster.sh munged KEY         # exec munged -F with KEY on munge's default socket
 #                                       # /run/munge/munge.socket.2 (a pod's munged sidecar;
 #                                       # inside pod_ns.sh)
+#
+# Isolated clusters (init --isolated): every pod is a pod_ns.sh namespace
+# with an empty /run, /tmp (and the directory holding ROOT) hidden, as is
+# /etc/slurm where the machine has one, and only these bound back (at their
+# paths in ROOT unless said otherwise); $ROOT/pods/POD/{log,run} are each
+# pod's own log and pid directories, linked from $ROOT/log for readers:
+#   slurmctld: $ROOT/etc (its ConfigMap and slurm.key Secret), $ROOT/state,
+#              its log and run dirs; auth/munge: the munged socket (a munge
+#              sidecar's); auth/slurm: the caller's /run/slurmctld (made if
+#              missing), so that its sack.socket is where Slurm's clients
+#              outside (the tests, as a login pod) look, as without --isolated
+#   slurmd (slurmd-configless): no slurm.conf, nothing of $ROOT/etc but
+#              task_prolog.sh; its own $ROOT/spool/NAME, log and run dirs,
+#              $ROOT/dev (the node's devices), $ROOT/pods/lib at $ROOT/lib
+#              (loopback_bind.so for pods: the image's, with the TaskProlog),
+#              an /etc/hosts naming NAME at 127.0.0.IDX, hostname NAME
+#              (Slurm 24.11+; 127.0.0.IDX before); auth/slurm: slurm.key at
+#              /etc/slurm/slurm.key (where the machine has /etc/slurm, else
+#              /run/pod/etc-slurm/slurm.key), named by SLURM_SACK_KEY;
+#              auth/munge: the cluster's munged socket at munge's default
+#              path and at slurm.conf's AuthInfo path; each directory in
+#              $DUET_POD_SHARE (space-separated) at its path, as a shared
+#              file system (users' home) the node mounts. In its own UTS
+#              namespace; the network stays the host's (loopback_bind.so
+#              gives each node its 127.0.0.IDX).
+# Slurm's clients run outside every pod, as before.
 #
 # Ports: $DUET_SLURM_CTLD_PORT / $DUET_SLURM_SLURMD_PORT, else random free ones.
 # Devices: $ROOT/dev/nvidia0..7 (c 195 N) and $ROOT/dev/accel0..3 (c 120 N).
@@ -109,6 +146,8 @@ kill_pidfile() {  # kill_pidfile FILE: SIGTERM, wait up to 5 s, then SIGKILL
 
 cmd_init() {
   local spank="" max_nodes=64 lifetime=900 auth=${DUET_SLURM_AUTH:-} ctld_params="" extra=""
+  local isolated=0
+  [[ ${DUET_SLURM_ISOLATED:-} == 1 ]] && isolated=1
   while (($#)); do
     case $1 in
       --spank) spank=$2; shift 2 ;;
@@ -120,6 +159,7 @@ cmd_init() {
       # cluster stays as it was.
       --configless) ctld_params="SlurmctldParameters=enable_configless,reconfig_on_restart"; shift ;;
       --extra-conf) extra=$2; shift 2 ;;
+      --isolated) isolated=1; shift ;;
       *) die "init: unknown argument $1" ;;
     esac
   done
@@ -132,6 +172,14 @@ cmd_init() {
   local slurmd_port=${DUET_SLURM_SLURMD_PORT:-$((ctld_port + 1))}
   ROOT=$(mktemp -d "${TMPDIR:-/tmp}/duet-slurm.XXXXXX")
   chmod 755 "$ROOT"
+  # Isolated: the slurmds are configless, and plugstack.conf reaches them as
+  # under Slinky, beside slurm.conf (Slurm's default), not at a path on
+  # their file system.
+  local plugstack_line="PlugStackConfig=$ROOT/etc/plugstack.conf"
+  if ((isolated)); then
+    ctld_params="SlurmctldParameters=enable_configless,reconfig_on_restart"
+    plugstack_line="# PlugStackConfig: Slurm's default, plugstack.conf beside slurm.conf"
+  fi
   local auth_conf
   case $auth in
     munge) auth_conf="AuthType=auth/munge
@@ -203,7 +251,7 @@ InactiveLimit=0
 MinJobAge=2
 KillWait=2
 MessageTimeout=5
-PlugStackConfig=$ROOT/etc/plugstack.conf
+$plugstack_line
 TaskProlog=$ROOT/etc/task_prolog.sh
 EOF
   # The users' partition, unless --extra-conf defines its own "duet".
@@ -220,11 +268,95 @@ EOF
     echo "required ${spank%%:*} $( [[ $spank == *:* ]] && echo "${spank#*:}")" \
       >"$ROOT/etc/plugstack.conf"
   fi
+  if ((isolated)); then
+    : >"$ROOT/run/isolated"
+    mkdir -p "$ROOT/pods/lib"
+    build_pod_loopback_bind
+  fi
   echo "$ROOT"
 }
 
+# The slurmd pods' loopback_bind.so ($ROOT/pods/lib, bound at $ROOT/lib in
+# each pod): loopback_bind.c as it is, but a pod's hostname is its node's
+# name (as a NodeSet pod's; two slurmds named 127.0.0.N would both register
+# NodeHostName "127"), so the address it binds to is the one the pod's
+# /etc/hosts gives that name (kubelet writes it so); a hostname that is an
+# address is used as is, as by loopback_bind.c.
+build_pod_loopback_bind() {
+  cat >"$ROOT/pods/lib/pod_hostaddr.h" <<'EOF'
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+/* loopback_bind.c's gethostname(), compiled with -Dgethostname=pod_hostaddr:
+ * the hostname, or the address /etc/hosts names it at. */
+static int pod_hostaddr(char* buf, size_t len) {
+  struct utsname u;
+  struct in_addr a;
+  char line[512];
+  FILE* f;
+  if (uname(&u) != 0) return -1;
+  snprintf(buf, len, "%s", u.nodename);
+  if (inet_pton(AF_INET, u.nodename, &a) == 1 || (f = fopen("/etc/hosts", "re")) == NULL) {
+    return 0;
+  }
+  while (fgets(line, sizeof(line), f) != NULL) {
+    char* save = NULL;
+    char* addr = strtok_r(line, " \t\n", &save);
+    char* name;
+    if (addr == NULL || addr[0] == '#' || inet_pton(AF_INET, addr, &a) != 1) continue;
+    while ((name = strtok_r(NULL, " \t\n", &save)) != NULL) {
+      if (strcmp(name, u.nodename) == 0) {
+        snprintf(buf, len, "%s", addr);
+        fclose(f);
+        return 0;
+      }
+    }
+  }
+  fclose(f);
+  return 0;
+}
+EOF
+  ${CC:-cc} -shared -fPIC -O2 -include "$ROOT/pods/lib/pod_hostaddr.h" -Dgethostname=pod_hostaddr \
+    -o "$ROOT/pods/lib/loopback_bind.so" "$HERE/loopback_bind.c" -ldl ||
+    die "cannot build the pods' loopback_bind.so"
+}
+
+# Isolated clusters (see the header): pod_ns.sh's hides, shared by every pod.
+pod_hides() {
+  local d
+  POD_ARGS=(--hide /tmp)
+  d=$(dirname "$ROOT")
+  if [[ $d != /tmp && $d != / ]]; then POD_ARGS+=(--hide "$d"); fi
+  if [[ -d /etc/slurm ]]; then POD_ARGS+=(--hide /etc/slurm); fi
+}
+
+# pod_dirs POD: its own log and run directories, bound at $ROOT/log and
+# $ROOT/run; $ROOT/log/FILE links to each log file it names.
+pod_dirs() {
+  local pod=$ROOT/pods/$1 f; shift
+  mkdir -p "$pod/log" "$pod/run"
+  for f in "$@"; do ln -sfn "$pod/log/$f" "$ROOT/log/$f"; done
+  POD_ARGS+=(--bind "$pod/log:$ROOT/log" --bind "$pod/run:$ROOT/run")
+}
+
+isolated() { [[ -f $ROOT/run/isolated ]]; }
+
 start_ctld() {  # start_ctld [-c]
-  slurmctld -D "$@" -f "$SLURM_CONF" >>"$ROOT/log/slurmctld.stderr" 2>&1 &
+  local pod=()
+  if isolated; then
+    pod_hides
+    pod_dirs slurmctld slurmctld.log
+    POD_ARGS+=(--bind "$ROOT/etc:$ROOT/etc" --bind "$ROOT/state:$ROOT/state")
+    if grep -qx AuthType=auth/slurm "$SLURM_CONF"; then
+      mkdir -p /run/slurmctld
+      POD_ARGS+=(--bind /run/slurmctld:/run/slurmctld)
+    else
+      POD_ARGS+=(--bind "$ROOT/munge/munge.socket.2:$ROOT/munge/munge.socket.2")
+    fi
+    pod=("$HERE/pod_ns.sh" "${POD_ARGS[@]}" --)
+  fi
+  "${pod[@]}" slurmctld -D "$@" -f "$SLURM_CONF" >>"$ROOT/log/slurmctld.stderr" 2>&1 &
   echo $! >"$ROOT/run/slurmctld.bgpid"
   wait_for 30 scontrol ping || { tail -20 "$ROOT/log/slurmctld.log" >&2; return 1; }
 }
@@ -284,6 +416,7 @@ cmd_slurmd_configless() {
   if ((added)); then scontrol reconfigure >/dev/null; fi
   port=$(sed -n 's/^SlurmctldPort=//p' "$SLURM_CONF")
   mkdir -p "$ROOT/spool/$name"
+  if isolated; then slurmd_pod "$name" "$ip" "$conf" "$port"; return; fi
   # The first config fetch is authenticated before slurmd has any config.
   # auth/slurm: slurmd finds the key through SLURM_SACK_KEY (Slinky mounts it
   # at /etc/slurm/slurm.key, the default). auth/munge: it needs this cluster's
@@ -315,6 +448,43 @@ cmd_slurmd_configless() {
     run_pre=""
   fi
   $run "$run_pre hostname $ip && unset SLURM_CONF &&
+    $key_env LD_PRELOAD=$ROOT/lib/loopback_bind.so exec slurmd -D -Z -N $name \
+      --conf-server 127.0.0.1:$port --conf '$conf'" \
+    >>"$ROOT/log/slurmd-$name.stderr" 2>&1 &
+  echo $! >"$ROOT/run/slurmd-$name.bgpid"
+}
+
+# slurmd_pod NAME IP CONF PORT: a configless slurmd in its NodeSet pod's
+# namespace (the header's "Isolated clusters"); its PID is slurmd's.
+slurmd_pod() {
+  local name=$1 ip=$2 conf=$3 port=$4 key_env="" key d
+  pod_hides
+  pod_dirs "$name" "slurmd-$name.log"
+  POD_ARGS+=(--bind "$ROOT/spool/$name:$ROOT/spool/$name" --bind "$ROOT/dev:$ROOT/dev"
+             --bind "$ROOT/pods/lib:$ROOT/lib"
+             --bind "$ROOT/etc/task_prolog.sh:$ROOT/etc/task_prolog.sh")
+  if grep -qx AuthType=auth/slurm "$SLURM_CONF"; then
+    key=/run/pod/etc-slurm/slurm.key
+    if [[ -d /etc/slurm ]]; then key=/etc/slurm/slurm.key; fi
+    POD_ARGS+=(--bind "$ROOT/etc/slurm.key:$key")
+    key_env="SLURM_SACK_KEY=$key"
+  else
+    POD_ARGS+=(--bind "$ROOT/munge/munge.socket.2:/run/munge/munge.socket.2"
+               --bind "$ROOT/munge/munge.socket.2:$ROOT/munge/munge.socket.2")
+  fi
+  for d in ${DUET_POD_SHARE:-}; do POD_ARGS+=(--bind "$d:$d"); done
+  # The pod's /etc/hosts (kubelet's) names it at the pod's address. Its
+  # hostname: its node's name, as a NodeSet pod's, where slurmctld takes a
+  # dynamic node's NodeAddr from where it registers from (24.11+; two
+  # slurmds named 127.0.0.N would share NodeHostName "127", which 25.11
+  # cannot tell apart); before, NodeAddr is the hostname, which must then
+  # be the address.
+  printf '127.0.0.1\tlocalhost\n%s\t%s\n' "$ip" "$name" >"$ROOT/pods/$name/hosts"
+  POD_ARGS+=(--bind "$ROOT/pods/$name/hosts:/etc/hosts")
+  local host=$name ver
+  ver=$(slurmd -V | awk '{print $2}')
+  if ! printf '24.11\n%s\n' "$ver" | sort -V -C; then host=$ip; fi
+  unshare --uts "$HERE/pod_ns.sh" "${POD_ARGS[@]}" -- sh -c "hostname $host && unset SLURM_CONF &&
     $key_env LD_PRELOAD=$ROOT/lib/loopback_bind.so exec slurmd -D -Z -N $name \
       --conf-server 127.0.0.1:$port --conf '$conf'" \
     >>"$ROOT/log/slurmd-$name.stderr" 2>&1 &

@@ -50,3 +50,22 @@ target_link_libraries(bridge_pod_auth_test PRIVATE absl::strings absl::time GTes
 add_dependencies(bridge_pod_auth_test duet-bridge)
 gtest_discover_tests(bridge_pod_auth_test DISCOVERY_TIMEOUT 60
   PROPERTIES LABELS slurm TIMEOUT 300)
+
+# The deployment's shape end to end (tests/integration/deployment_e2e_test.cc):
+# slurmctld, two configless slurmds and duet-bridge (with its sackd/munged
+# sidecar) each in a pod's mount namespace holding only what its pod mounts
+# (slurm_cluster.sh init --isolated, pod_ns.sh); GPU steps register with the
+# bridge over TCP; no pod sees another's files.
+add_executable(deployment_e2e_test ${CMAKE_CURRENT_LIST_DIR}/deployment_e2e_test.cc)
+target_compile_options(deployment_e2e_test PRIVATE ${DUET_WARNINGS})
+target_include_directories(deployment_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(deployment_e2e_test PRIVATE
+  DUET_BRIDGE_BIN="$<TARGET_FILE:duet-bridge>"
+  DUET_SPANK_SO="$<TARGET_FILE:spank_duet>"
+  DUET_POD_NS_SH="${PROJECT_SOURCE_DIR}/tests/integration/pod_ns.sh"
+  DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh")
+target_link_libraries(deployment_e2e_test PRIVATE duet::proto absl::strings absl::time
+                      GTest::gtest_main)
+add_dependencies(deployment_e2e_test duet-bridge spank_duet)
+gtest_discover_tests(deployment_e2e_test DISCOVERY_TIMEOUT 60
+  PROPERTIES LABELS slurm TIMEOUT 180)
