@@ -253,11 +253,7 @@ TEST_F(ServiceLimitsTest, MoreNamesThanTheCapAreRefusedAndTheCapItselfIsNot) {
 // ---------------------------------------------------------------------------
 // 2. Watch slots: per caller as well as in total.
 
-// DISABLED: fails on main as merged (the server refuses the stream, as a
-// trace of TakeWatchSlot shows, but the client reads an initial event on
-// the refused stream, and a refused stream's status arrives without its
-// reason); the per-caller watch limit is therefore not shown to work yet.
-TEST_F(ServiceLimitsTest, DISABLED_OneCallerCannotTakeEveryWatchSlot) {
+TEST_F(ServiceLimitsTest, OneCallerCannotTakeEveryWatchSlot) {
   Start();  // the defaults: 16 per caller, 256 in all
   const int cap = LedgerService::Options().max_watch_streams_per_caller;
   ASSERT_EQ(cap, 16);
@@ -295,11 +291,7 @@ TEST_F(ServiceLimitsTest, DISABLED_OneCallerCannotTakeEveryWatchSlot) {
   for (Watch& w : mine) w.Close();
 }
 
-// DISABLED: fails on main as merged (the server refuses the stream, as a
-// trace of TakeWatchSlot shows, but the client reads an initial event on
-// the refused stream, and a refused stream's status arrives without its
-// reason); the per-caller watch limit is therefore not shown to work yet.
-TEST_F(ServiceLimitsTest, DISABLED_TheTotalLimitStaysAndSaysSo) {
+TEST_F(ServiceLimitsTest, TheTotalLimitStaysAndSaysSo) {
   LedgerService::Options o;
   o.max_watch_streams = 2;
   Start(o);
