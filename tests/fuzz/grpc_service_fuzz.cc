@@ -23,6 +23,7 @@
 #include <string>
 
 #include "bridge/ledger/ledger.h"
+#include "bridge/server/durability.h"
 #include "bridge/server/service.h"
 #include "grpcpp/server_builder.h"
 #include "proto/duet/v1/error_reason.h"
@@ -30,12 +31,6 @@
 namespace duet {
 namespace {
 
-class ImmediateDurability final : public Durability {
- public:
-  void WhenDurable(uint64_t, std::function<void(absl::Status)> done) override {
-    done(absl::OkStatus());
-  }
-};
 
 // A bridge's error message: the ledger's own (names, owners, devices) is a
 // few hundred bytes at most; anything near this bound echoes input.
@@ -43,7 +38,7 @@ constexpr size_t kMaxMessage = 2048;
 
 struct Env {
   Ledger ledger;
-  ImmediateDurability durability;
+  std::unique_ptr<Durability> durability = NewImmediateDurability();
   WatchHub hub;
   std::unique_ptr<LedgerService> service;
   std::unique_ptr<grpc::Server> server;
@@ -67,7 +62,7 @@ struct Env {
     LedgerService::Options o;
     o.max_watch_streams = 8;
     o.max_watch_streams_per_caller = 4;
-    service = std::make_unique<LedgerService>(&ledger, &durability, &hub, nullptr, o);
+    service = std::make_unique<LedgerService>(&ledger, durability.get(), &hub, nullptr, o);
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();

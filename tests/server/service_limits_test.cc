@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "bridge/api/validate.h"
+#include "bridge/server/durability.h"
 #include "bridge/server/service.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "proto/duet/v1/error_reason.h"
+#include "tests/fakes/wait.h"
 
 namespace duet {
 namespace {
@@ -28,12 +30,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class ImmediateDurability final : public Durability {
- public:
-  void WhenDurable(uint64_t, std::function<void(absl::Status)> done) override {
-    done(absl::OkStatus());
-  }
-};
 
 std::map<std::string, std::string> InfoMetadata(const grpc::Status& s) {
   google::rpc::ErrorInfo info;
@@ -65,7 +61,7 @@ class ServiceLimitsTest : public ::testing::Test {
   }
 
   void Start(LedgerService::Options options = {}) {
-    service_ = std::make_unique<LedgerService>(&ledger_, &durability_, &hub_, nullptr, options);
+    service_ = std::make_unique<LedgerService>(&ledger_, durability_.get(), &hub_, nullptr, options);
     socket_ = ::testing::TempDir() + "duet-service-limits-" + std::to_string(::getpid()) + ".sock";
     ::unlink(socket_.c_str());
     grpc::ServerBuilder builder;
@@ -162,7 +158,7 @@ class ServiceLimitsTest : public ::testing::Test {
   }
 
   Ledger ledger_;
-  ImmediateDurability durability_;
+  std::unique_ptr<Durability> durability_ = NewImmediateDurability();
   WatchHub hub_;
   std::unique_ptr<LedgerService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -278,14 +274,16 @@ TEST_F(ServiceLimitsTest, OneCallerCannotTakeEveryWatchSlot) {
   // ...and a closed stream gives its slot back.
   mine.back().Close();
   mine.pop_back();
-  Watch again = OpenWatch(tcp_.get());
-  for (int tries = 0; tries < 100 && !again.open; ++tries) {  // OnDone runs on a gRPC thread
-    again.reader->Finish();
-    again.reader.reset();  // before its context goes
-    usleep(10000);
+  // The slot comes back when OnDone runs, on a gRPC thread: ask until it has.
+  Watch again;
+  EXPECT_TRUE(fakes::WaitFor([&] {
+    if (again.reader != nullptr) {
+      again.reader->Finish();
+      again.reader.reset();  // before its context goes
+    }
     again = OpenWatch(tcp_.get());
-  }
-  EXPECT_TRUE(again.open);
+    return again.open;
+  }, absl::Seconds(10), "a closed stream's slot to come back"));
   again.Close();
   other.Close();
   for (Watch& w : mine) w.Close();
