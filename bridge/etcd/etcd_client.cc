@@ -1,13 +1,19 @@
 #include "bridge/etcd/etcd_client.h"
 
 #include <curl/curl.h>
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
+#include <memory>
 #include <mutex>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "nlohmann/json.hpp"
 
 namespace duet {
@@ -51,7 +57,134 @@ absl::StatusOr<json> ParseJson(const std::string& body) {
   return j;
 }
 
+bool IsHttps(const std::string& url) { return url.rfind("https://", 0) == 0; }
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct PkeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
+
+BioPtr MemBio(const std::string& pem) {
+  return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// Why a TLS request failed, in terms of the settings that fix it. libcurl's
+// own words for a refused client certificate are often only "connection
+// reset" or "getpeername() failed": etcd's --client-cert-auth closes the
+// connection at the end of the handshake, and which read or write notices
+// it first is a race.
+std::string TlsHint(CURLcode rc, const std::string& url, const TlsOptions& tls) {
+  if (!IsHttps(url)) {
+    return rc == CURLE_GOT_NOTHING ? " (etcd closed the plaintext connection: does it serve https?)"
+                                   : "";
+  }
+  switch (rc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+      return absl::StrCat(" (etcd's server certificate is not signed by a CA in ", tls.field,
+                          ".ca_file, or does not name the endpoint's host)");
+    case CURLE_SSL_CACERT_BADFILE:
+      return absl::StrCat(" (", tls.field, ".ca_file ", tls.ca_file, " cannot be loaded)");
+    case CURLE_SSL_CERTPROBLEM:
+      return absl::StrCat(" (", tls.field, ".cert_file or key_file cannot be loaded)");
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+      if (tls.cert_file.empty()) {
+        return absl::StrCat(
+            " (etcd closed the TLS connection: with --client-cert-auth it refuses a client "
+            "without a certificate, and this one presents none: set ",
+            tls.field, ".cert_file and key_file)");
+      }
+      return absl::StrCat(
+          " (etcd closed the TLS connection: with --client-cert-auth it refuses a client "
+          "certificate no CA of its --trusted-ca-file signed; this one presents ",
+          tls.field, ".cert_file ", tls.cert_file, ")");
+    default:
+      return "";
+  }
+}
+
 }  // namespace
+
+absl::Status CheckTls(const std::vector<std::string>& endpoints, const TlsOptions& tls) {
+  const std::string& f = tls.field;
+  bool https = false;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const bool this_https = IsHttps(endpoints[i]);
+    if (i == 0) {
+      https = this_https;
+    } else if (this_https != https) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("endpoints[", i, "]: \"", endpoints[i], "\" and endpoints[0] \"",
+                       endpoints[0], "\": use one scheme, http:// or https://, for all"));
+    }
+  }
+  if (!https) {
+    if (tls.enabled()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f, ": set, but the endpoints are plaintext http://: use https://"));
+    }
+    return absl::OkStatus();
+  }
+  if (tls.ca_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f, ".ca_file: required with https:// endpoints (the CA that signs etcd's server "
+        "certificate; the system's store is not used)"));
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f, ": cert_file and key_file must be set together"));
+  }
+  absl::StatusOr<std::string> ca = ReadFileToString(tls.ca_file, absl::StatusCode::kNotFound,
+                                                    absl::StrCat(f, ".ca_file"));
+  if (!ca.ok()) return ca.status();
+  {
+    BioPtr bio = MemBio(*ca);
+    X509Ptr first(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+    if (first == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f, ".ca_file: ", tls.ca_file, " holds no PEM certificate"));
+    }
+  }
+  if (tls.cert_file.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> cert = ReadFileToString(
+      tls.cert_file, absl::StatusCode::kNotFound, absl::StrCat(f, ".cert_file"));
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadFileToString(tls.key_file, absl::StatusCode::kNotFound,
+                                                     absl::StrCat(f, ".key_file"));
+  if (!key.ok()) return key.status();
+  BioPtr cert_bio = MemBio(*cert);
+  X509Ptr x509(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
+  if (x509 == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f, ".cert_file: ", tls.cert_file, " holds no PEM certificate"));
+  }
+  BioPtr key_bio = MemBio(*key);
+  // No passphrase callback: an encrypted key is refused here rather than
+  // prompted for on a terminal.
+  PkeyPtr pkey(PEM_read_bio_PrivateKey(key_bio.get(), nullptr,
+                                       [](char*, int, int, void*) { return 0; }, nullptr));
+  if (pkey == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f, ".key_file: ", tls.key_file, " holds no unencrypted PEM private key"));
+  }
+  if (X509_check_private_key(x509.get(), pkey.get()) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(f, ".key_file: ", tls.key_file,
+                                                   " is not the key of ", f, ".cert_file ",
+                                                   tls.cert_file));
+  }
+  return absl::OkStatus();
+}
 
 std::string PrefixEnd(const std::string& prefix) {
   std::string end = prefix;
@@ -80,6 +213,7 @@ absl::StatusOr<std::string> Client::Post(const std::string& path, const std::str
   if (curl_ == nullptr) return absl::InternalError("etcd: curl_easy_init failed");
   if (options_.endpoints.empty()) return absl::FailedPreconditionError("etcd: no endpoints");
   CURL* curl = static_cast<CURL*>(curl_);
+  const TlsOptions& tls = options_.tls;
   std::string last_error;
   // Each endpoint once, starting with the one that answered last.
   for (size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
@@ -99,10 +233,35 @@ absl::StatusOr<std::string> Client::Post(const std::string& path, const std::str
     const long timeout_ms = static_cast<long>(absl::ToInt64Milliseconds(options_.request_timeout));
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, std::min(timeout_ms, 1000L));
+    // The same protocol with and without TLS (ALPN would pick HTTP/2).
+    curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
+    char error_text[CURL_ERROR_SIZE] = {0};
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_text);
+    if (IsHttps(url)) {
+      curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);
+      curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);
+      // Only the configured CA: no system directory besides it.
+      curl_easy_setopt(curl, CURLOPT_CAINFO, tls.ca_file.empty() ? nullptr : tls.ca_file.c_str());
+      curl_easy_setopt(curl, CURLOPT_CAPATH, nullptr);
+#if LIBCURL_VERSION_NUM >= 0x075700
+      // No cached CA store: the file is read again for each new connection,
+      // as the client certificate and key are.
+      curl_easy_setopt(curl, CURLOPT_CA_CACHE_TIMEOUT, 0L);
+#endif
+      if (!tls.cert_file.empty()) {
+        curl_easy_setopt(curl, CURLOPT_SSLCERT, tls.cert_file.c_str());
+        curl_easy_setopt(curl, CURLOPT_SSLCERTTYPE, "PEM");
+        curl_easy_setopt(curl, CURLOPT_SSLKEY, tls.key_file.c_str());
+        curl_easy_setopt(curl, CURLOPT_SSLKEYTYPE, "PEM");
+      }
+    }
     const CURLcode rc = curl_easy_perform(curl);
     curl_slist_free_all(headers);
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);
     if (rc != CURLE_OK) {
-      last_error = absl::StrCat(options_.endpoints[at], ": ", curl_easy_strerror(rc));
+      last_error = absl::StrCat(options_.endpoints[at], ": ",
+                                error_text[0] != '\0' ? error_text : curl_easy_strerror(rc),
+                                TlsHint(rc, url, tls));
       continue;
     }
     long code = 0;

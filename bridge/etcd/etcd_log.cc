@@ -54,6 +54,7 @@ EtcdLog::EtcdLog(const Options& options, Ledger* ledger)
   etcd::Client::Options co;
   co.endpoints = options.endpoints;
   co.request_timeout = options.request_timeout;
+  co.tls = options.tls;
   writer_client_ = std::make_unique<etcd::Client>(co);
   absl::MutexLock lock(&snapshot_mu_);
   snapshot_client_ = std::make_unique<etcd::Client>(co);
@@ -69,6 +70,9 @@ absl::StatusOr<std::unique_ptr<EtcdLog>> EtcdLog::Open(const Options& options, L
   }
   if (options.max_txn_ops == 0 || options.read_page <= 0) {
     return absl::InvalidArgumentError("etcd log: max_txn_ops and read_page must be positive");
+  }
+  if (absl::Status tls = etcd::CheckTls(options.endpoints, options.tls); !tls.ok()) {
+    return absl::Status(tls.code(), absl::StrCat("etcd log: ", tls.message()));
   }
   if (ledger == nullptr) return absl::InvalidArgumentError("etcd log: ledger must not be null");
   if (ledger->node_count() != 0 || ledger->holding_count() != 0) {

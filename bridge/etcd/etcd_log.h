@@ -77,8 +77,12 @@ namespace duet {
 class EtcdLog final : public DurableLog {
  public:
   struct Options {
-    // etcd v3 client URLs (http://host:port), tried in turn.
+    // etcd v3 client URLs (http://host:port or https://host:port, one
+    // scheme for all), tried in turn.
     std::vector<std::string> endpoints;
+    // For https:// endpoints: the CA of etcd's server certificate and the
+    // client certificate (etcd::CheckTls in etcd_client.h says what is accepted).
+    etcd::TlsOptions tls;
     // Key prefix of this ledger; no trailing slash.
     std::string prefix = "/duet/ledger";
     // Written into P/fence, for people reading etcd (the replica's name).
@@ -116,7 +120,9 @@ class EtcdLog final : public DurableLog {
   // newest snapshot and every later record into `ledger` and registers as its
   // ChangeListener. `ledger` must be empty, must not change until Open
   // returns, and must outlive the log. Errors:
-  //   INVALID_ARGUMENT     no endpoints, a bad prefix, a null ledger
+  //   INVALID_ARGUMENT     no endpoints, a bad prefix, a null ledger, TLS
+  //                        options etcd::CheckTls refuses
+  //   NOT_FOUND            a TLS file that cannot be read (the field named)
   //   FAILED_PRECONDITION  the ledger is not empty
   //   UNAVAILABLE          etcd cannot be reached (within request_timeout)
   //   DATA_LOSS            an unparsable or incomplete snapshot, or a record

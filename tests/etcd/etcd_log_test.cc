@@ -127,7 +127,7 @@ class EtcdLogTest : public ::testing::Test {
   }
   // Keys under `from` in etcd now.
   std::vector<std::string> Keys(const std::string& from) {
-    etcd::Client c({{etcd_.endpoint()}, absl::Seconds(2)});
+    etcd::Client c({{etcd_.endpoint()}, absl::Seconds(2), {}});
     auto r = c.Range(from, etcd::PrefixEnd(from), 0, 0);
     EXPECT_TRUE(r.ok()) << r.status();
     std::vector<std::string> keys;
