@@ -841,6 +841,35 @@ class SlinkyTest(unittest.TestCase):
         self.assertEqual(lines, [ours.replace("duet-bridge.duet.svc", "duet-bridge.slurm.svc")])
 
 
+class EtcdTlsTest(unittest.TestCase):
+    """bridge.etcdTls.secretName: the Secret mounted in the bridge and named in
+    its config's journal.etcd.tls (examples/values-etcd-tls.yaml)."""
+
+    def test_secret_mounted_and_named_in_the_config(self):
+        cfg = yaml.safe_load(one("etcd-tls", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
+        etcd = cfg["journal"]["etcd"]
+        self.assertTrue(all(e.startswith("https://") for e in etcd["endpoints"]), etcd)
+        self.assertEqual(etcd["tls"], {"ca_file": "/etc/duet/etcd-tls/ca.crt",
+                                       "cert_file": "/etc/duet/etcd-tls/tls.crt",
+                                       "key_file": "/etc/duet/etcd-tls/tls.key"})
+        spec = pod_spec(one("etcd-tls", "Deployment", "duet-bridge"))
+        vol = next(v for v in spec["volumes"] if v["name"] == "etcd-tls")
+        self.assertEqual(vol["secret"]["secretName"], "duet-etcd-client")
+        self.assertEqual(sorted(i["key"] for i in vol["secret"]["items"]),
+                         ["ca.crt", "tls.crt", "tls.key"])
+        bridge = next(c for c in spec["containers"] if c["name"] == "duet-bridge")
+        mount = next(m for m in bridge["volumeMounts"] if m["name"] == "etcd-tls")
+        # No subPath: a renewed Secret reaches the files.
+        self.assertEqual(mount, {"name": "etcd-tls", "mountPath": "/etc/duet/etcd-tls",
+                                 "readOnly": True})
+
+    def test_nothing_without_it(self):
+        cfg = yaml.safe_load(one("defaults", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
+        self.assertNotIn("etcd", cfg["journal"])
+        spec = pod_spec(one("defaults", "Deployment", "duet-bridge"))
+        self.assertNotIn("etcd-tls", [v["name"] for v in spec["volumes"]])
+
+
 class DashboardTest(unittest.TestCase):
     def test_only_when_enabled(self):
         self.assertEqual([o for o in objects("defaults", "ConfigMap")
@@ -926,6 +955,12 @@ class RefusalTest(unittest.TestCase):
          "bridge.auth.mode: token needs bridge.grpc.tls.enabled"),
         ("chart-owned auth key", "bridge: {config: {auth: {mode: none}}}\n",
          "bridge.config.auth.mode: set by the chart"),
+        ("etcd TLS Secret without etcd", "bridge: {etcdTls: {secretName: etcd-client}}\n",
+         "bridge.etcdTls.secretName: needs bridge.config.journal.etcd.endpoints"),
+        ("chart-owned etcd TLS files",
+         "bridge: {etcdTls: {secretName: etcd-client}, config: {journal: {etcd: "
+         "{endpoints: ['https://etcd:2379'], tls: {ca_file: /ca.crt}}}}}\n",
+         "bridge.config.journal.etcd.tls: set by the chart from bridge.etcdTls.secretName"),
     ]
 
     def test_refusals(self):

@@ -136,6 +136,7 @@ name the extender certificate must carry. */}}
 {{- define "duet.paths.nodeToken" -}}/var/run/secrets/duet{{- end -}}
 {{- define "duet.paths.nodeBridgeCa" -}}/etc/duet/bridge-ca{{- end -}}
 {{- define "duet.paths.journal" -}}/var/lib/duet/journal{{- end -}}
+{{- define "duet.paths.etcdTls" -}}/etc/duet/etcd-tls{{- end -}}
 {{- define "duet.paths.slurmConf" -}}/etc/slurm/slurm.conf{{- end -}}
 {{- define "duet.paths.mungeSocketDir" -}}/run/munge{{- end -}}
 {{- define "duet.paths.slurmKey" -}}/etc/slurm/slurm.key{{- end -}}
@@ -184,6 +185,18 @@ bridge.config is an error rather than silently replaced.
 {{- $_ := set $cfg "metrics" (merge (dict "listen" (printf "0.0.0.0:%d" (int $v.metrics.port))) (default dict (get $cfg "metrics"))) -}}
 {{- $journal := default dict (get $cfg "journal") -}}
 {{- $_ := set $journal "dir" (include "duet.paths.journal" .) -}}
+{{- if $v.etcdTls.secretName -}}
+{{- $etcd := default dict (get $journal "etcd") -}}
+{{- if not (get $etcd "endpoints") -}}
+{{- fail "bridge.etcdTls.secretName: needs bridge.config.journal.etcd.endpoints (https://)" -}}
+{{- end -}}
+{{- if hasKey $etcd "tls" -}}
+{{- fail "bridge.config.journal.etcd.tls: set by the chart from bridge.etcdTls.secretName; remove it (see values.yaml)" -}}
+{{- end -}}
+{{- $edir := include "duet.paths.etcdTls" . -}}
+{{- $_ := set $etcd "tls" (dict "ca_file" (printf "%s/ca.crt" $edir) "cert_file" (printf "%s/tls.crt" $edir) "key_file" (printf "%s/tls.key" $edir)) -}}
+{{- $_ := set $journal "etcd" $etcd -}}
+{{- end -}}
 {{- $_ := set $cfg "journal" $journal -}}
 {{- $_ := set $cfg "inventory" (dict "source" "kubernetes") -}}
 {{- $k := default dict (get $cfg "kubernetes") -}}
