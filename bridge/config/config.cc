@@ -103,6 +103,13 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(e.String("prefix", &c->journal.etcd.prefix));
     DUET_YAML(e.Duration("request_timeout", &c->journal.etcd.request_timeout));
     DUET_YAML(e.Duration("commit_timeout", &c->journal.etcd.commit_timeout));
+    DUET_YAML(e.Bool("allow_insecure", &c->journal.etcd.allow_insecure));
+    Section et(e.Child("tls"), "journal.etcd.tls");
+    DUET_YAML(et.Check());
+    DUET_YAML(et.String("ca_file", &c->journal.etcd.tls.ca_file));
+    DUET_YAML(et.String("cert_file", &c->journal.etcd.tls.cert_file));
+    DUET_YAML(et.String("key_file", &c->journal.etcd.tls.key_file));
+    DUET_YAML(et.Finish());
     DUET_YAML(e.Finish());
     DUET_YAML(s.Finish());
   }
@@ -204,14 +211,47 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
 }
 
 absl::Status ValidateEtcdLog(const EtcdLogConfig& e) {
+  // One scheme for every endpoint: TLS settings apply to all of them.
+  const bool https = e.endpoints.front().rfind("https://", 0) == 0;
   for (size_t i = 0; i < e.endpoints.size(); ++i) {
     const std::string& u = e.endpoints[i];
-    const size_t scheme = u.find("://");
-    const std::string rest = scheme == std::string::npos ? "" : u.substr(scheme + 3);
-    if (u.rfind("http://", 0) != 0 || rest.empty() || rest.find('/') != std::string::npos) {
+    const std::string scheme = https ? "https://" : "http://";
+    const std::string rest = u.rfind(scheme, 0) == 0 ? u.substr(scheme.size()) : "";
+    if (rest.empty() || rest.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "journal.etcd.endpoints[", i, "]: \"", u, "\" must be ", scheme,
+          "host:port (an etcd v3 client URL, no path", i > 0 ? "; one scheme for all" : "", ")"));
+    }
+  }
+  const EtcdLogConfig::Tls& t = e.tls;
+  const bool tls_set = !t.ca_file.empty() || !t.cert_file.empty() || !t.key_file.empty();
+  if (https) {
+    if (t.ca_file.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("journal.etcd.endpoints[", i, "]: \"", u,
-                       "\" must be http://host:port (an etcd v3 client URL, no path)"));
+          "journal.etcd.tls.ca_file: required with https:// endpoints (the CA that signs etcd's "
+          "server certificate; the system's store is not used)");
+    }
+    if (t.cert_file.empty() != t.key_file.empty()) {
+      return absl::InvalidArgumentError(
+          "journal.etcd.tls: cert_file and key_file must be set together");
+    }
+    if (e.allow_insecure) {
+      return absl::InvalidArgumentError(
+          "journal.etcd.allow_insecure: only for http:// endpoints; remove it with https://");
+    }
+  } else {
+    if (tls_set) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "journal.etcd.tls: set, but journal.etcd.endpoints[0] \"", e.endpoints[0],
+          "\" is plaintext: use https:// endpoints"));
+    }
+    const std::vector<std::string> open = InsecureEtcdEndpoints(e);
+    if (!open.empty() && !e.allow_insecure) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "journal.etcd.endpoints: \"", open.front(),
+          "\" is plaintext beyond loopback: anyone on the path may read or rewrite the ledger's "
+          "log; use https:// with journal.etcd.tls, or set journal.etcd.allow_insecure: true to "
+          "accept it"));
     }
   }
   if (e.prefix.empty() || e.prefix.front() != '/' || e.prefix.back() == '/') {
@@ -311,6 +351,15 @@ bool IsLoopbackAddress(const std::string& host_port) {
   in6_addr v6{};
   if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
   return host == "localhost";
+}
+
+std::vector<std::string> InsecureEtcdEndpoints(const EtcdLogConfig& etcd) {
+  static constexpr char kHttp[] = "http://";
+  std::vector<std::string> out;
+  for (const std::string& u : etcd.endpoints) {
+    if (u.rfind(kHttp, 0) == 0 && !IsLoopbackAddress(u.substr(sizeof kHttp - 1))) out.push_back(u);
+  }
+  return out;
 }
 
 std::string OpenDoor::Describe() const {

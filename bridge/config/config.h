@@ -71,9 +71,27 @@ struct MetricsConfig {
 // The ledger's log in etcd (bridge/etcd/etcd_log.h), shared by the replicas
 // under leader election; off while `endpoints` is empty.
 struct EtcdLogConfig {
-  // etcd v3 client URLs (http://host:port; its JSON gateway); tried in turn.
-  // Empty: the log is the local journal in journal.dir.
+  // etcd v3 client URLs (its JSON gateway), tried in turn: all
+  // https://host:port (with `tls`) or all http://host:port. Empty: the log
+  // is the local journal in journal.dir.
   std::vector<std::string> endpoints;
+  // For https:// endpoints (and only for them). The files are checked at
+  // start (readable, PEM, the key matches the certificate) and read again
+  // for every new connection to etcd.
+  struct Tls {
+    // CA certificates that sign etcd's server certificate; required with
+    // https:// (the system's store is not used).
+    std::string ca_file;
+    // The client certificate and its key, set together (etcd
+    // --client-cert-auth); empty: no client certificate.
+    std::string cert_file;
+    std::string key_file;
+  } tls;
+  // Accept http:// endpoints beyond loopback (the ledger's log unencrypted
+  // and unauthenticated on the network). Off: such a configuration is
+  // refused; on: it starts and says so at error level. Loopback http:// (a
+  // local proxy, tests) needs no flag; https:// endpoints refuse it.
+  bool allow_insecure = false;
   // Every key the log writes starts with this (one ledger per prefix).
   std::string prefix = "/duet/ledger";
   // One HTTP request to etcd.
@@ -292,6 +310,10 @@ std::vector<OpenDoor> OpenDoors(const Config& config);
 // True for a listen address only this host can reach: localhost, 127.0.0.0/8
 // or [::1].
 bool IsLoopbackAddress(const std::string& host_port);
+// The journal.etcd endpoints spoken to in plaintext beyond loopback: refused
+// by validation unless journal.etcd.allow_insecure; the bridge names each at
+// start at error level.
+std::vector<std::string> InsecureEtcdEndpoints(const EtcdLogConfig& etcd);
 
 // The embedded default used by `duet-bridge --dev`: local listeners, a
 // journal under the given directory, the embedded demo inventory.

@@ -96,6 +96,7 @@ journal:
     prefix: /duet/prod
     request_timeout: 500ms
     commit_timeout: 3s
+    allow_insecure: true
 )yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->journal.etcd.endpoints,
@@ -103,6 +104,7 @@ journal:
   EXPECT_EQ(c->journal.etcd.prefix, "/duet/prod");
   EXPECT_EQ(c->journal.etcd.request_timeout, absl::Milliseconds(500));
   EXPECT_EQ(c->journal.etcd.commit_timeout, absl::Seconds(3));
+  EXPECT_TRUE(c->journal.etcd.allow_insecure);
   c->inventory.source = "embedded";
   c->journal.dir = "";  // unused with etcd
   EXPECT_TRUE(ValidateConfig(*c).ok()) << ValidateConfig(*c);
@@ -121,7 +123,7 @@ journal:
     EXPECT_THAT(s.message(), HasSubstr(msg));
   };
   bad([](Config& x) { x.journal.etcd.endpoints[1] = "10.0.0.2:2379"; }, "journal.etcd.endpoints[1]");
-  bad([](Config& x) { x.journal.etcd.endpoints[0] = "https://h:2379"; }, "journal.etcd.endpoints[0]");
+  bad([](Config& x) { x.journal.etcd.endpoints[1] = "https://h:2379"; }, "journal.etcd.endpoints[1]");
   bad([](Config& x) { x.journal.etcd.endpoints[0] = "http://h:2379/v3"; }, "journal.etcd.endpoints[0]");
   bad([](Config& x) { x.journal.etcd.prefix = "duet"; }, "journal.etcd.prefix");
   bad([](Config& x) { x.journal.etcd.prefix = "/duet/"; }, "journal.etcd.prefix");
@@ -129,6 +131,74 @@ journal:
       "journal.etcd.request_timeout");
   bad([](Config& x) { x.journal.etcd.commit_timeout = absl::Milliseconds(100); },
       "journal.etcd.commit_timeout");
+}
+
+// journal.etcd over TLS with a client certificate; plaintext only on
+// loopback or with allow_insecure.
+TEST(ConfigTest, JournalEtcdTls) {
+  auto c = ParseConfig(R"yaml(
+journal:
+  dir: ""
+  etcd:
+    endpoints: [https://etcd-0.etcd:2379, https://10.0.0.2:2379]
+    tls:
+      ca_file: /etc/duet/etcd-tls/ca.crt
+      cert_file: /etc/duet/etcd-tls/tls.crt
+      key_file: /etc/duet/etcd-tls/tls.key
+inventory: {source: embedded}
+)yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->journal.etcd.tls.ca_file, "/etc/duet/etcd-tls/ca.crt");
+  EXPECT_EQ(c->journal.etcd.tls.cert_file, "/etc/duet/etcd-tls/tls.crt");
+  EXPECT_EQ(c->journal.etcd.tls.key_file, "/etc/duet/etcd-tls/tls.key");
+  EXPECT_FALSE(c->journal.etcd.allow_insecure);
+  EXPECT_TRUE(ValidateConfig(*c).ok()) << ValidateConfig(*c);
+  EXPECT_TRUE(InsecureEtcdEndpoints(c->journal.etcd).empty());
+  // TLS without a client certificate (etcd without --client-cert-auth).
+  Config server_only = *c;
+  server_only.journal.etcd.tls.cert_file = server_only.journal.etcd.tls.key_file = "";
+  EXPECT_TRUE(ValidateConfig(server_only).ok()) << ValidateConfig(server_only);
+
+  EXPECT_THAT(ParseConfig("journal: {etcd: {tls: {ca: x}}}").status().message(),
+              HasSubstr("journal.etcd.tls.ca: unknown key"));
+  EXPECT_THAT(ParseConfig("journal: {etcd: {allow_insecure: maybe}}").status().message(),
+              HasSubstr("journal.etcd.allow_insecure"));
+  auto bad = [&](const Config& base, auto mutate, const std::string& msg) {
+    Config copy = base;
+    mutate(copy);
+    absl::Status s = ValidateConfig(copy);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << msg;
+    EXPECT_THAT(s.message(), HasSubstr(msg));
+  };
+  bad(*c, [](Config& x) { x.journal.etcd.tls.ca_file = ""; },
+      "journal.etcd.tls.ca_file: required with https:// endpoints");
+  bad(*c, [](Config& x) { x.journal.etcd.tls.key_file = ""; },
+      "journal.etcd.tls: cert_file and key_file must be set together");
+  bad(*c, [](Config& x) { x.journal.etcd.tls.cert_file = ""; },
+      "journal.etcd.tls: cert_file and key_file must be set together");
+  bad(*c, [](Config& x) { x.journal.etcd.endpoints[1] = "http://10.0.0.2:2379"; },
+      "journal.etcd.endpoints[1]: \"http://10.0.0.2:2379\" must be https://host:port");
+  bad(*c, [](Config& x) { x.journal.etcd.allow_insecure = true; },
+      "journal.etcd.allow_insecure: only for http:// endpoints");
+  bad(*c, [](Config& x) { x.journal.etcd.endpoints = {"http://127.0.0.1:2379"}; },
+      "journal.etcd.tls: set, but journal.etcd.endpoints[0] \"http://127.0.0.1:2379\" is "
+      "plaintext");
+
+  // Plaintext: loopback needs no flag, anything else allow_insecure.
+  Config plain = *c;
+  plain.journal.etcd.tls = {};
+  plain.journal.etcd.endpoints = {"http://127.0.0.1:2379", "http://localhost:2380",
+                                  "http://[::1]:2381"};
+  EXPECT_TRUE(ValidateConfig(plain).ok()) << ValidateConfig(plain);
+  EXPECT_TRUE(InsecureEtcdEndpoints(plain.journal.etcd).empty());
+  plain.journal.etcd.endpoints.push_back("http://etcd.duet-system.svc:2379");
+  bad(plain, [](Config&) {},
+      "journal.etcd.endpoints: \"http://etcd.duet-system.svc:2379\" is plaintext beyond "
+      "loopback");
+  EXPECT_EQ(InsecureEtcdEndpoints(plain.journal.etcd),
+            std::vector<std::string>{"http://etcd.duet-system.svc:2379"});
+  plain.journal.etcd.allow_insecure = true;
+  EXPECT_TRUE(ValidateConfig(plain).ok()) << ValidateConfig(plain);
 }
 
 TEST(ConfigTest, KubernetesSection) {
