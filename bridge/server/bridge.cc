@@ -287,6 +287,16 @@ void AnnounceOpenDoors(const Config& config, Metrics* metrics) {
   });
 }
 
+// journal.etcd.tls for the etcd client; its errors name the config fields.
+etcd::TlsOptions EtcdTls(const EtcdLogConfig& e) {
+  etcd::TlsOptions t;
+  t.ca_file = e.tls.ca_file;
+  t.cert_file = e.tls.cert_file;
+  t.key_file = e.tls.key_file;
+  t.field = "journal.etcd.tls";
+  return t;
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcServerCredentials(
@@ -390,6 +400,7 @@ absl::Status Bridge::OpenJournal() {
     // acknowledged change (bridge/etcd/etcd_log.h).
     EtcdLog::Options eo;
     eo.endpoints = e.endpoints;
+    eo.tls = EtcdTls(e);
     eo.prefix = e.prefix;
     eo.owner = LeaderIdentity(config_.kubernetes.leader_election);
     eo.request_timeout = e.request_timeout;
@@ -919,6 +930,20 @@ int Run(const Config& config) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // The etcd TLS files now, not first at a takeover: a standby opens the log
+  // only once it leads.
+  if (const EtcdLogConfig& e = config.journal.etcd; !e.endpoints.empty()) {
+    if (absl::Status s = etcd::CheckTls(e.endpoints, EtcdTls(e)); !s.ok()) {
+      spdlog::critical("duet-bridge cannot start: {}", s.ToString());
+      return 1;
+    }
+    for (const std::string& u : InsecureEtcdEndpoints(e)) {
+      spdlog::error("journal.etcd.endpoints: {} is plaintext beyond loopback "
+                    "(journal.etcd.allow_insecure): anyone on the path may read or rewrite "
+                    "the ledger's log",
+                    u);
+    }
+  }
   if (config.kubernetes.leader_election.enabled) return RunWithLeaderElection(config, set);
 
   absl::StatusOr<std::unique_ptr<Bridge>> bridge = Bridge::Start(config);
