@@ -241,9 +241,9 @@ absl::Status ValidateEtcdLog(const EtcdLogConfig& e) {
     }
   } else {
     if (tls_set) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "journal.etcd.tls: set, but journal.etcd.endpoints[0] \"", e.endpoints[0],
-          "\" is plaintext: use https:// endpoints"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("journal.etcd.tls: set, but journal.etcd.endpoints[0] \"", e.endpoints[0],
+                       "\" is plaintext: use https:// endpoints"));
     }
     const std::vector<std::string> open = InsecureEtcdEndpoints(e);
     if (!open.empty() && !e.allow_insecure) {

@@ -137,16 +137,17 @@ absl::Status CheckTls(const std::vector<std::string>& endpoints, const TlsOption
     return absl::OkStatus();
   }
   if (tls.ca_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        f, ".ca_file: required with https:// endpoints (the CA that signs etcd's server "
-        "certificate; the system's store is not used)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(f,
+                     ".ca_file: required with https:// endpoints (the CA that signs etcd's server "
+                     "certificate; the system's store is not used)"));
   }
   if (tls.cert_file.empty() != tls.key_file.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(f, ": cert_file and key_file must be set together"));
   }
-  absl::StatusOr<std::string> ca = ReadFileToString(tls.ca_file, absl::StatusCode::kNotFound,
-                                                    absl::StrCat(f, ".ca_file"));
+  absl::StatusOr<std::string> ca =
+      ReadFileToString(tls.ca_file, absl::StatusCode::kNotFound, absl::StrCat(f, ".ca_file"));
   if (!ca.ok()) return ca.status();
   {
     BioPtr bio = MemBio(*ca);
@@ -157,11 +158,11 @@ absl::Status CheckTls(const std::vector<std::string>& endpoints, const TlsOption
     }
   }
   if (tls.cert_file.empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> cert = ReadFileToString(
-      tls.cert_file, absl::StatusCode::kNotFound, absl::StrCat(f, ".cert_file"));
+  absl::StatusOr<std::string> cert =
+      ReadFileToString(tls.cert_file, absl::StatusCode::kNotFound, absl::StrCat(f, ".cert_file"));
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadFileToString(tls.key_file, absl::StatusCode::kNotFound,
-                                                     absl::StrCat(f, ".key_file"));
+  absl::StatusOr<std::string> key =
+      ReadFileToString(tls.key_file, absl::StatusCode::kNotFound, absl::StrCat(f, ".key_file"));
   if (!key.ok()) return key.status();
   BioPtr cert_bio = MemBio(*cert);
   X509Ptr x509(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
@@ -170,18 +171,17 @@ absl::Status CheckTls(const std::vector<std::string>& endpoints, const TlsOption
         absl::StrCat(f, ".cert_file: ", tls.cert_file, " holds no PEM certificate"));
   }
   BioPtr key_bio = MemBio(*key);
-  // No passphrase callback: an encrypted key is refused here rather than
-  // prompted for on a terminal.
-  PkeyPtr pkey(PEM_read_bio_PrivateKey(key_bio.get(), nullptr,
-                                       [](char*, int, int, void*) { return 0; }, nullptr));
+  // A passphrase callback that gives none: an encrypted key is refused here
+  // rather than prompted for on a terminal.
+  PkeyPtr pkey(PEM_read_bio_PrivateKey(
+      key_bio.get(), nullptr, [](char*, int, int, void*) { return 0; }, nullptr));
   if (pkey == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        f, ".key_file: ", tls.key_file, " holds no unencrypted PEM private key"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(f, ".key_file: ", tls.key_file, " holds no unencrypted PEM private key"));
   }
   if (X509_check_private_key(x509.get(), pkey.get()) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(f, ".key_file: ", tls.key_file,
-                                                   " is not the key of ", f, ".cert_file ",
-                                                   tls.cert_file));
+    return absl::InvalidArgumentError(absl::StrCat(
+        f, ".key_file: ", tls.key_file, " is not the key of ", f, ".cert_file ", tls.cert_file));
   }
   return absl::OkStatus();
 }

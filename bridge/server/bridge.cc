@@ -938,10 +938,11 @@ int Run(const Config& config) {
       return 1;
     }
     for (const std::string& u : InsecureEtcdEndpoints(e)) {
-      spdlog::error("journal.etcd.endpoints: {} is plaintext beyond loopback "
-                    "(journal.etcd.allow_insecure): anyone on the path may read or rewrite "
-                    "the ledger's log",
-                    u);
+      spdlog::error(
+          "journal.etcd.endpoints: {} is plaintext beyond loopback "
+          "(journal.etcd.allow_insecure): anyone on the path may read or rewrite "
+          "the ledger's log",
+          u);
     }
   }
   if (config.kubernetes.leader_election.enabled) return RunWithLeaderElection(config, set);

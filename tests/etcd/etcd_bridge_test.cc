@@ -25,9 +25,9 @@
 namespace duet {
 namespace {
 
+using testing::EtcdServer;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::EtcdServer;
 
 class EtcdBridgeTest : public ::testing::Test {
  protected:
@@ -74,7 +74,8 @@ class EtcdBridgeTest : public ::testing::Test {
         ::dup2(fd, 1);
         ::dup2(fd, 2);
       }
-      ::execl(DUET_BRIDGE_BIN, DUET_BRIDGE_BIN, "--config", cfg.c_str(), static_cast<char*>(nullptr));
+      ::execl(DUET_BRIDGE_BIN, DUET_BRIDGE_BIN, "--config", cfg.c_str(),
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
   }

@@ -59,7 +59,8 @@ absl::Status EtcdServer::MakeCertificates() {
   // gRPC port presenting the server certificate, so with --client-cert-auth
   // that certificate must be good for client authentication as well.
   const std::string script = absl::StrCat(
-      "set -e; cd '", pki, "'; exec >openssl.log 2>&1\n"
+      "set -e; cd '", pki,
+      "'; exec >openssl.log 2>&1\n"
       "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out \"$1\"; }\n"
       "ca() { key $1.key; openssl req -x509 -new -key $1.key -out $1.crt -days 2 -subj /CN=$1; }\n"
       "leaf() {  # name ca extensions\n"
@@ -105,11 +106,14 @@ absl::Status EtcdServer::Start(absl::Duration timeout) {
   // Built before fork: the child only execs.
   const std::string pki = dir_ + "/pki";
   const std::string cert = pki + "/server.crt", key = pki + "/server.key", ca = pki + "/ca.crt";
-  std::vector<const char*> argv = {
-      kBinary, "--name", "default", "--data-dir", data.c_str(),
-      "--listen-client-urls", client.c_str(), "--advertise-client-urls", client.c_str(),
-      "--listen-peer-urls", peer.c_str(), "--initial-advertise-peer-urls", peer.c_str(),
-      "--initial-cluster", cluster.c_str()};
+  std::vector<const char*> argv = {kBinary,        "--name",
+                                   "default",      "--data-dir",
+                                   data.c_str(),   "--listen-client-urls",
+                                   client.c_str(), "--advertise-client-urls",
+                                   client.c_str(), "--listen-peer-urls",
+                                   peer.c_str(),   "--initial-advertise-peer-urls",
+                                   peer.c_str(),   "--initial-cluster",
+                                   cluster.c_str()};
   if (options_.tls) {
     for (const char* a : {"--client-cert-auth", "--cert-file", cert.c_str(), "--key-file",
                           key.c_str(), "--trusted-ca-file", ca.c_str()}) {

@@ -22,8 +22,8 @@ namespace duet {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::EtcdServer;
+using ::testing::HasSubstr;
 
 NodeSpec MakeNode(const std::string& name) {
   NodeSpec spec;
@@ -122,8 +122,7 @@ TEST_F(EtcdTlsTest, TheLogAppendsAndRecoversWithTheClientCertificate) {
   EXPECT_EQ(fresh.ListHoldings("node-0")[0].owner.ToString(), Owner::SlurmJob(42).ToString());
 
   // The port speaks TLS only: a plaintext client gets nothing.
-  etcd::Client plain(
-      {{absl::StrCat("http://", etcd_.endpoint().substr(8))}, absl::Seconds(2), {}});
+  etcd::Client plain({{absl::StrCat("http://", etcd_.endpoint().substr(8))}, absl::Seconds(2), {}});
   absl::StatusOr<etcd::RangeResult> r = plain.Range("/duet/tls/fence", "", 0, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("does it serve https?"));
@@ -192,9 +191,9 @@ TEST_F(EtcdTlsTest, BadTlsSettingsAreRefusedBeforeAnythingIsSent) {
        [&](EtcdLog::Options& o) {
          o.endpoints = {absl::StrCat("http://", etcd_.endpoint().substr(8))};
        },
-       absl::StatusCode::kInvalidArgument, "journal.etcd.tls: set, but the endpoints are plaintext"},
-      {"mixed schemes",
-       [&](EtcdLog::Options& o) { o.endpoints.push_back("http://127.0.0.1:1"); },
+       absl::StatusCode::kInvalidArgument,
+       "journal.etcd.tls: set, but the endpoints are plaintext"},
+      {"mixed schemes", [&](EtcdLog::Options& o) { o.endpoints.push_back("http://127.0.0.1:1"); },
        absl::StatusCode::kInvalidArgument, "endpoints[1]"},
   };
   for (const Case& c : cases) {
@@ -211,8 +210,8 @@ TEST_F(EtcdTlsTest, BadTlsSettingsAreRefusedBeforeAnythingIsSent) {
 // whose files are replaced (a rotated Secret) uses the new ones at its next
 // connection, with no restart.
 TEST_F(EtcdTlsTest, CertificateFilesAreReadAgainForANewConnection) {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          absl::StrCat("duet-etcd-rotate-", ::getpid());
+  const std::string dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("duet-etcd-rotate-", ::getpid());
   std::filesystem::create_directories(dir);
   const etcd::TlsOptions good = etcd_.ClientTls();
   CopyFile(etcd_.other_client_cert(), dir + "/tls.crt");
