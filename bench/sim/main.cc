@@ -129,6 +129,12 @@ int Run(const Flags& flags) {
             << "\n"
             << "ties between equally scored nodes: " << flags.ties << "\n"
             << "mapping: " << mapping->Describe() << "\n";
+  // The pod list's classes, so a list without a qos column shows as such.
+  std::map<std::string, size_t> per_qos;
+  for (const TracePod& p : trace->pods) ++per_qos[p.qos.empty() ? "none" : p.qos];
+  std::cout << "pod list QoS:";
+  for (const auto& [qos, count] : per_qos) std::cout << " " << qos << " " << count;
+  std::cout << "\n";
 
   // Every (seed, policy) replay is independent: run them on --jobs threads.
   std::vector<uint64_t> seeds;
@@ -168,6 +174,31 @@ int Run(const Flags& flags) {
   for (const auto& r : results) {
     if (!r.ok()) {
       std::cerr << "replay failed: " << r.status() << "\n";
+      return 1;
+    }
+  }
+  // What the mapping line says must be what the replays did (issue 28: "all ->
+  // Kubernetes" was printed over replays that sent every pod to Slurm). A
+  // one-world mapping is checked against its own promise, a split against the
+  // worlds MakeArrivals gave the arrivals.
+  for (size_t t = 0; t < tasks; ++t) {
+    const ReplayResult& r = *results[t];
+    const std::vector<Arrival>& seed_arrivals = arrivals[t / policies.size()];
+    uint64_t to_k8s = 0;
+    for (const Arrival& a : seed_arrivals) {
+      const World w = mapping->every_pod.value_or(a.world);
+      if (w == World::kKubernetes) ++to_k8s;
+    }
+    const uint64_t to_slurm = seed_arrivals.size() - to_k8s;
+    const bool held_off_mapping = (to_k8s == 0 && r.pod_holdings > 0) ||
+                                  (to_slurm == 0 && r.slurm_holdings > 0);
+    if (r.kubernetes_arrivals != to_k8s || r.slurm_arrivals != to_slurm || held_off_mapping) {
+      std::cerr << "replay " << r.policy << " (seed " << seeds[t / policies.size()]
+                << ") does not follow the mapping " << mapping->Describe() << ": "
+                << r.kubernetes_arrivals << " arrivals to Kubernetes and " << r.slurm_arrivals
+                << " to Slurm where the mapping gives " << to_k8s << " and " << to_slurm
+                << "; held by pods " << r.pod_holdings << ", by Slurm jobs " << r.slurm_holdings
+                << "\n";
       return 1;
     }
   }
@@ -274,6 +305,18 @@ int Run(const Flags& flags) {
     }
     std::cout << absl::StrFormat("    idle GPUs on nodes with >= 90%% of CPU requested @max: %.1f\n",
                                  Median(cpu_full));
+    uint64_t k8s_arrivals = 0, slurm_arrivals = 0, pod_holdings = 0, slurm_holdings = 0;
+    for (size_t s = 0; s < seeds.size(); ++s) {
+      const ReplayResult& r = *results[s * policies.size() + p];
+      k8s_arrivals += r.kubernetes_arrivals;
+      slurm_arrivals += r.slurm_arrivals;
+      pod_holdings += r.pod_holdings;
+      slurm_holdings += r.slurm_holdings;
+    }
+    std::cout << absl::StrFormat(
+        "    routed (all seeds): %d arrivals to Kubernetes (extender), %d to Slurm (first fit); "
+        "held at the end: %d by pods, %d by Slurm jobs\n",
+        k8s_arrivals, slurm_arrivals, pod_holdings, slurm_holdings);
   }
 
   // gnuplot script and PNG.

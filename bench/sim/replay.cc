@@ -144,6 +144,11 @@ absl::StatusOr<Mapping> ParseMapping(absl::string_view text) {
         m.kubernetes_qos.emplace_back(q);
       }
     }
+    // "k8s=" alone would quietly send every pod with a QoS to Slurm.
+    if (m.kubernetes_qos.empty() && !m.no_qos.has_value()) {
+      return absl::InvalidArgumentError(
+          "--mapping: k8s= names no QoS class (k8s=QOS[+QOS...], none for pods without one)");
+    }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--mapping: \"", text, "\" is not default, all-k8s, all-slurm or k8s=QOS[+QOS...]"));
@@ -377,10 +382,12 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
                                            : std::chrono::steady_clock::time_point();
     std::optional<placement::NodeChoice> choice;
     if (world == World::kKubernetes) {
+      ++result.kubernetes_arrivals;
       choice = placement::SelectNode(views, loads, req, k8s_scorer,
                                      k8s_nodes.has_value() ? &*k8s_nodes : nullptr,
                                      options.random_ties ? &tie_state : nullptr);
     } else {
+      ++result.slurm_arrivals;
       for (const auto& [w, i] : slurm_order) {
         if (!placement::Fits(*views[i], loads[i], req)) continue;
         std::optional<placement::Placement> p = scorer.Evaluate(*views[i], loads[i], req);
@@ -430,6 +437,11 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
 
   absl::Status invariants = ledger.CheckInvariants();
   if (!invariants.ok()) return invariants;
+  // Counted from the ledger, not from `arrivals`: what was actually held.
+  for (const Holding& h : ledger.ListHoldings()) {
+    ++(h.owner.holder_class() == HolderClass::kSlurm ? result.slurm_holdings
+                                                     : result.pod_holdings);
+  }
 
   result.decisions = decision_us.size();
   if (!decision_us.empty()) {

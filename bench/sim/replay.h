@@ -166,6 +166,15 @@ struct ReplayResult {
   double kubernetes_allocated_gpus = 0;
   double slurm_allocated_gpus = 0;
   double idle_gpus_cpu_full = 0;
+  // Where the arrivals went, as the replay handled them (issue 28: a mapping
+  // that printed "all -> Kubernetes" sent a pod list without QoS to Slurm):
+  // arrivals decided by the extender (SelectNode) and by Slurm's first fit,
+  // and the ledger's holdings at the end by holder class. A placement with no
+  // device (a CPU-only pod) holds nothing, and a failed one nothing either.
+  uint64_t kubernetes_arrivals = 0;
+  uint64_t slurm_arrivals = 0;
+  uint64_t pod_holdings = 0;
+  uint64_t slurm_holdings = 0;
 };
 
 // Replays `arrivals` for one policy on a fresh Ledger. `workload` is the

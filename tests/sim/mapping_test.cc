@@ -7,15 +7,23 @@
 // that the same file also builds against the code before the fix and fails
 // there.
 
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <ostream>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "bench/sim/replay.h"
 #include "gtest/gtest.h"
 
@@ -166,6 +174,147 @@ TEST(MappingTest, DescribeSaysWhereAPodWithoutQosGoes) {
             "default: LS+Guaranteed -> Kubernetes, every other QoS -> Slurm, no QoS -> refused");
   EXPECT_EQ(ParseMapping("k8s=LS+none")->Describe(),
             "k8s=LS+none: LS -> Kubernetes, every other QoS -> Slurm, no QoS -> Kubernetes");
+}
+
+// "k8s=" with no class would send every pod with a QoS to Slurm unasked.
+TEST(MappingTest, AnExplicitMappingMustNameAClass) {
+  for (const char* text : {"k8s=", "k8s=+", "k8s=++"}) {
+    const absl::StatusOr<Mapping> m = ParseMapping(text);
+    ASSERT_FALSE(m.ok()) << text;
+    EXPECT_NE(m.status().message().find("--mapping"), std::string::npos) << m.status();
+  }
+  EXPECT_TRUE(ParseMapping("k8s=none").ok());
+  EXPECT_TRUE(ParseMapping("k8s=LS").ok());
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct SimRun {
+  int rc = -1;
+  std::string out;
+  std::string err;
+};
+
+// The real duet-sim binary, as an operator runs it.
+SimRun DuetSim(const std::string& args, const std::string& tag) {
+  const std::string out = absl::StrCat(::testing::TempDir(), "/duet-sim-", tag, ".out");
+  const std::string err = absl::StrCat(::testing::TempDir(), "/duet-sim-", tag, ".err");
+  const int status =
+      std::system(absl::StrCat("'", DUET_SIM_BIN, "' ", args, " >'", out, "' 2>'", err, "'").c_str());
+  SimRun r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  r.out = ReadAll(out);
+  r.err = ReadAll(err);
+  return r;
+}
+
+// What duet-sim prints is what its replays did: the mapping line, and each
+// policy's count of arrivals the extender and Slurm's first fit decided and of
+// the ledger's holdings by pods and by Slurm jobs, for every mapping and pod
+// list. The expected counts come from the pod list and Expected() above, not
+// from the replay. Before issue 28 the pod list without a qos column printed
+// "all -> Kubernetes" under all-k8s while every arrival went to Slurm.
+TEST(MappingTest, DuetSimPrintsWhereItsReplaysSentThePods) {
+  const std::string nodes = Nodes();
+  const std::vector<std::string> mappings = {"all-k8s", "all-slurm", "default", "k8s=BE+LS",
+                                             "k8s=Burstable+none"};
+  const std::vector<uint64_t> seeds = {5, 6};
+  const std::vector<std::string> policies = {"duet", "static"};
+  const std::regex routed(
+      R"(\n(\S+) .*\n(?:    .*\n)*?    routed \(all seeds\): (\d+) arrivals to Kubernetes \(extender\), )"
+      R"((\d+) to Slurm \(first fit\); held at the end: (\d+) by pods, (\d+) by Slurm jobs(?=\n))");
+  int case_no = 0;
+  for (const std::string& pods : {PodsAllQos(), PodsWithQos(), PodsWithoutQosColumn()}) {
+    absl::StatusOr<Trace> t = LoadTrace(nodes, pods);
+    ASSERT_TRUE(t.ok()) << t.status();
+    std::map<std::string, size_t> per_qos;
+    for (const TracePod& p : t->pods) ++per_qos[p.qos.empty() ? "none" : p.qos];
+    std::string qos_line = "pod list QoS:";
+    for (const auto& [q, n] : per_qos) absl::StrAppend(&qos_line, " ", q, " ", n);
+    // Which originals arrive, per seed: the same under every mapping
+    // (TheMappingDoesNotChangeTheArrivals).
+    std::vector<std::vector<Arrival>> arrivals;
+    for (uint64_t seed : seeds) {
+      absl::StatusOr<std::vector<Arrival>> a = MakeArrivals(*t, *ParseMapping("all-k8s"), seed, 1.3);
+      ASSERT_TRUE(a.ok()) << a.status();
+      arrivals.push_back(*std::move(a));
+    }
+    for (const std::string& name : mappings) {
+      SCOPED_TRACE(absl::StrCat(pods, ", mapping ", name));
+      const std::string out_dir = absl::StrCat(::testing::TempDir(), "/duet-sim-out-", case_no);
+      std::filesystem::remove_all(out_dir);
+      const SimRun r = DuetSim(absl::StrCat("--nodes '", nodes, "' --pods '", pods, "' --mapping '",
+                                         name, "' --seed 5 --runs 2 --policies duet,static",
+                                         " --no-plot --out '", out_dir, "'"),
+                            std::to_string(case_no++));
+      const TracePod* homeless = nullptr;
+      for (const TracePod& p : t->pods) {
+        if (!Expected(name, p.qos).has_value()) {
+          homeless = &p;
+          break;
+        }
+      }
+      if (homeless != nullptr) {
+        // Refused at start: exit 2 naming the pod, no result of any kind.
+        EXPECT_EQ(r.rc, 2) << r.out << r.err;
+        EXPECT_NE(r.err.find(homeless->name), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("no QoS"), std::string::npos) << r.err;
+        EXPECT_EQ(r.out.find("routed"), std::string::npos) << r.out;
+        EXPECT_FALSE(std::filesystem::exists(out_dir)) << out_dir;
+        continue;
+      }
+      ASSERT_EQ(r.rc, 0) << r.out << r.err;
+      EXPECT_NE(r.out.find(qos_line + "\n"), std::string::npos) << r.out;
+      // Per policy, over both seeds: arrivals to each world as the mapping
+      // promises them.
+      uint64_t want_k8s = 0;
+      uint64_t want_slurm = 0;
+      for (const std::vector<Arrival>& seed_arrivals : arrivals) {
+        for (const Arrival& a : seed_arrivals) {
+          (Expected(name, t->pods[a.pod].qos) == World::kKubernetes ? want_k8s : want_slurm)++;
+        }
+      }
+      // The mapping line's claim, read as an operator reads it.
+      std::string mapping_line;
+      for (absl::string_view l : absl::StrSplit(r.out, '\n')) {
+        if (absl::ConsumePrefix(&l, "mapping: ")) mapping_line = std::string(l);
+      }
+      const bool says_all_k8s = mapping_line.find("all -> Kubernetes") != std::string::npos;
+      const bool says_all_slurm = mapping_line.find("all -> Slurm") != std::string::npos;
+      EXPECT_EQ(says_all_k8s, name == "all-k8s") << mapping_line;
+      EXPECT_EQ(says_all_slurm, name == "all-slurm") << mapping_line;
+
+      size_t seen = 0;
+      for (std::sregex_iterator m(r.out.begin(), r.out.end(), routed), end; m != end; ++m) {
+        SCOPED_TRACE((*m)[1].str());
+        EXPECT_EQ((*m)[1].str(), policies[seen]);
+        const uint64_t k8s = std::stoull((*m)[2].str());
+        const uint64_t slurm = std::stoull((*m)[3].str());
+        const uint64_t pod_held = std::stoull((*m)[4].str());
+        const uint64_t slurm_held = std::stoull((*m)[5].str());
+        EXPECT_EQ(k8s, want_k8s);
+        EXPECT_EQ(slurm, want_slurm);
+        // The ledger: each world holds devices only if pods went to it.
+        EXPECT_EQ(pod_held > 0, want_k8s > 0) << pod_held;
+        EXPECT_EQ(slurm_held > 0, want_slurm > 0) << slurm_held;
+        EXPECT_LE(pod_held, k8s);
+        EXPECT_LE(slurm_held, slurm);
+        if (says_all_k8s) {
+          EXPECT_EQ(slurm + slurm_held, 0u);
+        }
+        if (says_all_slurm) {
+          EXPECT_EQ(k8s + pod_held, 0u);
+        }
+        ++seen;
+      }
+      EXPECT_EQ(seen, policies.size()) << r.out;
+    }
+  }
 }
 
 }  // namespace
