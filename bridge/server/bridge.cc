@@ -1,9 +1,7 @@
 #include "bridge/server/bridge.h"
 
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,7 +10,6 @@
 #include <cstring>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
