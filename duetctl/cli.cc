@@ -42,8 +42,10 @@ struct Flags {
   bool watch = false;
 };
 
+// Messages quote server answers and names from the cluster: printed through
+// Printable, so one message is one visible line.
 int Fail(const CliEnv& env, int code, const std::string& message) {
-  *env.err << "duetctl: " << message << "\n";
+  *env.err << "duetctl: " << Printable(message) << "\n";
   return code;
 }
 
@@ -63,7 +65,13 @@ bool ParseTimeout(const std::string& text, absl::Duration* out) {
   return *out > absl::ZeroDuration() && *out != absl::InfiniteDuration();
 }
 
-void PrintJson(const CliEnv& env, const Json& j) { *env.out << j.dump(2) << "\n"; }
+// Bytes that are not UTF-8 print as U+FFFD instead of making dump() throw:
+// valid JSON whatever the strings hold (controls nlohmann escapes itself).
+std::string DumpJson(const Json& j, int indent) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
+void PrintJson(const CliEnv& env, const Json& j) { *env.out << DumpJson(j, 2) << "\n"; }
 
 // Nodes asked for by name that the server did not return.
 std::vector<std::string> MissingNames(const std::vector<std::string>& names,
@@ -130,9 +138,9 @@ class WatchScreen {
     for (const auto& [name, node] : nodes_) *response.add_nodes() = node;
     std::ostream& out = *env_.out;
     if (flags_.json) {
-      out << NodesJson(response).dump() << "\n";  // JSON Lines: one document per update
+      out << DumpJson(NodesJson(response), -1) << "\n";  // JSON Lines: one document per update
     } else if (env_.out_is_tty) {
-      out << "\033[H\033[2J" << "duet-bridge at " << flags_.client.server << ", "
+      out << "\033[H\033[2J" << "duet-bridge at " << Printable(flags_.client.server) << ", "
           << absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone())
           << " (Ctrl-C to stop)\n\n"
           << RenderNodesTable(response);
@@ -229,7 +237,7 @@ int Holds(Client& client, const Flags& flags, const CliEnv& env) {
   if (flags.json) {
     PrintJson(env, HoldsJson(*response));
   } else if (response->holdings().empty() && !flags.node.empty()) {
-    *env.out << "No holdings on node " << flags.node << ".\n";
+    *env.out << "No holdings on node " << Printable(flags.node) << ".\n";
   } else {
     *env.out << RenderHoldsTable(*response, absl::Now());
   }

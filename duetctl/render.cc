@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -76,8 +77,54 @@ size_t DisplayWidth(const std::string& s) {
   return n;
 }
 
-// Left-aligned columns, three spaces apart, no trailing spaces.
-std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+// The code point of the UTF-8 sequence at text[i] in *cp, and the
+// sequence's length; 0 when the bytes there are not well-formed UTF-8
+// (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF).
+size_t DecodeUtf8(std::string_view text, size_t i, char32_t* cp) {
+  const unsigned char lead = static_cast<unsigned char>(text[i]);
+  size_t len;
+  char32_t c;
+  char32_t min;
+  if (lead < 0x80) {
+    *cp = lead;
+    return 1;
+  } else if ((lead & 0xe0) == 0xc0) {
+    len = 2, c = lead & 0x1f, min = 0x80;
+  } else if ((lead & 0xf0) == 0xe0) {
+    len = 3, c = lead & 0x0f, min = 0x800;
+  } else if ((lead & 0xf8) == 0xf0) {
+    len = 4, c = lead & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (text.size() - i < len) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    const unsigned char b = static_cast<unsigned char>(text[i + k]);
+    if ((b & 0xc0) != 0x80) return 0;
+    c = (c << 6) | (b & 0x3f);
+  }
+  if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
+  *cp = c;
+  return len;
+}
+
+// Code points past ASCII that a terminal acts on or does not show: C1
+// controls (0x9b is CSI where 8-bit controls are honoured), the soft hyphen,
+// zero-width characters, line and paragraph separators, and the
+// bidirectional marks, embeddings, overrides and isolates that reorder what
+// follows them ("Trojan Source").
+bool Invisible(char32_t c) {
+  return (c >= 0x80 && c <= 0x9f) || c == 0xad || (c >= 0x200b && c <= 0x200f) ||
+         (c >= 0x2028 && c <= 0x202e) || (c >= 0x2060 && c <= 0x206f) || c == 0xfeff ||
+         (c >= 0xfff9 && c <= 0xfffb);
+}
+
+// Left-aligned columns, three spaces apart, no trailing spaces. Every cell is
+// printed through Printable: cells hold names and reasons from the cluster.
+std::string FormatTable(std::vector<std::vector<std::string>> rows) {
+  for (auto& row : rows) {
+    for (std::string& cell : row) cell = Printable(cell);
+  }
   std::vector<size_t> widths;
   for (const auto& row : rows) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
@@ -222,6 +269,38 @@ std::string PodNameFor(const v1::Owner& owner, const std::map<std::string, std::
 std::string MilliText(int64_t milli) { return absl::StrCat(milli, "m"); }
 
 }  // namespace
+
+std::string Printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const char ch = text[i];
+    char32_t cp = 0;
+    const size_t len = DecodeUtf8(text, i, &cp);
+    if (len == 0) {  // not UTF-8: the byte itself, visibly
+      absl::StrAppendFormat(&out, "\\x%02x", static_cast<unsigned char>(ch));
+      ++i;
+      continue;
+    }
+    if (ch == '\\') {
+      out += "\\\\";
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (cp < 0x20 || cp == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", static_cast<unsigned>(cp));
+    } else if (Invisible(cp)) {
+      absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned>(cp));
+    } else {
+      out.append(text.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
+}
 
 std::string KindText(v1::DeviceKind kind) {
   static constexpr const char* kNames[] = {nullptr, "gpu", "tpu"};
@@ -471,7 +550,8 @@ std::string RenderWorkloadTable(const v1::WorkloadResponse& response) {
       "%d shapes exported of %d tracked, covering %.1f%% of %.1f arrivals (half-life %s; %d "
       "counted, %d seen again, %d shapes dropped).\n",
       response.shapes_size(), response.tracked(), 100 * response.coverage(),
-      response.total_weight(), response.half_life(), response.arrivals(), response.duplicates(),
+      response.total_weight(), Printable(response.half_life()), response.arrivals(),
+      response.duplicates(),
       response.evictions());
   if (response.shapes().empty()) return out + "No shapes learned yet.\n";
   std::vector<std::vector<std::string>> rows = {

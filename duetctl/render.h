@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -95,6 +96,17 @@ Json WorkloadJson(const v1::WorkloadResponse& response);
 Json NodeJson(const v1::Node& node);
 
 // Building blocks, exposed for tests.
+
+// `text` made safe to print to a terminal: every string that came from the
+// ledger or the cluster (names, holders, reasons, labels, error messages)
+// may hold bytes a terminal acts on. Printable UTF-8 is kept ("…", "é");
+// `\` becomes "\\", newline, carriage return and tab become "\n", "\r",
+// "\t", other C0 controls, DEL and bytes that are not UTF-8 become "\xNN",
+// and C1 controls, bidirectional overrides and other invisible format
+// characters become "\uNNNN". So one value is one line of visible text, and
+// the escaped form is unambiguous. Table and plain outputs pass every cell
+// through it; JSON outputs need not (nlohmann escapes controls itself).
+std::string Printable(std::string_view text);
 
 // 1500 -> "1.5", 2000 -> "2", 250 -> "0.25", 0 -> "0".
 std::string MilliDevices(int64_t milli);

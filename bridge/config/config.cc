@@ -13,6 +13,7 @@
 #include "bridge/config/host_port.h"
 #include "bridge/config/yaml_section.h"
 #include "bridge/placement/placement.h"
+#include "common/yaml/unique_keys.h"
 #include "yaml-cpp/yaml.h"
 
 namespace duet {
@@ -428,7 +429,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text) {
   // yaml-cpp reports errors by throwing; this is the one place that calls it.
   try {
     YAML::Node root = YAML::Load(yaml_text);
-    absl::Status s = ParseInto(root, &c);
+    absl::Status s = CheckUniqueKeys(root);
+    if (s.ok()) s = ParseInto(root, &c);
     if (!s.ok()) return s;
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("config: YAML error at line ", e.mark.line + 1,

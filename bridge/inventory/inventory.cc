@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bridge/config/yaml_section.h"
+#include "common/yaml/unique_keys.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -207,7 +208,9 @@ class FileInventory final : public InventorySource {
 absl::StatusOr<std::vector<NodeSpec>> ParseInventory(const std::string& yaml_text) {
   std::vector<NodeSpec> out;
   try {
-    absl::Status s = ParseInventoryInto(YAML::Load(yaml_text), &out);
+    const YAML::Node root = YAML::Load(yaml_text);
+    absl::Status s = CheckUniqueKeys(root);
+    if (s.ok()) s = ParseInventoryInto(root, &out);
     if (!s.ok()) return s;
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("YAML error at line ", e.mark.line + 1,

@@ -1,9 +1,7 @@
 #include "bridge/server/bridge.h"
 
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,7 +10,6 @@
 #include <cstring>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -28,6 +25,7 @@
 #include "bridge/server/leadership.h"
 #include "bridge/server/pod_release.h"
 #include "bridge/server/sync_events.h"
+#include "bridge/server/unix_socket.h"
 #include "bridge/server/watch_metrics.h"
 #include "bridge/server/workload.h"
 #include "bridge/slurm/munge_auth.h"
@@ -41,66 +39,6 @@
 
 namespace duet {
 namespace {
-
-// True when a process accepts connections on the unix socket at `path`.
-bool SocketInUse(const std::string& path) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) return false;
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool in_use = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return in_use;
-}
-
-std::string OctalMode(uint32_t mode) {
-  char text[16];
-  std::snprintf(text, sizeof text, "%04o", mode);
-  return text;
-}
-
-// Adds `bits` to the process umask while it lives; 0: leaves it alone. (The
-// umask is read by setting it, to 0077 for that instant: what other threads
-// create meanwhile loses only group and others' bits, never the owner's.)
-class NarrowedUmask {
- public:
-  explicit NarrowedUmask(mode_t bits) : bits_(bits), before_(bits != 0 ? ::umask(0077) : 0) {
-    if (bits_ != 0) ::umask(before_ | bits_);
-  }
-  ~NarrowedUmask() {
-    if (bits_ != 0) ::umask(before_);
-  }
-  NarrowedUmask(const NarrowedUmask&) = delete;
-  NarrowedUmask& operator=(const NarrowedUmask&) = delete;
-
- private:
-  const mode_t bits_;
-  const mode_t before_;
-};
-
-// grpc.unix_socket's directory: whoever may write to it may replace the socket
-// with their own and answer the SPANK plugin and duet-node in the bridge's
-// place. World-writable is refused unless sticky (as /tmp is: others may not
-// remove or rename what they do not own there).
-absl::Status CheckSocketDirectory(const std::string& socket) {
-  std::string dir = std::filesystem::path(socket).parent_path().string();
-  if (dir.empty()) dir = ".";
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) {
-    return absl::UnavailableError(absl::StrCat("grpc.unix_socket ", socket, ": directory ", dir,
-                                               ": ", std::strerror(errno)));
-  }
-  if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "grpc.unix_socket ", socket, ": its directory ", dir, " (mode ",
-        OctalMode(st.st_mode & 07777), ") is writable by every user without the sticky bit: "
-        "anyone could replace the socket; use a directory only duet-bridge's user may write "
-        "(e.g. 0755)"));
-  }
-  return absl::OkStatus();
-}
 
 prometheus::MetricFamily Family(const std::string& name, const std::string& help,
                                 prometheus::MetricType type, double value) {
@@ -730,36 +668,17 @@ absl::Status Bridge::ServeGrpc() {
                              &grpc_plaintext_port_);
   }
   const std::string& socket = config_.grpc.unix_socket;
-  // bind() makes the socket 0777 & ~umask, and connecting needs only write
-  // permission on it; create_directories makes its directory 0777 & ~umask.
-  // Under a umask that lets group or others write (0 under some service
-  // managers) anyone could call in before the chmod below, or replace the
-  // socket. So the umask drops group and others' write until the listeners
-  // are bound (it is process-wide: files other threads create meanwhile are
-  // only stricter); then the socket gets grpc.unix_socket_mode.
-  {
-    NarrowedUmask narrowed(socket.empty() ? 0 : 0022);
-    if (!socket.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(std::filesystem::path(socket).parent_path(), ec);
-      DUET_RETURN_IF_ERROR(CheckSocketDirectory(socket));
-      if (SocketInUse(socket)) {
-        return absl::UnavailableError(
-            absl::StrCat("grpc.unix_socket ", socket, ": another process is serving on it"));
-      }
-      ::unlink(socket.c_str());  // a stale socket from a previous run
-      // Node-local clients authenticate by file permissions; no TLS on the socket.
-      builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
-    }
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
+  // The umask drops group and others' write until the listeners are bound;
+  // then the socket gets grpc.unix_socket_mode (unix_socket.h).
+  UnixSocketListener unix_listener(socket, config_.grpc.unix_socket_mode);
+  DUET_RETURN_IF_ERROR(unix_listener.Prepare());
+  if (!socket.empty()) {
+    // Node-local clients authenticate by file permissions; no TLS on the socket.
+    builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
   }
-  if (server_ != nullptr && !socket.empty() &&
-      ::chmod(socket.c_str(), static_cast<mode_t>(config_.grpc.unix_socket_mode)) != 0) {
-    return absl::UnavailableError(absl::StrCat("grpc.unix_socket ", socket, ": chmod ",
-                                               OctalMode(config_.grpc.unix_socket_mode), ": ",
-                                               std::strerror(errno)));
-  }
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  DUET_RETURN_IF_ERROR(unix_listener.Finish(server_ != nullptr));
   if (server_ == nullptr || (!config_.grpc.listen.empty() && grpc_port_ == 0) ||
       (!config_.grpc.plaintext_listen.empty() && grpc_plaintext_port_ == 0)) {
     return absl::UnavailableError(absl::StrCat(

@@ -13,6 +13,7 @@
 #include "common/reason.h"
 #include "bridge/server/bridge.h"
 #include "bridge/server/standby_ledger.h"
+#include "bridge/server/unix_socket.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
@@ -41,11 +42,6 @@ std::string LeaderNamespace(const LeaderElectionConfig& c, const k8s::KubeConfig
   return "default";
 }
 
-namespace {
-
-// What a standby serves: the health service (NOT_SERVING) on the gRPC
-// listeners. Port 0 listeners are not supported here (the leader would bind
-// another port).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartStandbyGrpc(const Config& config,
                                                                StandbyLedger* ledger) {
   auto creds = GrpcServerCredentials(config.grpc.tls);
@@ -61,22 +57,37 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartStandbyGrpc(const Config& con
     builder.AddListeningPort(config.grpc.plaintext_listen, grpc::InsecureServerCredentials(),
                              &plaintext_port);
   }
+  // The socket as the leader makes it (Bridge::ServeGrpc): the standby's
+  // callers are the same node-local clients, and the leader binds the same
+  // path after it. Before, the standby took the umask's mode (0777 under a
+  // umask of 0: any local user could connect) and removed whatever was at
+  // the path, a socket another bridge served on included.
+  UnixSocketListener unix_listener(config.grpc.unix_socket, config.grpc.unix_socket_mode);
+  if (absl::Status s = unix_listener.Prepare(); !s.ok()) return s;
   if (!config.grpc.unix_socket.empty()) {
-    ::unlink(config.grpc.unix_socket.c_str());
     builder.AddListeningPort("unix:" + config.grpc.unix_socket, grpc::InsecureServerCredentials());
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (absl::Status s = unix_listener.Finish(server != nullptr); !s.ok()) {
+    if (server != nullptr) server->Shutdown();
+    return s;
+  }
   if (server == nullptr || (!config.grpc.listen.empty() && port == 0) ||
       (!config.grpc.plaintext_listen.empty() && plaintext_port == 0)) {
-    return absl::UnavailableError(
-        absl::StrCat("standby: cannot listen on grpc.listen ", config.grpc.listen));
+    return absl::UnavailableError(absl::StrCat(
+        "standby: cannot listen on ",
+        config.grpc.listen.empty() ? "" : absl::StrCat("grpc.listen ", config.grpc.listen, " "),
+        config.grpc.plaintext_listen.empty()
+            ? ""
+            : absl::StrCat("grpc.plaintext_listen ", config.grpc.plaintext_listen, " "),
+        config.grpc.unix_socket.empty() ? ""
+                                        : absl::StrCat("grpc.unix_socket ", config.grpc.unix_socket),
+        " (address in use or not permitted?)"));
   }
   server->GetHealthCheckService()->SetServingStatus(false);
   server->GetHealthCheckService()->SetServingStatus("duet", false);
   return server;
 }
-
-}  // namespace
 
 bool StopSignalReceived(const sigset_t& signals) {
   timespec tick{0, 100 * 1000 * 1000};

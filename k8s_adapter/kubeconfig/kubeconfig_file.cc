@@ -1,8 +1,11 @@
 #include "k8s_adapter/kubeconfig/kubeconfig_file.h"
 
+#include <optional>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/yaml/unique_keys.h"
 #include "yaml-cpp/yaml.h"
 
 namespace duet {
@@ -16,23 +19,36 @@ std::string Resolve(const std::string& base_dir, const std::string& path) {
 
 // Finds the entry named `name` in a kubeconfig list (clusters, users,
 // contexts) and returns its inner mapping (`cluster:`, `user:`, `context:`).
+// Two entries of that name are an error: client-go has taken the last of
+// them and other clients the first (kubernetes-client/python#445), so
+// taking either would disagree with some kubectl or client on what the
+// same file means.
 absl::StatusOr<YAML::Node> FindNamed(const YAML::Node& root, const std::string& list,
                                      const std::string& inner, const std::string& name) {
   YAML::Node seq = root[list];
   if (seq && !seq.IsSequence()) return absl::InvalidArgumentError(list + ": must be a list");
+  std::optional<size_t> found;
   if (seq) {
     for (size_t i = 0; i < seq.size(); ++i) {
       YAML::Node n = seq[i]["name"];
-      if (n && n.IsScalar() && n.Scalar() == name) {
-        YAML::Node body = seq[i][inner];
-        if (!body || !body.IsMap()) {
-          return absl::InvalidArgumentError(absl::StrCat(list, "[", i, "].", inner, ": must be a mapping"));
-        }
-        return body;
+      if (!n || !n.IsScalar() || n.Scalar() != name) continue;
+      if (found) {
+        return absl::InvalidArgumentError(absl::StrCat(list, "[", i, "].name: \"", name,
+                                                       "\" is also ", list, "[", *found,
+                                                       "].name; each name must be unique"));
       }
+      found = i;
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(list, ": no entry named \"", name, "\""));
+  if (!found) {
+    return absl::InvalidArgumentError(absl::StrCat(list, ": no entry named \"", name, "\""));
+  }
+  YAML::Node body = seq[*found][inner];
+  if (!body || !body.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(list, "[", *found, "].", inner, ": must be a mapping"));
+  }
+  return body;
 }
 
 std::string Scalar(const YAML::Node& map, const std::string& key) {
@@ -55,6 +71,12 @@ absl::StatusOr<KubeConfig> ParseKubeconfigOrThrow(const std::string& yaml_text,
                                                   const std::string& context_name) {
   YAML::Node root = YAML::Load(yaml_text);
   if (!root.IsMap()) return absl::InvalidArgumentError("kubeconfig: must be a mapping");
+  // client-go reads a repeated key as its last value, yaml-cpp as its first:
+  // the bridge would talk to another server, or as another user, than
+  // kubectl with the same file. Refused instead.
+  if (absl::Status s = CheckUniqueKeys(root); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("kubeconfig: ", s.message()));
+  }
   std::string ctx_name = context_name.empty() ? Scalar(root, "current-context") : context_name;
   if (ctx_name.empty()) return absl::InvalidArgumentError("current-context: must be set");
   absl::StatusOr<YAML::Node> ctx = FindNamed(root, "contexts", "context", ctx_name);

@@ -1,6 +1,7 @@
 #include "bridge/config/config.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "bridge/placement/placement.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -570,6 +571,65 @@ TEST(ConfigTest, DevConfigIsValid) {
   EXPECT_TRUE(ValidateConfig(c).ok());
   EXPECT_EQ(c.inventory.source, "embedded");
   EXPECT_EQ(c.journal.dir, "/tmp/x/journal");
+}
+
+// Issue 25, item 7: "A YAML key given twice is silently dropped." yaml-cpp
+// keeps both entries and reads the first, so the second `fsync: false` or
+// `cert_file:` would be ignored without a word. Refused at every level,
+// naming the key's path and both lines; nothing of the file is taken.
+TEST(ConfigTest, KeyGivenTwiceIsRefusedAtEveryLevel) {
+  auto top = ParseConfig("journal: {dir: /a}\nmetrics: {listen: x}\njournal: {fsync: false}\n");
+  EXPECT_EQ(top.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(top.status().message(),
+            "journal: key given twice in one mapping (line 1 and line 3); YAML keeps only one "
+            "of them, so the file is refused");
+
+  auto nested = ParseConfig(R"(
+grpc:
+  listen: 0.0.0.0:7000
+  tls:
+    cert_file: good.crt
+    key_file: a.key
+    cert_file: evil.crt
+)");
+  EXPECT_THAT(nested.status().message(),
+              HasSubstr("grpc.tls.cert_file: key given twice in one mapping (line 5 and line 7)"));
+
+  // Flow style, a known key, and keys where the loader never looks (an
+  // unknown key given twice is named as given twice, not as unknown).
+  EXPECT_THAT(ParseConfig("journal: {fsync: true, fsync: false}").status().message(),
+              HasSubstr("journal.fsync: key given twice in one mapping (line 1 and line 1)"));
+  EXPECT_THAT(ParseConfig("auth: {audiences: [a], mode: token, mode: none}").status().message(),
+              HasSubstr("auth.mode: key given twice"));
+  EXPECT_THAT(ParseConfig("bogus: 1\nbogus: 2").status().message(),
+              HasSubstr("bogus: key given twice in one mapping (line 1 and line 2)"));
+  // Inside a list of mappings.
+  EXPECT_THAT(ParseConfig("auth: {operator_users: [{a: 1, a: 2}]}").status().message(),
+              HasSubstr("auth.operator_users[0].a: key given twice"));
+
+  // The same key in different mappings, and an alias of a mapping used
+  // twice, are no repeats.
+  auto fine = ParseConfig(R"(
+grpc: {listen: "127.0.0.1:1", tls: &t {cert_file: a.crt, key_file: a.key}}
+metrics: {listen: "127.0.0.1:2"}
+)");
+  EXPECT_TRUE(fine.ok()) << fine.status();
+}
+
+// A document of nested aliases (the "billion laughs") is checked once per
+// node, not once per path: refused (not a mapping of known keys) at once.
+TEST(ConfigTest, NestedAliasesAreCheckedOncePerNode) {
+  std::string doc = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 40; ++i) {
+    absl::StrAppend(&doc, "a", i, ": &a", i, " [*a", i - 1, ", *a", i - 1, ", *a", i - 1, ", *a",
+                    i - 1, "]\n");
+  }
+  absl::StrAppend(&doc, "a0: dup\n");
+  const absl::Time start = absl::Now();
+  auto c = ParseConfig(doc);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_THAT(c.status().message(), HasSubstr("a0: key given twice in one mapping (line 1 and "
+                                              "line 41)"));
 }
 
 }  // namespace

@@ -324,6 +324,35 @@ TEST_F(CliTest, HelpAndVersionExitZero) {
 
 // --- the real binary ---------------------------------------------------------
 
+// Issue 25, item 1: a hold journaled with a namespace holding a newline and
+// an ANSI escape (the bridge's gRPC checks now refuse such a name, but a
+// ledger replayed from an older journal may still carry one). Through the
+// bridge's own service and the real binary, `duetctl holds` prints it on one
+// line with the escape visible; --json carries it exactly.
+TEST_F(CliTest, BinaryHoldsPrintsAHostileNamespaceEscapedOnOneLine) {
+  ASSERT_TRUE(ledger_.UpsertNode(GpuNode("gke-c", 1)).ok());
+  ASSERT_TRUE(
+      ledger_.Hold(HoldDevices("gke-c", Owner::Pod("uid-h", "ml\n\x1b[31m", "x"), {0})).ok());
+
+  Result r = RunBinary({"--server", address_, "holds", "--node", "gke-c"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_THAT(lines[1], StartsWith("gke-c   pod ml\\n\\x1b[31m/x   gpu0   "));
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+
+  Result json = RunBinary({"--server", address_, "holds", "--node", "gke-c", "--json"});
+  ASSERT_EQ(json.rc, 0) << json.err;
+  EXPECT_EQ(json.out.find('\x1b'), std::string::npos) << json.out;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["holdings"][0]["owner"]["namespace"], "ml\n\x1b[31m");
+
+  Result node = Run({"node", "gke-c"});
+  ASSERT_EQ(node.rc, kExitOk) << node.err;
+  EXPECT_THAT(node.out, HasSubstr("pod ml\\n\\x1b[31m/x\n"));
+  EXPECT_EQ(node.out.find('\x1b'), std::string::npos) << node.out;
+}
+
 TEST_F(CliTest, BinaryTakesServerFromEnvironment) {
   Result r = RunBinary({"nodes"}, {absl::StrCat("DUET_SERVER=", address_)});
   EXPECT_EQ(r.rc, 0) << r.err;

@@ -415,5 +415,92 @@ TEST(WorkloadJson, EveryField) {
   EXPECT_DOUBLE_EQ(j["coverage"].get<double>(), 0.9);
 }
 
+// Issue 25, item 1: a pod namespace holding a newline and an ANSI escape was
+// journaled, then printed raw to the operator's terminal by `duetctl holds`.
+// Names from the ledger are printed escaped: one row per holding, the escape
+// visible, no byte a terminal acts on.
+TEST(Printable, EscapesWhatATerminalActsOnAndKeepsPrintableUtf8) {
+  EXPECT_EQ(Printable("gke-a"), "gke-a");
+  EXPECT_EQ(Printable("ml\n\x1b[31m"), "ml\\n\\x1b[31m");
+  EXPECT_EQ(Printable("a\rb\tc\\d\x7f" + std::string(1, '\0')), "a\\rb\\tc\\\\d\\x7f\\x00");
+  // Printable UTF-8 stays; C1 controls (CSI as 0xc2 0x9b), bidi overrides
+  // and zero-width characters are escaped; bytes that are not UTF-8 too.
+  EXPECT_EQ(Printable("caf\u00e9 \u2026"), "caf\u00e9 \u2026");
+  EXPECT_EQ(Printable("x\u009b31my"), "x\\u009b31my");
+  EXPECT_EQ(Printable("evil\u202etxt.exe"), "evil\\u202etxt.exe");
+  EXPECT_EQ(Printable("a\u200bb\u2028c"), "a\\u200bb\\u2028c");
+  EXPECT_EQ(Printable("\xff\xc0\x80\xe2\x80"), "\\xff\\xc0\\x80\\xe2\\x80");
+  EXPECT_EQ(Printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a UTF-16 surrogate
+}
+
+// Whether `text` holds a byte a terminal acts on: C0 controls, DEL, or the
+// lead of a C1 control.
+bool HasControlBytes(const std::string& text, bool allow_newline) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n' && allow_newline) continue;
+    if (c < 0x20 || c == 0x7f) return true;
+    if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST(RenderHoldsTable, HostileNamespaceIsOneLineWithTheEscapeVisible) {
+  v1::ListHoldingsResponse r;
+  v1::Holding* h = r.add_holdings();
+  h->set_node("gke-a");
+  *h->mutable_owner() = Pod("uid-x", "ml\n\x1b[31m", "train\r\x1b]0;owned\x07");
+  v1::HeldDevice* d = h->add_devices();
+  d->set_kind(v1::DEVICE_KIND_GPU);
+  d->set_index(0);
+  const std::string out = RenderHoldsTable(r, absl::Now());
+  EXPECT_EQ(out,
+            "NODE    OWNER                                      DEVICES   SINCE\n"
+            "gke-a   pod ml\\n\\x1b[31m/train\\r\\x1b]0;owned\\x07   gpu0      -\n");
+  EXPECT_FALSE(HasControlBytes(out, /*allow_newline=*/true));
+
+  // JSON stays JSON, and carries the string exactly.
+  const std::string json = HoldsJson(r).dump();
+  EXPECT_FALSE(HasControlBytes(json, /*allow_newline=*/false));
+  const Json back = Json::parse(json);
+  EXPECT_EQ(back["holdings"][0]["owner"]["namespace"], "ml\n\x1b[31m");
+}
+
+TEST(RenderNodeDetail, HostileNodeFieldsAreEscaped) {
+  v1::Node n = GpuNode();
+  n.set_name("gke-a\x1b[2J");
+  n.set_pool("pool\n\nfake: row");
+  n.set_slurm_state("DRAIN");
+  n.set_slurm_reason("maint\x1b]8;;http://x\x07");
+  n.mutable_devices(0)->set_model("h100\u202e");
+  AddHolder(AddDevice(&n, v1::DEVICE_KIND_GPU, 9, "l4"), Pod("u9", "a\tb", "c"), 1000);
+  const std::string out = RenderNodeDetail(n);
+  EXPECT_FALSE(HasControlBytes(out, /*allow_newline=*/true)) << out;
+  EXPECT_THAT(out, HasSubstr("Name:         gke-a\\x1b[2J\n"));
+  EXPECT_THAT(out, HasSubstr("Pool:         pool\\n\\nfake: row\n"));
+  EXPECT_THAT(out, HasSubstr("DRAIN (maint\\x1b]8;;http://x\\x07)\n"));
+  EXPECT_THAT(out, HasSubstr("h100\\u202e"));
+  EXPECT_THAT(out, HasSubstr("pod a\\tb/c\n"));
+
+  v1::ListNodesResponse nodes;
+  *nodes.add_nodes() = n;
+  const std::string table = RenderNodesTable(nodes);
+  EXPECT_FALSE(HasControlBytes(table, /*allow_newline=*/true)) << table;
+  EXPECT_THAT(table, HasSubstr("gke-a\\x1b[2J   Ready   DRAIN"));
+}
+
+TEST(RenderWorkloadTable, HostileHalfLifeAndModelsAreEscaped) {
+  v1::WorkloadResponse r = TwoShapes();
+  r.set_half_life("6h\x1b[8m");
+  r.mutable_shapes(1)->set_models(0, "h100\n");
+  const std::string out = RenderWorkloadTable(r);
+  EXPECT_FALSE(HasControlBytes(out, /*allow_newline=*/true)) << out;
+  EXPECT_THAT(out, HasSubstr("half-life 6h\\x1b[8m;"));
+  EXPECT_THAT(out, HasSubstr("h100\\n"));
+}
+
 }  // namespace
 }  // namespace duet::ctl

@@ -84,5 +84,19 @@ TEST(InventoryTest, SinkReplacesAndRemoves) {
   EXPECT_NE(ledger.GetNode("c"), nullptr);
 }
 
+// Issue 25, item 7: a key given twice in the inventory file is refused with
+// its path and lines (yaml-cpp would keep the first and drop the second).
+TEST(InventoryTest, KeyGivenTwiceIsRefused) {
+  auto nodes = ParseInventory(R"(nodes:
+  - name: a
+    gpus: {count: 2}
+    cpus: 8
+    gpus: {count: 8}
+)");
+  EXPECT_EQ(nodes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(nodes.status().message(),
+              HasSubstr("nodes[0].gpus: key given twice in one mapping (line 3 and line 5)"));
+}
+
 }  // namespace
 }  // namespace duet

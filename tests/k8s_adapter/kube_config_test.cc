@@ -92,6 +92,46 @@ clusters: [{name: k, cluster: {}}]
   EXPECT_EQ(LoadKubeconfig("/nonexistent/kubeconfig").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Issue 25, item 7: yaml-cpp keeps the first of two equal keys (client-go
+// the last), so a repeated key would make the bridge read another server or
+// user than kubectl with the same file. Refused, naming the key and lines.
+TEST(KubeconfigTest, RepeatedKeyOrEntryNameIsRefused) {
+  auto key = ParseKubeconfig(R"(current-context: c
+contexts: [{name: c, context: {cluster: k}}]
+clusters:
+- name: k
+  cluster:
+    server: https://good
+    server: https://evil
+)", "");
+  EXPECT_EQ(key.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(key.status().message(),
+            "kubeconfig: clusters[0].cluster.server: key given twice in one mapping (line 6 and "
+            "line 7); YAML keeps only one of them, so the file is refused");
+
+  auto top = ParseKubeconfig(R"(current-context: c
+current-context: d
+contexts: [{name: c, context: {cluster: k}}, {name: d, context: {cluster: k}}]
+clusters: [{name: k, cluster: {server: https://x}}]
+)", "");
+  EXPECT_THAT(top.status().message(),
+              HasSubstr("current-context: key given twice in one mapping (line 1 and line 2)"));
+
+  auto entry = ParseKubeconfig(R"(current-context: c
+contexts: [{name: c, context: {cluster: k}}]
+clusters:
+- {name: k, cluster: {server: https://good}}
+- {name: k, cluster: {server: https://evil}}
+)", "");
+  EXPECT_EQ(entry.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(entry.status().message(),
+              HasSubstr("clusters[1].name: \"k\" is also clusters[0].name; each name must be "
+                        "unique"));
+
+  // The same key in two different mappings is no repeat.
+  EXPECT_TRUE(ParseKubeconfig(kKubeconfig, "").ok());
+}
+
 TEST(KubeconfigTest, ResolveReadsTheFileOrFallsBackToInCluster) {
   const std::string dir = ::testing::TempDir() + "/duet_k8s_kc_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
