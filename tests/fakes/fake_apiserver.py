@@ -15,7 +15,14 @@ tests/fakes/README.md.
               across namespaces); POST pods/{name}/binding and bindings;
               POST pods/{name}/eviction (a policy/v1 Eviction)
   groups      coordination.k8s.io/v1 leases, events.k8s.io/v1 events,
-              policy/v1 poddisruptionbudgets (namespaced and across namespaces)
+              policy/v1 poddisruptionbudgets (namespaced and across namespaces);
+              resource.k8s.io/v1 resourceslices, deviceclasses (cluster-scoped),
+              resourceclaims (with status), resourceclaimtemplates; and
+              devicetaintrules (with status) at the release's version
+              (--kube-version 1.36: v1beta2 behind --feature-gates
+              DRADeviceTaints=true; 1.37: v1); admissionregistration.k8s.io/v1
+              validatingwebhookconfigurations, whose webhooks the fake calls
+              (the DRA block: tests/fakes/README.md says what it checks)
   verbs       GET one, list (labelSelector, fieldSelector, limit/continue,
               resourceVersion), watch, POST (generateName), PUT (409 Conflict on
               a stale metadata.resourceVersion), PATCH (JSON Patch, merge patch,
@@ -89,6 +96,9 @@ Control API (tests drive the fake through it; JSON bodies):
   GET  /_fake/stats     {"watches": open watches, "resourceVersion": N,
                          "rv_waiters": requests waiting for a future resourceVersion}
   POST /_fake/token     register a bearer token for TokenReview (below)
+  POST /_fake/webhook_service {"namespace","name","port","url"}: where a
+                        webhook's clientConfig.service points (https://host:port;
+                        its certificate must name <name>.<namespace>.svc)
 
 TokenReview (authentication.k8s.io/v1, POST /apis/authentication.k8s.io/v1/tokenreviews):
 tokens are registered by the test with POST /_fake/token {"token", "username",
@@ -100,6 +110,7 @@ with the error messages the API server uses otherwise.
 Usage: fake_apiserver.py [--port 0] [--port-file F] [--tls-cert C --tls-key K]
        [--client-ca CA] [--token T] [--bookmark-interval S] [--window N]
        [--pod-deletion graceful|immediate] [--too-large-wait S]
+       [--kube-version 1.36|1.37 [--feature-gates DRADeviceTaints=true]]
        [--parent-pid PID]
 With --port 0 the chosen port is printed as "PORT <n>" on stdout.
 """
@@ -998,6 +1009,8 @@ def dra_prepare(res, sub, old, new, q):
     md = new["metadata"]
     name = md.get("name") or ""
     has_status = "status" in res.subresources
+    if sub == "status" and old is None:
+        raise not_found(res, name)  # no create through /status (an apply to a missing object)
     if sub == "status":
         # The status subresource writes status only: spec and most metadata
         # come from the stored object (metav1.ResetObjectMetaForStatus).
@@ -2155,6 +2168,8 @@ def main():
         gates = parse_feature_gates(args.feature_gates)
     except ValueError as e:
         ap.error(str(e))
+    if gates and args.kube_version is None:
+        ap.error("--feature-gates needs --kube-version (the gates belong to a release)")
     serve_kube_version(args.kube_version, gates)
 
     if args.parent_pid:

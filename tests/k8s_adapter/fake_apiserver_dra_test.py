@@ -274,6 +274,10 @@ class Kube136GateTest(Base, unittest.TestCase):
                             "--feature-gates", "DRADeviceTaint=true"], capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--feature-gates: unrecognized feature gate 'DRADeviceTaint'", r.stderr)
+        r = subprocess.run(["/usr/bin/python3", fh.FAKE, "--port", "0", "--feature-gates", "DRADeviceTaints=true"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--feature-gates needs --kube-version", r.stderr)
 
 
 class Kube137Test(Base, unittest.TestCase):
@@ -379,6 +383,13 @@ class Kube137Test(Base, unittest.TestCase):
         self.assertEqual((code, err["details"]["causes"][0]["field"]), (422, "status.reservedFor"), err)
         self.assertNotIn("allocation", self.ok("PATCH", name + "/status", {"status": {"allocation": None}},
                                                 MERGE)["status"])
+
+    def test_status_of_a_missing_claim_is_404(self):
+        body = claim("ghost")
+        body["status"] = {"allocation": ALLOCATION}
+        code, err = self.req("PATCH", CLAIMS + "/ghost/status?fieldManager=duet", body, "application/apply-patch+yaml")
+        self.assertEqual((code, err["reason"]), (404, "NotFound"), err)
+        self.assertEqual(self.ok("GET", CLAIMS)["items"], [])
 
     def test_claim_template_spec_is_immutable(self):
         path = DRA + "/v1/namespaces/default/resourceclaimtemplates"
