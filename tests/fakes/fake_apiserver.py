@@ -862,7 +862,7 @@ def _qualified_name_errs(field, value):
     return errs
 
 
-def _taint_errs(taint, old_taint):
+def _taint_errs(taint):
     if not isinstance(taint, dict):
         return [("spec.taint", "FieldValueRequired", "Required value")]
     errs = []
@@ -1018,9 +1018,8 @@ def dra_prepare(res, sub, old, new, q):
         keep["status"] = new.get("status")
         if keep["status"] is None:
             del keep["status"]
-        for f in ("resourceVersion",):
-            if f in md:
-                keep["metadata"][f] = md[f]
+        if "resourceVersion" in md:  # the writer's precondition (409 when stale)
+            keep["metadata"]["resourceVersion"] = md["resourceVersion"]
         new = keep
         md = new["metadata"]
     elif has_status:
@@ -1056,7 +1055,7 @@ def dra_prepare(res, sub, old, new, q):
                 for k in unknown:
                     del sel[k]  # pruned, as the decoder drops unknown fields
             old_taint = ((old or {}).get("spec") or {}).get("taint") or {}
-            errs += _taint_errs(spec.get("taint"), old_taint)
+            errs += _taint_errs(spec.get("taint"))
             taint = spec.get("taint")
             if isinstance(taint, dict) and not errs:
                 # timeAdded: set when missing, and renewed when the effect changes.

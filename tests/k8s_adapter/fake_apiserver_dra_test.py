@@ -327,6 +327,18 @@ class Kube137Test(Base, unittest.TestCase):
             made["spec"]["taint"]["effect"] = effect
             made = self.ok("PUT", path + "/" + made["metadata"]["name"], made)
         self.assertEqual(made["metadata"]["generation"], 3)
+        # timeAdded as given is kept, and renewed when the effect changes
+        # while the writer sends the old one back.
+        dated = taint_rule("v1", name="dated")
+        dated["spec"]["taint"]["timeAdded"] = "2020-01-01T00:00:00Z"
+        dated = self.ok("POST", path, dated)
+        self.assertEqual(dated["spec"]["taint"]["timeAdded"], "2020-01-01T00:00:00Z")
+        dated["spec"]["taint"]["value"] = "other"
+        dated = self.ok("PUT", path + "/dated", dated)
+        self.assertEqual(dated["spec"]["taint"]["timeAdded"], "2020-01-01T00:00:00Z")
+        dated["spec"]["taint"]["effect"] = "NoExecute"
+        dated = self.ok("PUT", path + "/dated", dated)
+        self.assertNotEqual(dated["spec"]["taint"]["timeAdded"], "2020-01-01T00:00:00Z")
 
     def test_device_taint_rule_status_only_through_the_subresource(self):
         path = DRA + "/v1/devicetaintrules"
@@ -373,6 +385,9 @@ class Kube137Test(Base, unittest.TestCase):
         self.assertEqual(got["metadata"]["labels"], {"a": "b"})
         self.assertEqual(len(got["spec"]["devices"]["requests"]), 1)
         self.assertEqual(self.ok("GET", name + "/status")["status"]["allocation"], ALLOCATION)
+        stale = dict(got, metadata=dict(got["metadata"], resourceVersion=made["metadata"]["resourceVersion"]))
+        code, err = self.req("PUT", name + "/status", stale)
+        self.assertEqual((code, err["reason"]), (409, "Conflict"), err)
         # Once allocated, a different allocation is refused; clearing it is not.
         other = json.loads(json.dumps(ALLOCATION))
         other["devices"]["results"][0]["device"] = "gpu-1"
