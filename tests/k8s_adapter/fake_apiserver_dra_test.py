@@ -580,6 +580,37 @@ class WebhookTest(Base, unittest.TestCase):
         self.assertEqual((r["operation"], r["oldObject"], r["options"]["kind"]), ("CREATE", None, "CreateOptions"))
         self.assertNotIn("subResource", r)
 
+    def test_namespace_selector(self):
+        self.configure(namespaceSelector={"matchLabels": {"kubernetes.io/metadata.name": "ml"}})
+        self.hook.decide = lambda req: {"allowed": False, "status": {"code": 403, "message": "not lent"}}
+        self.ok("POST", CLAIMS, claim())
+        code, got = self.allocate()  # namespace default: not selected
+        self.assertEqual((code, self.hook.reviews), (200, []), got)
+        self.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+        ml = DRA + "/v1/namespaces/ml/resourceclaims"
+        self.ok("POST", ml, dict(claim(), metadata={"name": "train-gpu", "namespace": "ml"}))
+        code, err = self.req("PATCH", ml + "/train-gpu/status", {"status": {"allocation": ALLOCATION}}, MERGE)
+        self.assertEqual(code, 403, err)
+        self.assertEqual(self.hook.reviews[0][1]["request"]["namespace"], "ml")
+
+    def test_dry_run_and_the_requesting_user(self):
+        self.configure()
+        self.fake.call("/_fake/token", {"token": "sched-token", "username": "system:kube-scheduler",
+                                        "groups": ["system:authenticated"]})
+        self.ok("POST", CLAIMS, claim())
+        conn = http.client.HTTPConnection("127.0.0.1", self.fake.port, timeout=20)
+        conn.request("PATCH", CLAIMS + "/train-gpu/status?dryRun=All",
+                     body=json.dumps({"status": {"allocation": ALLOCATION}}),
+                     headers={"Content-Type": MERGE, "Authorization": "Bearer sched-token"})
+        r = conn.getresponse()
+        self.assertEqual(r.status, 200, r.read())
+        conn.close()
+        req = self.hook.reviews[0][1]["request"]
+        self.assertTrue(req["dryRun"])
+        self.assertEqual((req["userInfo"]["username"], req["userInfo"]["groups"]),
+                         ("system:kube-scheduler", ["system:authenticated"]))
+        self.assertNotIn("status", self.ok("GET", CLAIMS + "/train-gpu"))  # a dry run stores nothing
+
     def test_webhook_may_read_from_the_apiserver_while_it_decides(self):
         # duet-bridge's webhook reads state while it admits: the fake must not
         # hold its store across the call.
