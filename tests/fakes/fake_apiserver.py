@@ -15,7 +15,14 @@ tests/fakes/README.md.
               across namespaces); POST pods/{name}/binding and bindings;
               POST pods/{name}/eviction (a policy/v1 Eviction)
   groups      coordination.k8s.io/v1 leases, events.k8s.io/v1 events,
-              policy/v1 poddisruptionbudgets (namespaced and across namespaces)
+              policy/v1 poddisruptionbudgets (namespaced and across namespaces);
+              resource.k8s.io/v1 resourceslices, deviceclasses (cluster-scoped),
+              resourceclaims (with status), resourceclaimtemplates; and
+              devicetaintrules (with status) at the release's version
+              (--kube-version 1.36: v1beta2 behind --feature-gates
+              DRADeviceTaints=true; 1.37: v1); admissionregistration.k8s.io/v1
+              validatingwebhookconfigurations, whose webhooks the fake calls
+              (the DRA block: tests/fakes/README.md says what it checks)
   verbs       GET one, list (labelSelector, fieldSelector, limit/continue,
               resourceVersion), watch, POST (generateName), PUT (409 Conflict on
               a stale metadata.resourceVersion), PATCH (JSON Patch, merge patch,
@@ -89,6 +96,9 @@ Control API (tests drive the fake through it; JSON bodies):
   GET  /_fake/stats     {"watches": open watches, "resourceVersion": N,
                          "rv_waiters": requests waiting for a future resourceVersion}
   POST /_fake/token     register a bearer token for TokenReview (below)
+  POST /_fake/webhook_service {"namespace","name","port","url"}: where a
+                        webhook's clientConfig.service points (https://host:port;
+                        its certificate must name <name>.<namespace>.svc)
 
 TokenReview (authentication.k8s.io/v1, POST /apis/authentication.k8s.io/v1/tokenreviews):
 tokens are registered by the test with POST /_fake/token {"token", "username",
@@ -100,6 +110,7 @@ with the error messages the API server uses otherwise.
 Usage: fake_apiserver.py [--port 0] [--port-file F] [--tls-cert C --tls-key K]
        [--client-ca CA] [--token T] [--bookmark-interval S] [--window N]
        [--pod-deletion graceful|immediate] [--too-large-wait S]
+       [--kube-version 1.36|1.37 [--feature-gates DRADeviceTaints=true]]
        [--parent-pid PID]
 With --port 0 the chosen port is printed as "PORT <n>" on stdout.
 """
@@ -108,6 +119,7 @@ import argparse
 import base64
 import copy
 import datetime
+import http.client
 import http.server
 import json
 import os
@@ -726,6 +738,512 @@ def token_review(server, raw):
 # ---- end TokenReview ----
 
 
+# ---- DRA (resource.k8s.io) and validating admission webhooks ----
+# A self-contained block: the kube-apiserver rules of the resource.k8s.io kinds
+# that duet's DRA lending mode (issue 26) leans on, the Kubernetes release the
+# fake poses as (--kube-version), and ValidatingWebhookConfigurations, which
+# the fake calls as kube-apiserver does. Handler._admit is the one entry point
+# from the write paths (create, update, patch).
+
+# --kube-version: the release whose group-versions the fake serves. None keeps
+# the fake's older behaviour (v1.32.0-fake) with the GA DRA kinds at v1.
+KUBE_VERSIONS = ("1.36", "1.37")
+DRA_GROUP = "resource.k8s.io"
+# DRADeviceTaints: alpha in 1.33, beta (v1beta2, off by default) in 1.36, GA
+# (v1, on by default) in 1.37 (KEP-5055).
+FEATURE_GATES = {"DRADeviceTaints": {None: False, "1.36": False, "1.37": True}}
+DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+QUALIFIED_NAME_PART = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+DEVICE_TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
+# Since 1.35 a DeviceTaintRule's selector names only these (no deviceClassName,
+# no CEL selectors).
+DEVICE_TAINT_SELECTOR_FIELDS = ("device", "driver", "pool")
+VWC_KEY = "ValidatingWebhookConfiguration.admissionregistration.k8s.io"
+
+
+def dra_ga_resources():
+    """The GA kinds (resource.k8s.io/v1 since 1.34), served at every --kube-version."""
+    return [
+        Resource("ResourceSlice", "resourceslices", DRA_GROUP, "v1", False),
+        Resource("ResourceClaim", "resourceclaims", DRA_GROUP, "v1", True, subresources=("status",)),
+        Resource("ResourceClaimTemplate", "resourceclaimtemplates", DRA_GROUP, "v1", True),
+        Resource("DeviceClass", "deviceclasses", DRA_GROUP, "v1", False),
+        Resource("ValidatingWebhookConfiguration", "validatingwebhookconfigurations",
+                 "admissionregistration.k8s.io", "v1", False, model="V1ValidatingWebhookConfiguration"),
+    ]
+
+
+def parse_feature_gates(text):
+    """--feature-gates "A=true,B=false" (kube-apiserver's form) -> {name: bool}."""
+    out = {}
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, val = part.partition("=")
+        if not sep or name not in FEATURE_GATES:
+            raise ValueError("--feature-gates: unrecognized feature gate %r (known: %s)"
+                             % (name or part, ", ".join(sorted(FEATURE_GATES))))
+        try:
+            out[name] = parse_bool(val)
+        except ValueError:
+            raise ValueError("--feature-gates: invalid value of %s: %r (true or false)" % (name, val))
+    return out
+
+
+def serve_kube_version(kube_version, gates):
+    """Adds the resources `kube_version` serves beyond the GA ones to RESOURCES
+    and its indexes, and sets the /version answer. Called once, before the
+    State is made. DeviceTaintRule: v1beta2 in 1.36 with DRADeviceTaints on,
+    v1 in 1.37 (unless the gate is turned off)."""
+    global GIT_VERSION
+    if kube_version is not None:
+        GIT_VERSION = "v%s.0-fake" % kube_version
+    on = gates.get("DRADeviceTaints", FEATURE_GATES["DRADeviceTaints"][kube_version])
+    version = {"1.36": "v1beta2", "1.37": "v1"}.get(kube_version)
+    if on and version:
+        add_resources([Resource("DeviceTaintRule", "devicetaintrules", DRA_GROUP, version, False,
+                                subresources=("status",))])
+
+
+def add_resources(add):
+    """Serves `add` too: RESOURCES and its indexes (before the State is made)."""
+    for r in add:
+        RESOURCES.append(r)
+        BY_KEY[r.key] = r
+        BY_PATH[(r.prefix, r.plural)] = r
+        GROUP_VERSIONS.setdefault(r.group, [])
+        if r.version not in GROUP_VERSIONS[r.group]:
+            GROUP_VERSIONS[r.group].append(r.version)
+
+
+def invalid_all(res, name, errs):
+    """422 Invalid with every cause, worded as kube-apiserver's: errs are
+    (field, metav1.CauseType, detail). The message names the qualified kind."""
+    d = _details(res, name, res.kind)
+    d["causes"] = [{"reason": c, "message": m, "field": f} for f, c, m in errs]
+    texts = ["%s: %s" % (f, m) for f, _, m in errs]
+    qkind = res.kind if not res.group else "%s.%s" % (res.kind, res.group)
+    return ApiError(422, "Invalid", '%s "%s" is invalid: %s'
+                    % (qkind, name, texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"), d)
+
+
+def _subdomain_errs(field, value):
+    if len(value) > 253:
+        return [(field, "FieldValueInvalid", 'Invalid value: "%s": must be no more than 253 characters' % value)]
+    if not re.fullmatch(DNS1123_SUBDOMAIN, value):
+        return [(field, "FieldValueInvalid",
+                 "Invalid value: \"%s\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                 "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
+                 "'example.com', regex used for validation is '%s')" % (value, DNS1123_SUBDOMAIN))]
+    return []
+
+
+def _qualified_name_errs(field, value):
+    """A label key: [prefix/]name, prefix a DNS subdomain, name at most 63."""
+    prefix, _, name = value.rpartition("/")
+    errs = []
+    if "/" in value and not prefix:
+        errs.append((field, "FieldValueInvalid", 'Invalid value: "%s": prefix part must be non-empty' % value))
+    elif prefix:
+        errs += [(f, c, m.replace("a lowercase RFC 1123", "prefix part a lowercase RFC 1123"))
+                 for f, c, m in _subdomain_errs(field, prefix)]
+    if not name:
+        errs.append((field, "FieldValueInvalid", 'Invalid value: "%s": name part must be non-empty' % value))
+    elif len(name) > 63:
+        errs.append((field, "FieldValueInvalid",
+                     'Invalid value: "%s": name part must be no more than 63 characters' % value))
+    elif not re.fullmatch(QUALIFIED_NAME_PART, name):
+        errs.append((field, "FieldValueInvalid",
+                     "Invalid value: \"%s\": name part must consist of alphanumeric characters, '-', '_' or '.', "
+                     "and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
+                     "'123-abc', regex used for validation is '%s')" % (value, QUALIFIED_NAME_PART)))
+    return errs
+
+
+def _taint_errs(taint):
+    if not isinstance(taint, dict):
+        return [("spec.taint", "FieldValueRequired", "Required value")]
+    errs = []
+    key, value, effect = taint.get("key"), taint.get("value", ""), taint.get("effect")
+    if not key:
+        errs.append(("spec.taint.key", "FieldValueRequired", "Required value"))
+    elif not isinstance(key, str):
+        errs.append(("spec.taint.key", "FieldValueTypeInvalid", "Invalid value: must be a string"))
+    else:
+        errs += _qualified_name_errs("spec.taint.key", key)
+    if value and (not isinstance(value, str) or len(value) > 63 or not re.fullmatch(LABEL_VALUE, value)):
+        errs.append(("spec.taint.value", "FieldValueInvalid",
+                     "Invalid value: %s: a valid label must be an empty string or consist of alphanumeric "
+                     "characters, '-', '_' or '.', and must start and end with an alphanumeric character, at "
+                     "most 63 characters" % json.dumps(value)))
+    if not effect:
+        errs.append(("spec.taint.effect", "FieldValueRequired", "Required value"))
+    elif effect not in DEVICE_TAINT_EFFECTS:
+        errs.append(("spec.taint.effect", "FieldValueNotSupported", "Unsupported value: %s: supported values: %s"
+                     % (json.dumps(effect), ", ".join('"%s"' % e for e in DEVICE_TAINT_EFFECTS))))
+    return errs
+
+
+def _default(obj, field, value):
+    """The API's defaulting: a missing or null field gets `value`."""
+    if obj.get(field) is None:
+        obj[field] = value
+
+
+def _webhook_config_errs(obj):
+    """A ValidatingWebhookConfiguration's rules (admissionregistration/v1), with
+    its defaults applied in place."""
+    errs = []
+    hooks = obj.get("webhooks") or []
+    if not isinstance(hooks, list):
+        return [("webhooks", "FieldValueTypeInvalid", "Invalid value: must be a list")]
+    seen = set()
+    for i, h in enumerate(hooks):
+        p = "webhooks[%d]" % i
+        if not isinstance(h, dict):
+            errs.append((p, "FieldValueTypeInvalid", "Invalid value: must be an object"))
+            continue
+        name = h.get("name") or ""
+        if not name:
+            errs.append((p + ".name", "FieldValueRequired", "Required value"))
+        elif name.count(".") < 2 or _subdomain_errs("", name):
+            errs.append((p + ".name", "FieldValueInvalid",
+                         'Invalid value: "%s": should be a domain with at least three segments separated by dots'
+                         % name))
+        elif name in seen:
+            errs.append((p + ".name", "FieldValueDuplicate", 'Duplicate value: "%s"' % name))
+        seen.add(name)
+        versions = h.get("admissionReviewVersions") or []
+        if not versions:
+            errs.append((p + ".admissionReviewVersions", "FieldValueRequired",
+                         "Required value: must specify one of v1, v1beta1"))
+        elif "v1" not in versions:
+            # kube-apiserver would talk v1beta1 too; the fake speaks only v1.
+            errs.append((p + ".admissionReviewVersions", "FieldValueNotSupported",
+                         "Unsupported value: %s: the fake apiserver sends only v1 AdmissionReviews; include v1"
+                         % json.dumps(versions)))
+        side = h.get("sideEffects")
+        if not side:
+            errs.append((p + ".sideEffects", "FieldValueRequired", "Required value: must specify one of None, "
+                         "NoneOnDryRun"))
+        elif side not in ("None", "NoneOnDryRun"):
+            errs.append((p + ".sideEffects", "FieldValueNotSupported",
+                         'Unsupported value: %s: supported values: "None", "NoneOnDryRun"' % json.dumps(side)))
+        _default(h, "failurePolicy", "Fail")
+        if h["failurePolicy"] not in ("Fail", "Ignore"):
+            errs.append((p + ".failurePolicy", "FieldValueNotSupported",
+                         'Unsupported value: %s: supported values: "Fail", "Ignore"' % json.dumps(h["failurePolicy"])))
+        _default(h, "matchPolicy", "Equivalent")
+        if h["matchPolicy"] not in ("Equivalent", "Exact"):
+            errs.append((p + ".matchPolicy", "FieldValueNotSupported",
+                         'Unsupported value: %s: supported values: "Equivalent", "Exact"'
+                         % json.dumps(h["matchPolicy"])))
+        _default(h, "timeoutSeconds", 10)
+        t = h["timeoutSeconds"]
+        if not isinstance(t, int) or isinstance(t, bool) or not 1 <= t <= 30:
+            errs.append((p + ".timeoutSeconds", "FieldValueInvalid",
+                         "Invalid value: %s: the timeout value must be between 1 and 30 seconds" % json.dumps(t)))
+        _default(h, "namespaceSelector", {})
+        _default(h, "objectSelector", {})
+        cc = h.get("clientConfig") or {}
+        has_url, svc = bool(cc.get("url")), cc.get("service")
+        if has_url == bool(svc):
+            errs.append((p + ".clientConfig", "FieldValueRequired",
+                         "Required value: exactly one of url or service is required"))
+        elif has_url:
+            u = urllib.parse.urlsplit(cc["url"])
+            if u.scheme != "https":
+                errs.append((p + ".clientConfig.url", "FieldValueNotSupported",
+                             'Unsupported value: "%s": supported values: "https"' % u.scheme))
+            elif not u.hostname:
+                errs.append((p + ".clientConfig.url", "FieldValueInvalid",
+                             'Invalid value: "%s": host must be specified' % cc["url"]))
+        else:
+            for f in ("namespace", "name"):
+                if not svc.get(f):
+                    errs.append((p + ".clientConfig.service." + f, "FieldValueRequired",
+                                 "Required value: service %s is required" % f))
+            _default(svc, "port", 443)
+            if svc.get("path") and not svc["path"].startswith("/"):
+                errs.append((p + ".clientConfig.service.path", "FieldValueInvalid",
+                             'Invalid value: "%s": must start with a \'/\'' % svc["path"]))
+        if cc.get("caBundle"):
+            try:
+                base64.b64decode(cc["caBundle"], validate=True)
+            except ValueError:
+                errs.append((p + ".clientConfig.caBundle", "FieldValueInvalid",
+                             "Invalid value: must be base64 (a PEM bundle)"))
+        for j, r in enumerate(h.get("rules") or []):
+            rp = "%s.rules[%d]" % (p, j)
+            for op in r.get("operations") or []:
+                if op not in ("*", "CREATE", "UPDATE", "DELETE", "CONNECT"):
+                    errs.append((rp + ".operations", "FieldValueNotSupported",
+                                 'Unsupported value: "%s": supported values: "*", "CONNECT", "CREATE", "DELETE", '
+                                 '"UPDATE"' % op))
+            for f in ("apiGroups", "apiVersions", "resources"):
+                if not r.get(f):
+                    errs.append((rp + "." + f, "FieldValueRequired", "Required value"))
+            _default(r, "scope", "*")
+            if r["scope"] not in ("*", "Cluster", "Namespaced"):
+                errs.append((rp + ".scope", "FieldValueNotSupported",
+                             'Unsupported value: "%s": supported values: "*", "Cluster", "Namespaced"' % r["scope"]))
+    return errs
+
+
+def _spec_changed(res, old, new):
+    field = "webhooks" if res.key == VWC_KEY else "spec"
+    return old is not None and old.get(field) != new.get(field)
+
+
+def dra_prepare(res, sub, old, new, q):
+    """kube-apiserver's strategy and validation for the kinds of this block
+    (others pass unchanged): status only through the status subresource, spec
+    and metadata kept by it, metadata.generation, DNS-subdomain names, a
+    ResourceClaim's (and template's) immutable spec, a DeviceTaintRule's taint
+    and selector, a webhook configuration's rules. Returns the object to
+    store; raises the 422 (or 400 under fieldValidation=Strict)."""
+    if res.group not in (DRA_GROUP, "admissionregistration.k8s.io"):
+        return new
+    md = new["metadata"]
+    name = md.get("name") or ""
+    has_status = "status" in res.subresources
+    if sub == "status" and old is None:
+        raise not_found(res, name)  # no create through /status (an apply to a missing object)
+    if sub == "status":
+        # The status subresource writes status only: spec and most metadata
+        # come from the stored object (metav1.ResetObjectMetaForStatus).
+        keep = copy.deepcopy(old)
+        keep["status"] = new.get("status")
+        if keep["status"] is None:
+            del keep["status"]
+        if "resourceVersion" in md:  # the writer's precondition (409 when stale)
+            keep["metadata"]["resourceVersion"] = md["resourceVersion"]
+        new = keep
+        md = new["metadata"]
+    elif has_status:
+        # The main resource never writes status: dropped on create, kept on update.
+        new.pop("status", None)
+        if old is not None and "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+    errs = _subdomain_errs("metadata.name", name) if old is None else []
+    if res.kind in ("ResourceClaim", "ResourceClaimTemplate") and old is not None and sub is None \
+            and new.get("spec") != old.get("spec"):
+        errs.append(("spec", "FieldValueInvalid", "Invalid value: %s: field is immutable"
+                     % json.dumps(new.get("spec"), sort_keys=True)))
+    if res.kind == "ResourceClaim" and sub == "status":
+        was, now = (old.get("status") or {}).get("allocation"), (new.get("status") or {}).get("allocation")
+        if was is not None and now is not None and was != now:
+            errs.append(("status.allocation", "FieldValueInvalid", "Invalid value: %s: field is immutable"
+                         % json.dumps(now, sort_keys=True)))
+        if now is None and (new.get("status") or {}).get("reservedFor"):
+            errs.append(("status.reservedFor", "FieldValueForbidden",
+                         "Forbidden: may not be specified when `allocated` is not set"))
+    if res.kind == "DeviceTaintRule" and sub is None:
+        spec = new.get("spec")
+        if not isinstance(spec, dict):
+            errs.append(("spec", "FieldValueRequired", "Required value"))
+        else:
+            sel = spec.get("deviceSelector")
+            if isinstance(sel, dict):
+                unknown = sorted(k for k in sel if k not in DEVICE_TAINT_SELECTOR_FIELDS)
+                if unknown and q.get("fieldValidation") == "Strict":
+                    raise bad_request('%s in version "%s" cannot be handled as a %s: strict decoding error: %s'
+                                      % (res.kind, res.version, res.kind, ", ".join(
+                                          'unknown field "spec.deviceSelector.%s"' % k for k in unknown)))
+                for k in unknown:
+                    del sel[k]  # pruned, as the decoder drops unknown fields
+            old_taint = ((old or {}).get("spec") or {}).get("taint") or {}
+            errs += _taint_errs(spec.get("taint"))
+            taint = spec.get("taint")
+            if isinstance(taint, dict) and not errs:
+                # timeAdded: set when missing, and renewed when the effect changes.
+                if not taint.get("timeAdded") or (old_taint.get("effect") not in (None, taint.get("effect"))
+                                                  and taint.get("timeAdded") == old_taint.get("timeAdded")):
+                    taint["timeAdded"] = now_rfc3339()
+    if res.key == VWC_KEY:
+        errs += _webhook_config_errs(new)
+    if errs:
+        raise invalid_all(res, name, errs)
+    if old is None:
+        md["generation"] = 1
+    else:
+        md["generation"] = old["metadata"].get("generation", 1) + (1 if _spec_changed(res, old, new) else 0)
+    return new
+
+
+def label_selector_matches(selector, labels):
+    """A metav1.LabelSelector as webhooks use it: empty or missing selects all."""
+    selector = selector or {}
+    labels = labels or {}
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+    return True
+
+
+def rule_matches(rule, res, sub, op):
+    """One RuleWithOperations against a request (Exact: the served version)."""
+    def has(field, value):
+        vals = rule.get(field) or []
+        return "*" in vals or value in vals
+    if not (has("operations", op) and has("apiGroups", res.group) and has("apiVersions", res.version)):
+        return False
+    scope = rule.get("scope", "*")
+    if scope == "Cluster" and res.namespaced or scope == "Namespaced" and not res.namespaced:
+        return False
+    for r in rule.get("resources") or []:
+        base, _, rsub = r.partition("/")
+        if rsub:
+            if (base in ("*", res.plural)) and (rsub == "*" and sub or rsub == sub):
+                return True
+        elif sub is None and base in ("*", res.plural):
+            return True
+    return False
+
+
+def webhook_service_control(server, body):
+    """POST /_fake/webhook_service: where a clientConfig.service reference
+    points (the fake has no Services): {"namespace", "name", "port", "url"}."""
+    for f in ("namespace", "name", "url"):
+        if not body.get(f):
+            return 400, status_obj(400, "BadRequest", "%s: required" % f)
+    if urllib.parse.urlsplit(body["url"]).scheme != "https":
+        return 400, status_obj(400, "BadRequest", "url: must be https://host:port")
+    services = server.__dict__.setdefault("webhook_services", {})
+    services[(body["namespace"], body["name"], int(body.get("port", 443)))] = body["url"].rstrip("/")
+    return 200, {}
+
+
+class WebhookCallError(Exception):
+    pass
+
+
+def call_webhook(server, hook, review):
+    """POSTs one AdmissionReview to the webhook as kube-apiserver does (HTTPS,
+    the server verified against caBundle, or the system roots without one;
+    the whole call within timeoutSeconds). Returns the response part of the
+    reply; raises WebhookCallError with kube-apiserver's wording."""
+    cc = hook.get("clientConfig") or {}
+    timeout = hook.get("timeoutSeconds", 10)
+    if cc.get("url"):
+        u = urllib.parse.urlsplit(cc["url"])
+        shown = cc["url"]
+        connect_host, connect_port, tls_name = u.hostname, u.port or 443, u.hostname
+        path = (u.path or "/") + ("?" + u.query if u.query else "")
+    else:
+        svc = cc["service"]
+        port = int(svc.get("port", 443))
+        tls_name = "%s.%s.svc" % (svc["name"], svc["namespace"])
+        shown = "https://%s:%d%s" % (tls_name, port, svc.get("path") or "")
+        target = server.__dict__.get("webhook_services", {}).get((svc["namespace"], svc["name"], port))
+        if target is None:
+            raise WebhookCallError('failed to call webhook: Post "%s?timeout=%ds": service "%s" not found'
+                                   % (shown, timeout, svc["name"]))
+        t = urllib.parse.urlsplit(target)
+        connect_host, connect_port = t.hostname, t.port or 443
+        path = svc.get("path") or "/"
+    path += ("&" if "?" in path else "?") + "timeout=%ds" % timeout
+    where = 'Post "%s%stimeout=%ds"' % (shown, "&" if "?" in shown else "?", timeout)
+    deadline = time.monotonic() + timeout
+    ctx = ssl.create_default_context()
+    if cc.get("caBundle"):
+        ctx = ssl.create_default_context(cadata=base64.b64decode(cc["caBundle"]).decode(errors="replace"))
+    body = json.dumps(review).encode()
+    try:
+        sock = socket.create_connection((connect_host, connect_port), timeout=timeout)
+        try:
+            sock = ctx.wrap_socket(sock, server_hostname=tls_name)
+            conn = http.client.HTTPConnection(tls_name, connect_port, timeout=timeout)
+            conn.sock = sock
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json",
+                                                           "Accept": "application/json"})
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            r = conn.getresponse()
+            raw = b""
+            while True:
+                sock.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = r.read(65536)
+                if not chunk:
+                    break
+                raw += chunk
+                if time.monotonic() >= deadline:
+                    raise socket.timeout()
+        finally:
+            sock.close()
+    except (socket.timeout, TimeoutError):
+        raise WebhookCallError("failed to call webhook: %s: context deadline exceeded" % where)
+    except ssl.SSLCertVerificationError as e:
+        raise WebhookCallError("failed to call webhook: %s: tls: failed to verify certificate: %s"
+                               % (where, e.verify_message))
+    except ConnectionRefusedError:
+        raise WebhookCallError("failed to call webhook: %s: dial tcp %s:%d: connect: connection refused"
+                               % (where, connect_host, connect_port))
+    except (OSError, http.client.HTTPException) as e:
+        raise WebhookCallError("failed to call webhook: %s: %s" % (where, e))
+    if r.status != 200:
+        raise WebhookCallError("failed to call webhook: the server responded with status %d" % r.status)
+    try:
+        reply = json.loads(raw.decode())
+        resp = reply["response"]
+    except (ValueError, KeyError, TypeError):
+        raise WebhookCallError("received invalid webhook response: not an AdmissionReview")
+    if reply.get("apiVersion") != "admission.k8s.io/v1" or reply.get("kind") != "AdmissionReview":
+        raise WebhookCallError('received invalid webhook response: expected webhook response of '
+                               'admission.k8s.io/v1, Kind=AdmissionReview, got %s, Kind=%s'
+                               % (reply.get("apiVersion"), reply.get("kind")))
+    if not isinstance(resp, dict) or resp.get("uid") != review["request"]["uid"]:
+        got = resp.get("uid") if isinstance(resp, dict) else None
+        raise WebhookCallError('received invalid webhook response: expected response.uid="%s", got "%s"'
+                               % (review["request"]["uid"], got or ""))
+    return resp
+
+
+def webhook_denied(name, result):
+    """The refusal kube-apiserver answers for allowed: false (webhook
+    ToStatusErr): the webhook's code (at least 400), its message behind
+    'admission webhook "NAME" denied the request'."""
+    result = dict(result or {})
+    code = result.get("code") or 0
+    code = code if isinstance(code, int) and code >= 400 else 400
+    denied = 'admission webhook "%s" denied the request' % name
+    if result.get("message"):
+        message = "%s: %s" % (denied, result["message"])
+    elif result.get("reason"):
+        message = "%s: %s" % (denied, result["reason"])
+    else:
+        message = denied + " without explanation"
+    err = ApiError(code, result.get("reason") or "", message, result.get("details"))
+    if not result.get("reason"):
+        del err.status["reason"]
+    if result.get("details") is None:
+        err.status.pop("details", None)
+    return err
+
+
+def webhook_call_failed(name, why):
+    """failurePolicy Fail on an unreachable, slow or malformed webhook: 500."""
+    message = 'Internal error occurred: failed calling webhook "%s": %s' % (name, why)
+    return ApiError(500, "InternalError", message, {"causes": [{"message": message}]})
+
+
+add_resources(dra_ga_resources())
+# ---- end DRA ----
+
+
 class DropConnection(Exception):
     pass
 
@@ -896,6 +1414,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with st.cond:
             if what == "token":
                 return self._send_json(*token_control(self.server, body))
+            if what == "webhook_service":
+                return self._send_json(*webhook_service_control(self.server, body))
             try:
                 if what == "put":
                     code, obj = st.put(body)
@@ -946,7 +1466,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _discovery(self, path):
         """The discovery and OpenAPI documents, or None for another path."""
         if path == "/version":
-            return {"major": "1", "minor": "32", "gitVersion": GIT_VERSION,
+            return {"major": "1", "minor": GIT_VERSION.split(".")[1], "gitVersion": GIT_VERSION,
                     "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
                     "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
                     "platform": "linux/amd64"}
@@ -1048,12 +1568,101 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if method == "POST" and name is None:
             return self._create(res, ns, parse_body(raw, ctype), q)
         if method == "PUT" and name is not None and sub in (None, "status"):
-            return self._update(res, ns, name, parse_body(raw, ctype), q)
+            return self._update(res, ns, name, parse_body(raw, ctype), q, sub)
         if method == "PATCH" and name is not None and sub in (None, "status"):
-            return self._patch(res, ns, name, raw, q)
+            return self._patch(res, ns, name, raw, q, sub)
         if method == "DELETE" and name is not None and sub is None:
             return self._delete(res, ns, name, parse_body(raw), q)
         raise method_not_allowed()
+
+    def _admit(self, res, ns, sub, op, old, new, q, dry):
+        """Admission of a create or update, under st.cond just before it is
+        stored: dra_prepare (the DRA block's strategy and validation), then the
+        validating webhooks whose rules and selectors match, called at once in
+        parallel with st.cond released (a webhook may read from this server
+        while it decides). An object changed meanwhile is a 409 Conflict.
+        Returns the object to store; raises the refusal."""
+        st = self.st
+        new = dra_prepare(res, sub, old, new, q)
+        hooks = []
+        for _, cfg in sorted(st.objects[VWC_KEY].items()):
+            for h in cfg.get("webhooks") or []:
+                if any(rule_matches(r, res, sub, op) for r in h.get("rules") or []) \
+                        and self._webhook_selects(h, res, ns, old, new):
+                    hooks.append(h)
+        if not hooks:
+            return new
+        md = new["metadata"]
+        gvk = {"group": res.group, "version": res.version, "kind": res.kind}
+        gvr = {"group": res.group, "version": res.version, "resource": res.plural}
+        request = {"uid": str(uuid.uuid4()), "kind": gvk, "resource": gvr, "requestKind": gvk,
+                   "requestResource": gvr, "name": md.get("name", ""), "operation": op,
+                   "userInfo": self._user_info(), "object": copy.deepcopy(new),
+                   "oldObject": copy.deepcopy(old), "dryRun": bool(dry),
+                   "options": {"kind": "CreateOptions" if op == "CREATE" else "UpdateOptions",
+                               "apiVersion": "meta.k8s.io/v1"}}
+        if q.get("fieldManager"):
+            request["options"]["fieldManager"] = q["fieldManager"]
+        if sub:
+            request["subResource"] = request["requestSubResource"] = sub
+        if res.namespaced:
+            request["namespace"] = ns
+        review = {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}
+        results = [None] * len(hooks)
+
+        def one(i, h):
+            try:
+                results[i] = call_webhook(self.server, h, review)
+            except WebhookCallError as e:
+                results[i] = e
+        threads = [threading.Thread(target=one, args=(i, h), daemon=True) for i, h in enumerate(hooks)]
+        st.cond.release()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            st.cond.acquire()
+        cur = st.objects[res.key].get((ns, md.get("name")))
+        if old is not None and (cur is None or cur["metadata"]["resourceVersion"]
+                                != old["metadata"]["resourceVersion"]):
+            raise conflict(res, md.get("name"))
+        for h, r in zip(hooks, results):
+            if isinstance(r, WebhookCallError):
+                if h.get("failurePolicy", "Fail") == "Fail":
+                    raise webhook_call_failed(h["name"], str(r))
+                continue  # Ignore: as if the webhook had allowed it
+            if r.get("allowed") is not True:
+                raise webhook_denied(h["name"], r.get("status"))
+        return new
+
+    def _webhook_selects(self, hook, res, ns, old, new):
+        """namespaceSelector (on the object's namespace's labels; a cluster-scoped
+        object other than a Namespace always passes) and objectSelector (on the
+        new or the old object's labels)."""
+        if res.namespaced:
+            nsobj = self.st.objects["Namespace"].get(("", ns)) or {}
+            if not label_selector_matches(hook.get("namespaceSelector"),
+                                          (nsobj.get("metadata") or {}).get("labels")):
+                return False
+        elif res.kind == "Namespace" and not label_selector_matches(hook.get("namespaceSelector"),
+                                                                     new["metadata"].get("labels")):
+            return False
+        sel = hook.get("objectSelector")
+        return any(o is not None and label_selector_matches(sel, o["metadata"].get("labels")) for o in (new, old))
+
+    def _user_info(self):
+        """The requester as a webhook sees it: a token registered with
+        /_fake/token names its user; anyone else is the cluster admin."""
+        auth = self.headers.get("Authorization") or ""
+        t = self.server.__dict__.get("tokens", {}).get(auth[len("Bearer "):]) if auth.startswith("Bearer ") else None
+        if t is not None:
+            info = {"username": t["username"], "uid": t["uid"], "groups": t["groups"]}
+            if t["extra"]:
+                info["extra"] = t["extra"]
+            return info
+        return {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]}
 
     def _dry_run(self, q):
         v = q.get("dryRun")
@@ -1106,11 +1715,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         warnings = self._validate_fields(res, body, q)
         dry = self._dry_run(q)
         with self.st.cond:
+            body = self._admit(res, ns, None, "CREATE", None, body, q, dry)
             code, obj = self.st.put(body, create_only=True, api=True, dry_run=dry)
             obj = copy.deepcopy(obj)
         self._send_json(code, obj, warnings)
 
-    def _update(self, res, ns, name, body, q):
+    def _update(self, res, ns, name, body, q, sub=None):
         md = self._check_object(res, body)
         if md.get("name") != name:
             raise bad_request("the name of the object (%s) does not match the name on the URL (%s)"
@@ -1122,11 +1732,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with self.st.cond:
             if (ns, name) not in self.st.objects[res.key]:
                 raise not_found(res, name)
+            body = self._admit(res, ns, sub, "UPDATE", self.st.objects[res.key][(ns, name)], body, q, dry)
             code, obj = self.st.put(body, expect_rv=md.get("resourceVersion") or None, api=True, dry_run=dry)
             obj = copy.deepcopy(obj)
         self._send_json(200, obj, warnings)
 
-    def _patch(self, res, ns, name, raw, q):
+    def _patch(self, res, ns, name, raw, q, sub=None):
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
         if ctype not in PATCH_TYPES:
             raise ApiError(415, "UnsupportedMediaType",
@@ -1188,6 +1799,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             warnings = self._validate_fields(res, new, q)  # the patched object, as kube-apiserver does
             if res.namespaced:
                 new["metadata"]["namespace"] = ns
+            new = self._admit(res, ns, sub, "CREATE" if cur is None else "UPDATE", cur, new, q, dry)
             code, obj = self.st.put(new, api=True, dry_run=dry)
             obj = copy.deepcopy(obj)
         self._send_json(code if cur is None else 200, obj, warnings)
@@ -1543,9 +2155,21 @@ def main():
                     help="DELETE of a pod bound to a node: graceful (kube-apiserver's) or immediate")
     ap.add_argument("--too-large-wait", type=float, default=3.0,
                     help="seconds a watch or list from a future resourceVersion waits for it")
+    ap.add_argument("--kube-version", choices=KUBE_VERSIONS,
+                    help="serve the group-versions of this release (resource.k8s.io's DeviceTaintRule: v1beta2 "
+                         "in 1.36 behind DRADeviceTaints, v1 in 1.37); default v1.32 plus the GA DRA kinds")
+    ap.add_argument("--feature-gates", default="",
+                    help="kube-apiserver's form, e.g. DRADeviceTaints=true (the only gate the fake knows)")
     ap.add_argument("--parent-pid", type=int, default=0,
                     help="exit once this process is no longer our parent (a test that crashed)")
     args = ap.parse_args()
+    try:
+        gates = parse_feature_gates(args.feature_gates)
+    except ValueError as e:
+        ap.error(str(e))
+    if gates and args.kube_version is None:
+        ap.error("--feature-gates needs --kube-version (the gates belong to a release)")
+    serve_kube_version(args.kube_version, gates)
 
     if args.parent_pid:
         def watch_parent():

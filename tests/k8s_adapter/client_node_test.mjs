@@ -3,7 +3,9 @@
 // watch, create, patch (its default JSON Patch, merge patch, strategic merge
 // patch, server-side apply), binding, eviction under a PodDisruptionBudget,
 // events.k8s.io/v1, namespaces, leases across namespaces, graceful deletion
-// and the Status error bodies.
+// and the Status error bodies; resource.k8s.io/v1 (DRA): ResourceV1Api for
+// the GA kinds, and KubernetesObjectApi for DeviceTaintRule, which client-node
+// 1.4.0 models only at v1alpha3 (a version the fake's 1.36/1.37 do not serve).
 // The client is installed outside the clone by scripts/client-node.sh; this
 // test only looks it up (offline). Run: node tests/k8s_adapter/client_node_test.mjs
 import { test, before, after } from 'node:test';
@@ -43,10 +45,10 @@ function makeTls(dir) {
   return { ca: join(dir, 'ca.crt'), cert: join(dir, 'server.crt'), key: join(dir, 'server.key') };
 }
 
-function startFake() {
+function startFake(extra = []) {
   return new Promise((resolve, reject) => {
     const proc = spawn('/usr/bin/python3', [fakePath, '--port', '0', '--parent-pid', String(process.pid),
-      '--tls-cert', certs.cert, '--tls-key', certs.key, '--token', TOKEN],
+      '--tls-cert', certs.cert, '--tls-key', certs.key, '--token', TOKEN, ...extra],
     { stdio: ['ignore', 'pipe', 'inherit'] });
     let buf = '';
     proc.stdout.on('data', (d) => {
@@ -350,4 +352,89 @@ test('leases: create, conflict on a stale replace, list across namespaces; error
     assert.equal(s.details.causes[0].field, 'metadata.name');
     return true;
   });
+});
+
+// ---- resource.k8s.io (DRA, issue 26) ----
+const ALLOCATION = { devices: { results: [{ request: 'gpu', driver: 'gpu.nvidia.com', pool: 'gpu-node-1',
+  device: 'gpu-0' }] } };
+const CLAIM_SPEC = { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName: 'gpu.nvidia.com' } }] } };
+
+test('resource.k8s.io/v1 through ResourceV1Api: the GA kinds, a watch, the claim status subresource', async () => {
+  const res = kc.makeApiClient(k8s.ResourceV1Api);
+  await res.createDeviceClass({ body: { apiVersion: 'resource.k8s.io/v1', kind: 'DeviceClass',
+    metadata: { name: 'gpu.nvidia.com' },
+    spec: { selectors: [{ cel: { expression: "device.driver == 'gpu.nvidia.com'" } }] } } });
+  const rv = (await res.listResourceSlice()).metadata.resourceVersion;
+  const seen = [];
+  let wake;
+  const enough = new Promise((resolve) => { wake = resolve; });
+  const ctl = await new k8s.Watch(kc).watch('/apis/resource.k8s.io/v1/resourceslices', { resourceVersion: rv },
+    (type, obj) => {
+      seen.push([type, obj.spec.devices.length]);
+      if (seen.length === 2) wake();
+    }, () => wake());
+  await res.createResourceSlice({ body: { apiVersion: 'resource.k8s.io/v1', kind: 'ResourceSlice',
+    metadata: { name: 'gpu-node-1-gpu' },
+    spec: { driver: 'gpu.nvidia.com', nodeName: 'gpu-node-1',
+      pool: { name: 'gpu-node-1', generation: 1, resourceSliceCount: 1 }, devices: [{ name: 'gpu-0' }] } } });
+  await res.patchResourceSlice({ name: 'gpu-node-1-gpu',
+    body: [{ op: 'add', path: '/spec/devices/-', value: { name: 'gpu-1' } }] });
+  await enough;
+  ctl.abort();
+  assert.deepEqual(seen, [['ADDED', 1], ['MODIFIED', 2]]);
+  assert.deepEqual((await res.listDeviceClass()).items.map((c) => c.metadata.name), ['gpu.nvidia.com']);
+
+  await res.createNamespacedResourceClaimTemplate({ namespace: 'default', body: { apiVersion: 'resource.k8s.io/v1',
+    kind: 'ResourceClaimTemplate', metadata: { name: 'one-gpu' }, spec: { spec: CLAIM_SPEC } } });
+  const tpl = await res.readNamespacedResourceClaimTemplate({ name: 'one-gpu', namespace: 'default' });
+  assert.equal(tpl.spec.spec.devices.requests[0].exactly.deviceClassName, 'gpu.nvidia.com');
+
+  await res.createNamespacedResourceClaim({ namespace: 'default', body: { apiVersion: 'resource.k8s.io/v1',
+    kind: 'ResourceClaim', metadata: { name: 'train-gpu' }, spec: CLAIM_SPEC } });
+  const allocated = await res.patchNamespacedResourceClaimStatus({ name: 'train-gpu', namespace: 'default',
+    body: [{ op: 'add', path: '/status', value: { allocation: ALLOCATION } }] });
+  assert.equal(allocated.status.allocation.devices.results[0].device, 'gpu-0');
+  const read = await res.readNamespacedResourceClaimStatus({ name: 'train-gpu', namespace: 'default' });
+  assert.equal(read.status.allocation.devices.results[0].pool, 'gpu-node-1');
+  // The claim's spec is immutable: a 422 naming the field, nothing changed.
+  await assert.rejects(res.patchNamespacedResourceClaim({ name: 'train-gpu', namespace: 'default',
+    body: [{ op: 'replace', path: '/spec/devices/requests/0/name', value: 'other' }] }), (e) => {
+    const s = statusOf(e);
+    assert.equal(e.code, 422);
+    assert.equal(s.details.causes[0].field, 'spec');
+    return true;
+  });
+  const claims = await res.listNamespacedResourceClaim({ namespace: 'default' });
+  assert.deepEqual(claims.items.map((c) => c.spec.devices.requests[0].name), ['gpu']);
+});
+
+test('DeviceTaintRule at resource.k8s.io/v1 (--kube-version 1.37) through KubernetesObjectApi', async () => {
+  const started = await startFake(['--kube-version', '1.37']);
+  try {
+    const kc37 = new k8s.KubeConfig();
+    kc37.loadFromOptions({
+      clusters: [{ name: 'fake', server: `https://127.0.0.1:${started.port}`, caFile: certs.ca }],
+      users: [{ name: 'duet', token: TOKEN }],
+      contexts: [{ name: 'fake', cluster: 'fake', user: 'duet' }],
+      currentContext: 'fake',
+    });
+    const objs = k8s.KubernetesObjectApi.makeApiClient(kc37);
+    const rule = { apiVersion: 'resource.k8s.io/v1', kind: 'DeviceTaintRule', metadata: { name: 'duet-gpu-0' },
+      spec: { deviceSelector: { driver: 'gpu.nvidia.com', pool: 'gpu-node-1', device: 'gpu-0' },
+        taint: { key: 'duet.dev/slurm', value: 'held', effect: 'NoSchedule' } } };
+    const made = await objs.create(rule);
+    assert.equal(made.spec.taint.effect, 'NoSchedule');
+    assert.ok(made.spec.taint.timeAdded);
+    const got = await objs.read({ apiVersion: 'resource.k8s.io/v1', kind: 'DeviceTaintRule',
+      metadata: { name: 'duet-gpu-0' } });
+    assert.equal(got.spec.deviceSelector.device, 'gpu-0');
+    await assert.rejects(objs.create({ ...rule, metadata: { name: 'bad' },
+      spec: { ...rule.spec, taint: { key: 'duet.dev/slurm', effect: 'PreferNoSchedule' } } }), (e) => {
+      assert.equal(e.code, 422);
+      assert.equal(statusOf(e).details.causes[0].field, 'spec.taint.effect');
+      return true;
+    });
+  } finally {
+    started.proc.kill();
+  }
 });

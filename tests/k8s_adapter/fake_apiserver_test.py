@@ -453,7 +453,8 @@ class FakeTest(Base, unittest.TestCase):
     # ---- discovery, OpenAPI, field validation ----
     def test_discovery_and_openapi(self):
         groups = {g["name"] for g in self.req("GET", "/apis")[1]["groups"]}
-        self.assertEqual(groups, {"coordination.k8s.io", "events.k8s.io", "policy"})
+        self.assertEqual(groups, {"coordination.k8s.io", "events.k8s.io", "policy", "resource.k8s.io",
+                                  "admissionregistration.k8s.io"})
         self.assertEqual([r["name"] for r in self.req("GET", "/apis/events.k8s.io/v1")[1]["resources"]],
                          ["events"])
         core = {r["name"]: r for r in self.req("GET", "/api/v1")[1]["resources"]}
@@ -469,7 +470,8 @@ class FakeTest(Base, unittest.TestCase):
                          ("PodDisruptionBudget", ["pdb"]))
         index = self.req("GET", "/openapi/v3")[1]["paths"]
         self.assertEqual(set(index), {"api/v1", "apis/coordination.k8s.io/v1", "apis/events.k8s.io/v1",
-                                      "apis/policy/v1"})
+                                      "apis/policy/v1", "apis/resource.k8s.io/v1",
+                                      "apis/admissionregistration.k8s.io/v1"})
         doc = self.req("GET", index["api/v1"]["serverRelativeURL"])[1]
         patch = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]
         self.assertEqual(patch["x-kubernetes-group-version-kind"], {"group": "", "version": "v1", "kind": "Pod"})

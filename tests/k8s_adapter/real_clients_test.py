@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """The fake apiserver against real clients: kubectl v1.32 and Debian's
 python3-kubernetes (which rejects objects missing required fields, so it also
-validates the golden object shapes). Each kubectl call gets a fresh cache dir
+validates the golden object shapes). The resource.k8s.io kinds (DRA) are
+checked with kubectl and, as python3-kubernetes 22.6 has no models of them,
+with its discovery-driven dynamic client. Each kubectl call gets a fresh cache dir
 so discovery is exercised every time."""
 
 import json
@@ -18,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_harness as fh  # noqa: E402
 
 import kubernetes  # noqa: E402  (python3-kubernetes, run under /usr/bin/python3)
-from kubernetes import client, watch  # noqa: E402
+from kubernetes import client, dynamic, watch  # noqa: E402
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 POD_YAML = """apiVersion: v1
@@ -34,6 +36,46 @@ spec:
 """
 SIDECAR_YAML = """  - name: sidecar
     image: busybox
+"""
+# The resource.k8s.io kinds duet's DRA lending mode uses (issue 26), as an
+# operator would apply them; {taint_version} and {effect} are filled in.
+DRA_YAML = """apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: gpu.nvidia.com}}
+spec:
+  selectors:
+  - cel: {{expression: "device.driver == 'gpu.nvidia.com'"}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: gpu-node-1-gpu}}
+spec:
+  driver: gpu.nvidia.com
+  nodeName: gpu-node-1
+  pool: {{name: gpu-node-1, generation: 1, resourceSliceCount: 1}}
+  devices: [{{name: gpu-0}}, {{name: gpu-1}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: one-gpu, namespace: default}}
+spec:
+  spec:
+    devices:
+      requests: [{{name: gpu, exactly: {{deviceClassName: gpu.nvidia.com}}}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: train-gpu, namespace: default}}
+spec:
+  devices:
+    requests: [{{name: gpu, exactly: {{deviceClassName: gpu.nvidia.com}}}}]
+---
+apiVersion: resource.k8s.io/{taint_version}
+kind: DeviceTaintRule
+metadata: {{name: duet-gpu-node-1-gpu-0}}
+spec:
+  deviceSelector: {{driver: gpu.nvidia.com, pool: gpu-node-1, device: gpu-0}}
+  taint: {{key: duet.dev/slurm, value: held, effect: {effect}}}
 """
 
 
@@ -238,6 +280,117 @@ class Base:
         self.put_budget(1, 1)
         self.assertIn("drained", self.kubectl("drain", "gpu-node-1", "--force", "--timeout=20s"))
         self.assertEqual(self.kubectl("get", "pods", "-o", "name"), "")
+
+    # ---- resource.k8s.io (DRA) ----
+    def other_fake(self, *extra):
+        """Serves this test from a second fake started with `extra` (e.g. a
+        --kube-version); the first one is closed by tearDown as usual."""
+        first = self.fake
+        self.fake = fh.Fake(tls=self.certs, token=self.token, extra=extra)
+        self.addCleanup(self.fake.close)
+        first.close()
+
+    def kubectl_fails(self, *args):
+        r = subprocess.run(self.kubectl_args(*args), env=dict(os.environ, KUBECONFIG="/dev/null", HOME=self.tmp),
+                           capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        return r.stderr
+
+    def test_kubectl_get_and_apply_dra_kinds_at_1_37(self):
+        self.other_fake("--kube-version", "1.37")
+        manifest = self.write("dra.yaml", DRA_YAML.format(taint_version="v1", effect="NoSchedule"))
+        out = self.kubectl("apply", "-f", manifest)
+        for what in ("deviceclass.resource.k8s.io/gpu.nvidia.com", "resourceslice.resource.k8s.io/gpu-node-1-gpu",
+                     "resourceclaimtemplate.resource.k8s.io/one-gpu", "resourceclaim.resource.k8s.io/train-gpu",
+                     "devicetaintrule.resource.k8s.io/duet-gpu-node-1-gpu-0"):
+            self.assertIn(what + " created", out)
+        self.assertEqual(self.kubectl("get", "deviceclasses,resourceslices,resourceclaimtemplates,resourceclaims,"
+                                      "devicetaintrules", "-o", "name").split(),
+                         ["deviceclass.resource.k8s.io/gpu.nvidia.com", "resourceslice.resource.k8s.io/gpu-node-1-gpu",
+                          "resourceclaimtemplate.resource.k8s.io/one-gpu", "resourceclaim.resource.k8s.io/train-gpu",
+                          "devicetaintrule.resource.k8s.io/duet-gpu-node-1-gpu-0"])
+        self.assertIn("train-gpu", self.kubectl("get", "resourceclaims", "-A"))
+        # Client-side apply patches only what changed; server-side apply too.
+        self.write("dra.yaml", DRA_YAML.format(taint_version="v1", effect="NoExecute"))
+        out = self.kubectl("apply", "-f", manifest)
+        self.assertIn("devicetaintrule.resource.k8s.io/duet-gpu-node-1-gpu-0 configured", out)
+        self.assertIn("resourceclaim.resource.k8s.io/train-gpu unchanged", out)
+        self.assertEqual(self.kubectl("get", "devicetaintrule", "duet-gpu-node-1-gpu-0", "-o",
+                                      "jsonpath={.spec.taint.effect}"), "NoExecute")
+        self.assertIn("serverside-applied", self.kubectl("apply", "--server-side", "-f", manifest))
+        # The server's validation reaches kubectl's user.
+        self.write("dra.yaml", DRA_YAML.format(taint_version="v1", effect="PreferNoSchedule"))
+        err = self.kubectl_fails("apply", "-f", manifest)
+        self.assertIn('spec.taint.effect: Unsupported value: "PreferNoSchedule"', err)
+        self.assertEqual(self.kubectl("get", "devicetaintrule", "duet-gpu-node-1-gpu-0", "-o",
+                                      "jsonpath={.spec.taint.effect}"), "NoExecute")
+
+    def test_kubectl_device_taint_rules_at_1_36(self):
+        manifest = self.write("dra.yaml", DRA_YAML.format(taint_version="v1beta2", effect="NoSchedule"))
+        self.other_fake("--kube-version", "1.36")
+        self.kubectl_fails("apply", "-f", manifest)  # kubectl finds no v1beta2 (its wording varies by path)
+        self.assertIn('the server doesn\'t have a resource type "devicetaintrules"',
+                      self.kubectl_fails("get", "devicetaintrules"))
+        self.assertFalse([r for r in self.fake.requests() if "devicetaintrules" in r["path"] and r["method"] != "GET"])
+        self.other_fake("--kube-version", "1.36", "--feature-gates", "DRADeviceTaints=true")
+        self.assertIn("devicetaintrule.resource.k8s.io/duet-gpu-node-1-gpu-0 created",
+                      self.kubectl("apply", "-f", manifest))
+        self.assertEqual(self.kubectl("get", "devicetaintrules.v1beta2.resource.k8s.io", "-o",
+                                      "jsonpath={.items[*].spec.taint.key}"), "duet.dev/slurm")
+
+    def test_python_dra_kinds_through_the_dynamic_client(self):
+        # python3-kubernetes (Debian's 22.6) has no resource.k8s.io models, so
+        # its typed API cannot reach these kinds; the dynamic client, which
+        # works from discovery, can.
+        self.assertFalse(hasattr(client, "ResourceV1Api"))
+        self.other_fake("--kube-version", "1.37")
+        dyn = dynamic.DynamicClient(self.api())
+        claims = dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim")
+        self.assertTrue(claims.namespaced)
+        claims.create(namespace="default", body={
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "train-gpu"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}})
+        allocation = {"devices": {"results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "gpu-node-1",
+                                               "device": "gpu-0"}]}}
+        got = claims.status.patch(namespace="default", name="train-gpu", body={"status": {"allocation": allocation}},
+                                  content_type="application/merge-patch+json")
+        self.assertEqual(got.status.allocation.devices.results[0].device, "gpu-0")
+        self.assertEqual([c.metadata.name for c in claims.get(namespace="default").items], ["train-gpu"])
+        rules = dyn.resources.get(api_version="resource.k8s.io/v1", kind="DeviceTaintRule")
+        self.assertFalse(rules.namespaced)
+        rules.create(body={"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+                           "metadata": {"name": "duet-gpu-0"},
+                           "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "device": "gpu-0"},
+                                    "taint": {"key": "duet.dev/slurm", "effect": "NoSchedule"}}})
+        with self.assertRaises(kubernetes.client.exceptions.ApiException) as e:
+            rules.patch(name="duet-gpu-0", body={"spec": {"taint": {"effect": "Bogus"}}},
+                        content_type="application/merge-patch+json")
+        self.assertEqual(e.exception.status, 422)
+        self.assertEqual(json.loads(e.exception.body)["details"]["causes"][0]["field"], "spec.taint.effect")
+        for kind in ("ResourceSlice", "ResourceClaimTemplate", "DeviceClass"):
+            self.assertEqual(dyn.resources.get(api_version="resource.k8s.io/v1", kind=kind).get().items, [])
+
+    def test_python_validating_webhook_configuration(self):
+        adm = client.AdmissionregistrationV1Api(self.api())
+        hook = client.V1ValidatingWebhook(
+            name="lend.duet.dev", admission_review_versions=["v1"], side_effects="None",
+            client_config=client.AdmissionregistrationV1WebhookClientConfig(
+                service=client.AdmissionregistrationV1ServiceReference(namespace="duet-system", name="duet-bridge",
+                                                                       path="/lend")),
+            rules=[client.V1RuleWithOperations(api_groups=["resource.k8s.io"], api_versions=["v1"],
+                                               resources=["resourceclaims/status"], operations=["UPDATE"])])
+        made = adm.create_validating_webhook_configuration(client.V1ValidatingWebhookConfiguration(
+            metadata=client.V1ObjectMeta(name="duet-lending"), webhooks=[hook]))
+        got = made.webhooks[0]  # defaulted by the server, as kube-apiserver does
+        self.assertEqual((got.failure_policy, got.timeout_seconds, got.match_policy, got.client_config.service.port),
+                         ("Fail", 10, "Equivalent", 443))
+        self.assertEqual([c.metadata.name for c in adm.list_validating_webhook_configuration().items],
+                         ["duet-lending"])
+        hook.side_effects = "Some"
+        with self.assertRaises(kubernetes.client.exceptions.ApiException) as e:
+            adm.create_validating_webhook_configuration(client.V1ValidatingWebhookConfiguration(
+                metadata=client.V1ObjectMeta(name="bad"), webhooks=[hook]))
+        self.assertEqual(e.exception.status, 422)
 
     # ---- python3-kubernetes ----
     def test_python_eviction_and_disruption_budget(self):
