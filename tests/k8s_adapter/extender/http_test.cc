@@ -10,6 +10,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/k8s_adapter/extender/client_certs.h"
 #include "tests/k8s_adapter/extender/cluster.h"
 #include "tests/k8s_adapter/extender/http_client.h"
@@ -310,10 +312,22 @@ TEST_F(HttpTest, WhoMayListenWhere) {
                 HasSubstr("is beyond loopback without client certificates"));
     EXPECT_THAT(std::string(s.status().message()),
                 HasSubstr("extender.allow_unauthenticated: true"));
-    // ...unless accepted on purpose.
+    // ...unless accepted on purpose, which is said at error level.
     open.allow_unauthenticated = true;
+    auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+    spdlog::default_logger()->sinks().push_back(ring);
     auto accepted = Start(open);
+    spdlog::default_logger()->sinks().pop_back();
     ASSERT_NE(accepted, nullptr);
+    std::vector<std::string> errors;
+    for (const spdlog::details::log_msg_buffer& m : ring->last_raw()) {
+      if (m.level == spdlog::level::err) errors.emplace_back(m.payload.data(), m.payload.size());
+    }
+    EXPECT_THAT(errors, ::testing::ElementsAre(absl::StrCat(
+                            "extender.listen 0.0.0.0:0 is ", https ? "HTTPS" : "plain HTTP",
+                            " beyond loopback without client certificates "
+                            "(extender.allow_unauthenticated: true): any peer that reaches it may "
+                            "bind pods to nodes with duet-bridge's permission")));
   }
   // With client certificates, any address.
   ServerOptions mtls;
