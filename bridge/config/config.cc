@@ -200,10 +200,17 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.String("url_prefix", &c->extender.url_prefix));
     DUET_YAML(s.Int("max_request_bytes", &c->extender.max_request_bytes));
     DUET_YAML(s.Int("threads", &c->extender.threads));
+    DUET_YAML(s.Bool("allow_unauthenticated", &c->extender.allow_unauthenticated));
+    if (s.Child("scheduler_names")) {
+      // Replaces the default list (StringList appends).
+      c->extender.scheduler_names.clear();
+      DUET_YAML(s.StringList("scheduler_names", &c->extender.scheduler_names));
+    }
     Section t(s.Child("tls"), "extender.tls");
     DUET_YAML(t.Check());
     DUET_YAML(t.String("cert_file", &c->extender.tls.cert_file));
     DUET_YAML(t.String("key_file", &c->extender.tls.key_file));
+    DUET_YAML(t.String("client_ca_file", &c->extender.tls.client_ca_file));
     DUET_YAML(t.Finish());
     DUET_YAML(s.Finish());
   }
@@ -568,6 +575,18 @@ absl::Status ValidateConfig(const Config& c) {
   if (!c.extender.listen.empty()) {
     // The extender's own settings: the struct says what it accepts.
     DUET_YAML(c.extender.Validate("extender."));
+    // /bind lends duet-bridge's pods/binding permission to whoever calls it:
+    // beyond loopback only kube-scheduler's client certificate may, unless
+    // the open door is taken on purpose.
+    if (c.extender.tls.client_ca_file.empty() && !c.extender.allow_unauthenticated &&
+        !IsLoopbackAddress(c.extender.listen)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "extender.listen: ", c.extender.listen,
+          " is beyond loopback without client certificates: any peer that reaches it may bind "
+          "pods to nodes with duet-bridge's permission; set extender.tls.client_ca_file "
+          "(kube-scheduler's client CA), listen on loopback only, or set "
+          "extender.allow_unauthenticated: true to accept it"));
+    }
     if (c.kubernetes.request_timeout < absl::Seconds(1)) {
       return absl::InvalidArgumentError("kubernetes.request_timeout: must be at least 1s");
     }

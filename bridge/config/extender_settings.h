@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -27,10 +28,22 @@ struct ExtenderSettings {
   // path starting with / ("/x" and "/x/" serve the same).
   std::string url_prefix = "/duet";
   // PEM certificate chain and key; both set: HTTPS only.
+  // client_ca_file (PEM CA bundle): every client must present a certificate
+  // signed by it (kube-scheduler's extender tlsConfig certFile/keyFile);
+  // connections without one fail in the TLS handshake. Needs HTTPS.
   struct Tls {
     std::string cert_file;
     std::string key_file;
+    std::string client_ca_file;
   } tls;
+  // A listen address beyond loopback without tls.client_ca_file lets any
+  // peer that reaches the port bind pods with duet-bridge's pods/binding
+  // permission. Refused (config validation and ExtenderServer::Start) unless
+  // this is true; said at start at error level when taken.
+  bool allow_unauthenticated = false;
+  // /bind acts only for pods whose spec.schedulerName is one of these
+  // (duet's kube-scheduler profiles); other pods are refused.
+  std::vector<std::string> scheduler_names = {"duet"};
   // Larger request bodies are refused with 413 (and the connection closed).
   int64_t max_request_bytes = 8388608;
   // Threads that serve requests (and as many for binds).
@@ -48,6 +61,21 @@ struct ExtenderSettings {
     if (tls.cert_file.empty() != tls.key_file.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(prefix, "tls: cert_file and key_file must be set together"));
+    }
+    if (!tls.client_ca_file.empty() && tls.cert_file.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "tls.client_ca_file: client certificates are checked only over HTTPS; set "
+                  "tls.cert_file and tls.key_file too"));
+    }
+    if (scheduler_names.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "scheduler_names: name at least one (the schedulerName of duet's profile)"));
+    }
+    for (size_t i = 0; i < scheduler_names.size(); ++i) {
+      if (scheduler_names[i].empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(prefix, "scheduler_names[", i, "]: must not be empty"));
+      }
     }
     if (max_request_bytes < 1024 || max_request_bytes > (int64_t{1} << 30)) {
       return absl::InvalidArgumentError(

@@ -762,6 +762,8 @@ absl::Status Bridge::ServeExtender() {
     k8s::EventRecorder* ev = events_.get();
     eo.on_refusal = [ev](const k8s::EventSpec& e) { ev->Record(e); };
   }
+  // /bind acts only for pods of duet's own scheduler profiles.
+  eo.scheduler_names = config_.extender.scheduler_names;
   extender_ = std::make_unique<extender::Extender>(&ledger_, placeholders_.get(), pod_api_.get(),
                                                    std::move(eo));
   extender::ServerOptions xo;

@@ -6,7 +6,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/device/device.h"
 #include "k8s_adapter/common/pod_request.h"
 #include "spdlog/spdlog.h"
 
@@ -50,6 +52,17 @@ std::string Reason(absl::string_view reason, const std::string& node) {
     return absl::StrCat("duet: ", r);
   }
   return absl::StrCat("duet: ", reason);
+}
+
+// "gpu0,gpu3" or "gpu2:500m" (a share): the log's devices.
+std::string DevicesText(const std::vector<HeldDevice>& devices) {
+  std::string out;
+  for (const HeldDevice& d : devices) {
+    if (!out.empty()) out.push_back(',');
+    absl::StrAppend(&out, DeviceKindName(d.kind), d.index);
+    if (d.milli != kWholeDevice) absl::StrAppend(&out, ":", d.milli, "m");
+  }
+  return out;
 }
 
 }  // namespace
@@ -155,9 +168,10 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
 }
 
 absl::Status Extender::Hold(const PodRef& pod, const placement::PodRequest& req,
-                            const std::string& node) {
+                            const std::string& node, std::string* devices) {
   absl::StatusOr<pods::PodHold> h = holds_.Hold(Owner::Pod(pod.uid, pod.ns, pod.name), node, req);
   if (!h.ok()) return h.status();
+  *devices = DevicesText(h->holding.devices);
   if (!h->created) {
     // A retried bind: the holding from the first try is still there.
     retries_.fetch_add(1);
@@ -190,7 +204,7 @@ absl::Status Extender::Refuse(const BindingArgs& args, const std::string& uid, a
   refused_.fetch_add(1);
   const std::string msg = absl::StrCat("duet: cannot bind pod ", args.pod_namespace, "/",
                                        args.pod_name, " to node ", args.node, ": ", status.message());
-  spdlog::warn("extender: {}", msg);
+  // Logged by Bind, with the rest of the bind's line.
   if (options_.on_refusal) {
     k8s::EventSpec e;
     e.object_kind = "Pod";
@@ -205,19 +219,55 @@ absl::Status Extender::Refuse(const BindingArgs& args, const std::string& uid, a
   return absl::Status(status.code(), msg);
 }
 
-absl::Status Extender::Bind(const BindingArgs& args) {
+absl::Status Extender::Bind(const BindingArgs& args, const std::string& who) {
+  std::string devices;
+  absl::Status s = BindAndHold(args, &devices);
+  // One line per bind, whatever its outcome (the security log of who used
+  // duet-bridge's pods/binding permission).
+  const std::string caller = who.empty() ? "unknown" : who;
+  if (s.ok()) {
+    spdlog::info(
+        "extender bind: result=bound caller=\"{}\" pod={}/{} uid={} node={} devices=[{}]", caller,
+        args.pod_namespace, args.pod_name, args.pod_uid, args.node, devices);
+  } else {
+    spdlog::warn(
+        "extender bind: result=refused caller=\"{}\" pod={}/{} uid={} node={} devices=[] "
+        "error=\"{}\"",
+        caller, args.pod_namespace, args.pod_name, args.pod_uid, args.node, std::string(s.message()));
+  }
+  return s;
+}
+
+absl::Status Extender::BindAndHold(const BindingArgs& args, std::string* held) {
+  // kube-scheduler always sends the uid (its Binding's); without it a
+  // replaced pod of the same name could be bound.
+  if (args.pod_uid.empty()) {
+    return Refuse(args, "", absl::InvalidArgumentError("ExtenderBindingArgs.PodUID: must be set"));
+  }
   absl::StatusOr<nlohmann::json> pod_json = api_->GetPod(args.pod_namespace, args.pod_name);
   if (!pod_json.ok()) return Refuse(args, args.pod_uid, pod_json.status());
   PodRef pod = PodRefOf(*pod_json);
   pod.ns = args.pod_namespace;
   pod.name = args.pod_name;
-  if (!args.pod_uid.empty() && !pod.uid.empty() && pod.uid != args.pod_uid) {
+  if (pod.uid != args.pod_uid) {
     return Refuse(args, args.pod_uid,
                   absl::AbortedError(absl::StrCat("the pod was replaced (uid ", pod.uid,
                                                   ", the binding is for ", args.pod_uid, ")")));
   }
-  if (pod.uid.empty()) pod.uid = args.pod_uid;
-  if (pod.uid.empty()) return Refuse(args, "", absl::InvalidArgumentError("the pod has no uid"));
+  // Only duet's pods: anyone who reaches the extender must not borrow the
+  // bridge's pods/binding permission for another scheduler's pod.
+  const nlohmann::json* spec = k8s::Field(*pod_json, "spec");
+  const nlohmann::json* scheduler = spec == nullptr ? nullptr : k8s::Field(*spec, "schedulerName");
+  const std::string scheduler_name =
+      scheduler != nullptr && scheduler->is_string() ? scheduler->get<std::string>() : "";
+  if (std::find(options_.scheduler_names.begin(), options_.scheduler_names.end(),
+                scheduler_name) == options_.scheduler_names.end()) {
+    return Refuse(args, pod.uid,
+                  absl::PermissionDeniedError(absl::StrCat(
+                      "the pod's spec.schedulerName is \"", scheduler_name,
+                      "\", not one of duet's (extender.scheduler_names: ",
+                      absl::StrJoin(options_.scheduler_names, ", "), ")")));
+  }
   if (!pod.node_name.empty()) {
     if (pod.node_name == args.node) {
       retries_.fetch_add(1);
@@ -231,7 +281,7 @@ absl::Status Extender::Bind(const BindingArgs& args) {
 
   const bool devices = req->count > 0;
   if (devices) {
-    absl::Status h = Hold(pod, *req, args.node);
+    absl::Status h = Hold(pod, *req, args.node, held);
     if (!h.ok()) return Refuse(args, pod.uid, h);
   }
   absl::Status b = api_->Bind(pod.ns, pod.name, pod.uid, args.node);

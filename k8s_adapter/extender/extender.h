@@ -22,7 +22,12 @@
 //             is too coarse for this: its packing tie-break is worth a
 //             fraction of a point. 0 where the pod does not fit, and 0
 //             everywhere for a pod that asks for no device (neutral).
-//  Bind       GETs the pod (the binding args carry no resources), holds its
+//  Bind       GETs the pod (the binding args carry no resources) and acts
+//             only for duet's own pods: the binding must name the pod's
+//             uid, and its spec.schedulerName must be one of
+//             scheduler_names (Options); anything else (another
+//             scheduler's pod, an unknown pod, a replaced one) is refused
+//             before anything is held or POSTed. It then holds its
 //             devices through pods::PodHolds (the transaction PlacePod uses
 //             too: a Slurm placeholder plus its ledger record when Slurm is
 //             on, else a ledger holding with owner Pod on the devices
@@ -32,6 +37,8 @@
 //             kube-scheduler retries. A retry for a pod that already holds
 //             on that node makes no second holding; a pod already bound to
 //             that node is success.
+//             Every call logs one line: who asked (`caller`),
+//             the pod, its uid, the node, the devices and the result.
 //
 // CPU and memory: the ledger tracks devices only. `load` (Options) gives the
 // CPU/memory already committed on a node (duet-bridge: what Slurm reports
@@ -103,6 +110,9 @@ struct ExtenderOptions {
   std::function<absl::Status(uint64_t seq)> wait_durable;
   // Told of every refused bind (to post a Warning Event). May be null.
   std::function<void(const k8s::EventSpec&)> on_refusal;
+  // Bind acts only for pods whose spec.schedulerName is one of these
+  // (duet-bridge: extender.scheduler_names).
+  std::vector<std::string> scheduler_names = {"duet"};
 };
 
 // Counters for tests and logs.
@@ -128,7 +138,9 @@ class Extender {
   // One entry per requested name, in order.
   std::vector<HostPriority> Prioritize(const ExtenderArgs& args) const;
   // OK when the pod is bound to `args.node` with its devices held.
-  absl::Status Bind(const BindingArgs& args);
+  // `caller` names who asked, for the log line (the server passes the
+  // client certificate's subject and the peer address).
+  absl::Status Bind(const BindingArgs& args, const std::string& caller = "");
 
   BindStats stats() const;
 
@@ -137,10 +149,14 @@ class Extender {
   // Holds the pod's devices on `node` (PodHolds::Hold) and waits until the
   // holding is durable; a new holding that cannot be made durable is rolled
   // back.
-  absl::Status Hold(const PodRef& pod, const placement::PodRequest& req, const std::string& node);
+  absl::Status Hold(const PodRef& pod, const placement::PodRequest& req, const std::string& node,
+                    std::string* devices);
   // Undoes Hold. Errors are logged and returned for the message.
   absl::Status Rollback(const PodRef& pod, const std::string& node);
   absl::Status Refuse(const BindingArgs& args, const std::string& uid, absl::Status status);
+  // Bind without its log line; `held` gets the devices the pod holds on
+  // the node ("" for none).
+  absl::Status BindAndHold(const BindingArgs& args, std::string* held);
 
   Ledger* const ledger_;
   PodApi* const api_;

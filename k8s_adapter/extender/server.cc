@@ -5,11 +5,13 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -24,6 +26,8 @@
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
+#include "openssl/ssl.h"
+#include "openssl/x509.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -54,6 +58,11 @@ HttpReply Json(const nlohmann::json& j) {
 // Parses a request body; a 400 reply (with the parser's message) when it is
 // not JSON.
 std::optional<nlohmann::json> ParseBody(const std::string& body, HttpReply* error) {
+  // Before the DOM: a megabyte of '[' would cost hundreds of MiB.
+  if (absl::Status depth = CheckJsonDepth(body); !depth.ok()) {
+    *error = Text(400, std::string(depth.message()));
+    return std::nullopt;
+  }
   // nlohmann reports bad input by throwing; this is the one call site. Not
   // only parse_error: a number too large for a double ("1e999") is
   // out_of_range, so every json::exception is caught.
@@ -69,10 +78,29 @@ std::optional<nlohmann::json> ParseBody(const std::string& body, HttpReply* erro
 
 // ---------------------------------------------------------------- Handler
 
-Handler::Handler(Extender* extender, std::string url_prefix, bool enable_echo)
+Handler::Handler(Extender* extender, std::string url_prefix, bool enable_echo,
+                 prometheus::Registry* registry)
     : extender_(extender),
       prefix_(absl::StripSuffix(url_prefix, "/")),
-      enable_echo_(enable_echo) {}
+      enable_echo_(enable_echo) {
+  if (registry != nullptr) {
+    auto& binds = prometheus::BuildCounter()
+                      .Name("duet_extender_binds_total")
+                      .Help("Scheduler extender binds by result: bound, refused (the pod is not "
+                            "duet's, unknown, replaced, or no room), invalid (a bad body)")
+                      .Register(*registry);
+    binds_bound_ = &binds.Add({{"result", "bound"}});
+    binds_refused_ = &binds.Add({{"result", "refused"}});
+    binds_invalid_ = &binds.Add({{"result", "invalid"}});
+  }
+}
+
+void Handler::CountBind(const char* result) const {
+  prometheus::Counter* c = std::string_view(result) == "bound"     ? binds_bound_
+                           : std::string_view(result) == "refused" ? binds_refused_
+                                                                   : binds_invalid_;
+  if (c != nullptr) c->Increment();
+}
 
 std::string Handler::Verb(const std::string& target) const {
   absl::string_view path = target;
@@ -87,7 +115,7 @@ std::string Handler::Verb(const std::string& target) const {
 }
 
 HttpReply Handler::Handle(const std::string& method, const std::string& target,
-                          const std::string& body) const {
+                          const std::string& body, const std::string& peer) const {
   const std::string verb = Verb(target);
   if (verb == "other") return Text(404, absl::StrCat("no such endpoint: ", target));
   const std::string want = verb == "healthz" ? "GET" : "POST";
@@ -104,7 +132,7 @@ HttpReply Handler::Handle(const std::string& method, const std::string& target,
   }
   if (verb == "filter") return Filter(body);
   if (verb == "prioritize") return Prioritize(body);
-  return Bind(body);
+  return Bind(body, peer);
 }
 
 // A filter or prioritize call: ExtenderArgs from the body (the fast path for
@@ -139,13 +167,22 @@ HttpReply Handler::Prioritize(const std::string& body) const {
   });
 }
 
-HttpReply Handler::Bind(const std::string& body) const {
+HttpReply Handler::Bind(const std::string& body, const std::string& peer) const {
   HttpReply error;
   std::optional<nlohmann::json> j = ParseBody(body, &error);
-  if (!j.has_value()) return error;
-  absl::StatusOr<BindingArgs> args = ParseBindingArgs(*j);
-  if (!args.ok()) return Text(400, std::string(args.status().message()));
-  absl::Status s = extender_->Bind(*args);
+  absl::StatusOr<BindingArgs> args =
+      j.has_value() ? ParseBindingArgs(*j) : absl::InvalidArgumentError(error.body);
+  if (!args.ok()) {
+    // Not a bind at all, but someone asked for one: the same log as binds.
+    CountBind("invalid");
+    spdlog::warn("extender bind: result=invalid caller=\"{}\" error=\"{}\"",
+                 peer.empty() ? "unknown" : peer,
+                 std::string(absl::StripTrailingAsciiWhitespace(args.status().message())));
+    return j.has_value() ? Text(400, std::string(args.status().message())) : error;
+  }
+  // Extender::Bind logs the line for this bind (it knows the devices).
+  absl::Status s = extender_->Bind(*args, peer);
+  CountBind(s.ok() ? "bound" : "refused");
   // The protocol's way to refuse: 200 with Error set; kube-scheduler retries.
   return Json(BindingResultJson(s.ok() ? "" : std::string(s.message())));
 }
@@ -192,6 +229,23 @@ struct Shared {
   net::thread_pool* bind_pool = nullptr;
 };
 
+// The client certificate's subject (RFC 2253), "" without one.
+std::string PeerSubject(SSL* ssl) {
+  X509* cert = SSL_get1_peer_certificate(ssl);
+  if (cert == nullptr) return "";
+  std::string out;
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (bio != nullptr &&
+      X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253) >= 0) {
+    char* data = nullptr;
+    const long n = BIO_get_mem_data(bio, &data);
+    if (n > 0) out.assign(data, static_cast<size_t>(n));
+  }
+  BIO_free(bio);
+  X509_free(cert);
+  return out;
+}
+
 template <class Stream>
 class Session : public std::enable_shared_from_this<Session<Stream>> {
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
@@ -205,6 +259,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void Run() {
+    beast::error_code ec;
+    const tcp::endpoint remote = beast::get_lowest_layer(stream_).socket().remote_endpoint(ec);
+    peer_ = ec ? std::string("unknown peer")
+               : absl::StrCat(remote.address().to_string(), ":", remote.port());
     if constexpr (kTls) {
       beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(30));
       stream_.async_handshake(ssl::stream_base::server,
@@ -216,7 +274,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
  private:
   void OnHandshake(beast::error_code ec) {
-    if (ec) return;  // not a TLS client, or it went away
+    // Not a TLS client, one without an acceptable client certificate (with
+    // tls.client_ca_file), or it went away: nothing was read.
+    if (ec) {
+      spdlog::debug("extender: TLS handshake with {} failed: {}", peer_, ec.message());
+      return;
+    }
+    const std::string subject = PeerSubject(stream_.native_handle());
+    if (!subject.empty()) peer_ = absl::StrCat(subject, " at ", peer_);
     DoRead();
   }
 
@@ -260,7 +325,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       auto self = this->shared_from_this();
       net::post(*shared_->bind_pool, [self, method, target, keep_alive, verb, start,
                                       body = std::move(req.body())]() mutable {
-        HttpReply reply = self->shared_->handler->Handle(method, target, body);
+        HttpReply reply = self->shared_->handler->Handle(method, target, body, self->peer_);
         net::post(self->stream_.get_executor(), [self, reply = std::move(reply), keep_alive, verb,
                                                  start]() mutable {
           self->Write(std::move(reply), keep_alive, verb, start);
@@ -268,7 +333,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       });
       return;
     }
-    Write(shared_->handler->Handle(method, target, req.body()), keep_alive, verb, start);
+    Write(shared_->handler->Handle(method, target, req.body(), peer_), keep_alive, verb, start);
   }
 
   void Write(HttpReply reply, bool keep_alive, const std::string& verb,
@@ -330,6 +395,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<http::response<http::string_body>> res_;
   std::array<char, 16 * 1024> scratch_;
+  // Who is at the other end: "SUBJECT at ADDR:PORT" once a client
+  // certificate is verified, else "ADDR:PORT". Set in Run and OnHandshake,
+  // read after (the session's strand).
+  std::string peer_;
 };
 
 }  // namespace
@@ -338,8 +407,8 @@ class ExtenderServer::Impl {
  public:
   Impl(Extender* extender, ServerOptions options)
       : options_(std::move(options)),
-        handler_(extender, options_.url_prefix, options_.enable_echo),
         registry_(options_.registry ? options_.registry : std::make_shared<prometheus::Registry>()),
+        handler_(extender, options_.url_prefix, options_.enable_echo, registry_.get()),
         metrics_(*registry_),
         bind_pool_(static_cast<size_t>(std::max(1, options_.threads))),
         ioc_(std::max(1, options_.threads)),
@@ -367,6 +436,23 @@ class ExtenderServer::Impl {
         return absl::InvalidArgumentError(absl::StrCat(
             "extender.tls.key_file ", options_.tls.key_file, ": ", ec.message()));
       }
+      const std::string& client_ca = options_.tls.client_ca_file;
+      if (!client_ca.empty()) {
+        ssl_->load_verify_file(client_ca, ec);
+        if (ec) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("extender.tls.client_ca_file ", client_ca, ": ", ec.message()));
+        }
+        // The CA's names go in the CertificateRequest: Go's TLS client (kube-
+        // scheduler) sends its certificate only when its issuer is listed.
+        STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str());
+        if (names == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat("extender.tls.client_ca_file ", client_ca,
+                                                         ": no certificate in it"));
+        }
+        SSL_CTX_set_client_CA_list(ssl_->native_handle(), names);
+        ssl_->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+      }
     }
     const std::string& listen = options_.listen;
     const size_t colon = listen.rfind(':');
@@ -384,6 +470,25 @@ class ExtenderServer::Impl {
       return absl::InvalidArgumentError(absl::StrCat("extender.listen ", listen, ": ", ec.message()));
     }
     const tcp::endpoint ep = results.begin()->endpoint();
+    // /bind lends duet-bridge's pods/binding permission to the caller: an
+    // address others can reach needs client certificates, or the explicit
+    // acceptance (the config's validation says the same).
+    const bool authenticated = ssl_.has_value() && !options_.tls.client_ca_file.empty();
+    if (!authenticated && !ep.address().is_loopback()) {
+      if (!options_.allow_unauthenticated) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "extender.listen: ", listen,
+            " is beyond loopback without client certificates: any peer that reaches it may "
+            "bind pods to nodes with duet-bridge's permission; set extender.tls.client_ca_file "
+            "(kube-scheduler's client CA), listen on loopback only, or set "
+            "extender.allow_unauthenticated: true to accept it"));
+      }
+      spdlog::error(
+          "extender.listen {} is {} beyond loopback without client certificates "
+          "(extender.allow_unauthenticated: true): any peer that reaches it may bind pods to "
+          "nodes with duet-bridge's permission",
+          listen, ssl_.has_value() ? "HTTPS" : "plain HTTP");
+    }
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(ep, ec);
@@ -440,8 +545,8 @@ class ExtenderServer::Impl {
   }
 
   const ServerOptions options_;
-  Handler handler_;
   std::shared_ptr<prometheus::Registry> registry_;
+  Handler handler_;
   ServerMetrics metrics_;
   Shared shared_;
   net::thread_pool bind_pool_;

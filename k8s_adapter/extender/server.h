@@ -10,17 +10,27 @@
 //   POST <prefix>/_echo       the body back (only with enable_echo; benchmarks)
 //
 // Bodies over max_request_bytes get 413 (the connection is then closed);
-// bodies that are not JSON, or JSON of the wrong shape, get 400 with a
-// message naming the problem; other paths 404; a known path with the wrong
-// method 405. None of these changes anything. HTTP/1.1 keep-alive; HTTPS
-// only when a certificate and key are given.
+// bodies nested deeper than kMaxJsonDepth (types.h) get 400 before any DOM
+// is built; bodies that are not JSON, or JSON of the wrong shape, get 400
+// with a message naming the problem; other paths 404; a known path with the
+// wrong method 405. None of these changes anything. HTTP/1.1 keep-alive;
+// HTTPS only when a certificate and key are given.
+//
+// Who may call: with tls.client_ca_file, only clients whose certificate
+// that CA signed (the TLS handshake fails for the rest, before any
+// request is read). Without it, Start refuses a listen address beyond
+// loopback unless allow_unauthenticated, and logs at error level when it
+// is taken. Every bind, bound or refused, is one log line naming the
+// caller (certificate subject and peer address), the pod, the node, the
+// devices and the result.
 //
 // Threads: `threads` threads run the io_context (parsing, filter,
 // prioritize); binds, which wait on Slurm, the journal and the API server,
 // run on a pool of the same size so they never hold up filter calls.
 //
-// Metrics (in `registry`): duet_extender_requests_total{verb,code} and
-// duet_extender_request_seconds{verb}.
+// Metrics (in `registry`): duet_extender_requests_total{verb,code},
+// duet_extender_request_seconds{verb} and
+// duet_extender_binds_total{result=bound|refused|invalid}.
 //
 // Thread-safety: Start/Stop from one thread; everything else is internal.
 
@@ -32,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "bridge/config/extender_settings.h"
 #include "k8s_adapter/extender/extender.h"
+#include "prometheus/counter.h"
 #include "prometheus/registry.h"
 
 namespace duet {
@@ -65,10 +76,14 @@ struct HttpReply {
 // The routing and JSON layer, without sockets. Thread-safe.
 class Handler {
  public:
-  Handler(Extender* extender, std::string url_prefix, bool enable_echo);
+  // `registry` (may be null: no metrics) gets duet_extender_binds_total.
+  Handler(Extender* extender, std::string url_prefix, bool enable_echo,
+          prometheus::Registry* registry = nullptr);
   // `method` is the HTTP method ("POST"), `target` the request target (a
-  // query string is ignored).
-  HttpReply Handle(const std::string& method, const std::string& target, const std::string& body) const;
+  // query string is ignored). `peer` names the caller for the bind log
+  // (certificate subject and address; "" when unknown).
+  HttpReply Handle(const std::string& method, const std::string& target, const std::string& body,
+                   const std::string& peer = "") const;
   // The metrics label of a target: filter, prioritize, bind, healthz, echo
   // or other.
   std::string Verb(const std::string& target) const;
@@ -80,18 +95,24 @@ class Handler {
                      absl::FunctionRef<std::string(const ExtenderArgs&)> answer) const;
   HttpReply Filter(const std::string& body) const;
   HttpReply Prioritize(const std::string& body) const;
-  HttpReply Bind(const std::string& body) const;
+  HttpReply Bind(const std::string& body, const std::string& peer) const;
+  void CountBind(const char* result) const;
 
   Extender* const extender_;
   const std::string prefix_;
   const bool enable_echo_;
+  // duet_extender_binds_total by result; null without a registry.
+  prometheus::Counter* binds_bound_ = nullptr;
+  prometheus::Counter* binds_refused_ = nullptr;
+  prometheus::Counter* binds_invalid_ = nullptr;
 };
 
 class ExtenderServer {
  public:
   // Checks the options (ExtenderSettings::Validate), binds and starts
-  // serving. Errors name the field (extender.listen, extender.tls.cert_file)
-  // and the reason.
+  // serving. Errors name the field (extender.listen, extender.tls.cert_file,
+  // extender.tls.client_ca_file, extender.allow_unauthenticated) and the
+  // reason.
   static absl::StatusOr<std::unique_ptr<ExtenderServer>> Start(Extender* extender,
                                                                 ServerOptions options);
   ~ExtenderServer();

@@ -118,7 +118,57 @@ json* MutableMember(json& obj, const char* key) {
   return const_cast<json*>(Member(obj, key));
 }
 
+// Counts nesting and keeps nothing. Returning false stops sax_parse at once:
+// at the first level too deep, and at a syntax error (left to the real parse
+// to word).
+class DepthSax final : public nlohmann::json_sax<json> {
+ public:
+  explicit DepthSax(int max_depth) : max_(max_depth) {}
+  bool too_deep() const { return too_deep_; }
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return Descend(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return Ascend(); }
+  bool start_array(std::size_t) override { return Descend(); }
+  bool end_array() override { return Ascend(); }
+  bool parse_error(std::size_t, const std::string&, const json::exception&) override {
+    return false;
+  }
+
+ private:
+  bool Descend() {
+    if (++depth_ > max_) too_deep_ = true;
+    return !too_deep_;
+  }
+  bool Ascend() {
+    --depth_;
+    return true;
+  }
+
+  const int max_;
+  int depth_ = 0;
+  bool too_deep_ = false;
+};
+
 }  // namespace
+
+absl::Status CheckJsonDepth(std::string_view text, int max_depth) {
+  DepthSax sax(max_depth);
+  json::sax_parse(text.begin(), text.end(), &sax);
+  if (sax.too_deep()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the body nests JSON objects and arrays deeper than ", max_depth,
+        " levels (the extender's limit)"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ExtenderArgs> ParseExtenderArgs(json body) {
   if (!body.is_object()) return absl::InvalidArgumentError("ExtenderArgs: the body must be a JSON object");
@@ -193,6 +243,8 @@ std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body) {
         od::object pod = field.value().get_object();
         // The pod is small (a few KB): nlohmann's DOM, as the general path.
         const std::string_view raw = pod.raw_json();
+        // Too deep: the general path refuses it (before any DOM).
+        if (!CheckJsonDepth(raw, kMaxJsonDepth - 1).ok()) return std::nullopt;
         args.pod = json::parse(raw.begin(), raw.end(), nullptr, /*allow_exceptions=*/false);
         if (!args.pod.is_object()) return std::nullopt;  // also: discarded (invalid)
       } else if (key == "NodeNames" && !have_names) {

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -90,6 +91,18 @@ absl::StatusOr<BindingArgs> ParseBindingArgs(const nlohmann::json& body);
 std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body);
 
 inline constexpr size_t kMaxNodesPerRequest = 100000;
+
+// The deepest nesting of JSON objects and arrays a request body may have (the
+// top-level object is 1). A Pod is about 15 deep (managedFields); every
+// body is checked before a DOM is built, because a DOM of a megabyte of
+// '[' costs hundreds of MiB.
+inline constexpr int kMaxJsonDepth = 64;
+
+// OK when `json` nests at most `max_depth` levels; INVALID_ARGUMENT saying
+// so when deeper. Reads with nlohmann's SAX parser and builds nothing;
+// stops at the first level too deep. Text that is not JSON passes (the
+// parse that follows words that error).
+absl::Status CheckJsonDepth(std::string_view json, int max_depth = kMaxJsonDepth);
 
 // Serialisers (PascalCase). `args` is needed to echo Nodes when the request
 // carried a NodeList instead of names.

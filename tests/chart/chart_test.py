@@ -636,6 +636,9 @@ class SchedulerConfigTest(unittest.TestCase):
     def test_defaults(self):
         ext = self.check("defaults", ["nvidia.com/gpu", "google.com/tpu"], 1)
         self.assertEqual(ext["tlsConfig"]["caFile"], "/etc/duet/extender-ca/ca.crt")
+        # The client certificate the bridge requires (ExtenderClientAuthTest).
+        self.assertEqual(ext["tlsConfig"]["certFile"], "/etc/duet/extender-client/tls.crt")
+        self.assertEqual(ext["tlsConfig"]["keyFile"], "/etc/duet/extender-client/tls.key")
         self.assertEqual(ext["httpTimeout"], "30s")
 
     def test_tpu_only_with_inline_ca(self):
@@ -652,6 +655,98 @@ class SchedulerConfigTest(unittest.TestCase):
         self.assertIn("--config=/etc/kubernetes/duet-scheduler/scheduler-config.yaml", c["command"])
         mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
         self.assertEqual(mount["mountPath"], "/etc/kubernetes/duet-scheduler")
+
+
+class ExtenderClientAuthTest(unittest.TestCase):
+    """kube-scheduler authenticates to the extender with a client certificate
+    the chart generates (genCA/genSignedCert); the bridge checks it against
+    the client CA and binds only pods of the release's scheduler profile."""
+
+    def secret_files(self, secret):
+        d = tempfile.mkdtemp(dir=TMP)
+        for key, value in secret["data"].items():
+            with open(os.path.join(d, key), "wb") as f:
+                f.write(base64.b64decode(value))
+        return d
+
+    def mounted(self, dep, volume):
+        """{path in the container: key} for the Secret volume `volume`."""
+        spec = pod_spec(dep)
+        vol = next(v for v in spec["volumes"] if v["name"] == volume)
+        mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == volume)
+        self.assertTrue(mount["readOnly"])
+        return vol["secret"]["secretName"], {
+            f"{mount['mountPath']}/{i['path']}": i["key"] for i in vol["secret"]["items"]}
+
+    def test_generated_client_certificate_is_wired_both_ways(self):
+        secret = one("defaults", "Secret", "duet-scheduler-client")
+        self.assertEqual(secret["type"], "kubernetes.io/tls")
+        # The CA's key is not kept: nobody can mint another accepted certificate.
+        self.assertEqual(sorted(secret["data"]), ["ca.crt", "tls.crt", "tls.key"])
+        d = self.secret_files(secret)
+        proc = subprocess.run(["openssl", "verify", "-purpose", "sslclient", "-CAfile",
+                               os.path.join(d, "ca.crt"), os.path.join(d, "tls.crt")],
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        proc = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in",
+                               os.path.join(d, "tls.crt")], capture_output=True, text=True)
+        self.assertIn("CN = duet-scheduler", proc.stdout)
+        # The key is the certificate's.
+        key_pub = subprocess.run(["openssl", "pkey", "-pubout", "-in", os.path.join(d, "tls.key")],
+                                 capture_output=True, text=True).stdout
+        cert_pub = subprocess.run(["openssl", "x509", "-noout", "-pubkey", "-in",
+                                   os.path.join(d, "tls.crt")], capture_output=True, text=True).stdout
+        self.assertTrue(key_pub.startswith("-----BEGIN PUBLIC KEY-----"), key_pub)
+        self.assertEqual(key_pub, cert_pub)
+
+        # The scheduler presents tls.crt/tls.key where its tlsConfig says.
+        sched_cm = one("defaults", "ConfigMap", "duet-scheduler")
+        ext = yaml.safe_load(sched_cm["data"]["scheduler-config.yaml"])["extenders"][0]
+        name, files = self.mounted(one("defaults", "Deployment", "duet-scheduler"), "extender-client")
+        self.assertEqual(name, "duet-scheduler-client")
+        self.assertEqual(files, {ext["tlsConfig"]["certFile"]: "tls.crt",
+                                 ext["tlsConfig"]["keyFile"]: "tls.key"})
+        # The bridge gets the CA only, where its config reads it.
+        cfg = yaml.safe_load(one("defaults", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
+        name, files = self.mounted(one("defaults", "Deployment", "duet-bridge"), "extender-client-ca")
+        self.assertEqual(name, "duet-scheduler-client")
+        self.assertEqual(files, {cfg["extender"]["tls"]["client_ca_file"]: "ca.crt"})
+        self.assertNotIn("allow_unauthenticated", cfg["extender"])
+        # /bind acts only for the profile's pods.
+        self.assertEqual(cfg["extender"]["scheduler_names"], ["duet"])
+
+    def test_own_secret_and_scheduler_name(self):
+        proc = render([example("values-minimal.yaml"), write_values(
+            "extender: {clientAuth: {secretName: my-client}}\nscheduler: {name: gpu-sched}\n")])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        objs = [o for o in yaml.safe_load_all(proc.stdout) if o]
+        self.assertEqual([o for o in objs if o["kind"] == "Secret"], [])  # nothing generated
+        deps = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment"}
+        self.assertEqual(self.mounted(deps["duet-scheduler"], "extender-client")[0], "my-client")
+        self.assertEqual(self.mounted(deps["duet-bridge"], "extender-client-ca")[0], "my-client")
+        cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "duet-bridge")
+        self.assertEqual(yaml.safe_load(cm["data"]["bridge.yaml"])["extender"]["scheduler_names"],
+                         ["gpu-sched"])
+
+    def test_disabled_only_with_the_explicit_acceptance(self):
+        proc = render([example("values-minimal.yaml"), write_values(
+            "extender: {clientAuth: {enabled: false}}\n"
+            "bridge: {config: {extender: {allow_unauthenticated: true}}}\n")])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        objs = [o for o in yaml.safe_load_all(proc.stdout) if o]
+        self.assertEqual([o for o in objs if o["kind"] == "Secret"], [])
+        cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "duet-bridge")
+        ext = yaml.safe_load(cm["data"]["bridge.yaml"])["extender"]
+        self.assertIs(ext["allow_unauthenticated"], True)
+        self.assertNotIn("client_ca_file", ext["tls"])
+        sched_cm = next(o for o in objs
+                        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "duet-scheduler")
+        tls = yaml.safe_load(sched_cm["data"]["scheduler-config.yaml"])["extenders"][0]["tlsConfig"]
+        self.assertNotIn("certFile", tls)
+        for dep in (o for o in objs if o["kind"] == "Deployment"):
+            names = [v["name"] for v in pod_spec(dep)["volumes"]]
+            self.assertNotIn("extender-client", names)
+            self.assertNotIn("extender-client-ca", names)
 
 
 class RbacTest(unittest.TestCase):
@@ -961,6 +1056,15 @@ class RefusalTest(unittest.TestCase):
          "bridge: {etcdTls: {secretName: etcd-client}, config: {journal: {etcd: "
          "{endpoints: ['https://etcd:2379'], tls: {ca_file: /ca.crt}}}}}\n",
          "bridge.config.journal.etcd.tls: set by the chart from bridge.etcdTls.secretName"),
+        ("extender without client certificates, not accepted",
+         "extender: {clientAuth: {enabled: false}}\n",
+         "extender.clientAuth.enabled: false leaves /bind (duet-bridge's pods/binding permission) "
+         "to any peer"),
+        ("chart-owned scheduler names",
+         "bridge: {config: {extender: {scheduler_names: [default-scheduler]}}}\n",
+         "bridge.config.extender.scheduler_names: set by the chart"),
+        ("no validity", "extender: {clientAuth: {validityDays: 0}}\n",
+         "extender.clientAuth.validityDays: must be at least 1"),
     ]
 
     def test_refusals(self):
@@ -1113,7 +1217,8 @@ class BridgeValuesTest(unittest.TestCase):
         self.assertEqual((le["enabled"], le["namespace"], le["lease_name"], le["identity"]),
                          (True, NAMESPACE, "duet-bridge", ""))
         self.assertEqual(cfg["extender"]["tls"], {"cert_file": "/etc/duet/extender-tls/tls.crt",
-                                                  "key_file": "/etc/duet/extender-tls/tls.key"})
+                                                  "key_file": "/etc/duet/extender-tls/tls.key",
+                                                  "client_ca_file": "/etc/duet/extender-client-ca/ca.crt"})
         self.assertIsInstance(cfg["extender"]["max_request_bytes"], int)
         tpu = yaml.safe_load(one("tpu-only", "ConfigMap", "duet-bridge")["data"]["bridge.yaml"])
         self.assertEqual(tpu["kubernetes"]["shared_node_selector"],

@@ -283,7 +283,7 @@ placement: {policy: fgd}
 extender:
   listen: 0.0.0.0:8443
   url_prefix: /sched
-  tls: {cert_file: e.crt, key_file: e.key}
+  tls: {cert_file: e.crt, key_file: e.key, client_ca_file: sched-ca.crt}
   max_request_bytes: 1048576
   threads: 4
 )yaml");
@@ -340,6 +340,51 @@ TEST(ConfigTest, ExtenderSettingsAreCheckedWithTheirFieldPath) {
   EXPECT_TRUE(x.Validate("extender.").ok());
   x.url_prefix = "duet";
   EXPECT_EQ(x.Validate("e.").message(), "e.url_prefix: \"duet\" must be empty or a path starting with /");
+}
+
+// /bind lends duet-bridge's pods/binding permission: beyond loopback only a
+// client certificate may call it, or the open door is taken on purpose;
+// client certificates need HTTPS; bind acts for the listed schedulers only.
+TEST(ConfigTest, ExtenderCallersAreAuthenticated) {
+  auto message = [](const std::string& yaml) {
+    auto c = ParseConfig(yaml);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::string(ValidateConfig(*c).message()) : std::string();
+  };
+  const std::string tls = "tls: {cert_file: e.crt, key_file: e.key";
+  EXPECT_EQ(message("extender: {listen: \"0.0.0.0:8443\", " + tls + "}}"),
+            "extender.listen: 0.0.0.0:8443 is beyond loopback without client certificates: any "
+            "peer that reaches it may bind pods to nodes with duet-bridge's permission; set "
+            "extender.tls.client_ca_file (kube-scheduler's client CA), listen on loopback only, "
+            "or set extender.allow_unauthenticated: true to accept it");
+  EXPECT_THAT(message("extender: {listen: \"10.0.0.5:8443\"}"),
+              HasSubstr("extender.allow_unauthenticated: true"));
+  EXPECT_EQ(message("extender: {listen: \"0.0.0.0:8443\", " + tls + ", client_ca_file: ca.crt}}"),
+            "");
+  EXPECT_EQ(message("extender: {listen: \"0.0.0.0:8443\", allow_unauthenticated: true}"), "");
+  // Loopback: only local processes reach it.
+  EXPECT_EQ(message("extender: {listen: \"127.0.0.1:8443\"}"), "");
+  EXPECT_EQ(message("extender: {listen: \"[::1]:8443\"}"), "");
+  // No client authentication over plain HTTP.
+  EXPECT_EQ(message("extender: {listen: \"0.0.0.0:8443\", tls: {client_ca_file: ca.crt}}"),
+            "extender.tls.client_ca_file: client certificates are checked only over HTTPS; set "
+            "tls.cert_file and tls.key_file too");
+  EXPECT_THAT(ParseConfig("extender: {allow_unauthenticated: maybe}").status().message(),
+              HasSubstr("extender.allow_unauthenticated"));
+
+  auto d = ParseConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->extender.scheduler_names, std::vector<std::string>{"duet"});
+  EXPECT_FALSE(d->extender.allow_unauthenticated);
+  auto c = ParseConfig("extender: {scheduler_names: [gpu-a, gpu-b]}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->extender.scheduler_names, (std::vector<std::string>{"gpu-a", "gpu-b"}));
+  EXPECT_EQ(message("extender: {listen: \"127.0.0.1:8443\", scheduler_names: []}"),
+            "extender.scheduler_names: name at least one (the schedulerName of duet's profile)");
+  EXPECT_EQ(message("extender: {listen: \"127.0.0.1:8443\", scheduler_names: [duet, \"\"]}"),
+            "extender.scheduler_names[1]: must not be empty");
+  EXPECT_THAT(ParseConfig("extender: {scheduler_names: duet}").status().message(),
+              HasSubstr("extender.scheduler_names: must be a list of strings"));
 }
 
 TEST(ConfigTest, LearnedWorkloadSection) {

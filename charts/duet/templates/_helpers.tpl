@@ -129,9 +129,19 @@ name the extender certificate must carry. */}}
 {{- required "extender.tls.secretName: the extender endpoint is TLS-only; create a kubernetes.io/tls Secret for it (charts/duet/README.md, \"Extender TLS\") and set its name" .Values.extender.tls.secretName -}}
 {{- end -}}
 
+{{/* The Secret with the client CA and kube-scheduler's client certificate
+(ca.crt, tls.crt, tls.key): extender.clientAuth.secretName, else the one the
+chart generates (templates/scheduler-client-secret.yaml). */}}
+{{- define "duet.scheduler.clientSecret" -}}
+{{- default (printf "%s-scheduler-client" (include "duet.fullname" .)) .Values.extender.clientAuth.secretName -}}
+{{- end -}}
+
 {{/* Mount points inside the bridge container. */}}
 {{- define "duet.paths.config" -}}/etc/duet/config{{- end -}}
 {{- define "duet.paths.extenderTls" -}}/etc/duet/extender-tls{{- end -}}
+{{- define "duet.paths.extenderClientCa" -}}/etc/duet/extender-client-ca{{- end -}}
+{{- /* In the scheduler container: its client certificate. */ -}}
+{{- define "duet.paths.schedulerClientCert" -}}/etc/duet/extender-client{{- end -}}
 {{- define "duet.paths.grpcTls" -}}/etc/duet/grpc-tls{{- end -}}
 {{- define "duet.paths.nodeToken" -}}/var/run/secrets/duet{{- end -}}
 {{- define "duet.paths.nodeBridgeCa" -}}/etc/duet/bridge-ca{{- end -}}
@@ -152,7 +162,7 @@ bridge.config is an error rather than silently replaced.
 {{- define "duet.bridge.config" -}}
 {{- $v := .Values.bridge -}}
 {{- $cfg := deepCopy (default dict $v.config) -}}
-{{- $owned := list "grpc.listen" "grpc.unix_socket" "grpc.plaintext_listen" "grpc.tls" "auth.mode" "auth.audiences" "auth.node_service_account" "auth.operator_users" "auth.operator_groups" "metrics.listen" "journal.dir" "inventory" "kubernetes.kubeconfig" "kubernetes.context" "kubernetes.shared_node_selector" "kubernetes.leader_election" "extender.listen" "extender.url_prefix" "extender.tls" "slurm.enabled" "slurm.conf_path" -}}
+{{- $owned := list "grpc.listen" "grpc.unix_socket" "grpc.plaintext_listen" "grpc.tls" "auth.mode" "auth.audiences" "auth.node_service_account" "auth.operator_users" "auth.operator_groups" "metrics.listen" "journal.dir" "inventory" "kubernetes.kubeconfig" "kubernetes.context" "kubernetes.shared_node_selector" "kubernetes.leader_election" "extender.listen" "extender.url_prefix" "extender.tls" "extender.scheduler_names" "slurm.enabled" "slurm.conf_path" -}}
 {{- range $path := $owned -}}
 {{- $parts := splitList "." $path -}}
 {{- if eq (len $parts) 1 -}}
@@ -209,7 +219,15 @@ bridge.config is an error rather than silently replaced.
 {{- $_ := set $ext "listen" (printf "0.0.0.0:%d" (int .Values.extender.port)) -}}
 {{- $_ := set $ext "url_prefix" .Values.extender.urlPrefix -}}
 {{- $tlsDir := include "duet.paths.extenderTls" . -}}
-{{- $_ := set $ext "tls" (dict "cert_file" (printf "%s/tls.crt" $tlsDir) "key_file" (printf "%s/tls.key" $tlsDir)) -}}
+{{- $extTls := dict "cert_file" (printf "%s/tls.crt" $tlsDir) "key_file" (printf "%s/tls.key" $tlsDir) -}}
+{{- if .Values.extender.clientAuth.enabled -}}
+{{- $_ := set $extTls "client_ca_file" (printf "%s/ca.crt" (include "duet.paths.extenderClientCa" .)) -}}
+{{- else if not (get $ext "allow_unauthenticated") -}}
+{{- fail "extender.clientAuth.enabled: false leaves /bind (duet-bridge's pods/binding permission) to any peer that reaches the extender port; set bridge.config.extender.allow_unauthenticated: true to accept that" -}}
+{{- end -}}
+{{- $_ := set $ext "tls" $extTls -}}
+{{- /* /bind acts only for pods of this release's scheduler profile. */ -}}
+{{- $_ := set $ext "scheduler_names" (list .Values.scheduler.name) -}}
 {{- $_ := set $cfg "extender" $ext -}}
 {{- $slurm := default dict (get $cfg "slurm") -}}
 {{- $_ := set $slurm "enabled" $v.slurm.enabled -}}

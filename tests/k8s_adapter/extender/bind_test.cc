@@ -2,7 +2,9 @@
 // real binding protocol) through the production PodApi and libcurl client:
 // success, rollback when the Binding POST fails, idempotent retries, the
 // last free GPUs raced by two pods, and the Slurm placeholder path (with a
-// fake SlurmClient that allocates like select/cons_tres on one node).
+// fake SlurmClient that allocates like select/cons_tres on one node). Over
+// the real HTTPS server with kube-scheduler's client certificate: /bind
+// acts only for duet's pods, and every bind is one log line and a count.
 
 #include <map>
 #include <set>
@@ -14,6 +16,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "k8s_adapter/extender/extender.h"
+#include "k8s_adapter/extender/server.h"
+#include "prometheus/text_serializer.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/spdlog.h"
+#include "tests/k8s_adapter/extender/client_certs.h"
+#include "tests/k8s_adapter/extender/http_client.h"
 #include "tests/k8s_adapter/extender/cluster.h"
 #include "tests/fakes/fake_slurm.h"
 #include "tests/k8s_adapter/fake_server.h"
@@ -297,6 +305,158 @@ TEST_F(BindTest, SlurmPlaceholderIsMadeAndCancelledOnFailure) {
   EXPECT_EQ(ext->Bind(b).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(slurm.asked().size(), 2u);
   EXPECT_TRUE(ledger_.CheckInvariants().ok());
+}
+
+// The attack of issue 25: a pending pod of another scheduler (kube-system,
+// default-scheduler, no GPU) sent to /bind for a made-up node. Over HTTPS
+// with the scheduler's client certificate, /bind refuses it, an unknown pod
+// and a pod whose uid does not match, and POSTs no Binding for any of them;
+// duet's own pod is bound. Each bind is one log line naming the caller's
+// certificate, and duet_extender_binds_total counts them by result.
+class BindOverHttpsTest : public BindTest {
+ protected:
+  void SetUp() override {
+    BindTest::SetUp();
+    dir_ = k8s::testing::MakeTempDir();
+    server_tls_ = k8s::testing::MakeTestCerts(dir_);
+    ASSERT_FALSE(server_tls_.cert.empty()) << "openssl failed";
+    sched_ = testing::MakeSchedulerClientCert(dir_);
+    ASSERT_FALSE(sched_.cert.empty()) << "openssl failed";
+    ext_ = Make();
+    ServerOptions o;
+    o.tls.cert_file = server_tls_.cert;
+    o.tls.key_file = server_tls_.key;
+    o.tls.client_ca_file = sched_.ca;
+    o.registry = registry_;
+    auto s = ExtenderServer::Start(ext_.get(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    client_https_ = std::make_unique<testing::HttpClient>(server_->port(), server_tls_.ca,
+                                                          sched_.cert, sched_.key);
+    spdlog::default_logger()->sinks().push_back(ring_);
+  }
+  void TearDown() override {
+    spdlog::default_logger()->sinks().pop_back();
+    if (server_ != nullptr) server_->Stop();
+    k8s::testing::RemoveTree(dir_);
+  }
+
+  // The ExtenderBindingResult's Error ("" when bound).
+  std::string PostBind(const std::string& ns, const std::string& name, const std::string& uid,
+                       const std::string& node) {
+    json args = {{"PodName", name}, {"PodNamespace", ns}, {"PodUID", uid}, {"Node", node}};
+    absl::StatusOr<testing::Reply> r = client_https_->Post("/duet/bind", args.dump());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return "no answer";
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body).value("Error", "not an ExtenderBindingResult");
+  }
+  int BindingPosts() {
+    int n = 0;
+    for (const json& r : fake_.Requests()) {
+      const std::string path = r.value("path", "");
+      if (r.value("method", "") == "POST" &&
+          (path.find("/binding") != std::string::npos)) {
+        ++n;
+      }
+    }
+    return n;
+  }
+  std::vector<std::string> LogLines(spdlog::level::level_enum level) {
+    std::vector<std::string> out;
+    for (const spdlog::details::log_msg_buffer& m : ring_->last_raw()) {
+      const std::string text(m.payload.data(), m.payload.size());
+      if (m.level == level && text.rfind("extender bind:", 0) == 0) out.push_back(text);
+    }
+    return out;
+  }
+
+  std::string dir_;
+  k8s::testing::TlsFiles server_tls_;
+  testing::ClientCert sched_;
+  std::unique_ptr<Extender> ext_;
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<ExtenderServer> server_;
+  std::unique_ptr<testing::HttpClient> client_https_;
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> ring_ =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+};
+
+TEST_F(BindOverHttpsTest, OnlyDuetsOwnPodsAreBound) {
+  const uint64_t seq = ledger_.seq();
+  // Another scheduler's pending pod that asks for no device.
+  json system_pod = GpuPod("coredns-x", 0);
+  system_pod["metadata"]["namespace"] = "kube-system";
+  system_pod["spec"]["schedulerName"] = "default-scheduler";
+  system_pod["spec"]["containers"][0]["resources"]["limits"].erase("nvidia.com/gpu");
+  const std::string system_uid = fake_.Put(system_pod)["metadata"]["uid"];
+  std::string error = PostBind("kube-system", "coredns-x", system_uid, "made-up-node");
+  EXPECT_THAT(error, HasSubstr("spec.schedulerName is \"default-scheduler\", not one of duet's"));
+  // Without a schedulerName (the API server defaults it; a pod JSON may not
+  // carry it): not duet's either.
+  system_pod["metadata"]["name"] = "no-scheduler";
+  system_pod["spec"].erase("schedulerName");
+  const std::string bare_uid = fake_.Put(system_pod)["metadata"]["uid"];
+  EXPECT_THAT(PostBind("kube-system", "no-scheduler", bare_uid, kNode0),
+              HasSubstr("spec.schedulerName is \"\""));
+  // Unknown pod.
+  EXPECT_THAT(PostBind("ml-team", "nobody", "u-1", kNode0), HasSubstr("cannot bind pod ml-team/nobody"));
+  // duet's pod, but the binding's uid is another's, or missing.
+  BindingArgs a = Pod("trainer-9", 2, kNode0);
+  EXPECT_THAT(PostBind("ml-team", "trainer-9", "not-the-uid", kNode0), HasSubstr("the pod was replaced"));
+  EXPECT_THAT(PostBind("ml-team", "trainer-9", "", kNode0),
+              HasSubstr("ExtenderBindingArgs.PodUID: must be set"));
+
+  EXPECT_EQ(BindingPosts(), 0);
+  EXPECT_EQ(ledger_.seq(), seq);
+  EXPECT_TRUE(PodHoldings(kNode0).empty());
+  EXPECT_EQ(BoundNode("trainer-9"), "");
+  {
+    json pod = json::parse(*client_->Get("/api/v1/namespaces/kube-system/pods/coredns-x"));
+    EXPECT_EQ(pod["spec"].value("nodeName", ""), "");
+  }
+
+  // duet's pod with its uid: held and bound.
+  EXPECT_EQ(PostBind("ml-team", "trainer-9", a.pod_uid, kNode0), "");
+  EXPECT_EQ(BindingPosts(), 1);
+  EXPECT_EQ(BoundNode("trainer-9"), kNode0);
+  ASSERT_EQ(PodHoldings(kNode0).size(), 1u);
+
+  // One line per bind, naming the caller's certificate and what was done.
+  const std::vector<std::string> refused = LogLines(spdlog::level::warn);
+  ASSERT_EQ(refused.size(), 5u);
+  EXPECT_THAT(refused[0], HasSubstr("result=refused caller=\"CN=duet-scheduler at 127.0.0.1:"));
+  EXPECT_THAT(refused[0], HasSubstr(absl::StrCat("pod=kube-system/coredns-x uid=", system_uid,
+                                                 " node=made-up-node devices=[] error=")));
+  const std::vector<std::string> bound = LogLines(spdlog::level::info);
+  ASSERT_EQ(bound.size(), 1u);
+  EXPECT_THAT(bound[0], HasSubstr("result=bound caller=\"CN=duet-scheduler at 127.0.0.1:"));
+  EXPECT_THAT(bound[0], HasSubstr(absl::StrCat("pod=ml-team/trainer-9 uid=", a.pod_uid, " node=",
+                                               kNode0, " devices=[gpu")));
+  const std::string m = prometheus::TextSerializer().Serialize(registry_->Collect());
+  EXPECT_THAT(m, HasSubstr("duet_extender_binds_total{result=\"refused\"} 5"));
+  EXPECT_THAT(m, HasSubstr("duet_extender_binds_total{result=\"bound\"} 1"));
+  EXPECT_THAT(m, HasSubstr("duet_extender_binds_total{result=\"invalid\"} 0"));
+}
+
+// The same check without HTTP: another scheduler's pod is refused before
+// anything is held, even one that asks for GPUs on a free node; a pod of a
+// second configured profile is bound.
+TEST_F(BindTest, OtherSchedulersPodsAreRefusedAndConfiguredNamesAccepted) {
+  auto ext = Make();
+  json pod = GpuPod("foreign", 2);
+  pod["spec"]["schedulerName"] = "volcano";
+  const std::string uid = fake_.Put(pod)["metadata"]["uid"];
+  absl::Status s = ext->Bind({"foreign", "ml-team", uid, kNode0});
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(PodHoldings(kNode0).empty());
+  EXPECT_EQ(api_->binds_.load(), 0);
+
+  ExtenderOptions o;
+  o.scheduler_names = {"duet", "volcano"};
+  Extender both(&ledger_, nullptr, api_.get(), o);
+  ASSERT_TRUE(both.Bind({"foreign", "ml-team", uid, kNode0}).ok());
+  EXPECT_EQ(BoundNode("foreign"), kNode0);
 }
 
 }  // namespace

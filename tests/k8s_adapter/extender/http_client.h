@@ -2,7 +2,8 @@
 
 // A small keep-alive HTTP/1.1 client (Boost.Beast, blocking) for the
 // extender's tests and benchmark: one connection, requests in sequence,
-// optionally over TLS (verifying the server against a CA file).
+// optionally over TLS (verifying the server against a CA file), optionally
+// presenting a client certificate.
 
 #include <memory>
 #include <optional>
@@ -30,8 +31,14 @@ struct Reply {
 
 class HttpClient {
  public:
-  // `ca_file` non-empty: TLS, verifying the server against it.
-  explicit HttpClient(int port, std::string ca_file = "") : port_(port), ca_file_(std::move(ca_file)) {}
+  // `ca_file` non-empty: TLS, verifying the server against it; `cert_file`
+  // and `key_file` non-empty: the client certificate it presents.
+  explicit HttpClient(int port, std::string ca_file = "", std::string cert_file = "",
+                      std::string key_file = "")
+      : port_(port),
+        ca_file_(std::move(ca_file)),
+        cert_file_(std::move(cert_file)),
+        key_file_(std::move(key_file)) {}
 
   absl::StatusOr<Reply> Post(const std::string& target, const std::string& body) {
     return Request(boost::beast::http::verb::post, target, body);
@@ -96,6 +103,11 @@ class HttpClient {
       ctx_->load_verify_file(ca_file_, ec);
       if (ec) return absl::InvalidArgumentError(absl::StrCat("ca ", ca_file_, ": ", ec.message()));
       ctx_->set_verify_mode(net::ssl::verify_peer);
+      if (!cert_file_.empty()) {
+        ctx_->use_certificate_chain_file(cert_file_, ec);
+        if (!ec) ctx_->use_private_key_file(key_file_, net::ssl::context::pem, ec);
+        if (ec) return absl::InvalidArgumentError(absl::StrCat("client cert: ", ec.message()));
+      }
       tls_ = std::make_unique<boost::beast::ssl_stream<boost::beast::tcp_stream>>(ioc_, *ctx_);
       boost::beast::get_lowest_layer(*tls_).connect(ep, ec);
       if (!ec) tls_->handshake(net::ssl::stream_base::client, ec);
@@ -107,6 +119,8 @@ class HttpClient {
 
   const int port_;
   const std::string ca_file_;
+  const std::string cert_file_;
+  const std::string key_file_;
   boost::asio::io_context ioc_;
   std::unique_ptr<boost::asio::ssl::context> ctx_;
   std::unique_ptr<boost::beast::tcp_stream> plain_;
