@@ -95,10 +95,13 @@ inline std::string CanonicalRequest(const v1::ReleaseRequest& r) {
 
 // What a credential for this request must bind; nullopt when its owner is
 // not Slurm's (pods and placeholders carry no Slurm credential).
+// (The owner is looked at first: a pod's call costs no hashing.)
 inline std::optional<Binding> BindingOf(const v1::HoldRequest& r) {
+  if (!r.owner().has_slurm_step() && !r.owner().has_slurm_job()) return std::nullopt;
   return internal::SlurmBinding("Hold", r.node(), r.owner(), CanonicalRequest(r));
 }
 inline std::optional<Binding> BindingOf(const v1::ReleaseRequest& r) {
+  if (!r.owner().has_slurm_step() && !r.owner().has_slurm_job()) return std::nullopt;
   return internal::SlurmBinding("Release", r.node(), r.owner(), CanonicalRequest(r));
 }
 
