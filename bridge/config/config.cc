@@ -166,8 +166,8 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
       // Renamed when it became the bound that makes replay across a leader
       // takeover impossible: an old 5m value would now be refused anyway.
       return absl::InvalidArgumentError(
-          "slurm.credential_ttl: replaced by slurm.credential_max_age (default 10s; it must be "
-          "shorter than kubernetes.leader_election.lease_duration)");
+          "slurm.credential_ttl: replaced by slurm.credential_max_age (unset: at most 10s; it "
+          "must be shorter than kubernetes.leader_election.lease_duration)");
     }
     DUET_YAML(s.Bool("require_munge", &c->slurm.require_munge));
     DUET_YAML(s.String("munge_socket", &c->slurm.munge_socket));

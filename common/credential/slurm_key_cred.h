@@ -60,8 +60,8 @@ std::string DeriveKey(absl::string_view slurm_key);
 std::string DefaultKeyPath(const std::string& slurm_conf);
 
 // A credential for `payload` (slurm_munge::Payload of the call), made at
-// `unix_seconds` with 16 random bytes. INTERNAL when the system has no
-// randomness.
+// `unix_seconds` with 16 random bytes. INVALID_ARGUMENT for an empty payload
+// or one over 1024 bytes; INTERNAL when the system has no randomness.
 absl::StatusOr<std::string> Make(absl::string_view derived_key, const std::string& payload,
                                  int64_t unix_seconds);
 
