@@ -72,4 +72,13 @@ inline absl::Status UnknownNodeError(absl::string_view node) {
                     v1::reason::kNodeNotShared, {{"node", std::string(node)}});
 }
 
+// `status` (not OK) as a refused Slurm credential: reason CREDENTIAL_REFUSED
+// with metadata why (credential_why in common/credential/munge_payload.h)
+// and node.
+inline absl::Status CredentialRefusedError(absl::Status status, absl::string_view why,
+                                           absl::string_view node) {
+  return WithReason(std::move(status), v1::reason::kCredentialRefused,
+                    {{"why", std::string(why)}, {"node", std::string(node)}});
+}
+
 }  // namespace duet

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/reason.h"
 #include "common/credential/munge_payload.h"
+#include "common/credential/request_digest.h"
 #include "common/credential/slurm_key_cred.h"
 #include "common/grpc/status.h"
 #include "grpcpp/grpcpp.h"
@@ -108,9 +109,7 @@ std::string SlurmKeyPath(const std::string& configured) {
 }
 
 absl::StatusOr<std::string> SlurmKeyCredential(const std::string& key_path,
-                                               const std::string& node, uint32_t job_id,
-                                               std::optional<uint32_t> step_id,
-                                               const char* method) {
+                                               const std::string& payload) {
   absl::StatusOr<std::string> key;
   {
     ScopedEffectiveRoot root;  // slurm.key is root's (or SlurmUser's) only
@@ -118,25 +117,49 @@ absl::StatusOr<std::string> SlurmKeyCredential(const std::string& key_path,
   }
   if (!key.ok()) return key.status();
   const int64_t now = absl::ToUnixSeconds(absl::Now());
-  absl::StatusOr<std::string> cred = slurm_key::Make(*key, node, job_id, step_id, method, now);
+  absl::StatusOr<std::string> cred = slurm_key::Make(*key, payload, now);
   std::fill(key->begin(), key->end(), '\0');
   return cred;
 }
 
-std::string BridgeClient::AttachCredential(const std::string& node, uint32_t job_id,
-                                           std::optional<uint32_t> step_id, const char* method,
+std::string DescribeCredentialRefusal(const absl::Status& status) {
+  if (ReasonOf(status) != v1::reason::kCredentialRefused) return "";
+  const auto meta = ReasonMetadata(status);
+  const auto it = meta.find("why");
+  const std::string why = it != meta.end() ? it->second : "unknown";
+  namespace w = credential_why;
+  const char* hint = "";
+  if (why == w::kExpired) {
+    hint = ": made longer ago than slurm.credential_max_age, or this node's clock is off";
+  } else if (why == w::kReplayed) {
+    hint = ": it was presented before";
+  } else if (why == w::kWrongMethod || why == w::kWrongRequest) {
+    hint = ": it was made for another call";
+  } else if (why == w::kWrongVersion) {
+    hint = ": spank_duet and duet-bridge are different releases";
+  } else if (why == w::kBadSignature || why == w::kWrongUid) {
+    hint = ": the bridge does not trust who made it (munge key, slurm.key or uid)";
+  } else if (why == w::kMissing) {
+    hint = ": none was sent (plugstack auth= must match slurm.credential)";
+  }
+  return absl::StrCat("duet-bridge refused this step's credential (why=", why, hint,
+                      "): ", status.message());
+}
+
+std::string BridgeClient::AttachCredential(const std::optional<slurm_munge::Binding>& binding,
                                            grpc::ClientContext* ctx) const {
+  if (!binding) return "";
   switch (auth_) {
     case StepAuth::kNone:
       return "";
     case StepAuth::kMunge: {
-      auto cred = MungeEncode(munge_socket_, slurm_munge::Payload(node, job_id, step_id));
+      auto cred = MungeEncode(munge_socket_, slurm_munge::Payload(*binding));
       if (!cred.ok()) return absl::StrCat("munge: ", cred.status().message());
       ctx->AddMetadata(slurm_munge::kMetadataKey, *cred);
       return "";
     }
     case StepAuth::kSlurmKey: {
-      auto cred = SlurmKeyCredential(SlurmKeyPath(slurm_key_), node, job_id, step_id, method);
+      auto cred = SlurmKeyCredential(SlurmKeyPath(slurm_key_), slurm_munge::Payload(*binding));
       if (!cred.ok()) return std::string(cred.status().message());
       ctx->AddMetadata(slurm_key::kMetadataKey, *cred);
       return "";
@@ -172,7 +195,7 @@ absl::Status BridgeClient::HoldStep(const std::string& node, uint32_t job_id, ui
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
-  const std::string cred_error = AttachCredential(node, job_id, step_id, "Hold", &ctx);
+  const std::string cred_error = AttachCredential(slurm_munge::BindingOf(req), &ctx);
   v1::HoldResponse resp;
   return WithCredentialNote(FromGrpc(stub_->Hold(&ctx, req, &resp), "Hold"), cred_error);
 }
@@ -184,7 +207,7 @@ absl::Status BridgeClient::ReleaseStep(const std::string& node, uint32_t job_id,
   SetOwner(job_id, step_id, req.mutable_owner());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
-  const std::string cred_error = AttachCredential(node, job_id, step_id, "Release", &ctx);
+  const std::string cred_error = AttachCredential(slurm_munge::BindingOf(req), &ctx);
   v1::ReleaseResponse resp;
   return WithCredentialNote(FromGrpc(stub_->Release(&ctx, req, &resp), "Release"), cred_error);
 }
@@ -195,7 +218,7 @@ absl::Status BridgeClient::ReleaseJob(const std::string& node, uint32_t job_id) 
   req.mutable_owner()->mutable_slurm_job()->set_job_id(job_id);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
-  const std::string cred_error = AttachCredential(node, job_id, std::nullopt, "Release", &ctx);
+  const std::string cred_error = AttachCredential(slurm_munge::BindingOf(req), &ctx);
   v1::ReleaseResponse resp;
   return WithCredentialNote(FromGrpc(stub_->Release(&ctx, req, &resp), "Release"), cred_error);
 }

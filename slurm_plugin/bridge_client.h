@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/credential/munge_payload.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "slurm_plugin/plugin_config.h"
 #include "slurm_plugin/step_devices.h"
@@ -31,10 +32,11 @@ class BridgeClient {
   // `target`: unix:///path or host:port. Each call has `timeout_ms`.
   BridgeClient(const std::string& target, int timeout_ms);
   // The credential attached to HoldStep, ReleaseStep and ReleaseJob
-  // (DESIGN.md §9): kMunge, slurm_munge::Payload of the call's owner and node
-  // encoded through munged at `munge_socket` ("" = libmunge's default);
-  // kSlurmKey, slurm_key::Make under the slurm.key at `slurm_key` ("" =
-  // SlurmKeyPath's default), read as root for each call; kNone (the
+  // (DESIGN.md §9): kMunge, slurm_munge::Payload of the call's Binding
+  // (request_digest.h: method, node, owner, request digest) encoded through
+  // munged at `munge_socket` ("" = libmunge's default); kSlurmKey,
+  // slurm_key::Make of the same payload under the slurm.key at `slurm_key`
+  // ("" = SlurmKeyPath's default), read as root for each call; kNone (the
   // default), nothing. When making one fails the call goes without it and a
   // refusal by the bridge names the local failure.
   void UseAuth(StepAuth auth, const std::string& munge_socket, const std::string& slurm_key);
@@ -57,8 +59,7 @@ class BridgeClient {
   int timeout_ms_;
   // Adds the credential to `ctx`; returns why it could not ("" when it did
   // or when none is configured).
-  std::string AttachCredential(const std::string& node, uint32_t job_id,
-                               std::optional<uint32_t> step_id, const char* method,
+  std::string AttachCredential(const std::optional<slurm_munge::Binding>& binding,
                                grpc::ClientContext* ctx) const;
 
   StepAuth auth_ = StepAuth::kNone;
@@ -93,12 +94,18 @@ absl::StatusOr<std::string> MungeEncode(const std::string& socket, const std::st
 // /etc/slurm/slurm.key (where Slinky's NodeSet pods mount it).
 std::string SlurmKeyPath(const std::string& configured);
 
-// A slurm_key credential for (node, job, step, method), now, under the key
-// at `key_path` (read with ScopedEffectiveRoot). Errors name the file.
+// A slurm_key credential for `payload` (slurm_munge::Payload of the call),
+// now, under the key at `key_path` (read with ScopedEffectiveRoot). Errors
+// name the file.
 absl::StatusOr<std::string> SlurmKeyCredential(const std::string& key_path,
-                                               const std::string& node, uint32_t job_id,
-                                               std::optional<uint32_t> step_id,
-                                               const char* method);
+                                               const std::string& payload);
+
+// One line for the user's stderr when the bridge refused the call's
+// credential (reason CREDENTIAL_REFUSED): what it means and the bridge's
+// message, e.g. "duet-bridge refused this step's credential (why=expired:
+// made longer ago than slurm.credential_max_age; check the node's clock):
+// ...". "" for any other status.
+std::string DescribeCredentialRefusal(const absl::Status& status);
 
 // One line for users: "gpu 0,1; tpu 2,3".
 std::string DescribeDevices(const StepDevices& devices);

@@ -208,6 +208,10 @@ absl::Status RemoteUserInit(spank_t sp, const PluginConfig& config, RemoteState*
       return absl::UnavailableError(
           absl::StrCat("step ", step, " on ", st->node, " refused: duet-bridge ", config.bridge,
                        " unreachable (", s.message(), "); plugstack on_unreachable=fail"));
+    } else if (const std::string refused = DescribeCredentialRefusal(s); !refused.empty()) {
+      // One line on the user's stderr that says which check failed.
+      return absl::Status(s.code(),
+                          absl::StrCat("step ", step, " refused on node ", st->node, ": ", refused));
     } else {
       return absl::Status(s.code(), absl::StrCat("step ", step, " refused on node ", st->node,
                                                  ": ", s.message()));
@@ -240,8 +244,10 @@ absl::Status RemoteExit(spank_t sp, const PluginConfig& config, RemoteState* st)
   absl::Status s = bridge.ReleaseStep(st->node, st->job_id, st->step_id);
   if (!s.ok()) {
     // Job import releases it once the job has ended.
+    const std::string refused = DescribeCredentialRefusal(s);
     return absl::Status(s.code(), absl::StrCat("release of step ", st->job_id, ".", st->step_id,
-                                               " on ", st->node, " failed: ", s.message()));
+                                               " on ", st->node, " failed: ",
+                                               refused.empty() ? s.message() : refused));
   }
   if (st->step_id == SLURM_BATCH_SCRIPT) {
     // The batch script has ended, so the job has: what job import recorded
@@ -249,8 +255,10 @@ absl::Status RemoteExit(spank_t sp, const PluginConfig& config, RemoteState* st)
     // ledger is current when Slurm starts the next job on these devices.
     s = bridge.ReleaseJob(st->node, st->job_id);
     if (!s.ok()) {
+      const std::string refused = DescribeCredentialRefusal(s);
       return absl::Status(s.code(), absl::StrCat("release of job ", st->job_id, " on ", st->node,
-                                                 " failed: ", s.message()));
+                                                 " failed: ",
+                                                 refused.empty() ? s.message() : refused));
     }
   }
   return absl::OkStatus();

@@ -168,8 +168,14 @@ size_t CallAuthorizer::cached() const {
 }
 
 absl::Status CallAuthorizer::Check(const CallerInfo& caller, const std::string& method,
-                                   const std::string& node, const Owner& owner) {
-  if (caller.local) return absl::OkStatus();
+                                   const std::string& node, const Owner& owner,
+                                   std::string* who) {
+  std::string ignored;
+  if (who == nullptr) who = &ignored;
+  if (caller.local) {
+    *who = "local(unix socket)";
+    return absl::OkStatus();
+  }
   if (caller.bearer.empty()) {
     return Refuse(method,
                   absl::UnauthenticatedError(absl::StrCat(
@@ -199,7 +205,10 @@ absl::Status CallAuthorizer::Check(const CallerInfo& caller, const std::string& 
                       id->error.empty() ? "" : absl::StrCat(" (", id->error, ")"))),
                   "invalid_token", "");
   }
-  if (IsOperator(*id)) return absl::OkStatus();
+  if (IsOperator(*id)) {
+    *who = absl::StrCat("user=", id->username, " operator");
+    return absl::OkStatus();
+  }
   if (id->username != options_.config.node_service_account) {
     return Refuse(method,
                   absl::PermissionDeniedError(absl::StrCat(
@@ -229,6 +238,7 @@ absl::Status CallAuthorizer::Check(const CallerInfo& caller, const std::string& 
                                                       pod.status().message())),
                   "review_unavailable", node);
   }
+  *who = absl::StrCat("user=", id->username, " node=", id->node);
   if (!pod->found && method == "Release") return absl::OkStatus();
   if (!pod->found || pod->node != node) {
     return Refuse(method,

@@ -93,9 +93,11 @@ class CallAuthorizer {
   // `kube` (the TokenReview and pod lookups) must outlive this object.
   CallAuthorizer(k8s::KubeClient* kube, PodBindingFn pod_binding, Options options);
 
-  // OK when `caller` may make `method` for `owner` on `node`.
+  // OK when `caller` may make `method` for `owner` on `node`. When OK and
+  // `who` is set, *who is the caller for the audit log: "local(unix socket)",
+  // or "user=NAME" of its token (with " operator" or " node=NODE").
   absl::Status Check(const CallerInfo& caller, const std::string& method, const std::string& node,
-                     const Owner& owner) ABSL_LOCKS_EXCLUDED(mu_);
+                     const Owner& owner, std::string* who = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Tokens remembered now (tests).
   size_t cached() const ABSL_LOCKS_EXCLUDED(mu_);

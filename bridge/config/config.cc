@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -168,7 +169,14 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.Duration("preemption_wait", &c->slurm.preemption_wait));
     DUET_YAML(s.String("credential", &c->slurm.credential));
     DUET_YAML(s.String("key_file", &c->slurm.key_file));
-    DUET_YAML(s.Duration("credential_ttl", &c->slurm.credential_ttl));
+    DUET_YAML(s.Duration("credential_max_age", &c->slurm.credential_max_age));
+    if (s.Child("credential_ttl")) {
+      // Renamed when it became the bound that makes replay across a leader
+      // takeover impossible: an old 5m value would now be refused anyway.
+      return absl::InvalidArgumentError(
+          "slurm.credential_ttl: replaced by slurm.credential_max_age (unset: at most 10s; it "
+          "must be shorter than kubernetes.leader_election.lease_duration)");
+    }
     DUET_YAML(s.Bool("require_munge", &c->slurm.require_munge));
     DUET_YAML(s.String("munge_socket", &c->slurm.munge_socket));
     DUET_YAML(s.Int("munge_uid", &c->slurm.munge_uid));
@@ -431,6 +439,13 @@ std::vector<OpenDoor> OpenDoors(const Config& c) {
   return out;
 }
 
+absl::Duration CredentialMaxAge(const Config& c) {
+  if (c.slurm.credential_max_age != absl::ZeroDuration()) return c.slurm.credential_max_age;
+  const LeaderElectionConfig& le = c.kubernetes.leader_election;
+  if (!le.enabled) return absl::Seconds(10);
+  return std::clamp(le.lease_duration - le.renew_deadline, absl::Seconds(1), absl::Seconds(10));
+}
+
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text) {
   Config c;
   // yaml-cpp reports errors by throwing; this is the one place that calls it.
@@ -558,8 +573,25 @@ absl::Status ValidateConfig(const Config& c) {
           absl::StrCat("slurm.require_munge: false contradicts slurm.credential: ", cred,
                        " (drop require_munge; credential replaces it)"));
     }
-    if (c.slurm.credential_ttl < absl::Seconds(1)) {
-      return absl::InvalidArgumentError("slurm.credential_ttl: must be at least 1s");
+    // A credential must be dead before a standby can take over: the replay
+    // memory is per process, so one captured before a failover would
+    // otherwise be good at the next leader (docs/config.md).
+    const absl::Duration max_age = CredentialMaxAge(c);
+    if (max_age < absl::Seconds(1)) {
+      return absl::InvalidArgumentError("slurm.credential_max_age: must be at least 1s");
+    }
+    if (max_age > absl::Minutes(5)) {
+      return absl::InvalidArgumentError(
+          "slurm.credential_max_age: must be at most 5m (munged's own credential TTL)");
+    }
+    const LeaderElectionConfig& le = c.kubernetes.leader_election;
+    if (le.enabled && max_age >= le.lease_duration) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slurm.credential_max_age: ", absl::FormatDuration(max_age),
+          " must be shorter than kubernetes.leader_election.lease_duration (",
+          absl::FormatDuration(le.lease_duration),
+          "), the fastest takeover by a standby: else a credential captured before a failover "
+          "could be replayed to the new leader, whose replay memory starts empty"));
     }
   }
   if (absl::Status w = placement::ValidateWorkloadModelOptions(c.placement.workload,

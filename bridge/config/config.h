@@ -190,10 +190,12 @@ struct SlurmConfig : SlurmSyncSettings {
   // the SPANK plugin calls the bridge even when the bridge does not sync with
   // slurmctld. spank_duet's plugstack auth= must match.
   //   munge      a munge credential from root (slurmstepd) or `munge_uid`
-  //              binding node, job and step (clusters on auth/munge)
-  //   slurm_key  an HMAC under the cluster's slurm.key binding node, job,
-  //              step and call, fresh (credential_ttl) and used once
-  //              (clusters on auth/slurm: Slinky, the GKE add-on)
+  //              (clusters on auth/munge)
+  //   slurm_key  an HMAC under the cluster's slurm.key (clusters on
+  //              auth/slurm: Slinky, the GKE add-on)
+  //              Either binds the call (method), node, job, step and the
+  //              request's content (duet/v2 payload), is fresh
+  //              (credential_max_age) and is accepted once.
   //   none       such calls are trusted as is: only as an explicit choice,
   //              refused with auth.mode token and, beyond loopback, without
   //              grpc.allow_insecure; said at start at error level
@@ -201,9 +203,12 @@ struct SlurmConfig : SlurmSyncSettings {
   std::string credential;
   // slurm.key for `slurm_key`; "" = slurm.key beside conf_path.
   std::string key_file;
-  // A slurm_key credential is accepted this long after (and before, for
-  // clock skew) it was made.
-  absl::Duration credential_ttl = absl::Minutes(5);
+  // A credential (either kind) is accepted this long after (and before, for
+  // clock skew) it was made; 1s to 5m, and shorter than
+  // kubernetes.leader_election.lease_duration when leader election is on, so
+  // that no credential outlives a takeover (docs/config.md). Zero (unset):
+  // CredentialMaxAge() picks one.
+  absl::Duration credential_max_age = absl::ZeroDuration();
   // Older switch: false = credential none. Contradicting `credential` is an
   // error.
   bool require_munge = true;
@@ -286,6 +291,12 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text);
 absl::StatusOr<Config> LoadConfigFile(const std::string& path);
 // Checks values; the first problem is returned with its field path.
 absl::Status ValidateConfig(const Config& config);
+
+// slurm.credential_max_age, or when it is unset: 10s, and with leader
+// election on, lease_duration - renew_deadline (the least time between the
+// old leader's last call and the new leader's first, after a crash) within
+// 1s..10s.
+absl::Duration CredentialMaxAge(const Config& config);
 
 // A mutating call that needs no credential on one gRPC listener: auth.mode
 // none leaves pods' Hold/Release/PlacePod open, slurm.credential none Slurm

@@ -29,6 +29,7 @@
 #include "bridge/server/watch_metrics.h"
 #include "bridge/server/workload.h"
 #include "bridge/slurm/munge_auth.h"
+#include "common/reason.h"
 #include "bridge/slurm/pod_evictions.h"
 #include "bridge/slurm/placeholder_policy.h"
 #include "bridge/slurm/slurm_key_auth.h"
@@ -321,8 +322,11 @@ absl::Status Bridge::LoadSlurmKey() {
   // Whether or not slurm.enabled: the SPANK plugin's calls are checked either
   // way (SlurmOwnerCheck).
   if (config_.slurm.EffectiveCredential() != "slurm_key") return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> made = SlurmKeyAuth::Create(
-      {config_.slurm.key_file, config_.slurm.conf_path, config_.slurm.credential_ttl});
+  SlurmKeyAuthOptions o;
+  o.key_file = config_.slurm.key_file;
+  o.slurm_conf = config_.slurm.conf_path;
+  o.max_age = CredentialMaxAge(config_);
+  absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> made = SlurmKeyAuth::Create(std::move(o));
   if (!made.ok()) {
     return absl::Status(made.status().code(),
                         absl::StrCat("slurm.credential: slurm_key: ", made.status().message()));
@@ -563,10 +567,16 @@ LedgerService::Options Bridge::ServiceOptions() {
     authorizer_ = NewCallAuthorizer(config_.auth, kube_client_.get(), &pod_view_, metrics_.get());
     auth::CallAuthorizer* authz = authorizer_.get();
     sopts.authorize_call = [authz](const grpc::CallbackServerContext& ctx, const char* method,
-                                   const std::string& node, const Owner& owner) {
-      return authz->Check(auth::CallerFromContext(ctx), method, node, owner);
+                                   const std::string& node, const Owner& owner,
+                                   std::string* who) {
+      return authz->Check(auth::CallerFromContext(ctx), method, node, owner, who);
     };
   }  // mode none: Start names every listener that leaves open (AnnounceOpenDoors)
+  // Every successful mutation leaves one audit line (bridge/server/audit.h).
+  AuditLog::Options audit;
+  audit.metrics = metrics_.get();
+  audit_ = std::make_unique<AuditLog>(std::move(audit));
+  sopts.audit = audit_.get();
   // PlacePod (device plugin) holds like the extender's bind
   // (pods::PodHolds): the same policy, and the same Slurm CPU/memory loads,
   // told of every placeholder it makes; Slurm placeholders when Slurm is on.
@@ -610,34 +620,39 @@ Bridge::SlurmOwnerCheckFn Bridge::SlurmOwnerCheck() {
   // release a running step's devices or hold every free one as a made-up job.
   Metrics* m = metrics_.get();
   const std::string credential = config_.slurm.EffectiveCredential();
+  // A refusal's why (its CREDENTIAL_REFUSED metadata) is the metric's label;
+  // one without a reason is munged being unreachable.
+  auto count = [m](const char* kind, const absl::Status& s) {
+    if (s.ok()) return;
+    const auto meta = ReasonMetadata(s);
+    const auto why = meta.find("why");
+    m->CountCredentialRefusal(kind, why != meta.end() ? why->second : "unavailable");
+  };
   if (credential == "munge") {
-    auto auth = std::make_shared<MungeAuth>(
-        MungeAuthOptions{config_.slurm.munge_socket, config_.slurm.munge_uid});
-    spdlog::info("Slurm owners' Hold/Release need a munge credential (munged at {})",
+    MungeAuthOptions o;
+    o.socket = config_.slurm.munge_socket;
+    o.slurm_uid = config_.slurm.munge_uid;
+    o.max_age = CredentialMaxAge(config_);
+    auto auth = std::make_shared<MungeAuth>(std::move(o));
+    spdlog::info("Slurm owners' Hold/Release need a munge credential (munged at {}, at most {} old)",
                  config_.slurm.munge_socket.empty() ? "/run/munge/munge.socket.2"
-                                                    : config_.slurm.munge_socket);
-    return [auth, m](const SlurmCallerCredentials& c, const char* method, const std::string& node,
-                     const Owner& owner) {
-      absl::Status s = auth->Check(c.munge, method, node, owner);
-      if (!s.ok()) {
-        m->CountCredentialRefusal(
-            "munge", c.munge.empty()                 ? "missing"
-                     : absl::IsPermissionDenied(s)   ? "wrong_owner"
-                     : absl::IsUnauthenticated(s)    ? "rejected"
-                                                     : "unavailable");
-      }
+                                                    : config_.slurm.munge_socket,
+                 absl::FormatDuration(CredentialMaxAge(config_)));
+    return [auth, count](const SlurmCallerCredentials& c, const slurm_munge::Binding& want,
+                         std::string* who) {
+      absl::Status s = auth->Check(c.munge, want, who);
+      count("munge", s);
       return s;
     };
   }
   if (credential == "slurm_key") {
     std::shared_ptr<SlurmKeyAuth> auth = key_auth_;  // LoadSlurmKey loaded it, or Start failed
-    spdlog::info("Slurm owners' Hold/Release need a slurm.key credential (key {})",
-                 auth->key_file());
-    return [auth, m](const SlurmCallerCredentials& c, const char* method, const std::string& node,
-                     const Owner& owner) {
-      SlurmKeyAuth::Why why = SlurmKeyAuth::Why::kNone;
-      absl::Status s = auth->Check(c.slurm_key, method, node, owner, &why);
-      if (!s.ok()) m->CountCredentialRefusal("slurm_key", SlurmKeyAuth::WhyName(why));
+    spdlog::info("Slurm owners' Hold/Release need a slurm.key credential (key {}, at most {} old)",
+                 auth->key_file(), absl::FormatDuration(CredentialMaxAge(config_)));
+    return [auth, count](const SlurmCallerCredentials& c, const slurm_munge::Binding& want,
+                         std::string* who) {
+      absl::Status s = auth->Check(c.slurm_key, want, who);
+      count("slurm_key", s);
       return s;
     };
   }

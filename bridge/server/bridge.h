@@ -123,6 +123,9 @@ class Bridge {
   std::unique_ptr<LedgerLog> journal_;  // the local Journal or the EtcdLog
   std::unique_ptr<Durability> durability_;
   std::unique_ptr<Metrics> metrics_;
+  // The audit log of successful mutations (ServiceOptions makes it); before
+  // service_, which writes to it, so that it outlives the service.
+  std::unique_ptr<AuditLog> audit_;
   // The learned workload (placement.workload; bridge/server/workload.h).
   // Before its users, so it is destroyed after them.
   std::unique_ptr<placement::WorkloadModel> workload_model_;

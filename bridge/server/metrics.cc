@@ -139,6 +139,12 @@ Metrics::Metrics(const Ledger* ledger)
       &RegisterFamily(BuildCounter(), *registry_, "duet_slurm_credential_refusals_total",
                       "Slurm owners' Hold/Release refused for their credential, by the credential "
                       "the bridge asks for and why; the ledger is not touched");
+  audit_records_ =
+      &RegisterFamily(BuildCounter(), *registry_, "duet_audit_records_total",
+                      "Audit log lines written, one per successful mutating gRPC call, by method");
+  audit_dropped_ =
+      &RegisterFamily(BuildCounter(), *registry_, "duet_audit_dropped_total",
+                      "Audit log lines not written because of the audit rate limit, by method");
   fsync_latency_ =
       &RegisterFamily(BuildHistogram(), *registry_, "duet_journal_fsync_duration_seconds",
                       "Journal write+fdatasync time per group commit")
@@ -190,6 +196,14 @@ void Metrics::CountAuthRefusal(const std::string& method, const std::string& why
 
 void Metrics::CountCredentialRefusal(const std::string& credential, const std::string& why) {
   credential_refusals_->Add({{"credential", credential}, {"why", why}}).Increment();
+}
+
+void Metrics::CountAuditRecord(const std::string& method) {
+  audit_records_->Add({{"method", method}}).Increment();
+}
+
+void Metrics::CountAuditDropped(const std::string& method) {
+  audit_dropped_->Add({{"method", method}}).Increment();
 }
 
 void Metrics::CountConflict(HolderClass blocking) {

@@ -49,12 +49,16 @@ class Metrics {
   void CountStaleRetry(bool granted);
   // A Slurm owner's Hold/Release refused for its credential (DESIGN.md §9),
   // by the credential kind the bridge asks for ("munge", "slurm_key") and
-  // why ("missing", "malformed", "bad_mac", "expired", "replayed", "full",
-  // "rejected", "wrong_owner", "unavailable").
+  // why (credential_why in common/credential/munge_payload.h, and
+  // "unavailable" when munged cannot be asked).
   void CountCredentialRefusal(const std::string& credential, const std::string& why);
   // A mutating call refused by auth.mode token (bridge/auth/authz.h): the
   // method and why (missing_token, invalid_token, wrong_node, ...).
   void CountAuthRefusal(const std::string& method, const std::string& why);
+  // An audit line written for a successful mutation (bridge/server/audit.h),
+  // by method; and one dropped by the audit log's rate limit.
+  void CountAuditRecord(const std::string& method);
+  void CountAuditDropped(const std::string& method);
   void ObserveFsync(double seconds, size_t records, size_t bytes);
   void SetWatchStreams(int streams);
   void SetServing(bool serving);
@@ -92,6 +96,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* stale_retries_;
   prometheus::Family<prometheus::Counter>* credential_refusals_;
   prometheus::Family<prometheus::Counter>* auth_refusals_;
+  prometheus::Family<prometheus::Counter>* audit_records_;
+  prometheus::Family<prometheus::Counter>* audit_dropped_;
   prometheus::Histogram* fsync_latency_;
   prometheus::Histogram* fsync_batch_;
   prometheus::Counter* journal_bytes_;

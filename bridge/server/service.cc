@@ -11,6 +11,7 @@
 #include "bridge/api/validate.h"
 #include "common/reason.h"
 #include "common/credential/munge_payload.h"
+#include "common/credential/request_digest.h"
 #include "common/credential/slurm_key_cred.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -252,13 +253,34 @@ std::optional<HolderClass> LedgerService::BlockingClass(const HoldRequest& reque
 
 absl::Status LedgerService::AuthorizeCall(const grpc::CallbackServerContext& ctx,
                                           const char* method, const std::string& node,
-                                          const Owner& owner) const {
+                                          const Owner& owner,
+                                          const std::optional<slurm_munge::Binding>& binding,
+                                          std::string* who) const {
+  *who = absl::StrCat("unauthenticated(", ctx.peer(), ")");
   if (owner.holder_class() == HolderClass::kSlurm) {
     if (!options_.authorize_slurm_owner) return absl::OkStatus();
-    return options_.authorize_slurm_owner(CallerCredentials(&ctx), method, node, owner);
+    if (!binding) return absl::InternalError(absl::StrCat(method, ": no credential binding"));
+    return options_.authorize_slurm_owner(CallerCredentials(&ctx), *binding, who);
   }
   if (!options_.authorize_call) return absl::OkStatus();
-  return options_.authorize_call(ctx, method, node, owner);
+  return options_.authorize_call(ctx, method, node, owner, who);
+}
+
+void LedgerService::Audit(const char* method, const std::string& who, const std::string& node,
+                          const Owner& owner, const std::vector<HeldDevice>& devices,
+                          bool changed) const {
+  if (options_.audit == nullptr) return;
+  AuditRecord r;
+  r.method = method;
+  r.who = who;
+  r.node = node;
+  r.owner = owner.ToString();
+  for (const HeldDevice& d : devices) {
+    absl::StrAppend(&r.devices, r.devices.empty() ? "" : ",", DeviceKindName(d.kind), d.index);
+    if (d.milli != kWholeDevice) absl::StrAppend(&r.devices, "@", d.milli, "m");
+  }
+  r.changed = changed;
+  options_.audit->Record(r);
 }
 
 grpc::ServerUnaryReactor* LedgerService::Answer(const UnaryCall& call, const absl::Status& status) {
@@ -366,7 +388,10 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
   if (absl::Status v = CheckNodeFor(request->owner, request->node); !v.ok()) {
     return Refuse(call, v);
   }
-  if (absl::Status a = AuthorizeCall(*ctx, call.method, request->node, request->owner); !a.ok()) {
+  std::string who;
+  if (absl::Status a = AuthorizeCall(*ctx, call.method, request->node, request->owner,
+                                     slurm_munge::BindingOf(*req), &who);
+      !a.ok()) {
     return Refuse(call, a);
   }
   absl::StatusOr<HoldResult> result = ledger_->Hold(*request);
@@ -399,8 +424,10 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
   ToProto(result->holding, ledger_->GetNode(result->holding.node).get(), resp->mutable_holding());
   resp->set_created(result->created);
   return AnswerWhenDurable(call, result->seq,
-                           [this, created = result->created, owner = request->owner] {
+                           [this, created = result->created, owner = request->owner,
+                            holding = result->holding, who = std::move(who)] {
                              if (created && metrics_ != nullptr) metrics_->CountGrant(owner);
+                             Audit("Hold", who, holding.node, owner, holding.devices, created);
                            });
 }
 
@@ -416,16 +443,24 @@ grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ct
   if (!owner.ok()) return Answer(call, owner.status());
   if (absl::Status v = CheckOwnerStrings(*owner); !v.ok()) return Answer(call, v);
   if (absl::Status v = CheckNodeFor(*owner, req->node()); !v.ok()) return Answer(call, v);
-  if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), *owner); !a.ok()) {
+  std::string who;
+  if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), *owner,
+                                     slurm_munge::BindingOf(*req), &who);
+      !a.ok()) {
     return Answer(call, a);
   }
   absl::StatusOr<ReleaseResult> result = ledger_->Release(req->node(), *owner);
   if (!result.ok()) return Answer(call, result.status());
   resp->set_released(result->released);
   if (result->released) ToProto(result->holding, resp->mutable_holding());
-  return AnswerWhenDurable(call, result->seq, [this, released = result->released, o = *owner] {
-    if (released && metrics_ != nullptr) metrics_->CountRelease(o);
-  });
+  std::vector<HeldDevice> devices;
+  if (result->released) devices = result->holding.devices;
+  return AnswerWhenDurable(call, result->seq,
+                           [this, released = result->released, o = *owner, node = req->node(),
+                            devices = std::move(devices), who = std::move(who)] {
+                             if (released && metrics_ != nullptr) metrics_->CountRelease(o);
+                             Audit("Release", who, node, o, devices, released);
+                           });
 }
 
 grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContext* ctx,
@@ -519,7 +554,9 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
   if (absl::Status v = CheckOwnerStrings(pod); !v.ok()) return Refuse(call, v);
   if (absl::Status v = CheckKubeNodeName("node", req->node()); !v.ok()) return Refuse(call, v);
   if (absl::Status v = CheckPlacePodAmounts(*req); !v.ok()) return Refuse(call, v);
-  if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), pod); !a.ok()) {
+  std::string who;
+  if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), pod, std::nullopt, &who);
+      !a.ok()) {
     return Refuse(call, a);
   }
   if (req->gpus() == 0 && req->tpus() == 0) {
@@ -543,8 +580,11 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
   }
   ToProto(held->holding, ledger_->GetNode(held->holding.node).get(), resp);
   return AnswerWhenDurable(call, held->seq,
-                           [this, owner = held->holding.owner, created = held->created] {
-                             if (metrics_ != nullptr && created) metrics_->CountGrant(owner);
+                           [this, holding = held->holding, created = held->created,
+                            who = std::move(who)] {
+                             if (metrics_ != nullptr && created) metrics_->CountGrant(holding.owner);
+                             Audit("PlacePod", who, holding.node, holding.owner, holding.devices,
+                                   created);
                            });
 }
 

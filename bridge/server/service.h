@@ -17,10 +17,12 @@
 #include "absl/synchronization/mutex.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/workload_model.h"
+#include "bridge/server/audit.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
 #include "bridge/server/watch_hub.h"
 #include "bridge/pods/pod_holds.h"
+#include "common/credential/munge_payload.h"
 #include "duet/v1/duet.grpc.pb.h"
 
 namespace duet {
@@ -45,20 +47,27 @@ class LedgerService final : public v1::Ledger::CallbackService {
     // Events queued per watch stream before it is told to resync.
     size_t max_watch_queue = 4096;
     // Set: Hold and Release for a Slurm owner (slurm_job, slurm_step) must
-    // pass it first. Arguments: the call's credentials, the method, the
-    // request's node and owner. A refusal is answered as is (and counted as
-    // a refused Hold); nothing in the ledger changes.
-    std::function<absl::Status(const SlurmCallerCredentials& credentials, const char* method,
-                               const std::string& node, const Owner& owner)>
+    // pass it first. Arguments: the call's credentials, what they must bind
+    // (slurm_munge::BindingOf the request: method, node, owner, request
+    // digest), and where to put the caller's identity for the audit log. A
+    // refusal is answered as is (and counted as a refused Hold); nothing in
+    // the ledger changes.
+    std::function<absl::Status(const SlurmCallerCredentials& credentials,
+                               const slurm_munge::Binding& want, std::string* who)>
         authorize_slurm_owner;
     // auth.mode token (bridge/auth/authz.h). Set: Hold and Release for a pod
     // or placeholder owner, and PlacePod,
     // must pass it first. Arguments: the call's context, the method, the
-    // request's node and owner. A refusal is answered as is; nothing in the
-    // ledger changes.
+    // request's node and owner, and where to put the caller's identity for
+    // the audit log. A refusal is answered as is; nothing in the ledger
+    // changes.
     std::function<absl::Status(const grpc::CallbackServerContext& ctx, const char* method,
-                               const std::string& node, const Owner& owner)>
+                               const std::string& node, const Owner& owner, std::string* who)>
         authorize_call;
+    // Set: every successful Hold, Release and PlacePod is recorded here once
+    // durable, with the identity the check that applied proved
+    // ("unauthenticated(PEER)" where none applied). Not owned.
+    AuditLog* audit = nullptr;
     // PlacePod holds through pods::PodHolds, as the extender's bind does.
     // The Slurm side (duet-bridge: bridge/slurm's Placeholders); null when
     // Slurm is off (PlacePod then holds devices in the ledger as owner Pod).
@@ -129,11 +138,17 @@ class LedgerService final : public v1::Ledger::CallbackService {
   // node (pod if any is a pod's), nullopt when none does (a Hold of "any N"
   // that found no room, or the holder left since).
   std::optional<HolderClass> BlockingClass(const HoldRequest& request) const;
-  // Options::authorize_slurm_owner for a Slurm owner, with the call's
-  // credentials; Options::authorize_call for a pod or placeholder owner. OK
-  // where the one that applies is not set.
+  // Options::authorize_slurm_owner for a Slurm owner (`binding` is then
+  // what its credential must bind), with the call's credentials;
+  // Options::authorize_call for a pod or placeholder owner. OK where the one
+  // that applies is not set. `who` gets the caller's identity.
   absl::Status AuthorizeCall(const grpc::CallbackServerContext& ctx, const char* method,
-                             const std::string& node, const Owner& owner) const;
+                             const std::string& node, const Owner& owner,
+                             const std::optional<slurm_munge::Binding>& binding,
+                             std::string* who) const;
+  // Options::audit, if set.
+  void Audit(const char* method, const std::string& who, const std::string& node,
+             const Owner& owner, const std::vector<HeldDevice>& devices, bool changed) const;
   // A WatchNodes slot for `caller` under both limits; TOO_MANY_WATCHES when
   // none is left. Every slot taken is given back by ReleaseWatchSlot.
   absl::Status TakeWatchSlot(const std::string& caller);

@@ -1,16 +1,18 @@
 #include "bridge/slurm/slurm_key_auth.h"
 
-#include <optional>
-
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "bridge/slurm/munge_auth.h"
 #include "common/credential/slurm_key_cred.h"
-#include "common/enum_name.h"
+#include "common/reason.h"
 
 namespace duet {
 
+namespace why = credential_why;
+
 absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> SlurmKeyAuth::Create(SlurmKeyAuthOptions options) {
-  if (options.ttl < absl::Seconds(1)) {
-    return absl::InvalidArgumentError("slurm.credential_ttl: must be at least 1s");
+  if (options.max_age < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("slurm.credential_max_age: must be at least 1s");
   }
   if (options.key_file.empty()) options.key_file = slurm_key::DefaultKeyPath(options.slurm_conf);
   absl::StatusOr<std::string> key = slurm_key::LoadDerivedKey(options.key_file);
@@ -19,69 +21,87 @@ absl::StatusOr<std::unique_ptr<SlurmKeyAuth>> SlurmKeyAuth::Create(SlurmKeyAuthO
 }
 
 SlurmKeyAuth::SlurmKeyAuth(std::string derived_key, SlurmKeyAuthOptions options)
-    : key_(std::move(derived_key)), options_(std::move(options)) {}
+    : key_(std::move(derived_key)),
+      options_(std::move(options)),
+      seen_(options_.max_remembered) {}
 
-const char* SlurmKeyAuth::WhyName(Why w) {
-  static constexpr const char* kNames[] = {"none",    "missing",  "malformed", "bad_mac",
-                                           "expired", "replayed", "full"};
-  return EnumName(w, kNames);
-}
-
-absl::Status SlurmKeyAuth::Check(const std::string& credential, const char* method,
-                                 const std::string& node, const Owner& owner, Why* why) {
-  Why ignored;
-  if (why == nullptr) why = &ignored;
-  *why = Why::kNone;
-  if (owner.holder_class() != HolderClass::kSlurm) return absl::OkStatus();
-  const std::optional<uint32_t> step =
-      owner.kind == OwnerKind::kSlurmStep ? std::optional<uint32_t>(owner.step_id) : std::nullopt;
-  const std::string what = absl::StrCat(method, " for ", owner.ToString(), " on node ", node);
+absl::Status SlurmKeyAuth::Check(const std::string& credential, const slurm_munge::Binding& want,
+                                 std::string* who) {
+  const std::string what = DescribeCall(want);
+  auto refuse = [&](absl::Status s, const char* w) {
+    return CredentialRefusedError(std::move(s), w, want.node);
+  };
+  auto rejected = [&](absl::string_view why_text) {
+    return absl::StrCat(what, ": slurm.key credential rejected: ", why_text);
+  };
   if (credential.empty()) {
-    *why = Why::kMissing;
-    return absl::UnauthenticatedError(absl::StrCat(
-        what, " has no slurm.key credential (metadata ", slurm_key::kMetadataKey,
-        "); duet-bridge requires one for Slurm owners (slurm.credential: slurm_key; the plugin "
-        "needs auth=slurm_key)"));
+    return refuse(
+        absl::UnauthenticatedError(absl::StrCat(
+            what, " has no slurm.key credential (metadata ", slurm_key::kMetadataKey,
+            "); duet-bridge requires one for Slurm owners (slurm.credential: slurm_key; the "
+            "plugin needs auth=slurm_key)")),
+        why::kMissing);
+  }
+  if (absl::StartsWith(credential, slurm_key::kOldPrefix)) {
+    return refuse(absl::UnauthenticatedError(rejected(absl::StrCat(
+                      "it is a ", slurm_key::kOldPrefix, " (duet/v1) credential; this duet-bridge "
+                      "accepts ", slurm_key::kPrefix, " (", slurm_munge::kVersion,
+                      ") only (spank_duet and duet-bridge must be the same release)"))),
+                  why::kWrongVersion);
   }
   absl::StatusOr<slurm_key::Parsed> p = slurm_key::Parse(credential);
   if (!p.ok()) {
-    *why = Why::kMalformed;
-    return absl::UnauthenticatedError(
-        absl::StrCat(what, ": slurm.key credential rejected: ", p.status().message()));
+    return refuse(absl::UnauthenticatedError(rejected(p.status().message())), why::kMalformed);
   }
-  if (!slurm_key::MacMatches(key_, *p, node, owner.job_id, step, method)) {
-    *why = Why::kBadMac;
-    return absl::UnauthenticatedError(absl::StrCat(
-        what, ": slurm.key credential rejected: it was not made with this cluster's slurm.key (",
-        options_.key_file, ") for this node, job, step and call"));
+  if (!slurm_key::MacMatches(key_, *p)) {
+    return refuse(absl::UnauthenticatedError(rejected(absl::StrCat(
+                      "it was not made with this cluster's slurm.key (", options_.key_file,
+                      "), or was changed on the way"))),
+                  why::kBadSignature);
+  }
+  switch (slurm_munge::Compare(p->payload, want)) {
+    case slurm_munge::Mismatch::kNone:
+      break;
+    case slurm_munge::Mismatch::kVersion:
+      return refuse(absl::UnauthenticatedError(rejected(absl::StrCat(
+                        "payload version \"", slurm_munge::VersionOf(p->payload),
+                        "\"; this duet-bridge accepts ", slurm_munge::kVersion, " only"))),
+                    why::kWrongVersion);
+    case slurm_munge::Mismatch::kMethod:
+      return refuse(absl::PermissionDeniedError(rejected(absl::StrCat(
+                        "it was made for another call (\"", p->payload, "\")"))),
+                    why::kWrongMethod);
+    case slurm_munge::Mismatch::kRequest:
+      return refuse(absl::PermissionDeniedError(rejected(absl::StrCat(
+                        "it is for \"", p->payload, "\", not \"", slurm_munge::Payload(want),
+                        "\""))),
+                    why::kWrongRequest);
   }
   const absl::Time now = options_.clock->Now();
   const absl::Time made = absl::FromUnixSeconds(p->unix_seconds);
-  if (made + options_.ttl < now || made - options_.ttl > now) {
-    *why = Why::kExpired;
-    return absl::UnauthenticatedError(absl::StrCat(
-        what, ": slurm.key credential rejected: made at ", absl::FormatTime(made, absl::UTCTimeZone()),
-        ", more than ", absl::FormatDuration(options_.ttl), " from this bridge's clock (",
-        absl::FormatTime(now, absl::UTCTimeZone()), "): expired, or the clocks differ"));
+  if (now - made > options_.max_age || made - now > options_.max_age) {
+    return refuse(absl::UnauthenticatedError(rejected(absl::StrCat(
+                      "made at ", absl::FormatTime(made, absl::UTCTimeZone()),
+                      ", more than slurm.credential_max_age ",
+                      absl::FormatDuration(options_.max_age), " from this bridge's clock (",
+                      absl::FormatTime(now, absl::UTCTimeZone()),
+                      "): expired, or the clocks differ"))),
+                  why::kExpired);
   }
-  absl::MutexLock lock(&mu_);
-  while (!order_.empty() && order_.front().first < now) {
-    seen_.erase(order_.front().second);
-    order_.pop_front();
+  switch (seen_.Remember(p->nonce, made + options_.max_age, now)) {
+    case credential::ReplayMemory::Result::kFirst:
+      break;
+    case credential::ReplayMemory::Result::kReplayed:
+      return refuse(absl::UnauthenticatedError(rejected("already used (replayed)")),
+                    why::kReplayed);
+    case credential::ReplayMemory::Result::kFull:
+      return refuse(absl::ResourceExhaustedError(absl::StrCat(
+                        what, ": more than ", seen_.max_entries(), " credentials within ",
+                        absl::FormatDuration(options_.max_age),
+                        "; refused until older ones expire")),
+                    why::kFull);
   }
-  if (seen_.contains(p->nonce)) {
-    *why = Why::kReplayed;
-    return absl::UnauthenticatedError(
-        absl::StrCat(what, ": slurm.key credential rejected: already used (replayed)"));
-  }
-  if (seen_.size() >= options_.max_remembered) {
-    *why = Why::kFull;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": more than ", options_.max_remembered, " credentials within ",
-        absl::FormatDuration(options_.ttl), "; refused until older ones expire"));
-  }
-  seen_.emplace(p->nonce, made + options_.ttl);
-  order_.emplace_back(made + options_.ttl, p->nonce);
+  if (who != nullptr) *who = absl::StrCat(SlurmIdentity(want), " credential=slurm_key");
   return absl::OkStatus();
 }
 

@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/credential/munge_payload.h"
 
 namespace duet::slurm_key {
 namespace {
@@ -34,10 +33,10 @@ std::string Hmac(absl::string_view key, absl::string_view data) {
   return std::string(reinterpret_cast<const char*>(out), len);
 }
 
-std::string Signed(const std::string& node, uint32_t job_id, std::optional<uint32_t> step_id,
-                   absl::string_view method, int64_t unix_seconds, absl::string_view nonce) {
-  return absl::StrCat(slurm_munge::Payload(node, job_id, step_id), "\n", method, "\n",
-                      unix_seconds, "\n", nonce);
+constexpr size_t kMaxPayloadBytes = 1024;
+
+std::string Signed(absl::string_view payload, int64_t unix_seconds, absl::string_view nonce) {
+  return absl::StrCat(payload, "\n", unix_seconds, "\n", nonce);
 }
 
 bool IsLowerHex(absl::string_view s) {
@@ -104,9 +103,12 @@ absl::StatusOr<std::string> LoadDerivedKey(const std::string& path) {
   return derived;
 }
 
-absl::StatusOr<std::string> Make(absl::string_view derived_key, const std::string& node,
-                                 uint32_t job_id, std::optional<uint32_t> step_id,
-                                 absl::string_view method, int64_t unix_seconds) {
+absl::StatusOr<std::string> Make(absl::string_view derived_key, const std::string& payload,
+                                 int64_t unix_seconds) {
+  if (payload.empty() || payload.size() > kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("credential payload must have 1 to ", kMaxPayloadBytes, " bytes"));
+  }
   // getrandom(2), not RAND_bytes: no OpenSSL DRBG to set up in each
   // slurmstepd (about 0.6 ms of a fresh process's first call).
   unsigned char raw[kNonceBytes];
@@ -116,9 +118,10 @@ absl::StatusOr<std::string> Make(absl::string_view derived_key, const std::strin
   }
   const std::string nonce =
       absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(raw), sizeof raw));
-  const std::string mac = absl::BytesToHexString(
-      Hmac(derived_key, Signed(node, job_id, step_id, method, unix_seconds, nonce)));
-  return absl::StrCat(kPrefix, unix_seconds, ":", nonce, ":", mac);
+  const std::string mac =
+      absl::BytesToHexString(Hmac(derived_key, Signed(payload, unix_seconds, nonce)));
+  return absl::StrCat(kPrefix, unix_seconds, ":", nonce, ":", absl::WebSafeBase64Escape(payload),
+                      ":", mac);
 }
 
 absl::StatusOr<Parsed> Parse(absl::string_view credential) {
@@ -126,8 +129,8 @@ absl::StatusOr<Parsed> Parse(absl::string_view credential) {
     return absl::InvalidArgumentError(absl::StrCat("not a ", kPrefix, " credential"));
   }
   std::vector<absl::string_view> parts = absl::StrSplit(credential, ':');
-  if (parts.size() != 3) {
-    return absl::InvalidArgumentError("credential must have 3 fields after the prefix");
+  if (parts.size() != 4) {
+    return absl::InvalidArgumentError("credential must have 4 fields after the prefix");
   }
   Parsed p;
   if (parts[0].empty() || parts[0].size() > 19 || !absl::SimpleAtoi(parts[0], &p.unix_seconds) ||
@@ -137,18 +140,22 @@ absl::StatusOr<Parsed> Parse(absl::string_view credential) {
   if (parts[1].size() != 2 * kNonceBytes || !IsLowerHex(parts[1])) {
     return absl::InvalidArgumentError("credential nonce is not 32 hex digits");
   }
-  if (parts[2].size() != 64 || !IsLowerHex(parts[2])) {
+  if (parts[2].empty() || parts[2].size() > 2 * kMaxPayloadBytes ||
+      !absl::WebSafeBase64Unescape(parts[2], &p.payload) || p.payload.empty() ||
+      p.payload.size() > kMaxPayloadBytes) {
+    return absl::InvalidArgumentError("credential payload is not base64 of 1 to 1024 bytes");
+  }
+  if (parts[3].size() != 64 || !IsLowerHex(parts[3])) {
     return absl::InvalidArgumentError("credential MAC is not 64 hex digits");
   }
   p.nonce = std::string(parts[1]);
-  p.mac = std::string(parts[2]);
+  p.mac = std::string(parts[3]);
   return p;
 }
 
-bool MacMatches(absl::string_view derived_key, const Parsed& p, const std::string& node,
-                uint32_t job_id, std::optional<uint32_t> step_id, absl::string_view method) {
-  const std::string want = absl::BytesToHexString(
-      Hmac(derived_key, Signed(node, job_id, step_id, method, p.unix_seconds, p.nonce)));
+bool MacMatches(absl::string_view derived_key, const Parsed& p) {
+  const std::string want =
+      absl::BytesToHexString(Hmac(derived_key, Signed(p.payload, p.unix_seconds, p.nonce)));
   return want.size() == p.mac.size() && CRYPTO_memcmp(want.data(), p.mac.data(), want.size()) == 0;
 }
 

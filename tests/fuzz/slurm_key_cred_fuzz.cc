@@ -2,14 +2,14 @@
 // reads from gRPC metadata. The input's first line is the credential; the
 // rest, if any, is the node name. Checks: Parse never crashes and refuses
 // with INVALID_ARGUMENT; what it accepts has a 32-hex-digit nonce and a
-// 64-hex-digit MAC; MacMatches never crashes on any parsed credential and
-// does not match a credential made for another job; a credential Make gives
-// for the same node parses and matches, and no longer matches for Release.
+// 64-hex-digit MAC and a payload of 1 to 1024 bytes; MacMatches never
+// crashes on any parsed credential; a credential Make gives for a payload
+// naming the node parses, matches and carries that payload, and stops
+// matching once its payload is swapped for another's.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -40,16 +40,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (p.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
   } else {
     if (!LowerHex(p->nonce, 32) || !LowerHex(p->mac, 64)) std::abort();
-    (void)sk::MacMatches(key, *p, node, 7, std::nullopt, "Hold");
-    (void)sk::MacMatches(key, *p, node, 7, 0, "Release");
+    if (p->payload.empty() || p->payload.size() > 1024) std::abort();
+    (void)sk::MacMatches(key, *p);
   }
 
-  const absl::StatusOr<std::string> made = sk::Make(key, node, 7, 1, "Hold", 1700000000);
+  const std::string payload = "duet/v2 method=Hold node=" + node.substr(0, 900) + " job=7 step=1";
+  const absl::StatusOr<std::string> made = sk::Make(key, payload, 1700000000);
   if (!made.ok()) std::abort();
-  const absl::StatusOr<sk::Parsed> mp = sk::Parse(*made);
+  absl::StatusOr<sk::Parsed> mp = sk::Parse(*made);
   if (!mp.ok()) std::abort();
-  if (!sk::MacMatches(key, *mp, node, 7, 1, "Hold")) std::abort();
-  if (sk::MacMatches(key, *mp, node, 7, 1, "Release")) std::abort();
-  if (sk::MacMatches(key, *mp, node, 8, 1, "Hold")) std::abort();
+  if (!sk::MacMatches(key, *mp) || mp->payload != payload) std::abort();
+  mp->payload += " ";
+  if (sk::MacMatches(key, *mp)) std::abort();
   return 0;
 }

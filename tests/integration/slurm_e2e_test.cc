@@ -44,8 +44,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/credential/munge_payload.h"
+#include "common/credential/request_digest.h"
 #include "common/credential/slurm_key_cred.h"
 #include "duet/v1/duet.grpc.pb.h"
+#include "proto/duet/v1/error_reason.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
@@ -611,11 +613,31 @@ TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedACredentialForThatStep) {
     v1::HoldResponse resp;
     return w_->stub()->Hold(&ctx, req, &resp);
   };
+  // A credential made as the plugin makes it: for the Binding of the request
+  // it goes with (request_digest.h), here a Hold of GPU 5 or a Release.
+  auto binding = [](uint32_t job, uint32_t step, const char* method) {
+    v1::Owner owner;
+    owner.mutable_slurm_step()->set_job_id(job);
+    owner.mutable_slurm_step()->set_step_id(step);
+    if (std::string(method) == "Release") {
+      v1::ReleaseRequest r;
+      r.set_node("e2e-gpu-a");
+      *r.mutable_owner() = owner;
+      return *slurm_munge::BindingOf(r);
+    }
+    v1::HoldRequest r;
+    r.set_node("e2e-gpu-a");
+    *r.mutable_owner() = owner;
+    auto* d = r.mutable_devices()->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(5);
+    return *slurm_munge::BindingOf(r);
+  };
   auto cred_with = [&](const std::string& key_file, uint32_t job, uint32_t step,
                        const char* method) {
-    absl::StatusOr<std::string> c =
-        key ? spank::SlurmKeyCredential(key_file, "e2e-gpu-a", job, step, method)
-            : spank::MungeEncode(c_->munge_socket(), slurm_munge::Payload("e2e-gpu-a", job, step));
+    const std::string payload = slurm_munge::Payload(binding(job, step, method));
+    absl::StatusOr<std::string> c = key ? spank::SlurmKeyCredential(key_file, payload)
+                                        : spank::MungeEncode(c_->munge_socket(), payload);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *c : std::string();
   };
@@ -628,11 +650,10 @@ TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedACredentialForThatStep) {
     }
     return false;
   };
-  // The other job's and step's refusals: munge says whose credential it is
-  // (PERMISSION_DENIED); a slurm.key MAC cannot tell a forgery from another
-  // request (UNAUTHENTICATED).
-  const grpc::StatusCode other = key ? grpc::StatusCode::UNAUTHENTICATED
-                                     : grpc::StatusCode::PERMISSION_DENIED;
+  // The other job's and step's refusals: a valid credential for another
+  // request is PERMISSION_DENIED with either kind (the slurm.key credential
+  // carries its signed payload, so the bridge can tell it from a forgery).
+  const grpc::StatusCode other = grpc::StatusCode::PERMISSION_DENIED;
   grpc::Status s = hold("", 0);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
   EXPECT_NE(s.error_message().find(key ? "has no slurm.key credential" : "has no munge credential"),
@@ -676,29 +697,26 @@ TEST_F(SlurmE2eTest, SlurmOwnedCallsNeedACredentialForThatStep) {
   auto [rs, released] = release("");
   EXPECT_EQ(rs.error_code(), grpc::StatusCode::UNAUTHENTICATED) << rs.error_message();
   EXPECT_TRUE(held());
-  if (key) {  // a Hold's credential does not serve the Release
-    std::tie(rs, released) = release(cred(999001, 0, "Hold"));
-    EXPECT_EQ(rs.error_code(), grpc::StatusCode::UNAUTHENTICATED) << rs.error_message();
-    EXPECT_TRUE(held());
-  }
+  // A Hold's credential does not serve the Release (issue 25: munge too).
+  std::tie(rs, released) = release(cred(999001, 0, "Hold"));
+  EXPECT_EQ(rs.error_code(), grpc::StatusCode::PERMISSION_DENIED) << rs.error_message();
+  EXPECT_EQ(v1::ReasonOf(rs), v1::reason::kCredentialRefused);
+  EXPECT_TRUE(held());
   std::tie(rs, released) = release(cred(999001, 0, "Release"));
   EXPECT_TRUE(rs.ok()) << rs.error_message();
   EXPECT_TRUE(released);
   EXPECT_FALSE(held());
   // Refused Holds are counted by status code, and every refusal by why.
   CmdResult m = RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", w_->metrics_port(), "/metrics"));
-  const std::vector<std::string> want =
-      key ? std::vector<std::string>{
-                "duet_holdings_refused_total{reason=\"unauthenticated\"} 5",
-                "duet_slurm_credential_refusals_total{credential=\"slurm_key\",why=\"missing\"} 2",
-                "duet_slurm_credential_refusals_total{credential=\"slurm_key\",why=\"bad_mac\"} 4",
-                "duet_slurm_credential_refusals_total{credential=\"slurm_key\",why=\"replayed\"} 1"}
-          : std::vector<std::string>{
-                "duet_holdings_refused_total{reason=\"unauthenticated\"} 3",
-                "duet_holdings_refused_total{reason=\"permission_denied\"} 2",
-                "duet_slurm_credential_refusals_total{credential=\"munge\",why=\"missing\"} 2",
-                "duet_slurm_credential_refusals_total{credential=\"munge\",why=\"rejected\"} 2",
-                "duet_slurm_credential_refusals_total{credential=\"munge\",why=\"wrong_owner\"} 2"};
+  const std::string k = key ? "slurm_key" : "munge";
+  const std::vector<std::string> want = {
+      "duet_holdings_refused_total{reason=\"unauthenticated\"} 3",
+      "duet_holdings_refused_total{reason=\"permission_denied\"} 2",
+      "duet_slurm_credential_refusals_total{credential=\"" + k + "\",why=\"missing\"} 2",
+      "duet_slurm_credential_refusals_total{credential=\"" + k + "\",why=\"bad_signature\"} 1",
+      "duet_slurm_credential_refusals_total{credential=\"" + k + "\",why=\"wrong_request\"} 2",
+      "duet_slurm_credential_refusals_total{credential=\"" + k + "\",why=\"wrong_method\"} 1",
+      "duet_slurm_credential_refusals_total{credential=\"" + k + "\",why=\"replayed\"} 1"};
   for (const std::string& line : want) EXPECT_NE(m.out.find(line), std::string::npos) << line << "\n" << m.out;
 }
 

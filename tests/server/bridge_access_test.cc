@@ -19,6 +19,8 @@
 
 #include "absl/time/clock.h"
 #include "bridge/server/bridge.h"
+#include "common/credential/munge_payload.h"
+#include "common/credential/request_digest.h"
 #include "common/credential/slurm_key_cred.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
@@ -206,8 +208,10 @@ TEST_F(BridgeAccessTest, SlurmKeyCredentialIsCheckedWithSlurmOff) {
   Start();
   if (HasFatalFailure()) return;
   const std::string derived = slurm_key::DeriveKey(kSlurmKey);
-  auto cred = [&](uint32_t job, uint32_t step, const char* method) {
-    auto made = slurm_key::Make(derived, "gke-a", job, step, method, absl::ToUnixSeconds(absl::Now()));
+  // What the plugin attaches to `request` (request_digest.h).
+  auto cred = [&](const auto& request) {
+    auto made = slurm_key::Make(derived, slurm_munge::Payload(*slurm_munge::BindingOf(request)),
+                                absl::ToUnixSeconds(absl::Now()));
     EXPECT_TRUE(made.ok()) << made.status();
     return made.ok() ? *made : "";
   };
@@ -215,13 +219,13 @@ TEST_F(BridgeAccessTest, SlurmKeyCredentialIsCheckedWithSlurmOff) {
     EXPECT_EQ(Hold(stub, StepHolds(7, 0, {0, 1})).error_code(), grpc::StatusCode::UNAUTHENTICATED)
         << name;
     // Another step's credential does not serve this one.
-    EXPECT_EQ(Hold(stub, StepHolds(7, 0, {0, 1}), cred(7, 1, "Hold")).error_code(),
-              grpc::StatusCode::UNAUTHENTICATED)
+    EXPECT_EQ(Hold(stub, StepHolds(7, 0, {0, 1}), cred(StepHolds(7, 1, {0, 1}))).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED)
         << name;
   }
   EXPECT_TRUE(Holdings().empty());
-  ASSERT_TRUE(Hold(tcp_.get(), StepHolds(7, 0, {0, 1}), cred(7, 0, "Hold")).ok());
-  ASSERT_TRUE(Hold(unix_.get(), StepHolds(8, 0, {2}), cred(8, 0, "Hold")).ok());
+  ASSERT_TRUE(Hold(tcp_.get(), StepHolds(7, 0, {0, 1}), cred(StepHolds(7, 0, {0, 1}))).ok());
+  ASSERT_TRUE(Hold(unix_.get(), StepHolds(8, 0, {2}), cred(StepHolds(8, 0, {2}))).ok());
   EXPECT_THAT(Holdings(), ::testing::UnorderedElementsAre("slurm job 7 step 0: 0 1",
                                                           "slurm job 8 step 0: 2"));
   for (const auto& [name, stub] : Listeners()) {
@@ -229,8 +233,8 @@ TEST_F(BridgeAccessTest, SlurmKeyCredentialIsCheckedWithSlurmOff) {
         << name;
   }
   EXPECT_EQ(Holdings().size(), 2u);
-  EXPECT_TRUE(Release(unix_.get(), StepRelease(7, 0), cred(7, 0, "Release")).ok());
-  EXPECT_TRUE(Release(tcp_.get(), StepRelease(8, 0), cred(8, 0, "Release")).ok());
+  EXPECT_TRUE(Release(unix_.get(), StepRelease(7, 0), cred(StepRelease(7, 0))).ok());
+  EXPECT_TRUE(Release(tcp_.get(), StepRelease(8, 0), cred(StepRelease(8, 0))).ok());
   EXPECT_TRUE(Holdings().empty());
 }
 

@@ -6,10 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "bridge/config/config.h"
 #include "common/credential/munge_payload.h"
+#include "common/credential/request_digest.h"
+#include "common/reason.h"
 #include "gtest/gtest.h"
 #include "slurm_plugin/bridge_client.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
 
 namespace duet {
@@ -17,19 +22,63 @@ namespace {
 
 using ::duet::testing::TestSlurmCluster;
 
+slurm_munge::Binding HoldBinding(const std::string& node, uint32_t job,
+                                 std::optional<uint32_t> step, std::vector<uint32_t> gpus = {0}) {
+  v1::HoldRequest r;
+  r.set_node(node);
+  if (step) {
+    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
+    r.mutable_owner()->mutable_slurm_step()->set_step_id(*step);
+  } else {
+    r.mutable_owner()->mutable_slurm_job()->set_job_id(job);
+  }
+  for (uint32_t g : gpus) {
+    v1::HeldDevice* d = r.mutable_devices()->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(g);
+  }
+  return *slurm_munge::BindingOf(r);
+}
+
+slurm_munge::Binding ReleaseBinding(const std::string& node, uint32_t job,
+                                    std::optional<uint32_t> step) {
+  v1::ReleaseRequest r;
+  r.set_node(node);
+  if (step) {
+    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
+    r.mutable_owner()->mutable_slurm_step()->set_step_id(*step);
+  } else {
+    r.mutable_owner()->mutable_slurm_job()->set_job_id(job);
+  }
+  return *slurm_munge::BindingOf(r);
+}
+
+std::string Why(const absl::Status& s) {
+  const auto m = ReasonMetadata(s);
+  auto it = m.find("why");
+  return it == m.end() ? "" : it->second;
+}
+
 class MungeAuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
     cluster_ = TestSlurmCluster::Get();
     ASSERT_TRUE(cluster_->ok());
     socket_ = cluster_->root() + "/munge/munge.socket.2";
-    auth_ = std::make_unique<MungeAuth>(MungeAuthOptions{socket_, 0});
+    auth_ = std::make_unique<MungeAuth>(Options());
+  }
+  MungeAuthOptions Options(uint32_t slurm_uid = 0) {
+    MungeAuthOptions o;
+    o.socket = socket_;
+    o.slurm_uid = slurm_uid;
+    return o;
   }
   std::string Encode(const std::string& payload) {
     auto c = spank::MungeEncode(socket_, payload);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *c : "";
   }
+  std::string Encode(const slurm_munge::Binding& b) { return Encode(slurm_munge::Payload(b)); }
   // A credential encoded by uid `uid` (a child process that drops to it).
   std::string EncodeAs(uid_t uid, const std::string& payload) {
     int fds[2];
@@ -60,66 +109,109 @@ class MungeAuthTest : public ::testing::Test {
   std::unique_ptr<MungeAuth> auth_;
 };
 
-TEST_F(MungeAuthTest, ValidCredentialForExactlyThisStepIsAccepted) {
-  const Owner step = Owner::SlurmStep(12, 0);
-  EXPECT_TRUE(auth_->Check(Encode("duet/v1 node=gke-a job=12 step=0"), "Hold", "gke-a", step).ok());
-  const Owner job = Owner::SlurmJob(12);
-  EXPECT_TRUE(auth_->Check(Encode(slurm_munge::Payload("gke-a", 12, std::nullopt)), "Release",
-                           "gke-a", job)
-                  .ok());
-  // Pods and placeholders need none.
-  EXPECT_TRUE(auth_->Check("", "Hold", "gke-a", Owner::Pod("uid-1", "default", "web")).ok());
+TEST_F(MungeAuthTest, ValidCredentialForExactlyThisCallIsAccepted) {
+  const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0);
+  EXPECT_TRUE(absl::StartsWith(slurm_munge::Payload(hold),
+                               "duet/v2 method=Hold node=gke-a job=12 step=0 request="));
+  std::string who;
+  EXPECT_TRUE(auth_->Check(Encode(hold), hold, &who).ok());
+  EXPECT_EQ(who, "slurm job=12 step=0 uid=0 credential=munge");
+  const slurm_munge::Binding job = ReleaseBinding("gke-a", 12, std::nullopt);
+  EXPECT_TRUE(auth_->Check(Encode(job), job).ok());
 }
 
-TEST_F(MungeAuthTest, MissingForgedReplayedAreUnauthenticated) {
-  const Owner step = Owner::SlurmStep(12, 0);
-  absl::Status s = auth_->Check("", "Hold", "gke-a", step);
+TEST_F(MungeAuthTest, MissingForgedReplayedAreUnauthenticatedWithAReason) {
+  const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0);
+  absl::Status s = auth_->Check("", hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+  EXPECT_EQ(ReasonOf(s), v1::reason::kCredentialRefused);
+  EXPECT_EQ(Why(s), "missing");
   EXPECT_NE(s.message().find("has no munge credential"), absl::string_view::npos) << s;
 
-  std::string cred = Encode(slurm_munge::Payload("gke-a", 12, 0));
+  std::string cred = Encode(hold);
   std::string forged = cred;
   forged[forged.size() / 2] = forged[forged.size() / 2] == 'A' ? 'B' : 'A';
-  s = auth_->Check(forged, "Hold", "gke-a", step);
+  s = auth_->Check(forged, hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+  EXPECT_EQ(Why(s), "bad_signature") << s;
   EXPECT_NE(s.message().find("munge credential rejected"), absl::string_view::npos) << s;
-  s = auth_->Check("MUNGE:not-a-credential:", "Hold", "gke-a", step);
+  s = auth_->Check("MUNGE:not-a-credential:", hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
 
-  ASSERT_TRUE(auth_->Check(cred, "Hold", "gke-a", step).ok());
-  s = auth_->Check(cred, "Hold", "gke-a", step);  // the same credential again
+  ASSERT_TRUE(auth_->Check(cred, hold).ok());
+  s = auth_->Check(cred, hold);  // the same credential again
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
-  EXPECT_NE(s.message().find("Replayed credential"), absl::string_view::npos) << s;
+  EXPECT_EQ(Why(s), "replayed") << s;
 }
 
-TEST_F(MungeAuthTest, OtherJobStepNodeOrUidIsPermissionDenied) {
-  const Owner step = Owner::SlurmStep(12, 0);
-  for (const std::string& payload :
-       {slurm_munge::Payload("gke-a", 13, 0), slurm_munge::Payload("gke-a", 12, 1),
-        slurm_munge::Payload("gke-b", 12, 0), slurm_munge::Payload("gke-a", 12, std::nullopt)}) {
-    absl::Status s = auth_->Check(Encode(payload), "Hold", "gke-a", step);
-    EXPECT_TRUE(absl::IsPermissionDenied(s)) << payload << ": " << s;
-    EXPECT_NE(s.message().find("not \"duet/v1 node=gke-a job=12 step=0\""),
+// Issue 25 item 8: the munge payload names the method and the request, so
+// a Hold captured on the wire is no Release, and serves no other step or
+// devices.
+TEST_F(MungeAuthTest, AHoldsCredentialIsNoReleaseAndServesNoOtherRequest) {
+  const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0, {0});
+  absl::Status s = auth_->Check(Encode(hold), ReleaseBinding("gke-a", 12, 0));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(ReasonOf(s), v1::reason::kCredentialRefused);
+  EXPECT_EQ(Why(s), "wrong_method") << s;
+  for (const slurm_munge::Binding& other :
+       {HoldBinding("gke-a", 13, 0), HoldBinding("gke-a", 12, 1), HoldBinding("gke-b", 12, 0),
+        HoldBinding("gke-a", 12, std::nullopt), HoldBinding("gke-a", 12, 0, {1}),
+        HoldBinding("gke-a", 12, 0, {0, 1})}) {
+    s = auth_->Check(Encode(other), hold);
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << slurm_munge::Payload(other) << ": " << s;
+    EXPECT_EQ(Why(s), "wrong_request") << s;
+    EXPECT_NE(s.message().find(absl::StrCat("not \"", slurm_munge::Payload(hold), "\"")),
               absl::string_view::npos)
         << s;
   }
-  // A user (not root, not SlurmUser) cannot speak for slurmstepd.
-  absl::Status s =
-      auth_->Check(EncodeAs(65534, slurm_munge::Payload("gke-a", 12, 0)), "Hold", "gke-a", step);
+  // An older plugin's duet/v1 payload is refused by its version.
+  s = auth_->Check(Encode(std::string("duet/v1 node=gke-a job=12 step=0")), hold);
+  EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+  EXPECT_EQ(Why(s), "wrong_version") << s;
+  EXPECT_NE(s.message().find("\"duet/v1\""), absl::string_view::npos) << s;
+}
+
+// slurm.credential_max_age against munge's encode time: 1s, checked 2s
+// after the encode (a fake clock ahead of munged's), and 2s before it.
+TEST_F(MungeAuthTest, CredentialsOlderThanTheMaxAgeAreExpired) {
+  auto auth_at = [&](const fakes::FakeClock* clock) {
+    MungeAuthOptions o = Options();
+    o.max_age = absl::Seconds(1);
+    o.clock = clock;
+    return std::make_unique<MungeAuth>(o);
+  };
+  const fakes::FakeClock later(absl::Now() + absl::Seconds(3));
+  const fakes::FakeClock earlier(absl::Now() - absl::Seconds(3));
+  const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0);
+  absl::Status s = auth_at(&later)->Check(Encode(hold), hold);
+  EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+  EXPECT_EQ(Why(s), "expired") << s;
+  EXPECT_NE(s.message().find("slurm.credential_max_age 1s"), absl::string_view::npos) << s;
+  EXPECT_EQ(Why(auth_at(&earlier)->Check(Encode(hold), hold)), "expired");
+  MungeAuthOptions o = Options();
+  o.max_age = absl::Seconds(2);
+  EXPECT_TRUE(MungeAuth(o).Check(Encode(hold), hold).ok());
+}
+
+TEST_F(MungeAuthTest, OnlyRootOrSlurmUserMaySpeakForSlurmstepd) {
+  const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0);
+  absl::Status s = auth_->Check(EncodeAs(65534, slurm_munge::Payload(hold)), hold);
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(Why(s), "wrong_uid") << s;
   EXPECT_NE(s.message().find("uid 65534"), absl::string_view::npos) << s;
   // ... unless it is the configured SlurmUser.
-  MungeAuth with_user(MungeAuthOptions{socket_, 65534});
-  EXPECT_TRUE(
-      with_user.Check(EncodeAs(65534, slurm_munge::Payload("gke-a", 12, 0)), "Hold", "gke-a", step)
-          .ok());
+  MungeAuth with_user(Options(65534));
+  EXPECT_TRUE(with_user.Check(EncodeAs(65534, slurm_munge::Payload(hold)), hold).ok());
 }
 
 TEST_F(MungeAuthTest, UnreachableMungedIsUnavailable) {
-  MungeAuth auth(MungeAuthOptions{"/nonexistent/munge.socket", 0});
-  absl::Status s =
-      auth.Check(Encode(slurm_munge::Payload("gke-a", 12, 0)), "Hold", "gke-a", Owner::SlurmStep(12, 0));
+  MungeAuthOptions o = Options();
+  o.socket = "/nonexistent/munge.socket";
+  MungeAuth auth(o);
+  const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0);
+  absl::Status s = auth.Check(Encode(hold), hold);
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(ReasonOf(s), "");
   auto c = spank::MungeEncode("/nonexistent/munge.socket", "x");
   EXPECT_FALSE(c.ok());
 }

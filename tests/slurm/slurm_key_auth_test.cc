@@ -1,6 +1,7 @@
 // The slurm.key credential (auth/slurm clusters): the plugin's side
 // (spank::SlurmKeyCredential, slurm_key::Make) against the bridge's
-// (SlurmKeyAuth), with real key files and a fake clock. No cluster: the
+// (SlurmKeyAuth), with real key files and a fake clock; the replay memory;
+// slurm.credential_max_age. No cluster: the
 // SPANK path through real slurmstepd is in SlurmE2eTest on 24.11 and 26.05.
 
 #include "bridge/slurm/slurm_key_auth.h"
@@ -13,8 +14,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "bridge/config/config.h"
+#include "common/credential/munge_payload.h"
+#include "common/credential/replay_memory.h"
+#include "common/credential/request_digest.h"
 #include "common/credential/slurm_key_cred.h"
+#include "common/reason.h"
 #include "gtest/gtest.h"
 #include "slurm_plugin/bridge_client.h"
 #include "slurm_plugin/plugin_config.h"
@@ -25,8 +32,44 @@ namespace {
 
 using fakes::FakeClock;
 
-Owner Step(uint32_t job, uint32_t step) { return Owner::SlurmStep(job, step); }
-Owner Job(uint32_t job) { return Owner::SlurmJob(job); }
+// The Binding a Hold of `gpus` by job/step on `node` needs: the plugin's and
+// the bridge's own function on the request.
+slurm_munge::Binding HoldBinding(const std::string& node, uint32_t job,
+                                 std::optional<uint32_t> step, std::vector<uint32_t> gpus = {0}) {
+  v1::HoldRequest r;
+  r.set_node(node);
+  if (step) {
+    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
+    r.mutable_owner()->mutable_slurm_step()->set_step_id(*step);
+  } else {
+    r.mutable_owner()->mutable_slurm_job()->set_job_id(job);
+  }
+  for (uint32_t g : gpus) {
+    v1::HeldDevice* d = r.mutable_devices()->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(g);
+  }
+  return *slurm_munge::BindingOf(r);
+}
+
+slurm_munge::Binding ReleaseBinding(const std::string& node, uint32_t job,
+                                    std::optional<uint32_t> step) {
+  v1::ReleaseRequest r;
+  r.set_node(node);
+  if (step) {
+    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
+    r.mutable_owner()->mutable_slurm_step()->set_step_id(*step);
+  } else {
+    r.mutable_owner()->mutable_slurm_job()->set_job_id(job);
+  }
+  return *slurm_munge::BindingOf(r);
+}
+
+std::string Why(const absl::Status& s) {
+  const auto m = ReasonMetadata(s);
+  auto it = m.find("why");
+  return it == m.end() ? "" : it->second;
+}
 
 class SlurmKeyTest : public ::testing::Test {
  protected:
@@ -35,6 +78,9 @@ class SlurmKeyTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     key_path_ = WriteKey("slurm.key", std::string(64, 'k') + "0123456789", 0600);
+    // A whole second, so that ages in whole seconds are exact (the fake
+    // clock never goes back, so one ahead of real time).
+    clock_.SetNow(absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()) + 1));
   }
   void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
 
@@ -44,22 +90,23 @@ class SlurmKeyTest : public ::testing::Test {
     chmod(p.c_str(), mode);
     return p;
   }
-  std::unique_ptr<SlurmKeyAuth> Auth(size_t max_remembered = 1024) {
+  std::unique_ptr<SlurmKeyAuth> Auth(size_t max_remembered = 1024,
+                                     absl::Duration max_age = absl::Seconds(10)) {
     SlurmKeyAuthOptions o;
     o.key_file = key_path_;
     o.clock = &clock_;
     o.max_remembered = max_remembered;
+    o.max_age = max_age;
     auto a = SlurmKeyAuth::Create(o);
     EXPECT_TRUE(a.ok()) << a.status();
     return a.ok() ? std::move(*a) : nullptr;
   }
-  // What the plugin sends, made at the fake clock's now.
-  std::string Cred(const std::string& node, uint32_t job, std::optional<uint32_t> step,
-                   const char* method, absl::Duration age = absl::ZeroDuration(),
+  // What the plugin sends for `b`, made `age` before the fake clock's now.
+  std::string Cred(const slurm_munge::Binding& b, absl::Duration age = absl::ZeroDuration(),
                    const std::string& key_path = "") {
     auto key = slurm_key::LoadDerivedKey(key_path.empty() ? key_path_ : key_path);
     EXPECT_TRUE(key.ok()) << key.status();
-    auto c = slurm_key::Make(*key, node, job, step, method, absl::ToUnixSeconds(clock_.Now() - age));
+    auto c = slurm_key::Make(*key, slurm_munge::Payload(b), absl::ToUnixSeconds(clock_.Now() - age));
     EXPECT_TRUE(c.ok()) << c.status();
     return *c;
   }
@@ -73,108 +120,141 @@ TEST_F(SlurmKeyTest, ThePluginsCredentialIsAcceptedOnceForItsOwnCall) {
   auto auth = Auth();
   // The plugin's own function (reads the key as root, stamps real time).
   clock_.SetNow(absl::Now());
-  auto c = spank::SlurmKeyCredential(key_path_, "gke-a", 12, 0, "Hold");
+  const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0, {0, 1});
+  auto c = spank::SlurmKeyCredential(key_path_, slurm_munge::Payload(hold));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(absl::StartsWith(*c, slurm_key::kPrefix)) << *c;
-  SlurmKeyAuth::Why why;
-  EXPECT_TRUE(auth->Check(*c, "Hold", "gke-a", Step(12, 0), &why).ok());
-  EXPECT_EQ(why, SlurmKeyAuth::Why::kNone);
+  std::string who;
+  EXPECT_TRUE(auth->Check(*c, hold, &who).ok());
+  EXPECT_EQ(who, "slurm job=12 step=0 credential=slurm_key");
   // The same credential again: a replay.
-  absl::Status s = auth->Check(*c, "Hold", "gke-a", Step(12, 0), &why);
+  absl::Status s = auth->Check(*c, hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
-  EXPECT_EQ(why, SlurmKeyAuth::Why::kReplayed);
+  EXPECT_EQ(ReasonOf(s), v1::reason::kCredentialRefused);
+  EXPECT_EQ(Why(s), "replayed");
+  EXPECT_EQ(ReasonMetadata(s)["node"], "gke-a");
   EXPECT_TRUE(absl::StrContains(s.message(), "replayed")) << s;
   // A job-level Release (no step) has its own payload.
-  c = spank::SlurmKeyCredential(key_path_, "gke-a", 12, std::nullopt, "Release");
+  c = spank::SlurmKeyCredential(key_path_, slurm_munge::Payload(ReleaseBinding("gke-a", 12, {})));
   ASSERT_TRUE(c.ok());
-  EXPECT_TRUE(auth->Check(*c, "Release", "gke-a", Job(12)).ok());
+  EXPECT_TRUE(auth->Check(*c, ReleaseBinding("gke-a", 12, {})).ok());
 }
 
-TEST_F(SlurmKeyTest, ACredentialServesNoOtherJobStepNodeOrCall) {
+// Issue 25 item 8: a Hold's credential is no Release's, and a credential
+// for some devices or one step is no other's.
+TEST_F(SlurmKeyTest, ACredentialServesNoOtherCallStepNodeOrDevices) {
   auto auth = Auth();
-  const std::string c = Cred("gke-a", 12, 0, "Hold");
-  struct Case {
-    const char* method;
-    const char* node;
-    Owner owner;
-  } cases[] = {
-      {"Hold", "gke-a", Step(13, 0)},   // another job
-      {"Hold", "gke-a", Step(12, 1)},   // another step
-      {"Hold", "gke-b", Step(12, 0)},   // another node
-      {"Release", "gke-a", Step(12, 0)},  // another call
-      {"Hold", "gke-a", Job(12)},       // the job, not the step
-  };
-  for (const Case& k : cases) {
-    SlurmKeyAuth::Why why;
-    absl::Status s = auth->Check(c, k.method, k.node, k.owner, &why);
-    EXPECT_TRUE(absl::IsUnauthenticated(s)) << k.method << " " << k.node << " " << s;
-    EXPECT_EQ(why, SlurmKeyAuth::Why::kBadMac) << s;
+  const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0, {0});
+  const std::string c = Cred(hold);
+  absl::Status s = auth->Check(c, ReleaseBinding("gke-a", 12, 0));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(ReasonOf(s), v1::reason::kCredentialRefused);
+  EXPECT_EQ(Why(s), "wrong_method") << s;
+  for (const slurm_munge::Binding& other :
+       {HoldBinding("gke-a", 13, 0), HoldBinding("gke-a", 12, 1), HoldBinding("gke-b", 12, 0),
+        HoldBinding("gke-a", 12, {}), HoldBinding("gke-a", 12, 0, {1}),
+        HoldBinding("gke-a", 12, 0, {0, 1})}) {
+    s = auth->Check(c, other);
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << slurm_munge::Payload(other) << " " << s;
+    EXPECT_EQ(Why(s), "wrong_request") << s;
   }
   // None of the refusals spent it: the right call still goes through.
-  EXPECT_TRUE(auth->Check(c, "Hold", "gke-a", Step(12, 0)).ok());
+  EXPECT_TRUE(auth->Check(c, hold).ok());
 }
 
-TEST_F(SlurmKeyTest, ForgedCredentialsAreRefused) {
+TEST_F(SlurmKeyTest, ForgedAndOldCredentialsAreRefused) {
   auto auth = Auth();
-  SlurmKeyAuth::Why why;
+  const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0);
   // Made with another cluster's key.
   const std::string other = WriteKey("other.key", std::string(64, 'x'), 0600);
-  absl::Status s = auth->Check(Cred("gke-a", 12, 0, "Hold", absl::ZeroDuration(), other), "Hold",
-                               "gke-a", Step(12, 0), &why);
+  absl::Status s = auth->Check(Cred(hold, absl::ZeroDuration(), other), hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
-  EXPECT_EQ(why, SlurmKeyAuth::Why::kBadMac);
+  EXPECT_EQ(Why(s), "bad_signature");
   // A good credential with its time moved (the MAC covers it).
-  std::string c = Cred("gke-a", 12, 0, "Hold");
-  std::string moved = c;
+  std::string moved = Cred(hold);
   const size_t t = moved.find(':') + 1;
   moved[t] = moved[t] == '1' ? '2' : '1';
-  s = auth->Check(moved, "Hold", "gke-a", Step(12, 0), &why);
+  s = auth->Check(moved, hold);
+  EXPECT_EQ(Why(s), "bad_signature") << s;
+  // ... or its payload swapped for another request's.
+  std::vector<std::string> parts = absl::StrSplit(Cred(hold), ':');
+  std::vector<std::string> other_parts = absl::StrSplit(Cred(HoldBinding("gke-a", 12, 0, {3})), ':');
+  parts[3] = other_parts[3];
+  s = auth->Check(absl::StrJoin(parts, ":"), HoldBinding("gke-a", 12, 0, {3}));
+  EXPECT_EQ(Why(s), "bad_signature") << s;
+  // An older plugin's duet-key1 credential is refused by its version.
+  s = auth->Check(std::string(slurm_key::kOldPrefix) + "1700000000:" + std::string(32, 'a') + ":" +
+                      std::string(64, 'b'),
+                  hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
-  EXPECT_TRUE(why == SlurmKeyAuth::Why::kBadMac || why == SlurmKeyAuth::Why::kExpired);
+  EXPECT_EQ(Why(s), "wrong_version");
+  EXPECT_TRUE(absl::StrContains(s.message(), "duet/v2")) << s;
   // Malformed ones.
   for (const std::string& bad :
        {std::string("MUNGE:abc"), std::string(slurm_key::kPrefix) + "1:2",
-        std::string(slurm_key::kPrefix) + "x:" + std::string(32, 'a') + ":" + std::string(64, 'b'),
-        std::string(slurm_key::kPrefix) + "1:" + std::string(32, 'A') + ":" + std::string(64, 'b'),
-        std::string(slurm_key::kPrefix) + "-5:" + std::string(32, 'a') + ":" + std::string(64, 'b'),
-        std::string(slurm_key::kPrefix) + "1:" + std::string(32, 'a') + ":" + std::string(63, 'b')}) {
-    s = auth->Check(bad, "Hold", "gke-a", Step(12, 0), &why);
+        std::string(slurm_key::kPrefix) + "x:" + std::string(32, 'a') + ":YQ:" + std::string(64, 'b'),
+        std::string(slurm_key::kPrefix) + "1:" + std::string(32, 'A') + ":YQ:" + std::string(64, 'b'),
+        std::string(slurm_key::kPrefix) + "-5:" + std::string(32, 'a') + ":YQ:" + std::string(64, 'b'),
+        std::string(slurm_key::kPrefix) + "1:" + std::string(32, 'a') + "::" + std::string(64, 'b'),
+        std::string(slurm_key::kPrefix) + "1:" + std::string(32, 'a') + ":YQ:" + std::string(63, 'b')}) {
+    s = auth->Check(bad, hold);
     EXPECT_TRUE(absl::IsUnauthenticated(s)) << bad << " " << s;
-    EXPECT_EQ(why, SlurmKeyAuth::Why::kMalformed) << bad;
+    EXPECT_EQ(Why(s), "malformed") << bad;
   }
   // None at all.
-  s = auth->Check("", "Hold", "gke-a", Step(12, 0), &why);
+  s = auth->Check("", hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s));
-  EXPECT_EQ(why, SlurmKeyAuth::Why::kMissing);
+  EXPECT_EQ(Why(s), "missing");
   EXPECT_TRUE(absl::StrContains(s.message(), "auth=slurm_key")) << s;
-  // Pods need none.
-  EXPECT_TRUE(auth->Check("", "Hold", "gke-a", Owner::Pod("uid-1", "ns", "p")).ok());
 }
 
-TEST_F(SlurmKeyTest, OldAndFutureCredentialsAreRefused) {
-  auto auth = Auth();
-  SlurmKeyAuth::Why why;
-  EXPECT_TRUE(auth->Check(Cred("n", 1, 0, "Hold", absl::Minutes(4)), "Hold", "n", Step(1, 0)).ok());
-  absl::Status s =
-      auth->Check(Cred("n", 1, 0, "Hold", absl::Minutes(6)), "Hold", "n", Step(1, 0), &why);
+// slurm.credential_max_age: 1s, and credentials made 2s before now and 2s
+// after it (clock skew the other way) are refused as expired.
+TEST_F(SlurmKeyTest, CredentialsOlderThanTheMaxAgeAreRefused) {
+  auto auth = Auth(1024, absl::Seconds(1));
+  const slurm_munge::Binding hold = HoldBinding("n", 1, 0);
+  absl::Status ok = auth->Check(Cred(hold, absl::Seconds(1)), hold);
+  EXPECT_TRUE(ok.ok()) << ok;
+  absl::Status s = auth->Check(Cred(hold, absl::Seconds(2)), hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
-  EXPECT_EQ(why, SlurmKeyAuth::Why::kExpired);
-  s = auth->Check(Cred("n", 1, 0, "Hold", -absl::Minutes(6)), "Hold", "n", Step(1, 0), &why);
-  EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
-  EXPECT_EQ(why, SlurmKeyAuth::Why::kExpired);
+  EXPECT_EQ(ReasonOf(s), v1::reason::kCredentialRefused);
+  EXPECT_EQ(Why(s), "expired");
+  EXPECT_TRUE(absl::StrContains(s.message(), "slurm.credential_max_age 1s")) << s;
+  s = auth->Check(Cred(hold, -absl::Seconds(2)), hold);
+  EXPECT_EQ(Why(s), "expired") << s;
+  // One accepted now is dead for a new leader a lease later, whatever its
+  // replay memory: the bound that replaces shared memory across failover.
+  const std::string c = Cred(hold);
+  auto next_leader = Auth(1024, absl::Seconds(1));
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(Why(next_leader->Check(c, hold)), "expired");
 }
 
 TEST_F(SlurmKeyTest, TheReplayMemoryIsBoundedAndForgetsExpiredCredentials) {
   auto auth = Auth(/*max_remembered=*/2);
-  EXPECT_TRUE(auth->Check(Cred("n", 1, 0, "Hold"), "Hold", "n", Step(1, 0)).ok());
-  EXPECT_TRUE(auth->Check(Cred("n", 1, 1, "Hold"), "Hold", "n", Step(1, 1)).ok());
-  SlurmKeyAuth::Why why;
-  absl::Status s = auth->Check(Cred("n", 1, 2, "Hold"), "Hold", "n", Step(1, 2), &why);
+  EXPECT_TRUE(auth->Check(Cred(HoldBinding("n", 1, 0)), HoldBinding("n", 1, 0)).ok());
+  EXPECT_TRUE(auth->Check(Cred(HoldBinding("n", 1, 1)), HoldBinding("n", 1, 1)).ok());
+  absl::Status s = auth->Check(Cred(HoldBinding("n", 1, 2)), HoldBinding("n", 1, 2));
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
-  EXPECT_EQ(why, SlurmKeyAuth::Why::kFull);
+  EXPECT_EQ(Why(s), "full");
   // Once the first two have expired their nonces are forgotten.
-  clock_.Advance(absl::Minutes(5) + absl::Seconds(1));
-  EXPECT_TRUE(auth->Check(Cred("n", 1, 2, "Hold"), "Hold", "n", Step(1, 2)).ok());
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_TRUE(auth->Check(Cred(HoldBinding("n", 1, 2)), HoldBinding("n", 1, 2)).ok());
+}
+
+TEST(ReplayMemoryTest, RemembersUntilExpiryAndRefusesPastItsBound) {
+  credential::ReplayMemory m(2);
+  const absl::Time t0 = absl::FromUnixSeconds(100);
+  EXPECT_EQ(m.Remember("a", t0 + absl::Seconds(5), t0), credential::ReplayMemory::Result::kFirst);
+  EXPECT_EQ(m.Remember("a", t0 + absl::Seconds(5), t0), credential::ReplayMemory::Result::kReplayed);
+  EXPECT_EQ(m.Remember("b", t0 + absl::Seconds(1), t0), credential::ReplayMemory::Result::kFirst);
+  EXPECT_EQ(m.Remember("c", t0 + absl::Seconds(9), t0), credential::ReplayMemory::Result::kFull);
+  // "b" expires first although it came second.
+  EXPECT_EQ(m.Remember("c", t0 + absl::Seconds(9), t0 + absl::Seconds(2)),
+            credential::ReplayMemory::Result::kFirst);
+  EXPECT_EQ(m.Remember("a", t0 + absl::Seconds(5), t0 + absl::Seconds(2)),
+            credential::ReplayMemory::Result::kReplayed);
+  EXPECT_EQ(m.size(), 2u);
 }
 
 TEST_F(SlurmKeyTest, KeyFilesAreCheckedLikeSlurmChecksThem) {
@@ -202,7 +282,7 @@ TEST_F(SlurmKeyTest, KeyFilesAreCheckedLikeSlurmChecksThem) {
   o.key_file = dir_ + "/nope.key";
   EXPECT_TRUE(absl::IsNotFound(SlurmKeyAuth::Create(o).status()));
   o.key_file = key_path_;
-  o.ttl = absl::Milliseconds(10);
+  o.max_age = absl::Milliseconds(10);
   EXPECT_TRUE(absl::IsInvalidArgument(SlurmKeyAuth::Create(o).status()));
 
   EXPECT_EQ(slurm_key::DefaultKeyPath("/etc/slurm/slurm.conf"), "/etc/slurm/slurm.key");
@@ -214,24 +294,64 @@ TEST(SlurmCredentialConfigTest, KeysDefaultsAndContradictions) {
   auto c = ParseConfig("slurm: {enabled: true}\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->slurm.EffectiveCredential(), "munge");
+  EXPECT_EQ(CredentialMaxAge(*c), absl::Seconds(10));
   c = ParseConfig("slurm: {enabled: true, require_munge: false}\n");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->slurm.EffectiveCredential(), "none");
   c = ParseConfig(
       "slurm: {enabled: true, credential: slurm_key, key_file: /etc/slurm/slurm.key, "
-      "credential_ttl: 2m}\n");
+      "credential_max_age: 4s}\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->slurm.EffectiveCredential(), "slurm_key");
   EXPECT_EQ(c->slurm.key_file, "/etc/slurm/slurm.key");
-  EXPECT_EQ(c->slurm.credential_ttl, absl::Minutes(2));
+  EXPECT_EQ(CredentialMaxAge(*c), absl::Seconds(4));
+  EXPECT_TRUE(ValidateConfig(*c).ok());
   for (const char* bad : {"slurm: {credential: kerberos}\n",
                           "slurm: {credential: slurm_key, require_munge: false}\n",
-                          "slurm: {credential_ttl: 10ms}\n"}) {
+                          "slurm: {credential_max_age: 10ms}\n",
+                          "slurm: {credential_max_age: 6m}\n",
+                          "slurm: {credential_ttl: 5m}\n"}) {
     auto v = ParseConfig(bad);
     absl::Status s = v.ok() ? ValidateConfig(*v) : v.status();
     EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad << " " << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "slurm.")) << s;
   }
+}
+
+// A credential must be dead before a standby can take over (its replay
+// memory starts empty): credential_max_age not shorter than the lease is
+// refused; unset, it follows the lease.
+TEST(SlurmCredentialConfigTest, MaxAgeMustBeShorterThanATakeover) {
+  const std::string le =
+      "kubernetes: {leader_election: {enabled: true, lease_duration: 15s, renew_deadline: 10s, "
+      "retry_period: 2s}}\n";
+  for (const char* age : {"15s", "20s"}) {
+    auto c = ParseConfig(le + "slurm: {credential_max_age: " + age + "}\n");
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::Status s = ValidateConfig(*c);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << age << " " << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "slurm.credential_max_age")) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "kubernetes.leader_election.lease_duration")) << s;
+  }
+  auto c = ParseConfig(le + "slurm: {credential_max_age: 14s}\n");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  // Unset: the least gap between the old leader's last call and the new
+  // one's first (lease_duration - renew_deadline), within 1s..10s.
+  c = ParseConfig(le);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(CredentialMaxAge(*c), absl::Seconds(5));
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  c = ParseConfig(
+      "kubernetes: {leader_election: {enabled: true, lease_duration: 2s, renew_deadline: 1500ms, "
+      "retry_period: 500ms}}\n");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(CredentialMaxAge(*c), absl::Seconds(1));
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  // Without leader election there is no takeover to outlast.
+  c = ParseConfig("slurm: {credential_max_age: 20s}\n");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(ValidateConfig(*c).ok());
 }
 
 TEST(SlurmCredentialArgsTest, PlugstackAuthKeys) {

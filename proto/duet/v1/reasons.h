@@ -56,6 +56,12 @@ inline constexpr char kNotAuthenticated[] = "NOT_AUTHENTICATED";
 // owner on that node (duet-node of another node, a pod bound elsewhere, an
 // identity that is neither duet-node nor an operator). Metadata: why, node.
 inline constexpr char kNotPermitted[] = "NOT_PERMITTED";
+// UNAUTHENTICATED or PERMISSION_DENIED (RESOURCE_EXHAUSTED for why=full): a
+// Hold or Release for a Slurm owner whose credential (slurm.credential) the
+// bridge refused. Metadata: why (missing, malformed, bad_signature,
+// wrong_version, wrong_method, wrong_request, wrong_uid, expired, replayed,
+// full), node.
+inline constexpr char kCredentialRefused[] = "CREDENTIAL_REFUSED";
 // RESOURCE_EXHAUSTED: WatchNodes refused for lack of a stream slot: the
 // caller (its peer address) already has its share open (scope "caller"),
 // or the bridge has all it serves (scope "total"). Close a stream or retry
