@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bridge/api/convert.h"
 #include "common/metrics/metrics.h"
 #include "common/reason.h"
@@ -96,6 +98,26 @@ bool StopSignalReceived(const sigset_t& signals) {
   spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   return true;
 }
+
+namespace {
+
+// A leader that stops on purpose (SIGTERM: a rolling update, a drain) keeps
+// renewing its lease, refusing every change, for one slurm.credential_max_age
+// (and a second for clocks that differ by less than one) before it gives the
+// lease up. A Slurm credential it accepted is then expired before the next
+// leader serves, which starts with an empty replay memory; a leader that
+// dies instead is covered by credential_max_age < lease_duration.
+void HoldLeaseUntilCredentialsExpire(const Config& config) {
+  if (config.slurm.EffectiveCredential() == "none") return;
+  const absl::Duration wait = CredentialMaxAge(config) + absl::Seconds(1);
+  spdlog::info(
+      "duet-bridge: holding the leader lease {} more (slurm.credential_max_age and 1s) so no "
+      "Slurm credential this leader accepted can be replayed to the next",
+      absl::FormatDuration(wait));
+  absl::SleepFor(wait);
+}
+
+}  // namespace
 
 int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
   const LeaderElectionConfig& le = config.kubernetes.leader_election;
@@ -198,6 +220,7 @@ int RunWithLeaderElection(const Config& config, const sigset_t& signals) {
   // The bridge first (the journal is flushed), then the lease is given up
   // so a standby takes over at once.
   if (bridge != nullptr) bridge->Shutdown();
+  if (bridge != nullptr && !lost) HoldLeaseUntilCredentialsExpire(config);
   elector.Stop();
   if (*standby != nullptr) {
     (*standby)->Shutdown();

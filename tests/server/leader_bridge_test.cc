@@ -224,9 +224,16 @@ TEST_F(LeaderBridgeTest, StandbyTakesOverWhenTheLeaderDies) {
   EXPECT_GT(nodes, 0);
   EXPECT_EQ(LeaderMetric(b_), 1);
 
-  // SIGTERM: a clean exit that gives the lease up.
+  // SIGTERM: a clean exit that gives the lease up, but only after one
+  // slurm.credential_max_age and a second (here 1s, the floor, + 1s): a Slurm
+  // credential b accepted must be expired before a next leader serves.
+  const absl::Time t1 = absl::Now();
   kill(b_.pid, SIGTERM);
+  absl::SleepFor(absl::Milliseconds(1200));
+  EXPECT_EQ(Holder(), "bridge-b") << "the lease was given up before the credentials expired";
+  EXPECT_FALSE(HoldPodGpu(b_, "uid-after-sigterm").ok()) << "a stopping leader took a change";
   EXPECT_EQ(WaitExit(b_, absl::Seconds(10)), 0);
+  EXPECT_GE(absl::Now() - t1, absl::Seconds(2));
   EXPECT_EQ(Holder(), "");
 }
 
