@@ -147,6 +147,12 @@ TEST_F(SlurmPolicyTest, PlaceholdersHaveNoTimeLimitAndLeaveTheUsersCapsAlone) {
     ASSERT_TRUE(placeholders_->Cancel("po-a", "uid-a3").ok());
     r = cluster_->Cli(srun);
     EXPECT_EQ(r.rc, 0) << r.out;
+    // The srun's job counts on the node until it has left COMPLETING: a
+    // placeholder asked for before then is refused "Requested nodes are busy".
+    ASSERT_TRUE(WaitFor([&] {
+      return cluster_->Cli("squeue -h -p duet -w po-a -t PD,R,CG,S -o %i").out.empty() &&
+             cluster_->Cli("squeue -h -w po-a -t CG -o %i").out.empty();
+    }, absl::Seconds(30))) << cluster_->Cli("squeue -t PD,R,CG,S -o '%i %P %T %r'").out;
     auto p = placeholders_->Create(Owner::Pod("uid-a3", "default", "a3"), "po-a", 1, 0, 1, 100);
     ASSERT_TRUE(p.ok()) << p.status();
   } else {
