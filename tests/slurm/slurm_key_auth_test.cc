@@ -24,6 +24,7 @@
 #include "common/reason.h"
 #include "gtest/gtest.h"
 #include "slurm_plugin/bridge_client.h"
+#include "tests/slurm/credential_bindings.h"
 #include "slurm_plugin/plugin_config.h"
 #include "tests/fakes/fake_clock.h"
 
@@ -32,38 +33,8 @@ namespace {
 
 using fakes::FakeClock;
 
-// The Binding a Hold of `gpus` by job/step on `node` needs: the plugin's and
-// the bridge's own function on the request.
-slurm_munge::Binding HoldBinding(const std::string& node, uint32_t job,
-                                 std::optional<uint32_t> step, std::vector<uint32_t> gpus = {0}) {
-  v1::HoldRequest r;
-  r.set_node(node);
-  if (step) {
-    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
-    r.mutable_owner()->mutable_slurm_step()->set_step_id(*step);
-  } else {
-    r.mutable_owner()->mutable_slurm_job()->set_job_id(job);
-  }
-  for (uint32_t g : gpus) {
-    v1::HeldDevice* d = r.mutable_devices()->add_devices();
-    d->set_kind(v1::DEVICE_KIND_GPU);
-    d->set_index(g);
-  }
-  return *slurm_munge::BindingOf(r);
-}
-
-slurm_munge::Binding ReleaseBinding(const std::string& node, uint32_t job,
-                                    std::optional<uint32_t> step) {
-  v1::ReleaseRequest r;
-  r.set_node(node);
-  if (step) {
-    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
-    r.mutable_owner()->mutable_slurm_step()->set_step_id(*step);
-  } else {
-    r.mutable_owner()->mutable_slurm_job()->set_job_id(job);
-  }
-  return *slurm_munge::BindingOf(r);
-}
+using ::duet::testing::HoldBinding;
+using ::duet::testing::ReleaseBinding;
 
 std::string Why(const absl::Status& s) {
   const auto m = ReasonMetadata(s);
