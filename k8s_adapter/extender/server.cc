@@ -26,6 +26,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
+#include "openssl/err.h"
 #include "openssl/ssl.h"
 #include "openssl/x509.h"
 #include "spdlog/spdlog.h"
@@ -200,7 +201,16 @@ struct ServerMetrics {
         latency(prometheus::BuildHistogram()
                     .Name("duet_extender_request_seconds")
                     .Help("Scheduler extender time from a complete request to its answer, by verb")
-                    .Register(registry)) {
+                    .Register(registry)),
+        tls_failures(prometheus::BuildCounter()
+                         .Name("duet_extender_tls_failures_total")
+                         .Help("Scheduler extender connections whose TLS handshake failed, by "
+                               "reason: no_certificate, bad_certificate (not signed by "
+                               "tls.client_ca_file, or invalid), not_tls, other")
+                         .Register(registry)) {
+    for (const char* r : {"no_certificate", "bad_certificate", "not_tls", "other"}) {
+      tls_failure_by_reason.emplace(r, &tls_failures.Add({{"reason", r}}));
+    }
     for (const char* v : {"filter", "prioritize", "bind", "healthz", "echo", "other"}) {
       histograms.emplace(v, &latency.Add({{"verb", v}},
                                          prometheus::Histogram::BucketBoundaries{
@@ -214,9 +224,38 @@ struct ServerMetrics {
     if (it != histograms.end()) it->second->Observe(seconds);
   }
 
+  // A failed handshake's reason; "" for a peer that closed before or during
+  // it (a TCP probe, a client that went away), which is not counted.
+  static const char* TlsFailureReason(const beast::error_code& ec) {
+    if (ec == net::error::eof || ec == net::ssl::error::stream_truncated ||
+        ec == net::error::connection_reset || ec == net::error::operation_aborted) {
+      return "";
+    }
+    if (ec.category() == net::error::get_ssl_category()) {
+      switch (ERR_GET_REASON(static_cast<unsigned long>(ec.value()))) {
+        case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+          return "no_certificate";
+        case SSL_R_CERTIFICATE_VERIFY_FAILED:
+          return "bad_certificate";
+        case SSL_R_HTTP_REQUEST:
+        case SSL_R_WRONG_VERSION_NUMBER:
+          return "not_tls";
+        default:
+          break;
+      }
+    }
+    return "other";
+  }
+  void CountTlsFailure(const char* reason) {
+    auto it = tls_failure_by_reason.find(reason);
+    if (it != tls_failure_by_reason.end()) it->second->Increment();
+  }
+
   prometheus::Family<prometheus::Counter>& requests;
   prometheus::Family<prometheus::Histogram>& latency;
+  prometheus::Family<prometheus::Counter>& tls_failures;
   std::map<std::string, prometheus::Histogram*> histograms;
+  std::map<std::string, prometheus::Counter*> tls_failure_by_reason;
 };
 
 // What every session shares (owned by the server, outlives the sessions'
@@ -277,6 +316,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     // Not a TLS client, one without an acceptable client certificate (with
     // tls.client_ca_file), or it went away: nothing was read.
     if (ec) {
+      const char* reason = ServerMetrics::TlsFailureReason(ec);
+      if (*reason != '\0' && shared_->metrics != nullptr) shared_->metrics->CountTlsFailure(reason);
       spdlog::debug("extender: TLS handshake with {} failed: {}", peer_, ec.message());
       return;
     }

@@ -5,8 +5,12 @@
 
 #include "k8s_adapter/extender/server.h"
 
+#include <chrono>
 #include <fstream>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
@@ -262,8 +266,26 @@ TEST_F(HttpTest, ClientCertificatesAreRequiredWithAClientCa) {
   // Plain HTTP gets nothing.
   HttpClient plain(server->port());
   EXPECT_FALSE(plain.Get("/healthz").ok());
-  // Nothing those clients sent reached a handler.
-  EXPECT_THAT(Metrics(), ::testing::Not(HasSubstr("duet_extender_requests_total{")));
+  // Nothing those clients sent reached a handler; each failed handshake is
+  // counted by why (the server may finish its side just after the client
+  // has seen the alert: wait a little for the counts).
+  const std::vector<std::string> reasons = {"no_certificate", "bad_certificate", "not_tls"};
+  auto counted = [&](const std::string& m) {
+    for (const std::string& reason : reasons) {
+      if (!::testing::Matches(::testing::ContainsRegex(absl::StrCat(
+              "duet_extender_tls_failures_total\\{reason=\"", reason, "\"\\} [1-9]")))(m)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  std::string refused = Metrics();
+  for (int i = 0; i < 50 && !counted(refused); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    refused = Metrics();
+  }
+  EXPECT_TRUE(counted(refused)) << refused;
+  EXPECT_THAT(refused, ::testing::Not(HasSubstr("duet_extender_requests_total{")));
 
   HttpClient scheduler(server->port(), server_tls.ca, sched.cert, sched.key);
   for (int i = 0; i < 2; ++i) {
