@@ -23,7 +23,6 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
-#include "k8s/podresources/v1/podresources.grpc.pb.h"
 #include "prometheus/text_serializer.h"
 #include "spdlog/spdlog.h"
 
@@ -159,47 +158,6 @@ NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
       &RegisterFamily(prometheus::BuildGauge(), *registry_, "duet_node_bridge_watch_connected",
                       "1 while the bridge's WatchNodes stream delivers events")
            .Add({});
-}
-
-absl::Status CheckSoleAdvertiser(const std::string& pod_resources_socket) {
-  if (pod_resources_socket.empty() || !Exists(pod_resources_socket)) {
-    spdlog::warn("no PodResources socket ({}): cannot check that duet-node is the only device "
-                 "plugin for its resources",
-                 pod_resources_socket.empty() ? "not configured" : pod_resources_socket);
-    return absl::OkStatus();
-  }
-  auto channel = grpc::CreateChannel(absl::StrCat("unix:", pod_resources_socket),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = ::v1::PodResourcesLister::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  ::v1::AllocatableResourcesResponse resp;
-  grpc::Status st = stub->GetAllocatableResources(&ctx, ::v1::AllocatableResourcesRequest(), &resp);
-  if (!st.ok()) {
-    spdlog::warn("PodResources GetAllocatableResources: {}: cannot check that duet-node is the "
-                 "only device plugin for its resources",
-                 st.error_message());
-    return absl::OkStatus();
-  }
-  for (DeviceKind kind : kAllKinds) {
-    std::vector<std::string> foreign;
-    for (const auto& d : resp.devices()) {
-      if (d.resource_name() != ResourceFor(kind).resource_name) continue;
-      for (const auto& id : d.device_ids()) {
-        if (!ParseSlotId(kind, id)) foreign.push_back(id);
-      }
-    }
-    if (!foreign.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "another device plugin already advertises ", ResourceFor(kind).resource_name,
-          " on this node (kubelet lists devices ", absl::StrJoin(foreign, ", "),
-          ", which are not duet-node's); two plugins for one resource on a kubelet is unsafe. "
-          "Run duet-node only where it is the sole advertiser: on GKE, a GPU node pool created "
-          "with the node label gke-no-default-nvidia-gpu-device-plugin=true "
-          "(charts/duet/README.md, \"One advertiser per resource\")"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOptions& options,
@@ -538,38 +496,11 @@ absl::Status NodePlugin::Register(DeviceKind kind) {
 }
 
 void NodePlugin::RefreshPodResources() {
-  if (options_.pod_resources_socket.empty() || !Exists(options_.pod_resources_socket)) return;
-  auto channel = grpc::CreateChannel(absl::StrCat("unix:", options_.pod_resources_socket),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = ::v1::PodResourcesLister::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  ::v1::ListPodResourcesRequest req;
-  ::v1::ListPodResourcesResponse resp;
-  grpc::Status st = stub->List(&ctx, req, &resp);
-  if (!st.ok()) {
-    spdlog::debug("PodResources List: {}", st.error_message());
-    return;
-  }
-  std::map<DeviceKind, std::set<int>> allocated;
-  std::map<std::string, std::map<std::string, int>> served;
-  for (const auto& pod : resp.pod_resources()) {
-    const std::string key = absl::StrCat(pod.namespace_(), "/", pod.name());
-    for (const auto& c : pod.containers()) {
-      for (const auto& d : c.devices()) {
-        for (DeviceKind kind : kAllKinds) {
-          if (d.resource_name() != ResourceFor(kind).resource_name) continue;
-          for (const auto& id : d.device_ids()) {
-            if (auto slot = ParseSlotId(kind, id)) allocated[kind].insert(*slot);
-          }
-          served[key][d.resource_name()] += d.device_ids_size();
-        }
-      }
-    }
-  }
+  std::optional<KubeletGiven> given = ListKubeletGiven(options_.pod_resources_socket);
+  if (!given) return;
   absl::MutexLock lock(&mu_);
-  kubelet_allocated_ = std::move(allocated);
-  served_ = std::move(served);
+  kubelet_allocated_ = std::move(given->allocated);
+  served_ = std::move(given->served);
   RecomputeLocked();
 }
 

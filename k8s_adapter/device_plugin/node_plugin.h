@@ -39,6 +39,7 @@
 #include "k8s/deviceplugin/v1beta1/deviceplugin.grpc.pb.h"
 #include "k8s_adapter/device_plugin/allocation.h"
 #include "k8s_adapter/device_plugin/node_options.h"
+#include "k8s_adapter/device_plugin/pod_resources.h"
 #include "k8s_adapter/kube_client.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -49,16 +50,6 @@
 
 namespace duet {
 namespace node {
-
-// One advertiser per resource: asks kubelet's PodResources
-// GetAllocatableResources which devices it has for nvidia.com/gpu and
-// google.com/tpu. A device whose ID is not one of duet-node's slot IDs comes
-// from another device plugin (GKE's managed NVIDIA or TPU plugin, NVIDIA's),
-// and two plugins for one resource on a kubelet is unsafe: then
-// FAILED_PRECONDITION naming the resource and the foreign IDs. OK when none
-// is seen, and OK (with a warning) when kubelet cannot be asked (no socket,
-// a kubelet without GetAllocatableResources): nothing is refused on a guess.
-absl::Status CheckSoleAdvertiser(const std::string& pod_resources_socket);
 
 class NodePlugin {
  public:
