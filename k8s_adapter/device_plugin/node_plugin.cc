@@ -48,16 +48,6 @@ std::string SocketIdentity(const std::string& path) {
 
 std::string KindLabel(DeviceKind kind) { return ResourceFor(kind).resource_name; }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> BridgeCredentials(
-    const NodePluginOptions& o) {
-  if (o.bridge_ca_file.empty() && o.bridge_cert_file.empty() && o.bridge_key_file.empty()) {
-    return grpc::InsecureChannelCredentials();
-  }
-  return TlsChannelCredentials({o.bridge_ca_file, "--bridge-ca"},
-                               {o.bridge_cert_file, "--bridge-cert"},
-                               {o.bridge_key_file, "--bridge-key"});
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -114,25 +104,9 @@ class NodePlugin::Service final : public v1beta1::DevicePlugin::Service {
 
 // ---------------------------------------------------------------------------
 
-void NodePlugin::AddBridgeToken(grpc::ClientContext* ctx) const {
-  if (options_.bridge_token_file.empty()) return;
-  absl::StatusOr<std::string> token = ReadFileToString(
-      options_.bridge_token_file, absl::StatusCode::kNotFound, "--bridge-token-file");
-  std::string t = token.ok() ? std::string(absl::StripAsciiWhitespace(*token)) : "";
-  if (t.empty()) {
-    // The bridge refuses the call with a reason that names the missing token.
-    spdlog::warn("no bridge token to send: {}",
-                 token.ok() ? "--bridge-token-file is empty" : token.status().ToString());
-    return;
-  }
-  ctx->AddMetadata("authorization", absl::StrCat("Bearer ", t));
-}
-
 NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
                        std::shared_ptr<grpc::ChannelCredentials> bridge_credentials)
     : options_(options), kube_(kube), registry_(std::make_shared<prometheus::Registry>()) {
-  bridge_channel_ = grpc::CreateChannel(options_.bridge, bridge_credentials);
-  bridge_ = v1::Ledger::NewStub(bridge_channel_);
   allocations_ =
       &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_allocations_total",
                       "Containers given devices by Allocate, by resource");
@@ -158,6 +132,8 @@ NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
       &RegisterFamily(prometheus::BuildGauge(), *registry_, "duet_node_bridge_watch_connected",
                       "1 while the bridge's WatchNodes stream delivers events")
            .Add({});
+  bridge_ = std::make_unique<BridgeLink>(options_, std::move(bridge_credentials), watch_restarts_,
+                                         watch_connected_);
 }
 
 absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOptions& options,
@@ -176,7 +152,7 @@ absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOp
   std::error_code ec;
   std::filesystem::create_directories(options.plugin_dir, ec);
   NodePlugin* self = p.get();
-  p->watch_thread_ = std::thread([self] { self->WatchLoop(); });
+  p->bridge_->StartWatch([self](const v1::Node* node) { self->OnNode(node); });
   p->kubelet_thread_ = std::thread([self] { self->KubeletLoop(); });
   spdlog::info("duet-node {}: bridge {}, plugin dir {}, pod resources {}, Kubernetes API {}",
                options.node_name, options.bridge, options.plugin_dir,
@@ -193,10 +169,9 @@ void NodePlugin::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
     cv_.SignalAll();
   }
-  if (watch_thread_.joinable()) watch_thread_.join();
+  bridge_->Stop();
   if (kubelet_thread_.joinable()) kubelet_thread_.join();
   for (auto& [kind, server] : servers_) {
     if (server == nullptr) continue;
@@ -232,49 +207,14 @@ std::string NodePlugin::RenderMetrics() const {
 // ---------------------------------------------------------------------------
 // The bridge's change stream for this node.
 
-void NodePlugin::WatchLoop() {
-  absl::Duration backoff = absl::Milliseconds(100);
-  while (true) {
-    grpc::ClientContext ctx;
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-      watch_ctx_ = &ctx;
-    }
-    AddBridgeToken(&ctx);
-    v1::WatchNodesRequest req;
-    req.add_names(options_.node_name);
-    std::unique_ptr<grpc::ClientReader<v1::NodeEvent>> reader = bridge_->WatchNodes(&ctx, req);
-    v1::NodeEvent ev;
-    while (reader->Read(&ev)) {
-      backoff = absl::Milliseconds(100);
-      watch_connected_->Set(1);
-      absl::MutexLock lock(&mu_);
-      switch (ev.type()) {
-        case v1::NodeEvent::TYPE_INITIAL:
-        case v1::NodeEvent::TYPE_UPDATED:
-          node_ = ev.node();
-          break;
-        case v1::NodeEvent::TYPE_REMOVED:
-          // Nothing fences this node any more: advertise every slot Unhealthy.
-          node_.reset();
-          break;
-        default:
-          continue;  // RESYNC: full state follows
-      }
-      RecomputeLocked();
-    }
-    const grpc::Status st = reader->Finish();
-    watch_connected_->Set(0);
-    absl::MutexLock lock(&mu_);
-    watch_ctx_ = nullptr;
-    if (stopping_) return;
-    watch_restarts_->Increment();
-    spdlog::warn("bridge {}: WatchNodes({}) ended: {} (retry in {})", options_.bridge,
-                 options_.node_name, st.error_message(), absl::FormatDuration(backoff));
-    cv_.WaitWithTimeout(&mu_, backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+void NodePlugin::OnNode(const v1::Node* node) {
+  absl::MutexLock lock(&mu_);
+  if (node != nullptr) {
+    node_ = *node;
+  } else {
+    node_.reset();
   }
+  RecomputeLocked();
 }
 
 void NodePlugin::RecomputeLocked() {
@@ -579,20 +519,10 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
   // 1. The ledger's holdings on this node, fresh (not the watch's view: a
   // placeholder made a moment ago must be seen).
   std::vector<v1::Holding> holdings;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.bridge_timeout));
-    AddBridgeToken(&ctx);
-    v1::ListHoldingsRequest lreq;
-    lreq.set_node(options_.node_name);
-    v1::ListHoldingsResponse lresp;
-    grpc::Status st = bridge_->ListHoldings(&ctx, lreq, &lresp);
-    if (!st.ok()) {
-      return refuse(absl::UnavailableError(absl::StrCat(
-          "duet-node cannot read the ledger from duet-bridge (", options_.bridge,
-          "), so it cannot tell which devices this pod may use: ", st.error_message())));
-    }
-    holdings.assign(lresp.holdings().begin(), lresp.holdings().end());
+  if (grpc::Status st = bridge_->ListHoldings(&holdings); !st.ok()) {
+    return refuse(absl::UnavailableError(absl::StrCat(
+        "duet-node cannot read the ledger from duet-bridge (", options_.bridge,
+        "), so it cannot tell which devices this pod may use: ", st.error_message())));
   }
 
   // 2. What kubelet already served, and (when the API answers) which pods
@@ -689,11 +619,8 @@ grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateReques
       preq.set_tpus(bypass->tpus);
       preq.set_cpus(bypass->cpus);
       preq.set_memory_mib(bypass->memory_mib);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.bridge_timeout));
-      AddBridgeToken(&ctx);
       v1::Holding placed;
-      grpc::Status st = bridge_->PlacePod(&ctx, preq, &placed);
+      grpc::Status st = bridge_->PlacePod(preq, &placed);
       placed_->Add({{"resource", KindLabel(kind)}, {"result", st.ok() ? "placed" : "refused"}})
           .Increment();
       if (!st.ok()) {

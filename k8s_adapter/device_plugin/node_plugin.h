@@ -38,6 +38,7 @@
 #include "grpcpp/server.h"
 #include "k8s/deviceplugin/v1beta1/deviceplugin.grpc.pb.h"
 #include "k8s_adapter/device_plugin/allocation.h"
+#include "k8s_adapter/device_plugin/bridge_link.h"
 #include "k8s_adapter/device_plugin/node_options.h"
 #include "k8s_adapter/device_plugin/pod_resources.h"
 #include "k8s_adapter/kube_client.h"
@@ -89,8 +90,9 @@ class NodePlugin {
   NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
              std::shared_ptr<grpc::ChannelCredentials> bridge_credentials);
 
-  // Threads.
-  void WatchLoop();
+  // The bridge watch's node (nullptr: it left the ledger).
+  void OnNode(const v1::Node* node) ABSL_LOCKS_EXCLUDED(mu_);
+  // The kubelet thread.
   void KubeletLoop();
 
   // Kubelet side (kubelet thread only).
@@ -117,8 +119,6 @@ class NodePlugin {
                                              const std::vector<PodClaim>& claims,
                                              const std::optional<std::vector<PendingPod>>& pending);
   void CountRefusal(DeviceKind kind, const absl::Status& s);
-  // Adds the bridge token (bridge_token_file) to a call to the bridge.
-  void AddBridgeToken(grpc::ClientContext* ctx) const;
   // The container's answer for `devices` of `uid`: device nodes, variables,
   // GPU mounts, annotations. FAILED_PRECONDITION for a missing device node.
   absl::StatusOr<v1beta1::ContainerAllocateResponse> Answer(DeviceKind kind,
@@ -127,8 +127,6 @@ class NodePlugin {
 
   const NodePluginOptions options_;
   k8s::KubeClient* const kube_;
-  std::shared_ptr<grpc::Channel> bridge_channel_;
-  std::unique_ptr<v1::Ledger::Stub> bridge_;
 
   mutable absl::Mutex mu_;
   // Signalled on every health change, server restart and shutdown.
@@ -149,7 +147,6 @@ class NodePlugin {
   // once it was seen and is gone (not before the watch has caught up).
   std::set<std::string> seen_live_ ABSL_GUARDED_BY(mu_);
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
-  grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   absl::Mutex allocate_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
@@ -157,7 +154,6 @@ class NodePlugin {
   std::map<DeviceKind, std::unique_ptr<Service>> services_;
   std::map<DeviceKind, std::unique_ptr<grpc::Server>> servers_;
 
-  std::thread watch_thread_;
   std::thread kubelet_thread_;
   bool shut_down_ = false;
 
@@ -172,6 +168,9 @@ class NodePlugin {
   prometheus::Family<prometheus::Histogram>* allocate_seconds_;
   prometheus::Counter* watch_restarts_;
   prometheus::Gauge* watch_connected_;
+
+  // After the metrics it reports to.
+  std::unique_ptr<BridgeLink> bridge_;
 };
 
 }  // namespace node
