@@ -1,30 +1,10 @@
 #include "k8s_adapter/device_plugin/node_plugin.h"
 
-#include <poll.h>
-#include <sys/inotify.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
-#include <optional>
-#include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
-#include "common/grpc/status.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/security/server_credentials.h"
-#include "grpcpp/server_builder.h"
-#include "k8s/deviceplugin/v1beta1/deviceplugin.grpc.pb.h"
-#include "k8s_adapter/device_plugin/allocation.h"
 #include "common/metrics/metrics.h"
-#include "k8s_adapter/device_plugin/pod_resources.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -33,81 +13,6 @@
 
 namespace duet {
 namespace node {
-namespace {
-
-constexpr char kKubeletSocket[] = "kubelet.sock";
-constexpr char kApiVersion[] = "v1beta1";
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-// Tells one incarnation of a file from the next (an inode number alone may
-// be reused); "" when the file is missing.
-std::string SocketIdentity(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return "";
-  return absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_ctim.tv_sec, ".", st.st_ctim.tv_nsec);
-}
-
-std::string KindLabel(DeviceKind kind) { return ResourceFor(kind).resource_name; }
-
-}  // namespace
-
-// ---------------------------------------------------------------------------
-// The v1beta1.DevicePlugin service for one resource. Thin: NodePlugin and
-// the Allocator do the work. One instance per server start (a gRPC service
-// registers with one server only).
-
-class NodePlugin::Service final : public v1beta1::DevicePlugin::Service {
- public:
-  Service(NodePlugin* plugin, DeviceKind kind) : plugin_(plugin), kind_(kind) {}
-
-  grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
-                                      v1beta1::DevicePluginOptions* resp) override {
-    resp->set_pre_start_required(false);
-    resp->set_get_preferred_allocation_available(true);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ListAndWatch(grpc::ServerContext* ctx, const v1beta1::Empty*,
-                            grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
-    return plugin_->ListAndWatch(kind_, ctx, writer);
-  }
-
-  grpc::Status GetPreferredAllocation(grpc::ServerContext*,
-                                      const v1beta1::PreferredAllocationRequest* req,
-                                      v1beta1::PreferredAllocationResponse* resp) override {
-    for (const auto& c : req->container_requests()) {
-      std::vector<std::string> available(c.available_deviceids().begin(),
-                                         c.available_deviceids().end());
-      std::vector<std::string> must(c.must_include_deviceids().begin(),
-                                    c.must_include_deviceids().end());
-      auto* out = resp->add_container_responses();
-      for (auto& id : PreferredSlots(kind_, available, must, c.allocation_size())) {
-        out->add_deviceids(id);
-      }
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* req,
-                        v1beta1::AllocateResponse* resp) override {
-    return plugin_->allocator_->Allocate(kind_, *req, resp);
-  }
-
-  grpc::Status PreStartContainer(grpc::ServerContext*, const v1beta1::PreStartContainerRequest*,
-                                 v1beta1::PreStartContainerResponse*) override {
-    return grpc::Status::OK;
-  }
-
- private:
-  NodePlugin* const plugin_;
-  const DeviceKind kind_;
-};
-
-// ---------------------------------------------------------------------------
 
 NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
                        std::shared_ptr<grpc::ChannelCredentials> bridge_credentials)
@@ -122,7 +27,7 @@ NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
   am.placed = &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_placed_pods_total",
                               "Placeholders asked on the spot for pods that bypassed the duet "
                               "scheduler, by resource and result");
-  registrations_total_ =
+  auto* registrations_total =
       &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_registrations_total",
                       "Registrations with kubelet, by resource and result");
   auto* slots = &RegisterFamily(prometheus::BuildGauge(), *registry_, "duet_node_slots",
@@ -143,6 +48,8 @@ NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
   bridge_ = std::make_unique<BridgeLink>(options_, std::move(bridge_credentials), watch_restarts,
                                          watch_connected);
   allocator_ = std::make_unique<Allocator>(options_, kube, bridge_.get(), health_.get(), am);
+  kubelet_ = std::make_unique<KubeletSide>(options_, health_.get(), allocator_.get(),
+                                           registrations_total);
 }
 
 absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOptions& options,
@@ -162,8 +69,7 @@ absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOp
   std::filesystem::create_directories(options.plugin_dir, ec);
   SlotHealth* health = p->health_.get();
   p->bridge_->StartWatch([health](const v1::Node* node) { health->SetNode(node); });
-  NodePlugin* self = p.get();
-  p->kubelet_thread_ = std::thread([self] { self->KubeletLoop(); });
+  p->kubelet_->Start();
   spdlog::info("duet-node {}: bridge {}, plugin dir {}, pod resources {}, Kubernetes API {}",
                options.node_name, options.bridge, options.plugin_dir,
                options.pod_resources_socket.empty() ? "-" : options.pod_resources_socket,
@@ -178,21 +84,12 @@ void NodePlugin::Shutdown() {
   shut_down_ = true;
   // Health first: it ends the ListAndWatch streams and the kubelet loop.
   health_->Stop();
-  stopping_ = true;
   bridge_->Stop();
-  if (kubelet_thread_.joinable()) kubelet_thread_.join();
-  for (auto& [kind, server] : servers_) {
-    if (server == nullptr) continue;
-    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-    server->Wait();
-    ::unlink(absl::StrCat(options_.plugin_dir, "/", ResourceFor(kind).endpoint).c_str());
-  }
-  servers_.clear();
-  services_.clear();
+  kubelet_->Stop();
   exposer_.reset();
 }
 
-int NodePlugin::registrations() const { return registrations_.load(); }
+int NodePlugin::registrations() const { return kubelet_->registrations(); }
 
 bool NodePlugin::have_node() const { return health_->have_node(); }
 
@@ -204,147 +101,6 @@ int NodePlugin::metrics_port() const {
 
 std::string NodePlugin::RenderMetrics() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
-}
-
-// ---------------------------------------------------------------------------
-// Kubelet: ListAndWatch, registration, re-registration, PodResources.
-
-grpc::Status NodePlugin::ListAndWatch(
-    DeviceKind kind, grpc::ServerContext* ctx,
-    grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
-  const uint64_t epoch = health_->Epoch(kind);
-  uint64_t sent = 0;
-  while (true) {
-    v1beta1::ListAndWatchResponse resp;
-    const SlotHealth::Next next = health_->WaitForList(kind, epoch, &sent, &resp);
-    if (next == SlotHealth::Next::kStopped) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "duet-node is restarting the plugin");
-    }
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-    if (next == SlotHealth::Next::kSend && !writer->Write(resp)) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "kubelet closed the stream");
-    }
-  }
-}
-
-void NodePlugin::RefreshPodResources() {
-  if (std::optional<KubeletGiven> given = ListKubeletGiven(options_.pod_resources_socket)) {
-    health_->SetKubeletGiven(*std::move(given));
-  }
-}
-
-// ---------------------------------------------------------------------------
-// The kubelet thread: (re-)serving, registration, PodResources.
-
-void NodePlugin::KubeletLoop() {
-  // inotify only wakes the loop early; what to do is decided from the files.
-  const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0 || ::inotify_add_watch(fd, options_.plugin_dir.c_str(),
-                                    IN_CREATE | IN_MOVED_TO | IN_DELETE) < 0) {
-    spdlog::warn("inotify on {}: {}; falling back to polling", options_.plugin_dir,
-                 std::strerror(errno));
-  }
-  const std::string kubelet_sock = absl::StrCat(options_.plugin_dir, "/", kKubeletSocket);
-  std::map<DeviceKind, absl::Time> next_register;
-  absl::Time next_pod_resources = absl::InfinitePast();
-  while (true) {
-    if (stopping_) break;
-    const std::optional<std::map<DeviceKind, int>> counts = health_->SlotCounts();
-    if (!counts) break;
-    std::vector<DeviceKind> active;
-    for (const auto& [kind, slots] : *counts) {
-      if (slots > 0 || servers_.count(kind)) active.push_back(kind);
-    }
-    // Which kubelet is there now: a restarted kubelet has a new kubelet.sock.
-    const std::string kubelet_id = SocketIdentity(kubelet_sock);
-    for (DeviceKind kind : active) {
-      const std::string sock = absl::StrCat(options_.plugin_dir, "/", ResourceFor(kind).endpoint);
-      std::string registered_with = kubelet_id_[kind];
-      const bool new_kubelet =
-          !registered_with.empty() && !kubelet_id.empty() && kubelet_id != registered_with;
-      if (new_kubelet) {
-        spdlog::info("{} was recreated: kubelet restarted; registering {} again", kubelet_sock,
-                     ResourceFor(kind).resource_name);
-      }
-      // kubelet removes every plugin socket when it starts: serve afresh.
-      if (servers_[kind] == nullptr || !Exists(sock) || new_kubelet) {
-        RestartServer(kind);
-        next_register[kind] = absl::InfinitePast();
-        registered_with.clear();
-      }
-      if (!registered_with.empty() || servers_[kind] == nullptr || kubelet_id.empty() ||
-          absl::Now() < next_register[kind]) {
-        continue;
-      }
-      // Another plugin may have come up since Start (a node still booting).
-      absl::Status s = CheckSoleAdvertiser(options_.pod_resources_socket);
-      if (s.ok()) s = Register(kind);
-      registrations_total_
-          ->Add({{"resource", KindLabel(kind)}, {"result", s.ok() ? "ok" : "error"}})
-          .Increment();
-      if (s.ok()) {
-        kubelet_id_[kind] = kubelet_id;
-        ++registrations_;
-        spdlog::info("registered {} with kubelet ({})", ResourceFor(kind).resource_name, sock);
-      } else {
-        spdlog::warn("register {} with kubelet: {}", ResourceFor(kind).resource_name, s.ToString());
-        next_register[kind] = absl::Now() + absl::Seconds(1);
-      }
-    }
-    if (absl::Now() >= next_pod_resources) {
-      RefreshPodResources();
-      next_pod_resources = absl::Now() + options_.pod_resources_period;
-    }
-    // Sleep until the directory changes, or 200 ms (socket checks, retries).
-    if (fd >= 0) {
-      struct pollfd pfd = {fd, POLLIN, 0};
-      if (::poll(&pfd, 1, 200) > 0) {
-        alignas(struct inotify_event) char buf[4096];
-        while (::read(fd, buf, sizeof(buf)) > 0) {
-        }
-      }
-    } else {
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-  }
-  if (fd >= 0) ::close(fd);
-}
-
-void NodePlugin::RestartServer(DeviceKind kind) {
-  const std::string sock = absl::StrCat(options_.plugin_dir, "/", ResourceFor(kind).endpoint);
-  if (servers_[kind] != nullptr) {
-    health_->EndStreams(kind);  // ends the old server's ListAndWatch streams
-    servers_[kind]->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-    servers_[kind]->Wait();
-    servers_[kind].reset();
-  }
-  kubelet_id_[kind].clear();
-  ::unlink(sock.c_str());
-  services_[kind] = std::make_unique<Service>(this, kind);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + sock, grpc::InsecureServerCredentials());
-  builder.RegisterService(services_[kind].get());
-  servers_[kind] = builder.BuildAndStart();
-  if (servers_[kind] == nullptr) {
-    spdlog::error("cannot serve the {} device plugin on {}", ResourceFor(kind).resource_name, sock);
-  }
-}
-
-absl::Status NodePlugin::Register(DeviceKind kind) {
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("unix:", options_.plugin_dir, "/", kKubeletSocket),
-                          grpc::InsecureChannelCredentials());
-  auto stub = v1beta1::Registration::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  v1beta1::RegisterRequest req;
-  req.set_version(kApiVersion);
-  req.set_endpoint(ResourceFor(kind).endpoint);
-  req.set_resource_name(ResourceFor(kind).resource_name);
-  req.mutable_options()->set_pre_start_required(false);
-  req.mutable_options()->set_get_preferred_allocation_available(true);
-  v1beta1::Empty resp;
-  return FromGrpc(stub->Register(&ctx, req, &resp), "kubelet Registration");
 }
 
 }  // namespace node

@@ -15,33 +15,27 @@
 //   devices. A pod that bypassed the duet scheduler gets a placeholder on
 //   the spot (PlacePod); only when Slurm has no room is it refused.
 //
-// BridgeLink (bridge_link.h) feeds SlotHealth (slot_health.h); NodePlugin
-// serves SlotHealth's lists to kubelet and hands Allocate to the Allocator
-// (allocator.h).
+// NodePlugin only puts the parts together (README.md, "The parts"):
+// BridgeLink (bridge_link.h) feeds SlotHealth (slot_health.h); KubeletSide
+// (kubelet_side.h) serves SlotHealth's lists to kubelet and hands Allocate to
+// the Allocator (allocator.h). It owns them and the metrics registry.
 //
-// Thread-safety: servers, services and registration state belong to the
-// kubelet thread (and to Shutdown after it has stopped). Services' handlers
-// run on gRPC's sync thread pool. Each part documents its own locking.
+// Thread-safety: Start and Shutdown from one thread; the accessors from any.
+// Each part documents its own locking.
 
-#include <atomic>
-#include <map>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "grpcpp/server.h"
-#include "k8s/deviceplugin/v1beta1/deviceplugin.grpc.pb.h"
 #include "k8s_adapter/device_plugin/allocator.h"
 #include "k8s_adapter/device_plugin/bridge_link.h"
+#include "k8s_adapter/device_plugin/kubelet_side.h"
 #include "k8s_adapter/device_plugin/node_options.h"
 #include "k8s_adapter/device_plugin/pod_resources.h"
 #include "k8s_adapter/device_plugin/slot_health.h"
 #include "k8s_adapter/kube_client.h"
-#include "prometheus/counter.h"
 #include "prometheus/exposer.h"
-#include "prometheus/family.h"
 #include "prometheus/registry.h"
 
 namespace duet {
@@ -67,18 +61,8 @@ class NodePlugin {
   std::string RenderMetrics() const;
 
  private:
-  class Service;
-
   NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
              std::shared_ptr<grpc::ChannelCredentials> bridge_credentials);
-
-  // Kubelet side (kubelet thread only).
-  void KubeletLoop();
-  void RestartServer(DeviceKind kind);
-  absl::Status Register(DeviceKind kind);
-  void RefreshPodResources();
-  grpc::Status ListAndWatch(DeviceKind kind, grpc::ServerContext* ctx,
-                            grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer);
 
   const NodePluginOptions options_;
 
@@ -86,22 +70,13 @@ class NodePlugin {
   // order /metrics lists them in), and handed to the part that updates it.
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
-  prometheus::Family<prometheus::Counter>* registrations_total_ = nullptr;
 
+  // Destroyed in reverse: kubelet_ (which calls the allocator and reads
+  // health) first.
   std::unique_ptr<SlotHealth> health_;
   std::unique_ptr<BridgeLink> bridge_;
   std::unique_ptr<Allocator> allocator_;
-
-  std::atomic<bool> stopping_{false};
-  std::atomic<int> registrations_{0};
-
-  // Kubelet thread only.
-  std::map<DeviceKind, std::unique_ptr<Service>> services_;
-  std::map<DeviceKind, std::unique_ptr<grpc::Server>> servers_;
-  // kubelet.sock's identity when we registered, per kind; empty: not
-  // registered.
-  std::map<DeviceKind, std::string> kubelet_id_;
-  std::thread kubelet_thread_;
+  std::unique_ptr<KubeletSide> kubelet_;
 
   bool shut_down_ = false;
 };
