@@ -1,241 +1,55 @@
 #include "k8s_adapter/device_plugin/node_plugin.h"
 
-#include <poll.h>
-#include <sys/inotify.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <system_error>
+#include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/file.h"
-#include "common/grpc/status.h"
-#include "common/grpc/tls.h"
 #include "common/metrics/metrics.h"
-#include "common/slurm/slurm_format.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/security/server_credentials.h"
-#include "grpcpp/server_builder.h"
-#include "k8s/podresources/v1/podresources.grpc.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 #include "prometheus/text_serializer.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
 namespace node {
-namespace {
-
-constexpr char kKubeletSocket[] = "kubelet.sock";
-constexpr char kApiVersion[] = "v1beta1";
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-// Tells one incarnation of a file from the next (an inode number alone may
-// be reused); "" when the file is missing.
-std::string SocketIdentity(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return "";
-  return absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_ctim.tv_sec, ".", st.st_ctim.tv_nsec);
-}
-
-std::string KindLabel(DeviceKind kind) { return ResourceFor(kind).resource_name; }
-
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> BridgeCredentials(
-    const NodePluginOptions& o) {
-  if (o.bridge_ca_file.empty() && o.bridge_cert_file.empty() && o.bridge_key_file.empty()) {
-    return grpc::InsecureChannelCredentials();
-  }
-  return TlsChannelCredentials({o.bridge_ca_file, "--bridge-ca"},
-                               {o.bridge_cert_file, "--bridge-cert"},
-                               {o.bridge_key_file, "--bridge-key"});
-}
-
-}  // namespace
-
-// ---------------------------------------------------------------------------
-// The v1beta1.DevicePlugin service for one resource. Thin: NodePlugin does
-// the work. One instance per server start (a gRPC service registers with one
-// server only).
-
-class NodePlugin::Service final : public v1beta1::DevicePlugin::Service {
- public:
-  Service(NodePlugin* plugin, DeviceKind kind) : plugin_(plugin), kind_(kind) {}
-
-  grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
-                                      v1beta1::DevicePluginOptions* resp) override {
-    resp->set_pre_start_required(false);
-    resp->set_get_preferred_allocation_available(true);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ListAndWatch(grpc::ServerContext* ctx, const v1beta1::Empty*,
-                            grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
-    return plugin_->ListAndWatch(kind_, ctx, writer);
-  }
-
-  grpc::Status GetPreferredAllocation(grpc::ServerContext*,
-                                      const v1beta1::PreferredAllocationRequest* req,
-                                      v1beta1::PreferredAllocationResponse* resp) override {
-    for (const auto& c : req->container_requests()) {
-      std::vector<std::string> available(c.available_deviceids().begin(),
-                                         c.available_deviceids().end());
-      std::vector<std::string> must(c.must_include_deviceids().begin(),
-                                    c.must_include_deviceids().end());
-      auto* out = resp->add_container_responses();
-      for (auto& id : PreferredSlots(kind_, available, must, c.allocation_size())) {
-        out->add_deviceids(id);
-      }
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* req,
-                        v1beta1::AllocateResponse* resp) override {
-    return plugin_->Allocate(kind_, *req, resp);
-  }
-
-  grpc::Status PreStartContainer(grpc::ServerContext*, const v1beta1::PreStartContainerRequest*,
-                                 v1beta1::PreStartContainerResponse*) override {
-    return grpc::Status::OK;
-  }
-
- private:
-  NodePlugin* const plugin_;
-  const DeviceKind kind_;
-};
-
-// ---------------------------------------------------------------------------
-
-void NodePlugin::AddBridgeToken(grpc::ClientContext* ctx) const {
-  if (options_.bridge_token_file.empty()) return;
-  absl::StatusOr<std::string> token = ReadFileToString(
-      options_.bridge_token_file, absl::StatusCode::kNotFound, "--bridge-token-file");
-  std::string t = token.ok() ? std::string(absl::StripAsciiWhitespace(*token)) : "";
-  if (t.empty()) {
-    // The bridge refuses the call with a reason that names the missing token.
-    spdlog::warn("no bridge token to send: {}",
-                 token.ok() ? "--bridge-token-file is empty" : token.status().ToString());
-    return;
-  }
-  ctx->AddMetadata("authorization", absl::StrCat("Bearer ", t));
-}
-
-absl::Status ValidateOptions(const NodePluginOptions& o) {
-  if (o.bridge.empty()) return absl::InvalidArgumentError("--bridge: must be set");
-  if (o.node_name.empty()) {
-    return absl::InvalidArgumentError("--node-name: must be set (or $NODE_NAME)");
-  }
-  if (o.plugin_dir.empty()) return absl::InvalidArgumentError("--plugin-dir: must be set");
-  for (const std::string& m : o.gpu_mounts) {
-    const size_t colon = m.find(':');
-    if (colon == std::string::npos || m.size() < 2 || m[0] != '/' || colon + 1 >= m.size() ||
-        m[colon + 1] != '/') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--gpu-mount \"", m, "\": want HOST_PATH:CONTAINER_PATH, both absolute"));
-    }
-  }
-  if (o.bridge_cert_file.empty() != o.bridge_key_file.empty()) {
-    return absl::InvalidArgumentError("--bridge-cert, --bridge-key: give both or neither");
-  }
-  if ((!o.bridge_ca_file.empty() || !o.bridge_cert_file.empty()) &&
-      o.bridge.rfind("unix:", 0) == 0) {
-    return absl::InvalidArgumentError("--bridge-ca: the bridge's unix socket has no TLS");
-  }
-  if (!o.bridge_token_file.empty() && o.bridge_ca_file.empty() && o.bridge_cert_file.empty() &&
-      o.bridge.rfind("unix:", 0) != 0) {
-    return absl::InvalidArgumentError(
-        "--bridge-token-file: the token would travel in clear: give --bridge-ca (TLS) too");
-  }
-  if (o.device_dir.empty()) return absl::InvalidArgumentError("--device-dir: must be set");
-  if (o.bridge_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("bridge_timeout: must be positive");
-  }
-  if (o.pod_resources_period <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("pod_resources_period: must be positive");
-  }
-  return absl::OkStatus();
-}
 
 NodePlugin::NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
                        std::shared_ptr<grpc::ChannelCredentials> bridge_credentials)
-    : options_(options), kube_(kube), registry_(std::make_shared<prometheus::Registry>()) {
-  bridge_channel_ = grpc::CreateChannel(options_.bridge, bridge_credentials);
-  bridge_ = v1::Ledger::NewStub(bridge_channel_);
-  allocations_ =
+    : options_(options), registry_(std::make_shared<prometheus::Registry>()) {
+  AllocatorMetrics am;
+  am.allocations =
       &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_allocations_total",
                       "Containers given devices by Allocate, by resource");
-  refusals_ =
+  am.refusals =
       &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_allocation_refusals_total",
                       "Allocate calls refused, by resource and reason (status code)");
-  placed_ = &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_placed_pods_total",
-                            "Placeholders asked on the spot for pods that bypassed the duet "
-                            "scheduler, by resource and result");
-  registrations_total_ =
+  am.placed = &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_placed_pods_total",
+                              "Placeholders asked on the spot for pods that bypassed the duet "
+                              "scheduler, by resource and result");
+  auto* registrations_total =
       &RegisterFamily(prometheus::BuildCounter(), *registry_, "duet_node_registrations_total",
                       "Registrations with kubelet, by resource and result");
-  slots_ = &RegisterFamily(prometheus::BuildGauge(), *registry_, "duet_node_slots",
-                           "Slots advertised to kubelet, by resource and health");
-  allocate_seconds_ =
+  auto* slots = &RegisterFamily(prometheus::BuildGauge(), *registry_, "duet_node_slots",
+                                "Slots advertised to kubelet, by resource and health");
+  am.allocate_seconds =
       &RegisterFamily(prometheus::BuildHistogram(), *registry_, "duet_node_allocate_seconds",
                       "Allocate latency, by resource");
-  watch_restarts_ = &RegisterFamily(prometheus::BuildCounter(), *registry_,
-                                    "duet_node_bridge_watch_restarts_total",
-                                    "Times the bridge's WatchNodes stream ended and was reopened")
-                         .Add({});
-  watch_connected_ =
+  auto* watch_restarts = &RegisterFamily(prometheus::BuildCounter(), *registry_,
+                                         "duet_node_bridge_watch_restarts_total",
+                                         "Times the bridge's WatchNodes stream ended and was reopened")
+                              .Add({});
+  auto* watch_connected =
       &RegisterFamily(prometheus::BuildGauge(), *registry_, "duet_node_bridge_watch_connected",
                       "1 while the bridge's WatchNodes stream delivers events")
            .Add({});
-}
 
-absl::Status CheckSoleAdvertiser(const std::string& pod_resources_socket) {
-  if (pod_resources_socket.empty() || !Exists(pod_resources_socket)) {
-    spdlog::warn("no PodResources socket ({}): cannot check that duet-node is the only device "
-                 "plugin for its resources",
-                 pod_resources_socket.empty() ? "not configured" : pod_resources_socket);
-    return absl::OkStatus();
-  }
-  auto channel = grpc::CreateChannel(absl::StrCat("unix:", pod_resources_socket),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = ::v1::PodResourcesLister::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  ::v1::AllocatableResourcesResponse resp;
-  grpc::Status st = stub->GetAllocatableResources(&ctx, ::v1::AllocatableResourcesRequest(), &resp);
-  if (!st.ok()) {
-    spdlog::warn("PodResources GetAllocatableResources: {}: cannot check that duet-node is the "
-                 "only device plugin for its resources",
-                 st.error_message());
-    return absl::OkStatus();
-  }
-  for (DeviceKind kind : kAllKinds) {
-    std::vector<std::string> foreign;
-    for (const auto& d : resp.devices()) {
-      if (d.resource_name() != ResourceFor(kind).resource_name) continue;
-      for (const auto& id : d.device_ids()) {
-        if (!ParseSlotId(kind, id)) foreign.push_back(id);
-      }
-    }
-    if (!foreign.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "another device plugin already advertises ", ResourceFor(kind).resource_name,
-          " on this node (kubelet lists devices ", absl::StrJoin(foreign, ", "),
-          ", which are not duet-node's); two plugins for one resource on a kubelet is unsafe. "
-          "Run duet-node only where it is the sole advertiser: on GKE, a GPU node pool created "
-          "with the node label gke-no-default-nvidia-gpu-device-plugin=true "
-          "(charts/duet/README.md, \"One advertiser per resource\")"));
-    }
-  }
-  return absl::OkStatus();
+  health_ = std::make_unique<SlotHealth>(slots);
+  bridge_ = std::make_unique<BridgeLink>(options_, std::move(bridge_credentials), watch_restarts,
+                                         watch_connected);
+  allocator_ = std::make_unique<Allocator>(options_, kube, bridge_.get(), health_.get(), am);
+  kubelet_ = std::make_unique<KubeletSide>(options_, health_.get(), allocator_.get(),
+                                           registrations_total);
 }
 
 absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOptions& options,
@@ -253,9 +67,9 @@ absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOp
   }
   std::error_code ec;
   std::filesystem::create_directories(options.plugin_dir, ec);
-  NodePlugin* self = p.get();
-  p->watch_thread_ = std::thread([self] { self->WatchLoop(); });
-  p->kubelet_thread_ = std::thread([self] { self->KubeletLoop(); });
+  SlotHealth* health = p->health_.get();
+  p->bridge_->StartWatch([health](const v1::Node* node) { health->SetNode(node); });
+  p->kubelet_->Start();
   spdlog::info("duet-node {}: bridge {}, plugin dir {}, pod resources {}, Kubernetes API {}",
                options.node_name, options.bridge, options.plugin_dir,
                options.pod_resources_socket.empty() ? "-" : options.pod_resources_socket,
@@ -268,34 +82,16 @@ NodePlugin::~NodePlugin() { Shutdown(); }
 void NodePlugin::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
-    cv_.SignalAll();
-  }
-  if (watch_thread_.joinable()) watch_thread_.join();
-  if (kubelet_thread_.joinable()) kubelet_thread_.join();
-  for (auto& [kind, server] : servers_) {
-    if (server == nullptr) continue;
-    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-    server->Wait();
-    ::unlink(absl::StrCat(options_.plugin_dir, "/", ResourceFor(kind).endpoint).c_str());
-  }
-  servers_.clear();
-  services_.clear();
+  // Health first: it ends the ListAndWatch streams and the kubelet loop.
+  health_->Stop();
+  bridge_->Stop();
+  kubelet_->Stop();
   exposer_.reset();
 }
 
-int NodePlugin::registrations() const {
-  absl::MutexLock lock(&mu_);
-  return registrations_;
-}
+int NodePlugin::registrations() const { return kubelet_->registrations(); }
 
-bool NodePlugin::have_node() const {
-  absl::MutexLock lock(&mu_);
-  return node_.has_value();
-}
+bool NodePlugin::have_node() const { return health_->have_node(); }
 
 int NodePlugin::metrics_port() const {
   if (exposer_ == nullptr) return 0;
@@ -305,559 +101,6 @@ int NodePlugin::metrics_port() const {
 
 std::string NodePlugin::RenderMetrics() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
-}
-
-// ---------------------------------------------------------------------------
-// The bridge's change stream for this node.
-
-void NodePlugin::WatchLoop() {
-  absl::Duration backoff = absl::Milliseconds(100);
-  while (true) {
-    grpc::ClientContext ctx;
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-      watch_ctx_ = &ctx;
-    }
-    AddBridgeToken(&ctx);
-    v1::WatchNodesRequest req;
-    req.add_names(options_.node_name);
-    std::unique_ptr<grpc::ClientReader<v1::NodeEvent>> reader = bridge_->WatchNodes(&ctx, req);
-    v1::NodeEvent ev;
-    while (reader->Read(&ev)) {
-      backoff = absl::Milliseconds(100);
-      watch_connected_->Set(1);
-      absl::MutexLock lock(&mu_);
-      switch (ev.type()) {
-        case v1::NodeEvent::TYPE_INITIAL:
-        case v1::NodeEvent::TYPE_UPDATED:
-          node_ = ev.node();
-          break;
-        case v1::NodeEvent::TYPE_REMOVED:
-          // Nothing fences this node any more: advertise every slot Unhealthy.
-          node_.reset();
-          break;
-        default:
-          continue;  // RESYNC: full state follows
-      }
-      RecomputeLocked();
-    }
-    const grpc::Status st = reader->Finish();
-    watch_connected_->Set(0);
-    absl::MutexLock lock(&mu_);
-    watch_ctx_ = nullptr;
-    if (stopping_) return;
-    watch_restarts_->Increment();
-    spdlog::warn("bridge {}: WatchNodes({}) ended: {} (retry in {})", options_.bridge,
-                 options_.node_name, st.error_message(), absl::FormatDuration(backoff));
-    cv_.WaitWithTimeout(&mu_, backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
-  }
-}
-
-void NodePlugin::RecomputeLocked() {
-  std::set<std::string> live;
-  if (node_) live = PodUidsHolding(*node_);
-  for (const auto& uid : live) seen_live_.insert(uid);
-  for (DeviceKind kind : kAllKinds) {
-    const int count = node_ ? DeviceCount(*node_, kind) : 0;
-    auto it = kinds_.find(kind);
-    if (count == 0 && it == kinds_.end()) continue;
-    KindState& ks = kinds_[kind];
-    const int slots = node_ ? count : ks.slots;
-    if (node_) {
-      // Pods that held devices and no longer do have ended: forget what
-      // they got.
-      std::set<std::string> ended;
-      for (const auto& uid : seen_live_) {
-        if (!live.count(uid)) ended.insert(uid);
-      }
-      auto& sp = slot_pod_[kind];
-      for (auto s = sp.begin(); s != sp.end();)
-        s = ended.count(s->second.uid) ? sp.erase(s) : std::next(s);
-      auto& ho = handed_out_[kind];
-      for (auto h = ho.begin(); h != ho.end();)
-        h = ended.count(h->first) ? ho.erase(h) : std::next(h);
-    }
-    std::set<int> allocated = kubelet_allocated_[kind];
-    for (const auto& [slot, use] : slot_pod_[kind]) allocated.insert(slot);
-    const int wanted = node_ ? SlurmHeldCount(*node_, kind) : slots;
-    std::set<int> unhealthy = ChooseUnhealthy(slots, wanted, allocated, ks.unhealthy);
-    if (slots != ks.slots || unhealthy != ks.unhealthy) {
-      ks.slots = slots;
-      ks.unhealthy = std::move(unhealthy);
-      ++ks.version;
-      const int bad = static_cast<int>(ks.unhealthy.size());
-      slots_->Add({{"resource", KindLabel(kind)}, {"health", "Unhealthy"}}).Set(bad);
-      slots_->Add({{"resource", KindLabel(kind)}, {"health", "Healthy"}}).Set(slots - bad);
-      cv_.SignalAll();
-    }
-  }
-  if (node_) {
-    for (auto it = seen_live_.begin(); it != seen_live_.end();) {
-      it = live.count(*it) ? std::next(it) : seen_live_.erase(it);
-    }
-  }
-}
-
-v1beta1::ListAndWatchResponse NodePlugin::DeviceListLocked(DeviceKind kind) const {
-  v1beta1::ListAndWatchResponse r;
-  auto it = kinds_.find(kind);
-  if (it == kinds_.end()) return r;
-  for (int s = 0; s < it->second.slots; ++s) {
-    auto* d = r.add_devices();
-    d->set_id(SlotId(kind, s));
-    d->set_health(it->second.unhealthy.count(s) ? "Unhealthy" : "Healthy");
-  }
-  return r;
-}
-
-grpc::Status NodePlugin::ListAndWatch(DeviceKind kind, grpc::ServerContext* ctx,
-                                      grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
-  uint64_t epoch = 0;
-  uint64_t sent = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    epoch = kinds_[kind].epoch;
-  }
-  while (true) {
-    v1beta1::ListAndWatchResponse resp;
-    bool send = false;
-    {
-      absl::MutexLock lock(&mu_);
-      const KindState& ks = kinds_[kind];
-      if (!stopping_ && ks.epoch == epoch && ks.version == sent) {
-        cv_.WaitWithTimeout(&mu_, absl::Milliseconds(250));
-      }
-      const KindState& now = kinds_[kind];
-      if (stopping_ || now.epoch != epoch) {
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "duet-node is restarting the plugin");
-      }
-      if (now.version != sent) {
-        resp = DeviceListLocked(kind);
-        sent = now.version;
-        send = true;
-      }
-    }
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-    if (send && !writer->Write(resp)) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "kubelet closed the stream");
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------
-// Kubelet: registration, re-registration, PodResources.
-
-void NodePlugin::KubeletLoop() {
-  // inotify only wakes the loop early; what to do is decided from the files.
-  const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0 || ::inotify_add_watch(fd, options_.plugin_dir.c_str(),
-                                    IN_CREATE | IN_MOVED_TO | IN_DELETE) < 0) {
-    spdlog::warn("inotify on {}: {}; falling back to polling", options_.plugin_dir,
-                 std::strerror(errno));
-  }
-  const std::string kubelet_sock = absl::StrCat(options_.plugin_dir, "/", kKubeletSocket);
-  std::map<DeviceKind, absl::Time> next_register;
-  absl::Time next_pod_resources = absl::InfinitePast();
-  while (true) {
-    std::vector<DeviceKind> active;
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) break;
-      for (const auto& [kind, ks] : kinds_) {
-        if (ks.slots > 0 || servers_.count(kind)) active.push_back(kind);
-      }
-    }
-    // Which kubelet is there now: a restarted kubelet has a new kubelet.sock.
-    const std::string kubelet_id = SocketIdentity(kubelet_sock);
-    for (DeviceKind kind : active) {
-      const std::string sock = absl::StrCat(options_.plugin_dir, "/", ResourceFor(kind).endpoint);
-      std::string registered_with;
-      {
-        absl::MutexLock lock(&mu_);
-        registered_with = kinds_[kind].kubelet_id;
-      }
-      const bool new_kubelet =
-          !registered_with.empty() && !kubelet_id.empty() && kubelet_id != registered_with;
-      if (new_kubelet) {
-        spdlog::info("{} was recreated: kubelet restarted; registering {} again", kubelet_sock,
-                     ResourceFor(kind).resource_name);
-      }
-      // kubelet removes every plugin socket when it starts: serve afresh.
-      if (servers_[kind] == nullptr || !Exists(sock) || new_kubelet) {
-        RestartServer(kind);
-        next_register[kind] = absl::InfinitePast();
-        registered_with.clear();
-      }
-      if (!registered_with.empty() || servers_[kind] == nullptr || kubelet_id.empty() ||
-          absl::Now() < next_register[kind]) {
-        continue;
-      }
-      // Another plugin may have come up since Start (a node still booting).
-      absl::Status s = CheckSoleAdvertiser(options_.pod_resources_socket);
-      if (s.ok()) s = Register(kind);
-      registrations_total_
-          ->Add({{"resource", KindLabel(kind)}, {"result", s.ok() ? "ok" : "error"}})
-          .Increment();
-      if (s.ok()) {
-        absl::MutexLock lock(&mu_);
-        kinds_[kind].kubelet_id = kubelet_id;
-        ++registrations_;
-        spdlog::info("registered {} with kubelet ({})", ResourceFor(kind).resource_name, sock);
-      } else {
-        spdlog::warn("register {} with kubelet: {}", ResourceFor(kind).resource_name, s.ToString());
-        next_register[kind] = absl::Now() + absl::Seconds(1);
-      }
-    }
-    if (absl::Now() >= next_pod_resources) {
-      RefreshPodResources();
-      next_pod_resources = absl::Now() + options_.pod_resources_period;
-    }
-    // Sleep until the directory changes, or 200 ms (socket checks, retries).
-    if (fd >= 0) {
-      struct pollfd pfd = {fd, POLLIN, 0};
-      if (::poll(&pfd, 1, 200) > 0) {
-        alignas(struct inotify_event) char buf[4096];
-        while (::read(fd, buf, sizeof(buf)) > 0) {
-        }
-      }
-    } else {
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-  }
-  if (fd >= 0) ::close(fd);
-}
-
-void NodePlugin::RestartServer(DeviceKind kind) {
-  const std::string sock = absl::StrCat(options_.plugin_dir, "/", ResourceFor(kind).endpoint);
-  if (servers_[kind] != nullptr) {
-    {
-      absl::MutexLock lock(&mu_);
-      ++kinds_[kind].epoch;  // ends the old server's ListAndWatch streams
-      cv_.SignalAll();
-    }
-    servers_[kind]->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-    servers_[kind]->Wait();
-    servers_[kind].reset();
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    kinds_[kind].kubelet_id.clear();
-  }
-  ::unlink(sock.c_str());
-  services_[kind] = std::make_unique<Service>(this, kind);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + sock, grpc::InsecureServerCredentials());
-  builder.RegisterService(services_[kind].get());
-  servers_[kind] = builder.BuildAndStart();
-  if (servers_[kind] == nullptr) {
-    spdlog::error("cannot serve the {} device plugin on {}", ResourceFor(kind).resource_name, sock);
-  }
-}
-
-absl::Status NodePlugin::Register(DeviceKind kind) {
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("unix:", options_.plugin_dir, "/", kKubeletSocket),
-                          grpc::InsecureChannelCredentials());
-  auto stub = v1beta1::Registration::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  v1beta1::RegisterRequest req;
-  req.set_version(kApiVersion);
-  req.set_endpoint(ResourceFor(kind).endpoint);
-  req.set_resource_name(ResourceFor(kind).resource_name);
-  req.mutable_options()->set_pre_start_required(false);
-  req.mutable_options()->set_get_preferred_allocation_available(true);
-  v1beta1::Empty resp;
-  return FromGrpc(stub->Register(&ctx, req, &resp), "kubelet Registration");
-}
-
-void NodePlugin::RefreshPodResources() {
-  if (options_.pod_resources_socket.empty() || !Exists(options_.pod_resources_socket)) return;
-  auto channel = grpc::CreateChannel(absl::StrCat("unix:", options_.pod_resources_socket),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = ::v1::PodResourcesLister::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  ::v1::ListPodResourcesRequest req;
-  ::v1::ListPodResourcesResponse resp;
-  grpc::Status st = stub->List(&ctx, req, &resp);
-  if (!st.ok()) {
-    spdlog::debug("PodResources List: {}", st.error_message());
-    return;
-  }
-  std::map<DeviceKind, std::set<int>> allocated;
-  std::map<std::string, std::map<std::string, int>> served;
-  for (const auto& pod : resp.pod_resources()) {
-    const std::string key = absl::StrCat(pod.namespace_(), "/", pod.name());
-    for (const auto& c : pod.containers()) {
-      for (const auto& d : c.devices()) {
-        for (DeviceKind kind : kAllKinds) {
-          if (d.resource_name() != ResourceFor(kind).resource_name) continue;
-          for (const auto& id : d.device_ids()) {
-            if (auto slot = ParseSlotId(kind, id)) allocated[kind].insert(*slot);
-          }
-          served[key][d.resource_name()] += d.device_ids_size();
-        }
-      }
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  kubelet_allocated_ = std::move(allocated);
-  served_ = std::move(served);
-  RecomputeLocked();
-}
-
-// ---------------------------------------------------------------------------
-// Allocate
-
-std::optional<Match> NodePlugin::SameSlotsAgain(
-    const std::vector<int>& slots, const std::map<int, SlotUse>& known,
-    const std::vector<PodClaim>& claims, const std::optional<std::vector<PendingPod>>& pending) {
-  std::string uid;
-  std::vector<uint32_t> devices;
-  for (int s : slots) {
-    auto it = known.find(s);
-    if (it == known.end() || (!uid.empty() && it->second.uid != uid)) return std::nullopt;
-    uid = it->second.uid;
-    devices.push_back(it->second.device);
-  }
-  if (uid.empty()) return std::nullopt;
-  // Only while that pod still holds those devices and (when the API
-  // answers) is still waiting to start here: a slot of a pod that ended may
-  // be reused by kubelet for another pod before the ledger has caught up.
-  if (pending.has_value() && std::none_of(pending->begin(), pending->end(),
-                                          [&](const PendingPod& p) { return p.uid == uid; })) {
-    return std::nullopt;
-  }
-  for (const PodClaim& c : claims) {
-    if (c.uid != uid) continue;
-    for (uint32_t d : devices) {
-      if (std::find(c.devices.begin(), c.devices.end(), d) == c.devices.end()) return std::nullopt;
-    }
-    Match m;
-    m.claim = c;
-    m.devices = devices;
-    std::sort(m.devices.begin(), m.devices.end());
-    return m;
-  }
-  return std::nullopt;
-}
-
-absl::StatusOr<v1beta1::ContainerAllocateResponse> NodePlugin::Answer(
-    DeviceKind kind, const std::vector<uint32_t>& devices, const std::string& uid) const {
-  absl::StatusOr<v1beta1::ContainerAllocateResponse> r =
-      ContainerResponse(kind, devices, options_.device_dir);
-  if (!r.ok()) return r;
-  if (kind == DeviceKind::kGpu) {
-    for (const std::string& m : options_.gpu_mounts) {
-      const size_t colon = m.find(':');
-      auto* mount = r->add_mounts();
-      mount->set_host_path(m.substr(0, colon));
-      mount->set_container_path(m.substr(colon + 1));
-      mount->set_read_only(true);
-    }
-  }
-  (*r->mutable_annotations())["duet.dev/devices"] =
-      absl::StrCat(DeviceKindName(kind), ":", FormatIndexList(devices));
-  (*r->mutable_annotations())["duet.dev/pod-uid"] = uid;
-  return r;
-}
-
-void NodePlugin::CountRefusal(DeviceKind kind, const absl::Status& s) {
-  std::string reason = absl::StatusCodeToString(s.code());
-  for (char& c : reason) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  refusals_->Add({{"resource", KindLabel(kind)}, {"reason", reason}}).Increment();
-  spdlog::warn("Allocate {} refused: {}", ResourceFor(kind).resource_name, s.ToString());
-}
-
-grpc::Status NodePlugin::Allocate(DeviceKind kind, const v1beta1::AllocateRequest& req,
-                                  v1beta1::AllocateResponse* resp) {
-  const absl::Time start = absl::Now();
-  absl::MutexLock alloc_lock(&allocate_mu_);
-  auto refuse = [&](const absl::Status& s) {
-    CountRefusal(kind, s);
-    return ToGrpc(s);
-  };
-
-  // 1. The ledger's holdings on this node, fresh (not the watch's view: a
-  // placeholder made a moment ago must be seen).
-  std::vector<v1::Holding> holdings;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.bridge_timeout));
-    AddBridgeToken(&ctx);
-    v1::ListHoldingsRequest lreq;
-    lreq.set_node(options_.node_name);
-    v1::ListHoldingsResponse lresp;
-    grpc::Status st = bridge_->ListHoldings(&ctx, lreq, &lresp);
-    if (!st.ok()) {
-      return refuse(absl::UnavailableError(absl::StrCat(
-          "duet-node cannot read the ledger from duet-bridge (", options_.bridge,
-          "), so it cannot tell which devices this pod may use: ", st.error_message())));
-    }
-    holdings.assign(lresp.holdings().begin(), lresp.holdings().end());
-  }
-
-  // 2. What kubelet already served, and (when the API answers) which pods
-  // are waiting to start here.
-  RefreshPodResources();
-  std::optional<std::vector<PendingPod>> pending;
-  std::map<std::string, std::string> uid_by_name;
-  if (kube_ != nullptr) {
-    auto body = kube_->Get(absl::StrCat("/api/v1/pods?fieldSelector=",
-                                        k8s::QueryEscape("spec.nodeName=" + options_.node_name)));
-    if (body.ok()) {
-      nlohmann::json list = nlohmann::json::parse(*body, nullptr, false);
-      auto pods = PendingPodsFromList(list, options_.node_name);
-      if (pods.ok()) {
-        pending = std::move(*pods);
-        uid_by_name = PodUidsByName(list);
-      } else {
-        spdlog::warn("Kubernetes pod list: {}", pods.status().ToString());
-      }
-    } else {
-      spdlog::warn("Kubernetes pod list for {}: {}; matching without it", options_.node_name,
-                   body.status().ToString());
-    }
-  }
-
-  MatchInput state;
-  state.kind = kind;
-  state.claims = ClaimsOf(holdings, kind);
-  for (const auto& c : state.claims) {
-    if (!c.ns.empty()) uid_by_name.emplace(absl::StrCat(c.ns, "/", c.name), c.uid);
-  }
-  std::vector<std::pair<int, SlotUse>> new_slots;
-  std::map<int, SlotUse> known_slots;
-  int slots = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    state.handed_out = handed_out_[kind];
-    known_slots = slot_pod_[kind];
-    slots = kinds_[kind].slots;
-    for (const auto& [name, resources] : served_) {
-      auto uid = uid_by_name.find(name);
-      auto r = resources.find(ResourceFor(kind).resource_name);
-      if (uid == uid_by_name.end() || r == resources.end()) continue;
-      for (const auto& c : state.claims) {
-        if (c.uid == uid->second && r->second >= static_cast<int>(c.devices.size())) {
-          state.served.insert(c.uid);
-        }
-      }
-    }
-  }
-  state.pending = pending;
-
-  // 3. Each container, all or nothing.
-  for (const auto& creq : req.container_requests()) {
-    const int n = creq.devicesids_size();
-    std::vector<int> slot_numbers;
-    for (const auto& id : creq.devicesids()) {
-      auto s = ParseSlotId(kind, id);
-      if (!s || *s >= slots) {
-        return refuse(absl::InvalidArgumentError(
-            absl::StrCat("unknown ", ResourceFor(kind).resource_name, " device ID \"", id, "\"")));
-      }
-      slot_numbers.push_back(*s);
-    }
-    if (n == 0) return refuse(absl::InvalidArgumentError("a container request lists no devices"));
-    state.count = n;
-    // kubelet passes an init container's devices on to the pod's later
-    // containers under the same slot IDs: the same slots, the same devices.
-    if (std::optional<Match> again =
-            SameSlotsAgain(slot_numbers, known_slots, state.claims, pending)) {
-      auto cresp = Answer(kind, again->devices, again->claim.uid);
-      if (!cresp.ok()) return refuse(cresp.status());
-      *resp->add_container_responses() = std::move(*cresp);
-      spdlog::info("Allocate {} slots [{}] again -> pod {} devices {}",
-                   ResourceFor(kind).resource_name, absl::StrJoin(creq.devicesids(), ","),
-                   again->claim.uid, FormatIndexList(again->devices));
-      continue;
-    }
-    absl::StatusOr<Match> m = MatchClaim(state);
-    if (!m.ok() && pending.has_value()) {
-      std::optional<PendingPod> bypass = PickBypassPod(kind, n, *pending, holdings);
-      if (!bypass) {
-        return refuse(absl::FailedPreconditionError(
-            absl::StrCat("node ", options_.node_name, ": ", m.status().message(),
-                         ", and no pending pod here asks ", n, " ", ResourceFor(kind).resource_name,
-                         " without one")));
-      }
-      v1::PlacePodRequest preq;
-      preq.mutable_pod()->set_uid(bypass->uid);
-      preq.mutable_pod()->set_namespace_(bypass->ns);
-      preq.mutable_pod()->set_name(bypass->name);
-      preq.set_node(options_.node_name);
-      preq.set_gpus(bypass->gpus);
-      preq.set_tpus(bypass->tpus);
-      preq.set_cpus(bypass->cpus);
-      preq.set_memory_mib(bypass->memory_mib);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.bridge_timeout));
-      AddBridgeToken(&ctx);
-      v1::Holding placed;
-      grpc::Status st = bridge_->PlacePod(&ctx, preq, &placed);
-      placed_->Add({{"resource", KindLabel(kind)}, {"result", st.ok() ? "placed" : "refused"}})
-          .Increment();
-      if (!st.ok()) {
-        const std::string pod = absl::StrCat(bypass->ns, "/", bypass->name);
-        if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-          return refuse(absl::ResourceExhaustedError(absl::StrCat(
-              "pod ", pod, " did not go through the duet scheduler and there is no room for it ",
-              "on node ", options_.node_name,
-              " (Slurm or the ledger holds the devices): ", st.error_message())));
-        }
-        return refuse(
-            absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                         absl::StrCat("pod ", pod,
-                                      " did not go through the duet scheduler and duet-bridge "
-                                      "could not place it: ",
-                                      st.error_message())));
-      }
-      spdlog::info("placed pod {}/{} (bypassed the duet scheduler) on {}: {}", bypass->ns,
-                   bypass->name, options_.node_name, placed.ShortDebugString());
-      holdings.push_back(placed);
-      state.claims = ClaimsOf(holdings, kind);
-      m = MatchClaim(state);
-    }
-    if (!m.ok()) {
-      return refuse(absl::FailedPreconditionError(absl::StrCat(
-          "node ", options_.node_name, ": ", m.status().message(),
-          pending.has_value() ? ""
-                              : "; without the Kubernetes API duet-node cannot place a pod "
-                                "that bypassed the duet scheduler")));
-    }
-    auto cresp = Answer(kind, m->devices, m->claim.uid);
-    if (!cresp.ok()) return refuse(cresp.status());
-    *resp->add_container_responses() = std::move(*cresp);
-    auto& given = state.handed_out[m->claim.uid];
-    given.insert(given.end(), m->devices.begin(), m->devices.end());
-    std::sort(slot_numbers.begin(), slot_numbers.end());
-    for (size_t i = 0; i < slot_numbers.size(); ++i) {
-      new_slots.emplace_back(slot_numbers[i], SlotUse{m->claim.uid, m->devices[i]});
-      known_slots[slot_numbers[i]] = SlotUse{m->claim.uid, m->devices[i]};
-    }
-    spdlog::info("Allocate {} slots [{}] -> pod {} ({}{}) devices {}",
-                 ResourceFor(kind).resource_name, absl::StrJoin(creq.devicesids(), ","),
-                 m->claim.uid, m->claim.ns.empty() ? "" : m->claim.ns + "/", m->claim.name,
-                 FormatIndexList(m->devices));
-  }
-
-  // 4. Commit the bookkeeping (health avoids these slots from now on).
-  {
-    absl::MutexLock lock(&mu_);
-    handed_out_[kind] = state.handed_out;
-    for (const auto& [slot, use] : new_slots) slot_pod_[kind][slot] = use;
-    RecomputeLocked();
-  }
-  allocations_->Add({{"resource", KindLabel(kind)}}).Increment(req.container_requests_size());
-  allocate_seconds_
-      ->Add({{"resource", KindLabel(kind)}},
-            prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 15})
-      .Observe(absl::ToDoubleSeconds(absl::Now() - start));
-  return grpc::Status::OK;
 }
 
 }  // namespace node

@@ -15,85 +15,31 @@
 //   devices. A pod that bypassed the duet scheduler gets a placeholder on
 //   the spot (PlacePod); only when Slurm has no room is it refused.
 //
-// Thread-safety: `mu_` guards the node view, health and bookkeeping;
-// `allocate_mu_` serialises Allocate calls (taken before `mu_`). Servers are
-// started and stopped only by the kubelet thread (and by Shutdown after it
-// has stopped). Services' handlers run on gRPC's sync thread pool and may
-// block on the bridge, Slurm (through PlacePod) or the Kubernetes API.
+// NodePlugin only puts the parts together (README.md, "The parts"):
+// BridgeLink (bridge_link.h) feeds SlotHealth (slot_health.h); KubeletSide
+// (kubelet_side.h) serves SlotHealth's lists to kubelet and hands Allocate to
+// the Allocator (allocator.h). It owns them and the metrics registry.
+//
+// Thread-safety: Start and Shutdown from one thread; the accessors from any.
+// Each part documents its own locking.
 
-#include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
-#include "duet/v1/duet.grpc.pb.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/server.h"
-#include "k8s/deviceplugin/v1beta1/deviceplugin.grpc.pb.h"
-#include "k8s_adapter/device_plugin/allocation.h"
+#include "k8s_adapter/device_plugin/allocator.h"
+#include "k8s_adapter/device_plugin/bridge_link.h"
+#include "k8s_adapter/device_plugin/kubelet_side.h"
+#include "k8s_adapter/device_plugin/node_options.h"
+#include "k8s_adapter/device_plugin/pod_resources.h"
+#include "k8s_adapter/device_plugin/slot_health.h"
 #include "k8s_adapter/kube_client.h"
-#include "prometheus/counter.h"
 #include "prometheus/exposer.h"
-#include "prometheus/family.h"
-#include "prometheus/gauge.h"
-#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
 namespace duet {
 namespace node {
-
-struct NodePluginOptions {
-  // duet-bridge: "host:port" or "unix:/path".
-  std::string bridge;
-  // TLS to the bridge (PEM files). Any set: TLS. `bridge_ca_file` empty:
-  // the system roots. Client certificate and key: both or neither (the
-  // bridge's grpc.tls.client_ca_file asks for them).
-  std::string bridge_ca_file;
-  std::string bridge_cert_file;
-  std::string bridge_key_file;
-  // A ServiceAccount token file (a projected token with the bridge's
-  // audience) sent on every call to the bridge as `authorization: Bearer`;
-  // re-read on every call, so kubelet's rotations are picked up. Empty: no
-  // token (the bridge's auth.mode none, or its unix socket).
-  std::string bridge_token_file;
-  // This node's name in the ledger (and Kubernetes).
-  std::string node_name;
-  // kubelet's device-plugin directory: kubelet.sock is there, ours go there.
-  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
-  // kubelet's PodResources socket; empty: not used.
-  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
-  // Where device nodes (nvidiaN, accelN) live on the host.
-  std::string device_dir = "/dev";
-  // Read-only mounts for GPU containers, "HOST_PATH:CONTAINER_PATH" (e.g.
-  // GKE's driver: /home/kubernetes/bin/nvidia:/usr/local/nvidia).
-  std::vector<std::string> gpu_mounts;
-  // Prometheus /metrics on "host:port"; empty: none.
-  std::string metrics_listen;
-  // Timeouts of calls to the bridge (Allocate's PlacePod waits for Slurm).
-  absl::Duration bridge_timeout = absl::Seconds(15);
-  // How often PodResources is re-read (it is also read on every Allocate).
-  absl::Duration pod_resources_period = absl::Seconds(5);
-};
-
-// Checks the options; the error names the flag.
-absl::Status ValidateOptions(const NodePluginOptions& options);
-
-// One advertiser per resource: asks kubelet's PodResources
-// GetAllocatableResources which devices it has for nvidia.com/gpu and
-// google.com/tpu. A device whose ID is not one of duet-node's slot IDs comes
-// from another device plugin (GKE's managed NVIDIA or TPU plugin, NVIDIA's),
-// and two plugins for one resource on a kubelet is unsafe: then
-// FAILED_PRECONDITION naming the resource and the foreign IDs. OK when none
-// is seen, and OK (with a warning) when kubelet cannot be asked (no socket,
-// a kubelet without GetAllocatableResources): nothing is refused on a guess.
-absl::Status CheckSoleAdvertiser(const std::string& pod_resources_socket);
 
 class NodePlugin {
  public:
@@ -109,113 +55,30 @@ class NodePlugin {
   void Shutdown();
 
   // For tests and probes.
-  int registrations() const ABSL_LOCKS_EXCLUDED(mu_);
-  bool have_node() const ABSL_LOCKS_EXCLUDED(mu_);
+  int registrations() const;
+  bool have_node() const;
   int metrics_port() const;
   std::string RenderMetrics() const;
 
  private:
-  class Service;
-  struct KindState {
-    int slots = 0;
-    std::set<int> unhealthy;
-    uint64_t version = 0;  // bumped on every change to the advertised list
-    uint64_t epoch = 0;    // bumped when the server restarts: old streams end
-    // kubelet.sock's identity when we registered; empty: not registered.
-    std::string kubelet_id;
-  };
-  // A slot Allocate mapped: to which pod's which device.
-  struct SlotUse {
-    std::string uid;
-    uint32_t device = 0;
-  };
-
   NodePlugin(const NodePluginOptions& options, k8s::KubeClient* kube,
              std::shared_ptr<grpc::ChannelCredentials> bridge_credentials);
 
-  // Threads.
-  void WatchLoop();
-  void KubeletLoop();
-
-  // Kubelet side (kubelet thread only).
-  void RestartServer(DeviceKind kind);
-  absl::Status Register(DeviceKind kind);
-  void RefreshPodResources();
-
-  // Node view -> health. Requires mu_.
-  void RecomputeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1beta1::ListAndWatchResponse DeviceListLocked(DeviceKind kind) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Service handlers.
-  grpc::Status ListAndWatch(DeviceKind kind, grpc::ServerContext* ctx,
-                            grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer);
-  grpc::Status Allocate(DeviceKind kind, const v1beta1::AllocateRequest& req,
-                        v1beta1::AllocateResponse* resp) ABSL_LOCKS_EXCLUDED(allocate_mu_, mu_);
-
-  // The pod and devices `slots` were given before, when they all belong to
-  // one pod that still holds those devices (and is still pending, when
-  // `pending` is known); nullopt otherwise.
-  static std::optional<Match> SameSlotsAgain(const std::vector<int>& slots,
-                                             const std::map<int, SlotUse>& known,
-                                             const std::vector<PodClaim>& claims,
-                                             const std::optional<std::vector<PendingPod>>& pending);
-  void CountRefusal(DeviceKind kind, const absl::Status& s);
-  // Adds the bridge token (bridge_token_file) to a call to the bridge.
-  void AddBridgeToken(grpc::ClientContext* ctx) const;
-  // The container's answer for `devices` of `uid`: device nodes, variables,
-  // GPU mounts, annotations. FAILED_PRECONDITION for a missing device node.
-  absl::StatusOr<v1beta1::ContainerAllocateResponse> Answer(DeviceKind kind,
-                                                            const std::vector<uint32_t>& devices,
-                                                            const std::string& uid) const;
-
   const NodePluginOptions options_;
-  k8s::KubeClient* const kube_;
-  std::shared_ptr<grpc::Channel> bridge_channel_;
-  std::unique_ptr<v1::Ledger::Stub> bridge_;
 
-  mutable absl::Mutex mu_;
-  // Signalled on every health change, server restart and shutdown.
-  absl::CondVar cv_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<v1::Node> node_ ABSL_GUARDED_BY(mu_);
-  std::map<DeviceKind, KindState> kinds_ ABSL_GUARDED_BY(mu_);
-  // Slot IDs kubelet reports allocated (PodResources), per kind.
-  std::map<DeviceKind, std::set<int>> kubelet_allocated_ ABSL_GUARDED_BY(mu_);
-  // "ns/name" -> resource name -> devices, from PodResources.
-  std::map<std::string, std::map<std::string, int>> served_ ABSL_GUARDED_BY(mu_);
-  // What Allocate gave out, per kind: slot -> (pod uid, device), and pod
-  // uid -> devices.
-  std::map<DeviceKind, std::map<int, SlotUse>> slot_pod_ ABSL_GUARDED_BY(mu_);
-  std::map<DeviceKind, std::map<std::string, std::vector<uint32_t>>> handed_out_
-      ABSL_GUARDED_BY(mu_);
-  // Pod uids seen holding in a node view: bookkeeping for a pod is dropped
-  // once it was seen and is gone (not before the watch has caught up).
-  std::set<std::string> seen_live_ ABSL_GUARDED_BY(mu_);
-  int registrations_ ABSL_GUARDED_BY(mu_) = 0;
-  grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
-
-  absl::Mutex allocate_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-
-  // Kubelet thread only.
-  std::map<DeviceKind, std::unique_ptr<Service>> services_;
-  std::map<DeviceKind, std::unique_ptr<grpc::Server>> servers_;
-
-  std::thread watch_thread_;
-  std::thread kubelet_thread_;
-  bool shut_down_ = false;
-
-  // Metrics.
+  // Every metric family is registered by the constructor, in one place (the
+  // order /metrics lists them in), and handed to the part that updates it.
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
-  prometheus::Family<prometheus::Counter>* allocations_;
-  prometheus::Family<prometheus::Counter>* refusals_;
-  prometheus::Family<prometheus::Counter>* placed_;
-  prometheus::Family<prometheus::Counter>* registrations_total_;
-  prometheus::Family<prometheus::Gauge>* slots_;
-  prometheus::Family<prometheus::Histogram>* allocate_seconds_;
-  prometheus::Counter* watch_restarts_;
-  prometheus::Gauge* watch_connected_;
+
+  // Destroyed in reverse: kubelet_ (which calls the allocator and reads
+  // health) first.
+  std::unique_ptr<SlotHealth> health_;
+  std::unique_ptr<BridgeLink> bridge_;
+  std::unique_ptr<Allocator> allocator_;
+  std::unique_ptr<KubeletSide> kubelet_;
+
+  bool shut_down_ = false;
 };
 
 }  // namespace node
