@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -227,6 +228,25 @@ absl::StatusOr<std::vector<Arrival>> MakeArrivals(const Trace& trace, const Mapp
           mapping.Describe(), ". Use all-k8s, all-slurm, or k8s=QOS+...+none"));
     }
     world_of[i] = *w;
+  }
+  // A class k8s=... names that no pod has, but that one has in another case
+  // (k8s=ls for LS), is a typo: every pod it meant would quietly go to Slurm.
+  // A class no pod has in any case is allowed (one mapping may serve several
+  // pod lists).
+  std::set<std::string> classes;
+  for (const TracePod& p : trace.pods) {
+    if (!p.qos.empty()) classes.insert(p.qos);
+  }
+  for (const std::string& q : mapping.kubernetes_qos) {
+    if (classes.count(q) != 0) continue;
+    for (const std::string& c : classes) {
+      if (absl::EqualsIgnoreCase(c, q)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--mapping ", mapping.name, ": no pod has QoS \"", q, "\"; did you mean \"", c,
+            "\"? (QoS names are case-sensitive; the list's classes: ",
+            absl::StrJoin(classes, ", "), ")"));
+      }
+    }
   }
   std::vector<uint32_t> order(trace.pods.size());
   std::iota(order.begin(), order.end(), 0);

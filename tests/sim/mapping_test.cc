@@ -187,6 +187,18 @@ TEST(MappingTest, AnExplicitMappingMustNameAClass) {
   EXPECT_TRUE(ParseMapping("k8s=LS").ok());
 }
 
+TEST(MappingTest, AClassInTheWrongCaseIsRefusedNotSentToSlurm) {
+  absl::StatusOr<Trace> t = LoadTrace(Nodes(), PodsAllQos());
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<Mapping> m = ParseMapping("k8s=ls");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const absl::StatusOr<std::vector<Arrival>> a = MakeArrivals(*t, *m, 5, 1.3);
+  ASSERT_FALSE(a.ok()) << "k8s=ls sent the LS pods to Slurm";
+  EXPECT_NE(a.status().message().find("did you mean \"LS\""), std::string::npos) << a.status();
+  // A class no pod has in any case is allowed: one mapping may serve several lists.
+  EXPECT_TRUE(MakeArrivals(*t, *ParseMapping("k8s=LS+Gold"), 5, 1.3).ok());
+}
+
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
