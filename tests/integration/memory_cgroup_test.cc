@@ -40,6 +40,7 @@
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/wait.h"
 #include "k8s_adapter/common/quantity.h"
 #include "yaml-cpp/yaml.h"
 
@@ -176,9 +177,8 @@ class MemoryCgroup {
 
   ~MemoryCgroup() {
     // The processes in it are gone; v1 may take a moment to let go.
-    for (int i = 0; i < 50 && ::rmdir(dir_.c_str()) != 0 && errno == EBUSY; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    (void)fakes::WaitFor([&] { return ::rmdir(dir_.c_str()) == 0 || errno != EBUSY; },
+                         absl::Seconds(5), "the cgroup's removal");
   }
 
   const fs::path& dir() const { return dir_; }
@@ -268,16 +268,18 @@ class MemoryCgroupTest : public ::testing::Test {
     }
     // The inventory is loaded once the full listing has every node.
     auto stub = v1::Ledger::NewStub(channel_);
-    for (int i = 0; i < 600; ++i) {
-      grpc::ClientContext ctx;
-      v1::ListNodesResponse all;
-      if (stub->ListNodes(&ctx, v1::ListNodesRequest(), &all).ok() && all.nodes_size() == kNodes) {
-        full_listing_bytes_ = static_cast<int64_t>(all.ByteSizeLong());
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    FAIL() << "duet-bridge did not load the " << kNodes << " nodes of the inventory";
+    ASSERT_TRUE(fakes::WaitFor(
+        [&] {
+          grpc::ClientContext ctx;
+          v1::ListNodesResponse all;
+          if (!stub->ListNodes(&ctx, v1::ListNodesRequest(), &all).ok() ||
+              all.nodes_size() != kNodes) {
+            return false;
+          }
+          full_listing_bytes_ = static_cast<int64_t>(all.ByteSizeLong());
+          return true;
+        },
+        absl::Seconds(60), absl::StrCat("duet-bridge to load the ", kNodes, " nodes")));
   }
 
   std::shared_ptr<grpc::Channel> NewChannel() {

@@ -5,9 +5,7 @@
 
 #include "k8s_adapter/extender/server.h"
 
-#include <chrono>
 #include <fstream>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +18,7 @@
 #include "tests/k8s_adapter/extender/cluster.h"
 #include "tests/k8s_adapter/extender/http_client.h"
 #include "tests/k8s_adapter/fake_server.h"
+#include "tests/fakes/wait.h"
 
 namespace duet {
 namespace extender {
@@ -279,12 +278,10 @@ TEST_F(HttpTest, ClientCertificatesAreRequiredWithAClientCa) {
     }
     return true;
   };
-  std::string refused = Metrics();
-  for (int i = 0; i < 50 && !counted(refused); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    refused = Metrics();
-  }
-  EXPECT_TRUE(counted(refused)) << refused;
+  EXPECT_TRUE(fakes::WaitFor([&] { return counted(Metrics()); }, absl::Seconds(5),
+                             "each refused handshake to be counted"))
+      << Metrics();
+  const std::string refused = Metrics();
   EXPECT_THAT(refused, ::testing::Not(HasSubstr("duet_extender_requests_total{")));
 
   HttpClient scheduler(server->port(), server_tls.ca, sched.cert, sched.key);
