@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "spdlog/sinks/ringbuffer_sink.h"
 #include "spdlog/spdlog.h"
+#include "tests/slurm/credential_bindings.h"
 
 namespace duet {
 namespace {
@@ -110,23 +111,10 @@ class BridgeAccessTest : public ::testing::Test {
     return r;
   }
   static v1::HoldRequest StepHolds(uint32_t job, uint32_t step, std::vector<uint32_t> gpus) {
-    v1::HoldRequest r;
-    r.set_node("gke-a");
-    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
-    r.mutable_owner()->mutable_slurm_step()->set_step_id(step);
-    for (uint32_t g : gpus) {
-      auto* d = r.mutable_devices()->add_devices();
-      d->set_kind(v1::DEVICE_KIND_GPU);
-      d->set_index(g);
-    }
-    return r;
+    return testing::SlurmHoldRequest("gke-a", job, step, gpus);
   }
   static v1::ReleaseRequest StepRelease(uint32_t job, uint32_t step) {
-    v1::ReleaseRequest r;
-    r.set_node("gke-a");
-    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
-    r.mutable_owner()->mutable_slurm_step()->set_step_id(step);
-    return r;
+    return testing::SlurmReleaseRequest("gke-a", job, step);
   }
 
   // A running step's GPUs 0 and 1, held as the SPANK plugin had them held.

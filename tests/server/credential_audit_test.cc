@@ -35,6 +35,7 @@
 #include "spdlog/sinks/ringbuffer_sink.h"
 #include "spdlog/spdlog.h"
 #include "tests/fakes/fake_clock.h"
+#include "tests/slurm/credential_bindings.h"
 
 namespace duet {
 namespace {
@@ -119,23 +120,10 @@ class CredentialAuditTest : public ::testing::Test {
     return made.ok() ? *made : "";
   }
   static v1::HoldRequest StepHold(uint32_t job, uint32_t step, std::vector<uint32_t> gpus) {
-    v1::HoldRequest r;
-    r.set_node("gke-a");
-    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
-    r.mutable_owner()->mutable_slurm_step()->set_step_id(step);
-    for (uint32_t g : gpus) {
-      v1::HeldDevice* d = r.mutable_devices()->add_devices();
-      d->set_kind(v1::DEVICE_KIND_GPU);
-      d->set_index(g);
-    }
-    return r;
+    return testing::SlurmHoldRequest("gke-a", job, step, gpus);
   }
   static v1::ReleaseRequest StepRelease(uint32_t job, uint32_t step) {
-    v1::ReleaseRequest r;
-    r.set_node("gke-a");
-    r.mutable_owner()->mutable_slurm_step()->set_job_id(job);
-    r.mutable_owner()->mutable_slurm_step()->set_step_id(step);
-    return r;
+    return testing::SlurmReleaseRequest("gke-a", job, step);
   }
   static std::string WhyOf(const grpc::Status& s) {
     google::rpc::ErrorInfo info;

@@ -1,8 +1,9 @@
 #pragma once
 
-// The Binding (common/credential/request_digest.h) a Slurm-owned Hold or
-// Release signs, built from the request itself with the plugin's and the
-// bridge's own function: shared by the munge and slurm.key credential tests.
+// Slurm-owned Hold and Release requests, and the Binding
+// (common/credential/request_digest.h) a credential for them signs, built
+// with the plugin's and the bridge's own function: shared by the credential
+// tests.
 
 #include <cstdint>
 #include <optional>
@@ -23,10 +24,10 @@ inline void SetSlurmOwner(v1::Owner* owner, uint32_t job, std::optional<uint32_t
   }
 }
 
-// A Hold of `gpus` by job (or job.step) on `node`.
-inline slurm_munge::Binding HoldBinding(const std::string& node, uint32_t job,
+// A Hold of GPUs `gpus` by job (or job.step) on `node`, as spank_duet sends it.
+inline v1::HoldRequest SlurmHoldRequest(const std::string& node, uint32_t job,
                                         std::optional<uint32_t> step,
-                                        std::vector<uint32_t> gpus = {0}) {
+                                        const std::vector<uint32_t>& gpus) {
   v1::HoldRequest r;
   r.set_node(node);
   SetSlurmOwner(r.mutable_owner(), job, step);
@@ -35,16 +36,27 @@ inline slurm_munge::Binding HoldBinding(const std::string& node, uint32_t job,
     d->set_kind(v1::DEVICE_KIND_GPU);
     d->set_index(g);
   }
-  return *slurm_munge::BindingOf(r);
+  return r;
 }
 
 // A Release by job (or job.step) on `node`.
-inline slurm_munge::Binding ReleaseBinding(const std::string& node, uint32_t job,
-                                           std::optional<uint32_t> step) {
+inline v1::ReleaseRequest SlurmReleaseRequest(const std::string& node, uint32_t job,
+                                              std::optional<uint32_t> step) {
   v1::ReleaseRequest r;
   r.set_node(node);
   SetSlurmOwner(r.mutable_owner(), job, step);
-  return *slurm_munge::BindingOf(r);
+  return r;
+}
+
+// What a credential for those calls signs.
+inline slurm_munge::Binding HoldBinding(const std::string& node, uint32_t job,
+                                        std::optional<uint32_t> step,
+                                        std::vector<uint32_t> gpus = {0}) {
+  return *slurm_munge::BindingOf(SlurmHoldRequest(node, job, step, gpus));
+}
+inline slurm_munge::Binding ReleaseBinding(const std::string& node, uint32_t job,
+                                           std::optional<uint32_t> step) {
+  return *slurm_munge::BindingOf(SlurmReleaseRequest(node, job, step));
 }
 
 }  // namespace duet::testing
