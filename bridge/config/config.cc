@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bridge/config/host_port.h"
@@ -222,8 +223,112 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(t.Finish());
     DUET_YAML(s.Finish());
   }
+  {
+    Section s(top.Child("dra"), "dra");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.Bool("enabled", &c->dra.enabled));
+    DUET_YAML(s.StringList("pools", &c->dra.pools));
+    if (s.Child("drivers")) {
+      // Replaces the default list (StringList appends).
+      c->dra.drivers.clear();
+      DUET_YAML(s.StringList("drivers", &c->dra.drivers));
+    }
+    DUET_YAML(s.String("taint_key", &c->dra.taint_key));
+    DUET_YAML(s.Int("warm_buffer", &c->dra.warm_buffer));
+    DUET_YAML(s.Duration("reclaim_after", &c->dra.reclaim_after));
+    DUET_YAML(s.String("kube_version", &c->dra.kube_version));
+    Section w(s.Child("webhook"), "dra.webhook");
+    DUET_YAML(w.Check());
+    DUET_YAML(w.String("listen", &c->dra.webhook.listen));
+    DUET_YAML(w.Duration("admission_grace", &c->dra.webhook.admission_grace));
+    Section t(w.Child("tls"), "dra.webhook.tls");
+    DUET_YAML(t.Check());
+    DUET_YAML(t.String("cert_file", &c->dra.webhook.cert_file));
+    DUET_YAML(t.String("key_file", &c->dra.webhook.key_file));
+    DUET_YAML(t.Finish());
+    DUET_YAML(w.Finish());
+    DUET_YAML(s.Finish());
+  }
   DUET_YAML(top.String("log_level", &c->log_level));
   return top.Finish();
+}
+
+// A Kubernetes label key: an optional DNS subdomain prefix and "/", then a
+// name of at most 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends.
+bool IsLabelKey(const std::string& key) {
+  const size_t slash = key.find('/');
+  const std::string prefix = slash == std::string::npos ? "" : key.substr(0, slash);
+  const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
+  auto alnum = [](char ch) { return absl::ascii_isalnum(static_cast<unsigned char>(ch)); };
+  if (name.empty() || name.size() > 63 || !alnum(name.front()) || !alnum(name.back())) return false;
+  for (char ch : name) {
+    if (!alnum(ch) && ch != '-' && ch != '_' && ch != '.') return false;
+  }
+  if (slash == std::string::npos) return true;
+  if (prefix.empty() || prefix.size() > 253) return false;
+  for (absl::string_view label : absl::StrSplit(prefix, '.')) {
+    if (label.empty() || label.size() > 63 || !alnum(label.front()) || !alnum(label.back())) {
+      return false;
+    }
+    for (char ch : label) {
+      if (!(absl::ascii_islower(static_cast<unsigned char>(ch)) ||
+            absl::ascii_isdigit(static_cast<unsigned char>(ch)) || ch == '-')) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+absl::Status ValidateDra(const Config& c) {
+  const DraConfig& d = c.dra;
+  if (!d.enabled) return absl::OkStatus();
+  auto bad = [](absl::string_view field, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("dra.", field, ": ", why));
+  };
+  if (d.pools.empty()) {
+    return bad("pools", "must name at least one node pool when dra.enabled (the pools that lend)");
+  }
+  std::set<std::string> seen;
+  for (const std::string& p : d.pools) {
+    if (p.empty()) return bad("pools", "an empty pool name");
+    if (!seen.insert(p).second) return bad("pools", absl::StrCat("\"", p, "\" twice"));
+  }
+  if (d.drivers.empty()) return bad("drivers", "must name at least one DRA driver");
+  static const std::set<std::string> kDrivers = {"gpu.nvidia.com", "tpu.google.com"};
+  for (const std::string& drv : d.drivers) {
+    if (!kDrivers.count(drv)) {
+      return bad("drivers", absl::StrCat("\"", drv,
+                                         "\" is not a driver duet can map (gpu.nvidia.com, "
+                                         "tpu.google.com)"));
+    }
+  }
+  if (!IsLabelKey(d.taint_key)) {
+    return bad("taint_key", absl::StrCat("\"", d.taint_key,
+                                         "\" is not a Kubernetes label key (prefix/name)"));
+  }
+  if (d.warm_buffer < 0 || d.warm_buffer > 1024) return bad("warm_buffer", "must be 0..1024");
+  if (d.reclaim_after < absl::Seconds(1)) return bad("reclaim_after", "must be at least 1s");
+  if (d.webhook.listen.empty()) {
+    return bad("webhook.listen", "required when dra.enabled (kube-apiserver's admission calls)");
+  }
+  DUET_YAML(CheckHostPort("dra.webhook.listen", d.webhook.listen));
+  if (d.webhook.cert_file.empty() || d.webhook.key_file.empty()) {
+    return bad("webhook.tls", "cert_file and key_file are required: kube-apiserver calls "
+                              "admission webhooks over HTTPS only");
+  }
+  if (d.webhook.admission_grace < absl::Seconds(1)) {
+    return bad("webhook.admission_grace",
+               "must be at least 1s (the webhook's timeoutSeconds plus a margin)");
+  }
+  if (!d.kube_version.empty() && d.kube_version != "1.36" && d.kube_version != "1.37") {
+    return bad("kube_version", absl::StrCat("\"", d.kube_version, "\" must be \"\", 1.36 or 1.37"));
+  }
+  if (!c.slurm.enabled) {
+    return bad("enabled", "needs slurm.enabled: a device is lent only while a Slurm placeholder "
+                          "holds it");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateEtcdLog(const EtcdLogConfig& e) {
@@ -623,6 +728,7 @@ absl::Status ValidateConfig(const Config& c) {
       return absl::InvalidArgumentError("kubernetes.request_timeout: must be at least 1s");
     }
   }
+  DUET_YAML(ValidateDra(c));
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error"};
   if (!kLevels.count(c.log_level)) {
     return absl::InvalidArgumentError(

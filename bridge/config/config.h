@@ -266,6 +266,41 @@ struct AuthConfig {
   bool allow_plaintext_tokens = false;
 };
 
+// The DRA lending mode (docs/dra.md): duet lends devices of `pools` to
+// Kubernetes' own scheduler, steered by DeviceTaintRules and fenced by the
+// admission webhook on resourceclaims/status.
+struct DraConfig {
+  bool enabled = false;
+  // Node pools (the nodes' cloud.google.com/gke-nodepool) that lend; shared
+  // nodes of other pools stay in the device-plugin mode. Required when
+  // enabled.
+  std::vector<std::string> pools;
+  // DRA drivers whose devices duet lends.
+  std::vector<std::string> drivers = {"gpu.nvidia.com", "tpu.google.com"};
+  // The DeviceTaintRules' taint key (a label key: optional DNS prefix and a
+  // name).
+  std::string taint_key = "duet.dev/not-lent";
+  // Lent, unallocated devices kept per pool so small pods start at once.
+  int warm_buffer = 0;
+  // A lent, unallocated device above the buffer is reclaimed after this long.
+  absl::Duration reclaim_after = absl::Seconds(60);
+  struct Webhook {
+    // host:port of the HTTPS admission webhook. Required when enabled.
+    std::string listen;
+    // The serving certificate kube-apiserver checks with the caBundle.
+    // Required when enabled (kube-apiserver calls webhooks over HTTPS only).
+    std::string cert_file;
+    std::string key_file;
+    // Reclaim waits this long after the last admission that could touch a
+    // device (step 3): at least the webhook configuration's timeoutSeconds
+    // plus a margin.
+    absl::Duration admission_grace = absl::Seconds(15);
+  } webhook;
+  // "" reads the API server's discovery; "1.36" or "1.37" forces the
+  // DeviceTaintRule API (v1beta2 / v1).
+  std::string kube_version;
+};
+
 struct Config {
   GrpcConfig grpc;
   AuthConfig auth;
@@ -280,6 +315,7 @@ struct Config {
   // max_request_bytes, threads), with its defaults, checked by its
   // Validate() when listen is set.
   ExtenderSettings extender;
+  DraConfig dra;
   // spdlog level: trace, debug, info, warn, error.
   std::string log_level = "info";
 };

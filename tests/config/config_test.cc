@@ -677,5 +677,65 @@ TEST(ConfigTest, NestedAliasesAreCheckedOncePerNode) {
                                               "line 41)"));
 }
 
+TEST(ConfigTest, DraSection) {
+  auto message = [](const std::string& yaml) -> std::string {
+    auto c = ParseConfig(yaml);
+    if (!c.ok()) return std::string(c.status().message());
+    return std::string(ValidateConfig(*c).message());
+  };
+  auto d = ParseConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->dra.enabled);
+  EXPECT_EQ(d->dra.drivers, (std::vector<std::string>{"gpu.nvidia.com", "tpu.google.com"}));
+  EXPECT_EQ(d->dra.taint_key, "duet.dev/not-lent");
+  EXPECT_EQ(d->dra.webhook.admission_grace, absl::Seconds(15));
+
+  const std::string slurm = "slurm: {enabled: true, credential: none}\n";
+  const std::string good =
+      "dra: {enabled: true, pools: [gpu-a, tpu-b], drivers: [gpu.nvidia.com], warm_buffer: 2,\n"
+      "      reclaim_after: 30s, kube_version: \"1.36\",\n"
+      "      webhook: {listen: \"0.0.0.0:9443\", admission_grace: 20s,\n"
+      "                tls: {cert_file: w.crt, key_file: w.key}}}\n";
+  auto c = ParseConfig(slurm + good);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(ValidateConfig(*c).message(), "");
+  EXPECT_TRUE(c->dra.enabled);
+  EXPECT_EQ(c->dra.pools, (std::vector<std::string>{"gpu-a", "tpu-b"}));
+  EXPECT_EQ(c->dra.drivers, std::vector<std::string>{"gpu.nvidia.com"});
+  EXPECT_EQ(c->dra.warm_buffer, 2);
+  EXPECT_EQ(c->dra.reclaim_after, absl::Seconds(30));
+  EXPECT_EQ(c->dra.webhook.listen, "0.0.0.0:9443");
+  EXPECT_EQ(c->dra.webhook.cert_file, "w.crt");
+  EXPECT_EQ(c->dra.webhook.admission_grace, absl::Seconds(20));
+  EXPECT_EQ(c->dra.kube_version, "1.36");
+
+  // Off: nothing else is checked.
+  EXPECT_EQ(message("dra: {pools: []}"), "");
+  const std::string on = "dra: {enabled: true, ";
+  const std::string hook = "webhook: {listen: \"0.0.0.0:9443\", tls: {cert_file: c, key_file: k}}";
+  EXPECT_THAT(message(slurm + on + hook + "}"), HasSubstr("dra.pools: must name at least one"));
+  EXPECT_THAT(message(slurm + on + "pools: [a, a], " + hook + "}"),
+              HasSubstr("dra.pools: \"a\" twice"));
+  EXPECT_THAT(message(slurm + on + "pools: [a], drivers: [gpu.amd.com], " + hook + "}"),
+              HasSubstr("dra.drivers: \"gpu.amd.com\" is not a driver duet can map"));
+  EXPECT_THAT(message(slurm + on + "pools: [a], taint_key: \"bad key!\", " + hook + "}"),
+              HasSubstr("dra.taint_key"));
+  EXPECT_EQ(message(slurm + on + "pools: [a], taint_key: example.com/lent, " + hook + "}"), "");
+  EXPECT_THAT(message(slurm + on + "pools: [a], warm_buffer: -1, " + hook + "}"),
+              HasSubstr("dra.warm_buffer"));
+  EXPECT_THAT(message(slurm + on + "pools: [a]}"),
+              HasSubstr("dra.webhook.listen: required when dra.enabled"));
+  EXPECT_THAT(message(slurm + on + "pools: [a], webhook: {listen: \"0.0.0.0:9443\"}}"),
+              HasSubstr("dra.webhook.tls: cert_file and key_file are required"));
+  EXPECT_THAT(message(slurm + on + "pools: [a], webhook: {listen: nohost, tls: {cert_file: c, "
+                                   "key_file: k}}}"),
+              HasSubstr("dra.webhook.listen"));
+  EXPECT_THAT(message(slurm + on + "pools: [a], kube_version: \"1.35\", " + hook + "}"),
+              HasSubstr("dra.kube_version"));
+  EXPECT_THAT(message(on + "pools: [a], " + hook + "}"), HasSubstr("needs slurm.enabled"));
+  EXPECT_THAT(ParseConfig("dra: {webhook: {tls: {ca: x}}}").status().message(),
+              HasSubstr("dra.webhook.tls.ca"));
+}
+
 }  // namespace
 }  // namespace duet
