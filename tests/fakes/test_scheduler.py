@@ -570,4 +570,86 @@ class TestScheduler:
                 out[key] = self.schedule(p["metadata"]["namespace"], p["metadata"]["name"])
             except (SchedulingError, PreBindError, ApiError) as e:
                 out[key] = e
+                if isinstance(e, (SchedulingError, PreBindError)):
+                    self.mark_unschedulable(p, str(e))
         return out
+
+    def mark_unschedulable(self, pod, message):
+        """Writes the PodScheduled=False/Unschedulable condition kube-scheduler
+        writes for a pod no node fits (what duet's lending watches for). The
+        condition's transition time changes only when its status does; a
+        write that loses a race (409) or finds the pod gone is dropped."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        try:
+            cur = self.api.call("GET", "/api/v1/namespaces/%s/pods/%s" % (ns, name))
+        except ApiError:
+            return
+        if cur["spec"].get("nodeName"):
+            return
+        status = cur.setdefault("status", {})
+        conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        old = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+        since = old[0].get("lastTransitionTime") if old and old[0].get("status") == "False" else None
+        conds.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                      "message": message[:1024],
+                      "lastTransitionTime": since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        status["conditions"] = conds
+        try:
+            self.api.call("PUT", "/api/v1/namespaces/%s/pods/%s/status" % (ns, name), cur)
+        except ApiError:
+            pass
+
+
+def main(argv=None):
+    """Runs as a scheduler process: every --interval seconds, schedules every
+    pending pod of --scheduler-name (kube-scheduler's default profile name by
+    default) and prints one JSON line per attempt ({"pod", "node"} or
+    {"pod", "error", "kind"}). Stops on SIGTERM."""
+    import argparse
+    import signal
+    import sys
+
+    p = argparse.ArgumentParser(description="DRA test scheduler (see the module docstring)")
+    p.add_argument("--server", required=True, help="the fake apiserver, http://host:port")
+    p.add_argument("--interval", type=float, default=0.2)
+    p.add_argument("--scheduler-name", default="default-scheduler",
+                   help="pods whose spec.schedulerName is this (or unset)")
+    p.add_argument("--stale-cache", action="store_true",
+                   help="decide on a snapshot refreshed only every --refresh-every rounds")
+    p.add_argument("--refresh-every", type=int, default=5)
+    p.add_argument("--prebind-delay", type=float, default=0.0)
+    args = p.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    sched = TestScheduler(args.server, stale_cache=args.stale_cache, prebind_delay=args.prebind_delay)
+    rounds = 0
+    while not stop.is_set():
+        if args.stale_cache and rounds % max(1, args.refresh_every) == 0:
+            sched.refresh()
+        rounds += 1
+        try:
+            pods = sched.api.items("/api/v1/pods")
+        except (ApiError, OSError) as e:
+            print(json.dumps({"error": str(e), "kind": "list"}), flush=True)
+            stop.wait(args.interval)
+            continue
+        for pod in pods:
+            if pod["spec"].get("nodeName") or pod.get("metadata", {}).get("deletionTimestamp"):
+                continue
+            if (pod["spec"].get("schedulerName") or "default-scheduler") != args.scheduler_name:
+                continue
+            key = "%s/%s" % (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            try:
+                node = sched.schedule(pod["metadata"]["namespace"], pod["metadata"]["name"])
+                print(json.dumps({"pod": key, "node": node}), flush=True)
+            except (SchedulingError, PreBindError) as e:
+                sched.mark_unschedulable(pod, str(e))
+                print(json.dumps({"pod": key, "error": str(e), "kind": type(e).__name__}), flush=True)
+            except (ApiError, OSError) as e:
+                print(json.dumps({"pod": key, "error": str(e), "kind": "api"}), flush=True)
+        stop.wait(args.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -189,6 +189,38 @@ class AllocationTest(Base):
         again = ts.TestScheduler(self.url).schedule_pending()  # a bound pod is not pending
         self.assertEqual(list(again), ["default/pb"])
 
+    def test_an_unschedulable_pod_gets_kube_schedulers_condition(self):
+        self.gpus(gpus=1)
+        for n in ("a", "b"):
+            self.post(CLAIMS, claim(n))
+            self.post(PODS, pod("p" + n, claims=[n]))
+        ts.TestScheduler(self.url).schedule_pending()
+        conds = {c["type"]: c for c in self.get(PODS + "/pb")["status"].get("conditions", [])}
+        self.assertEqual(conds["PodScheduled"]["status"], "False")
+        self.assertEqual(conds["PodScheduled"]["reason"], "Unschedulable")
+        self.assertIn("pb", conds["PodScheduled"]["message"])
+        bound = {c["type"]: c["status"] for c in (self.get(PODS + "/pa").get("status") or {})
+                 .get("conditions", [])}
+        self.assertNotEqual(bound.get("PodScheduled"), "False")
+
+    def test_as_a_process_it_binds_pending_pods_and_stops_on_sigterm(self):
+        import signal
+        import subprocess
+        self.gpus(gpus=1)
+        self.post(CLAIMS, claim("a"))
+        self.post(PODS, pod("pa", claims=["a"]))
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "..", "fakes", "test_scheduler.py"),
+                                 "--server", self.url, "--interval", "0.05"],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            line = json.loads(proc.stdout.readline())
+            self.assertEqual(line, {"pod": "default/pa", "node": "gpu-node-1"})
+            self.assertEqual(self.get(PODS + "/pa")["spec"]["nodeName"], "gpu-node-1")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=30), 0)
+            proc.stdout.close()
+
     def test_the_allocation_goes_through_the_status_subresource(self):
         self.gpus(gpus=1)
         self.post(CLAIMS, claim("a"))
