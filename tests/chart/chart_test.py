@@ -17,6 +17,10 @@ the defaults and every examples/values-*.yaml:
   - RBAC rules equal to the verbs duet uses;
   - the plugstack line against spank_duet's argument table;
   - values the chart must refuse, with the message that names the value;
+  - the DRA lending mode (examples/values-dra.yaml, DraTest): the bridge's
+    dra: section against docs/dra.md, the webhook's wiring and certificate,
+    and the CEL of its matchConditions and of the ValidatingAdmissionPolicies
+    evaluated on sample claims (tests/chart/validate/cel.mjs);
   - the rendered bridge config through `duet-bridge --check-config`
     (suite BridgeConfigTest, its own ctest).
 Not checked: see charts/duet/README.md, "What CI checks".
@@ -95,7 +99,7 @@ def render(value_files, extra=(), chart=None, name=RELEASE, namespace=NAMESPACE,
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
-def render_notes(value_files):
+def render_notes(value_files, kube_version=None):
     """NOTES.txt as `helm install` would print it: `helm template` skips it and
     `helm install --dry-run` wants a cluster, so a copy of the chart turns it
     into a named template that a ConfigMap includes."""
@@ -111,7 +115,8 @@ def render_notes(value_files):
         with open(os.path.join(copy_dir, "templates", "zz-notes.yaml"), "w") as f:
             f.write("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: test-notes}\n"
                     'data: {notes: {{ include "test.notes" . | toJson }}}\n')
-    proc = render(value_files, chart=copy_dir, extra=["--show-only", "templates/zz-notes.yaml"])
+    proc = render(value_files, chart=copy_dir, extra=["--show-only", "templates/zz-notes.yaml"],
+                  kube_version=kube_version)
     if proc.returncode != 0:
         return proc
     proc.stdout = yaml.safe_load(proc.stdout)["data"]["notes"]
@@ -1101,6 +1106,14 @@ class RefusalTest(unittest.TestCase):
 
 
 class NotesTest(unittest.TestCase):
+    def test_notes_render_dra(self):
+        files = [example("values-minimal.yaml"), example("values-dra.yaml")]
+        proc = render_notes(files, kube_version="v1.37.0")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("DRA lending mode on node pools gpu-dra, tpu-dra", proc.stdout)
+        self.assertIn("kubectl get validatingwebhookconfiguration duet-dra", proc.stdout)
+        self.assertNotIn("DRA lending mode", render_notes([example("values-minimal.yaml")]).stdout)
+
     def test_notes_render(self):
         proc = render_notes([example("values-minimal.yaml")])
         self.assertEqual(proc.returncode, 0, proc.stderr)
