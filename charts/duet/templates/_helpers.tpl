@@ -147,6 +147,7 @@ chart generates (templates/scheduler-client-secret.yaml). */}}
 {{- define "duet.paths.nodeBridgeCa" -}}/etc/duet/bridge-ca{{- end -}}
 {{- define "duet.paths.journal" -}}/var/lib/duet/journal{{- end -}}
 {{- define "duet.paths.etcdTls" -}}/etc/duet/etcd-tls{{- end -}}
+{{- define "duet.paths.draWebhookTls" -}}/etc/duet/dra-webhook-tls{{- end -}}
 {{- define "duet.paths.slurmConf" -}}/etc/slurm/slurm.conf{{- end -}}
 {{- define "duet.paths.mungeSocketDir" -}}/run/munge{{- end -}}
 {{- define "duet.paths.slurmKey" -}}/etc/slurm/slurm.key{{- end -}}
@@ -162,7 +163,7 @@ bridge.config is an error rather than silently replaced.
 {{- define "duet.bridge.config" -}}
 {{- $v := .Values.bridge -}}
 {{- $cfg := deepCopy (default dict $v.config) -}}
-{{- $owned := list "grpc.listen" "grpc.unix_socket" "grpc.plaintext_listen" "grpc.tls" "auth.mode" "auth.audiences" "auth.node_service_account" "auth.operator_users" "auth.operator_groups" "metrics.listen" "journal.dir" "inventory" "kubernetes.kubeconfig" "kubernetes.context" "kubernetes.shared_node_selector" "kubernetes.leader_election" "extender.listen" "extender.url_prefix" "extender.tls" "extender.scheduler_names" "slurm.enabled" "slurm.conf_path" -}}
+{{- $owned := list "grpc.listen" "grpc.unix_socket" "grpc.plaintext_listen" "grpc.tls" "auth.mode" "auth.audiences" "auth.node_service_account" "auth.operator_users" "auth.operator_groups" "metrics.listen" "journal.dir" "inventory" "kubernetes.kubeconfig" "kubernetes.context" "kubernetes.shared_node_selector" "kubernetes.leader_election" "extender.listen" "extender.url_prefix" "extender.tls" "extender.scheduler_names" "slurm.enabled" "slurm.conf_path" "dra" -}}
 {{- range $path := $owned -}}
 {{- $parts := splitList "." $path -}}
 {{- if eq (len $parts) 1 -}}
@@ -241,5 +242,90 @@ bridge.config is an error rather than silently replaced.
 {{- end -}}
 {{- end -}}
 {{- $_ := set $cfg "slurm" $slurm -}}
+{{- if .Values.dra.enabled -}}
+{{- include "duet.dra.check" . -}}
+{{- $d := .Values.dra -}}
+{{- $wdir := include "duet.paths.draWebhookTls" . -}}
+{{- $hook := dict "listen" (printf "0.0.0.0:%d" (int $d.webhook.port)) "tls" (dict "cert_file" (printf "%s/tls.crt" $wdir) "key_file" (printf "%s/tls.key" $wdir)) "admission_grace" (printf "%ds" (add (int $d.webhook.timeoutSeconds) 5)) -}}
+{{- $_ := set $cfg "dra" (dict "enabled" true "pools" $d.pools "drivers" $d.drivers "taint_key" $d.taintKey "warm_buffer" (int $d.warmBuffer) "reclaim_after" $d.reclaimAfter "webhook" $hook "kube_version" (toString $d.kubeVersion)) -}}
+{{- end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The DRA lending mode (docs/dra.md): values it cannot work with are
+refused at render time. Prints nothing. */}}
+{{- define "duet.dra.check" -}}
+{{- $d := .Values.dra -}}
+{{- if not $d.pools -}}
+{{- fail "dra.pools: the lending mode needs at least one node pool (cloud.google.com/gke-nodepool) to lend" -}}
+{{- end -}}
+{{- range $d.pools -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString .)) -}}
+{{- fail (printf "dra.pools: %q is not a node pool name" (toString .)) -}}
+{{- end -}}
+{{- end -}}
+{{- if not $d.drivers -}}
+{{- fail "dra.drivers: the lending mode needs at least one DRA driver (gpu.nvidia.com, tpu.google.com)" -}}
+{{- end -}}
+{{- range $d.drivers -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" (toString .)) -}}
+{{- fail (printf "dra.drivers: %q is not a DRA driver name (a DNS subdomain)" (toString .)) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" (toString $d.taintKey)) -}}
+{{- fail (printf "dra.taintKey: %q is not a taint key (PREFIX/NAME)" (toString $d.taintKey)) -}}
+{{- end -}}
+{{- $port := int $d.webhook.port -}}
+{{- if or (lt $port 1) (gt $port 65535) -}}
+{{- fail "dra.webhook.port: the lending mode needs its admission webhook; set a port (1 to 65535)" -}}
+{{- end -}}
+{{- $v := .Values -}}
+{{- if has $port (list (int $v.bridge.grpc.port) (int $v.bridge.grpc.plaintextPort) (int $v.bridge.metrics.port) (int $v.extender.port)) -}}
+{{- fail (printf "dra.webhook.port: %d is already another port of duet-bridge" $port) -}}
+{{- end -}}
+{{- $t := int $d.webhook.timeoutSeconds -}}
+{{- if or (lt $t 1) (gt $t 30) -}}
+{{- fail "dra.webhook.timeoutSeconds: must be 1 to 30 (the API server's limit)" -}}
+{{- end -}}
+{{- if lt (int $d.webhook.validityDays) 1 -}}
+{{- fail "dra.webhook.validityDays: must be at least 1" -}}
+{{- end -}}
+{{- with toString $d.kubeVersion -}}
+{{- if not (regexMatch "^1\\.(3[6-9]|[4-9][0-9])$" .) -}}
+{{- fail (printf "dra.kubeVersion: %q must be \"\" (read /version) or 1.36 and later, e.g. \"1.37\"" .) -}}
+{{- end -}}
+{{- end -}}
+{{- if semverCompare "<1.36.0-0" .Capabilities.KubeVersion.Version -}}
+{{- fail (printf "dra.enabled: Kubernetes %s has no DeviceTaintRules; the lending mode needs 1.37+ (1.36 with the DRADeviceTaints and DRADeviceTaintRules gates)" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- /* One advertiser per resource: duet-node's device plugin and a DRA
+     driver must never serve the same node. */ -}}
+{{- if $v.node.enabled -}}
+{{- $sel := merge (deepCopy (default dict $v.node.nodeSelector)) $v.sharedPools.nodeSelector -}}
+{{- $pool := get $sel "cloud.google.com/gke-nodepool" -}}
+{{- if and $pool (has (toString $pool) $d.pools) -}}
+{{- fail (printf "dra.pools: %q is also where duet-node runs (its nodeSelector cloud.google.com/gke-nodepool); a node pool lends through DRA or runs duet-node's device plugin, never both" (toString $pool)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DRA webhook's Service (the bridge's: the leader only) and the DNS
+names its serving certificate carries. */}}
+{{- define "duet.dra.webhookHosts" -}}
+{{- $svc := include "duet.bridge.name" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- toJson (list (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) (printf "%s.%s" $svc $ns) $svc) -}}
+{{- end -}}
+
+{{/* CEL: whether the toleration `t` tolerates dra.taintKey (key equal, or
+no key with operator Exists). */}}
+{{- define "duet.dra.celTolerates" -}}
+((has(t.key) && t.key == {{ .Values.dra.taintKey | quote }}) || ((!has(t.key) || t.key == '') && has(t.operator) && t.operator == 'Exists'))
+{{- end -}}
+
+{{/* A list as the inside of a YAML flow sequence: "a", "b". */}}
+{{- define "duet.quotedList" -}}
+{{- $out := list -}}
+{{- range . -}}{{- $out = append $out (toString . | quote) -}}{{- end -}}
+{{- join ", " $out -}}
 {{- end -}}
