@@ -1539,10 +1539,6 @@ class BridgeConfigTest(unittest.TestCase):
                     f.write(text)
                 proc = subprocess.run([ARGS.bridge, "--config", path, "--check-config"],
                                       capture_output=True, text=True)
-                if name == "dra" and "dra: unknown key" in proc.stdout + proc.stderr:
-                    # Only until duet-bridge reads docs/dra.md's section
-                    # (issue 26): then this scenario is checked as the others.
-                    self.skipTest("this duet-bridge has no dra: section yet")
                 self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
                 self.assertIn("configuration OK", proc.stdout)
 
