@@ -391,8 +391,8 @@ absl::Status KubeNodeInventory::Start(InventorySink* sink) {
     absl::Status s = slice_informer_->Start();
     if (!s.ok()) {
       slice_informer_.reset();
-      return absl::Status(s.code(),
-                          absl::StrCat("kubernetes node inventory: resourceslices (dra pools): ", s.message()));
+      return absl::Status(s.code(), absl::StrCat("kubernetes node inventory: resourceslices (dra pools): ",
+                                                 s.message()));
     }
   }
   InformerOptions io = options_.informer;

@@ -209,7 +209,7 @@ class ErrorLog {
 };
 
 // ResourceSlices in fake_dra_driver.py's shapes (testdata/make_dra_slices.py).
-nlohmann::json DraSlice(const std::string& which) {
+nlohmann::json FixtureSlice(const std::string& which) {
   return nlohmann::json::parse(testing::ReadTestdata("dra_resource_slices.json")).at(which);
 }
 
@@ -218,7 +218,8 @@ nlohmann::json DraSlice(const std::string& which) {
 // empty).
 nlohmann::json SliceFor(nlohmann::json slice, const std::string& node, int gen, int count = 1,
                         const std::vector<std::string>& keep = {}, const std::string& name = "") {
-  slice["metadata"] = {{"name", name.empty() ? node + "-" + slice["spec"]["driver"].get<std::string>() : name}};
+  const std::string driver = slice["spec"]["driver"].get<std::string>();
+  slice["metadata"] = {{"name", name.empty() ? node + "-" + driver : name}};
   slice["spec"]["nodeName"] = node;
   slice["spec"]["pool"] = {{"name", node}, {"generation", gen}, {"resourceSliceCount", count}};
   if (!keep.empty()) {
@@ -269,10 +270,10 @@ NodeInventoryOptions DraOptions() {
 TEST(KubeNodeInventoryDraTest, FirstInventoryTakesDraPoolDevicesFromSlices) {
   FakeApiServer fake;
   ASSERT_TRUE(fake.ok());
-  const nlohmann::json nvidia = DraSlice("nvidia");
+  const nlohmann::json nvidia = FixtureSlice("nvidia");
   fake.Put(nvidia);                       // dra-gpu-1: gpu-0..gpu-7
-  fake.Put(DraSlice("nvidia_mig_vfio"));  // dra-gpu-2: gpu-0, gpu-1 and MIG/vfio siblings
-  fake.Put(DraSlice("tpu"));              // dra-tpu-1: accel0..accel3
+  fake.Put(FixtureSlice("nvidia_mig_vfio"));  // dra-gpu-2: gpu-0, gpu-1 and MIG/vfio siblings
+  fake.Put(FixtureSlice("tpu"));              // dra-tpu-1: accel0..accel3
   fake.Put(DraNode("gke_a3_h100_node.json", "dra-gpu-1", "dra-h100"));
   fake.Put(DraNode("gke_a3_h100_node.json", "dra-gpu-2", "dra-h100"));
   fake.Put(DraNode("gke_ct5lp_tpu_node.json", "dra-tpu-1", "dra-v6e"));
@@ -353,7 +354,7 @@ TEST(KubeNodeInventoryDraTest, SliceChangesRedeliverTheNode) {
   using Gpu = std::pair<uint32_t, std::string>;
 
   // The driver publishes: the node joins.
-  const nlohmann::json nvidia = DraSlice("nvidia");
+  const nlohmann::json nvidia = FixtureSlice("nvidia");
   fake.Put(nvidia);
   ASSERT_TRUE(WaitFor([&] { return sink.Has("upsert:dra-gpu-1:ready"); }));
   ASSERT_EQ(gpus().size(), 8u);
@@ -412,7 +413,7 @@ TEST(KubeNodeInventoryDraTest, SliceChangesRedeliverTheNode) {
 TEST(KubeNodeInventoryDraTest, NoDraPoolsNoSliceWatch) {
   FakeApiServer fake;
   ASSERT_TRUE(fake.ok());
-  fake.Put(DraSlice("nvidia"));
+  fake.Put(FixtureSlice("nvidia"));
   fake.Put(DraNode("gke_a3_h100_node.json", "dra-gpu-1", "dra-h100"));
   KubeConfig c;
   c.server = fake.url();
