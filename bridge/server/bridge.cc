@@ -413,6 +413,12 @@ absl::Status Bridge::StartInventory() {
     // first complete list.
     k8s::NodeInventoryOptions no;
     no.label_selector = config_.kubernetes.shared_node_selector;
+    // The lending pools' devices come from their DRA drivers' ResourceSlices
+    // (no device-plugin capacity there).
+    if (config_.dra.enabled) {
+      no.dra_pools = config_.dra.pools;
+      no.dra_drivers = config_.dra.drivers;
+    }
     inventory_ = std::make_unique<k8s::KubeNodeInventory>(kube_client_.get(), no);
   } else {
     inventory_ = NewFileInventory(config_.inventory.file, config_.inventory.reload_period);

@@ -1,12 +1,16 @@
 #include "k8s_adapter/reconcile/node_inventory.h"
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bridge/ledger/ledger.h"
 #include "k8s_adapter/common/quantity.h"
 #include "spdlog/spdlog.h"
@@ -79,7 +83,45 @@ bool SameSpec(const NodeSpec& a, const NodeSpec& b) {
          a.state == b.state;
 }
 
-absl::StatusOr<NodeSpec> NodeSpecFromNodeOrThrow(const nlohmann::json& node) {
+// "gpu-<minor>" / "accel<N>" with nothing after the digits; false otherwise.
+bool ParseIndexedName(const std::string& name, absl::string_view prefix, uint32_t* index) {
+  if (!absl::StartsWith(name, prefix)) return false;
+  absl::string_view digits = absl::string_view(name).substr(prefix.size());
+  if (digits.empty() || digits.size() > 9) return false;
+  for (char c : digits) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return absl::SimpleAtoi(digits, index);
+}
+
+// The string value of device attribute `name` ({"string": v}), "" if absent.
+std::string StringAttribute(const nlohmann::json& device, const std::string& name) {
+  auto attrs = device.find("attributes");
+  if (attrs == device.end() || !attrs->is_object()) return "";
+  auto a = attrs->find(name);
+  if (a == attrs->end() || !a->is_object()) return "";
+  auto v = a->find("string");
+  return v != a->end() && v->is_string() ? v->get<std::string>() : "";
+}
+
+// The indices of a DRA kind must be 0..n-1: Slurm's GRES index is a position
+// in gres.conf's File= list, and the ledger's device index is that index.
+absl::Status CheckContiguous(const std::string& node, const char* driver, const char* what,
+                             const std::vector<uint32_t>& indices) {
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] != i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node ", node, ": ", driver, " publishes ", what, " [", absl::StrJoin(indices, ","),
+          "], not 0..", indices.size() - 1,
+          "; duet needs contiguous device numbers (Slurm's GRES indices are positions in "
+          "gres.conf's File= list): not inventory"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NodeSpec> NodeSpecFromNodeOrThrow(const nlohmann::json& node, const DraNodeDevices& dra,
+                                                 std::vector<std::string>* warnings) {
   NodeSpec out;
   const nlohmann::json& md = node.at("metadata");
   out.name = md.at("name").get<std::string>();
@@ -104,11 +146,34 @@ absl::StatusOr<NodeSpec> NodeSpecFromNodeOrThrow(const nlohmann::json& node) {
   if (!gpus.ok()) return gpus.status();
   absl::StatusOr<int64_t> tpus = Resource(status, "capacity", kTpuResource);
   if (!tpus.ok()) return tpus.status();
-  const int64_t gpu_count = *gpus / 1000;
-  const int64_t tpu_count = *tpus / 1000;
+  int64_t gpu_count = *gpus / 1000;
+  int64_t tpu_count = *tpus / 1000;
+  // A DRA driver owns the kind: its slices say what there is. KEP-5004 forbids
+  // device-plugin capacity beside it; the slices win.
+  if (dra.gpus_from_dra) {
+    if (gpu_count > 0 && warnings != nullptr) {
+      warnings->push_back(absl::StrCat("node ", out.name, " has ", kGpuResource, " capacity ",
+                                       gpu_count, " beside ", kNvidiaDraDriver,
+                                       " ResourceSlices (a device plugin and a DRA driver on one "
+                                       "node); taking the DRA devices"));
+    }
+    gpu_count = static_cast<int64_t>(dra.gpus.size());
+  }
+  if (dra.tpus_from_dra) {
+    if (tpu_count > 0 && warnings != nullptr) {
+      warnings->push_back(absl::StrCat("node ", out.name, " has ", kTpuResource, " capacity ",
+                                       tpu_count, " beside ", kTpuDraDriver,
+                                       " ResourceSlices (a device plugin and a DRA driver on one "
+                                       "node); taking the DRA devices"));
+    }
+    tpu_count = static_cast<int64_t>(dra.tpus.size());
+  }
   if (gpu_count <= 0 && tpu_count <= 0) {
     return absl::NotFoundError(absl::StrCat("node ", out.name, " has no ", kGpuResource, " or ",
-                                            kTpuResource, " capacity"));
+                                            kTpuResource, " capacity",
+                                            dra.gpus_from_dra || dra.tpus_from_dra
+                                                ? " and no complete DRA ResourceSlices"
+                                                : ""));
   }
   if (gpu_count > static_cast<int64_t>(kMaxDevicesPerNode) ||
       tpu_count > static_cast<int64_t>(kMaxDevicesPerNode)) {
@@ -137,15 +202,38 @@ absl::StatusOr<NodeSpec> NodeSpecFromNodeOrThrow(const nlohmann::json& node) {
   topo.block = Label(out.labels, kBlockLabel);
   topo.subblock = Label(out.labels, kSubblockLabel);
 
-  for (int64_t i = 0; i < gpu_count; ++i) {
+  // (index, id) of each GPU.
+  std::vector<std::pair<uint32_t, std::string>> gpu_list;
+  if (dra.gpus_from_dra) {
+    std::vector<uint32_t> minors;
+    for (const auto& [minor, uuid] : dra.gpus) minors.push_back(minor);
+    absl::Status c = CheckContiguous(out.name, kNvidiaDraDriver, "GPU minors", minors);
+    if (!c.ok()) return c;
+    for (const auto& [minor, uuid] : dra.gpus) {
+      gpu_list.emplace_back(minor, uuid.empty() ? absl::StrCat(out.name, "/gpu", minor) : uuid);
+    }
+  } else {
+    for (int64_t i = 0; i < gpu_count; ++i) {
+      gpu_list.emplace_back(static_cast<uint32_t>(i), absl::StrCat(out.name, "/gpu", i));
+    }
+  }
+  for (auto& [index, id] : gpu_list) {
     DeviceSpec d;
     d.kind = DeviceKind::kGpu;
-    d.index = static_cast<uint32_t>(i);
-    d.id = absl::StrCat(out.name, "/gpu", i);
+    d.index = index;
+    d.id = std::move(id);
     d.model = Label(out.labels, kGpuModelLabel);
     d.topology = topo;
     d.topology.nvlink_domain = Label(out.labels, kGpuCliqueLabel);
     out.devices.push_back(std::move(d));
+  }
+  std::vector<uint32_t> tpu_list;
+  if (dra.tpus_from_dra) {
+    tpu_list.assign(dra.tpus.begin(), dra.tpus.end());
+    absl::Status c = CheckContiguous(out.name, kTpuDraDriver, "TPU chips", tpu_list);
+    if (!c.ok()) return c;
+  } else {
+    for (int64_t i = 0; i < tpu_count; ++i) tpu_list.push_back(static_cast<uint32_t>(i));
   }
   if (tpu_count > 0) {
     Topology t = topo;
@@ -156,10 +244,10 @@ absl::StatusOr<NodeSpec> NodeSpecFromNodeOrThrow(const nlohmann::json& node) {
     if (t.tpu_topology.empty() || t.tpu_topology == t.tpu_host_bounds) {
       t.tpu_subslice_shapes = TpuSubsliceShapes(t.tpu_host_bounds);
     }
-    for (int64_t i = 0; i < tpu_count; ++i) {
+    for (uint32_t i : tpu_list) {
       DeviceSpec d;
       d.kind = DeviceKind::kTpu;
-      d.index = static_cast<uint32_t>(i);
+      d.index = i;
       d.id = absl::StrCat(out.name, "/tpu", i);
       d.model = model;
       d.topology = t;
@@ -183,18 +271,100 @@ absl::StatusOr<NodeSpec> NodeSpecFromNodeOrThrow(const nlohmann::json& node) {
   return out;
 }
 
+// A Node without what the inventory never reads (the image list is most of a
+// GKE Node's bytes), kept for re-evaluation when its slices change.
+nlohmann::json Trimmed(const nlohmann::json& node) {
+  nlohmann::json out = node;
+  if (auto st = out.find("status"); st != out.end() && st->is_object()) st->erase("images");
+  return out;
+}
+
+absl::StatusOr<DraSlice> DraSliceFromObjectOrThrow(const nlohmann::json& slice) {
+  DraSlice out;
+  const nlohmann::json& spec = slice.at("spec");
+  out.driver = spec.at("driver").get<std::string>();
+  if (auto n = spec.find("nodeName"); n != spec.end() && !n->is_null()) out.node = n->get<std::string>();
+  const nlohmann::json& pool = spec.at("pool");
+  out.pool = pool.at("name").get<std::string>();
+  out.generation = pool.value("generation", int64_t{0});
+  out.slice_count = pool.value("resourceSliceCount", int64_t{1});
+  if (out.slice_count < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.pool.resourceSliceCount: ", out.slice_count,
+                                                   "; must be at least 1"));
+  }
+  auto devices = spec.find("devices");
+  if (devices == spec.end() || devices->is_null()) return out;
+  if (!devices->is_array()) return absl::InvalidArgumentError("spec.devices: must be a list");
+  for (size_t i = 0; i < devices->size(); ++i) {
+    const nlohmann::json& d = (*devices)[i];
+    const std::string name = d.at("name").get<std::string>();
+    uint32_t index = 0;
+    if (out.driver == kNvidiaDraDriver && ParseIndexedName(name, "gpu-", &index)) {
+      std::string uuid = StringAttribute(d, "uuid");
+      if (uuid.empty()) uuid = StringAttribute(d, absl::StrCat(kNvidiaDraDriver, "/uuid"));
+      out.gpus[index] = std::move(uuid);
+    } else if (out.driver == kTpuDraDriver && ParseIndexedName(name, "accel", &index)) {
+      out.tpus.insert(index);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-absl::StatusOr<NodeSpec> NodeSpecFromNode(const nlohmann::json& node) {
+absl::StatusOr<DraSlice> DraSliceFromObject(const nlohmann::json& slice) {
   try {
-    return NodeSpecFromNodeOrThrow(node);
+    return DraSliceFromObjectOrThrow(slice);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed ResourceSlice: ", e.what()));
+  }
+}
+
+void MergeDraSlices(const std::vector<const DraSlice*>& slices, DraNodeDevices* out) {
+  // (driver, pool) → the highest generation, its slices.
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, std::vector<const DraSlice*>>> pools;
+  for (const DraSlice* s : slices) {
+    auto [it, added] = pools.try_emplace({s->driver, s->pool}, s->generation, std::vector<const DraSlice*>{});
+    if (s->generation > it->second.first) {
+      it->second.first = s->generation;
+      it->second.second.clear();
+    }
+    if (s->generation == it->second.first) it->second.second.push_back(s);
+  }
+  for (const auto& [key, gen] : pools) {
+    const std::vector<const DraSlice*>& of = gen.second;
+    int64_t want = 1;
+    for (const DraSlice* s : of) want = std::max(want, s->slice_count);
+    if (static_cast<int64_t>(of.size()) < want) continue;  // not all published yet
+    for (const DraSlice* s : of) {
+      out->gpus.insert(s->gpus.begin(), s->gpus.end());
+      out->tpus.insert(s->tpus.begin(), s->tpus.end());
+    }
+  }
+}
+
+absl::StatusOr<NodeSpec> NodeSpecFromNode(const nlohmann::json& node) {
+  return NodeSpecFromNode(node, DraNodeDevices{}, nullptr);
+}
+
+absl::StatusOr<NodeSpec> NodeSpecFromNode(const nlohmann::json& node, const DraNodeDevices& dra,
+                                          std::vector<std::string>* warnings) {
+  try {
+    return NodeSpecFromNodeOrThrow(node, dra, warnings);
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed Node: ", e.what()));
   }
 }
 
 KubeNodeInventory::KubeNodeInventory(KubeClient* client, NodeInventoryOptions options)
-    : client_(client), options_(std::move(options)) {}
+    : client_(client),
+      options_(std::move(options)),
+      dra_pools_(options_.dra_pools.begin(), options_.dra_pools.end()) {
+  for (const std::string& d : options_.dra_drivers) {
+    if (d == kNvidiaDraDriver) gpus_from_dra_ = true;
+    if (d == kTpuDraDriver) tpus_from_dra_ = true;
+  }
+}
 
 KubeNodeInventory::~KubeNodeInventory() { Stop(); }
 
@@ -204,6 +374,26 @@ absl::Status KubeNodeInventory::Start(InventorySink* sink) {
     sink_ = sink;
     nodes_.clear();
     synced_ = false;
+    dra_nodes_.clear();
+    slices_.clear();
+    slices_of_node_.clear();
+    mixed_logged_.clear();
+  }
+  if (!dra_pools_.empty()) {
+    // Slices first: the Nodes' first list then finds them, and the first
+    // ReplaceAll has the DRA pools' devices.
+    InformerOptions so = options_.informer;
+    so.path = "/apis/resource.k8s.io/v1/resourceslices";
+    so.label_selector.clear();
+    so.field_selector.clear();
+    InformerHandler* handler = &slice_handler_;
+    slice_informer_ = std::make_unique<Informer>(client_, std::move(so), handler);
+    absl::Status s = slice_informer_->Start();
+    if (!s.ok()) {
+      slice_informer_.reset();
+      return absl::Status(s.code(), absl::StrCat("kubernetes node inventory: resourceslices (dra pools): ",
+                                                 s.message()));
+    }
   }
   InformerOptions io = options_.informer;
   io.path = "/api/v1/nodes";
@@ -213,33 +403,64 @@ absl::Status KubeNodeInventory::Start(InventorySink* sink) {
   absl::Status s = informer_->Start();
   if (!s.ok()) {
     informer_.reset();
+    if (slice_informer_) {
+      slice_informer_->Stop();
+      slice_informer_.reset();
+    }
     return absl::Status(s.code(), absl::StrCat("kubernetes node inventory: ", s.message()));
   }
   absl::MutexLock l(&mu_);
-  spdlog::info("kubernetes node inventory: {} shared nodes (selector \"{}\")", nodes_.size(),
-               options_.label_selector);
+  spdlog::info("kubernetes node inventory: {} shared nodes (selector \"{}\"){}", nodes_.size(),
+               options_.label_selector,
+               dra_pools_.empty() ? ""
+                                  : absl::StrCat("; DRA pools ", absl::StrJoin(dra_pools_, ","), ": ",
+                                                 dra_nodes_.size(), " nodes, ", slices_.size(),
+                                                 " ResourceSlices"));
   return absl::OkStatus();
 }
 
 void KubeNodeInventory::Stop() {
   if (informer_) informer_->Stop();
+  if (slice_informer_) slice_informer_->Stop();
 }
 
 InformerStats KubeNodeInventory::stats() const {
   return informer_ ? informer_->stats() : InformerStats{};
 }
 
-void KubeNodeInventory::OnUpsert(const nlohmann::json& object) {
-  absl::StatusOr<NodeSpec> spec = NodeSpecFromNode(object);
-  absl::MutexLock l(&mu_);
+bool KubeNodeInventory::InDraPool(const nlohmann::json& node) const {
+  if (dra_pools_.empty()) return false;
+  auto md = node.find("metadata");
+  if (md == node.end() || !md->is_object()) return false;
+  auto labels = md->find("labels");
+  if (labels == md->end() || !labels->is_object()) return false;
+  auto pool = labels->find(kPoolLabel);
+  return pool != labels->end() && pool->is_string() && dra_pools_.count(pool->get<std::string>()) > 0;
+}
+
+absl::StatusOr<NodeSpec> KubeNodeInventory::Evaluate(const std::string& name, const nlohmann::json& node,
+                                                     bool dra) {
+  if (!dra) return NodeSpecFromNode(node);
+  DraNodeDevices devices;
+  devices.gpus_from_dra = gpus_from_dra_;
+  devices.tpus_from_dra = tpus_from_dra_;
+  std::vector<const DraSlice*> mine;
+  if (auto it = slices_of_node_.find(name); it != slices_of_node_.end()) {
+    for (const std::string& key : it->second) mine.push_back(&slices_.at(key));
+  }
+  MergeDraSlices(mine, &devices);
+  std::vector<std::string> warnings;
+  absl::StatusOr<NodeSpec> spec = NodeSpecFromNode(node, devices, &warnings);
+  if (warnings.empty()) {
+    mixed_logged_.erase(name);
+  } else if (mixed_logged_.insert(name).second) {
+    for (const std::string& w : warnings) spdlog::error("kubernetes node inventory: {}", w);
+  }
+  return spec;
+}
+
+void KubeNodeInventory::Apply(const std::string& name, absl::StatusOr<NodeSpec> spec) {
   if (!spec.ok()) {
-    std::string name;
-    try {
-      name = object.at("metadata").at("name").get<std::string>();
-    } catch (const nlohmann::json::exception&) {
-      spdlog::error("kubernetes node inventory: {}", std::string(spec.status().message()));
-      return;
-    }
     if (spec.status().code() != absl::StatusCode::kNotFound) {
       spdlog::error("kubernetes node inventory: {}", std::string(spec.status().message()));
     }
@@ -253,8 +474,28 @@ void KubeNodeInventory::OnUpsert(const nlohmann::json& object) {
   nodes_[spec->name] = *std::move(spec);
 }
 
+void KubeNodeInventory::OnUpsert(const nlohmann::json& object) {
+  std::string name;
+  try {
+    name = object.at("metadata").at("name").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    spdlog::error("kubernetes node inventory: malformed Node: {}", e.what());
+    return;
+  }
+  const bool dra = InDraPool(object);
+  absl::MutexLock l(&mu_);
+  if (dra) {
+    dra_nodes_[name] = Trimmed(object);
+  } else if (dra_nodes_.erase(name) > 0) {
+    mixed_logged_.erase(name);
+  }
+  Apply(name, Evaluate(name, object, dra));
+}
+
 void KubeNodeInventory::OnDelete(const std::string& key, const nlohmann::json* last) {
   absl::MutexLock l(&mu_);
+  dra_nodes_.erase(key);
+  mixed_logged_.erase(key);
   if (nodes_.erase(key) > 0 && synced_) sink_->Remove(key);
 }
 
@@ -265,6 +506,54 @@ void KubeNodeInventory::OnSynced() {
   for (const auto& [name, spec] : nodes_) all.push_back(spec);
   sink_->ReplaceAll(all);
   synced_ = true;
+}
+
+void KubeNodeInventory::Reevaluate(const std::string& node) {
+  auto it = dra_nodes_.find(node);
+  if (it == dra_nodes_.end()) return;
+  Apply(node, Evaluate(node, it->second, true));
+}
+
+void KubeNodeInventory::PutSlice(const std::string& key, absl::StatusOr<DraSlice> slice) {
+  absl::MutexLock l(&mu_);
+  std::string old_node;
+  if (auto it = slices_.find(key); it != slices_.end()) {
+    old_node = it->second.node;
+    slices_of_node_[old_node].erase(key);
+    if (slices_of_node_[old_node].empty()) slices_of_node_.erase(old_node);
+    slices_.erase(it);
+  }
+  std::string new_node;
+  if (slice.ok() && !slice->node.empty() &&
+      std::find(options_.dra_drivers.begin(), options_.dra_drivers.end(), slice->driver) !=
+          options_.dra_drivers.end()) {
+    new_node = slice->node;
+    slices_of_node_[new_node].insert(key);
+    slices_.emplace(key, *std::move(slice));
+  }
+  if (!old_node.empty()) Reevaluate(old_node);
+  if (!new_node.empty() && new_node != old_node) Reevaluate(new_node);
+}
+
+void KubeNodeInventory::SliceHandler::OnUpsert(const nlohmann::json& object) {
+  std::string key;
+  try {
+    key = object.at("metadata").at("name").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    spdlog::error("kubernetes node inventory: malformed ResourceSlice: {}", e.what());
+    return;
+  }
+  absl::StatusOr<DraSlice> slice = DraSliceFromObject(object);
+  if (!slice.ok()) {
+    // Its devices are not known: as if it were gone.
+    spdlog::error("kubernetes node inventory: ResourceSlice {}: {}", key,
+                  std::string(slice.status().message()));
+  }
+  inventory_->PutSlice(key, std::move(slice));
+}
+
+void KubeNodeInventory::SliceHandler::OnDelete(const std::string& key, const nlohmann::json* last) {
+  inventory_->PutSlice(key, absl::NotFoundError("deleted"));
 }
 
 }  // namespace k8s

@@ -133,6 +133,122 @@ TEST(NodeSpecFromNodeTest, MalformedIsInvalidArgumentNamingTheField) {
   EXPECT_EQ(NodeSpecFromNode(n).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// DRA pools (docs/dra.md): ResourceSlices in fake_dra_driver.py's shapes
+// (testdata/make_dra_slices.py writes the fixture).
+nlohmann::json DraSlices(const std::string& which) { return Golden("dra_resource_slices.json").at(which); }
+
+std::string Uuid(const nlohmann::json& slice, int device) {
+  return slice["spec"]["devices"][device]["attributes"]["uuid"]["string"].get<std::string>();
+}
+
+TEST(DraSliceTest, WholeGpusAtTheirMinorsWithUuids) {
+  nlohmann::json obj = DraSlices("nvidia");
+  auto s = DraSliceFromObject(obj);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->driver, "gpu.nvidia.com");
+  EXPECT_EQ(s->node, "dra-gpu-1");
+  EXPECT_EQ(s->pool, "dra-gpu-1");
+  EXPECT_EQ(s->generation, 1);
+  EXPECT_EQ(s->slice_count, 1);
+  ASSERT_EQ(s->gpus.size(), 8u);
+  EXPECT_EQ(s->gpus.at(3), Uuid(obj, 3));
+  EXPECT_TRUE(s->tpus.empty());
+  // MIG and vfio siblings are not whole GPUs.
+  auto mig = DraSliceFromObject(DraSlices("nvidia_mig_vfio"));
+  ASSERT_TRUE(mig.ok()) << mig.status();
+  std::vector<uint32_t> minors;
+  for (const auto& [m, uuid] : mig->gpus) minors.push_back(m);
+  EXPECT_THAT(minors, ElementsAre(0u, 1u));
+  // The qualified attribute name is read too.
+  nlohmann::json& attrs = obj["spec"]["devices"][0]["attributes"];
+  attrs["gpu.nvidia.com/uuid"] = attrs["uuid"];
+  attrs.erase("uuid");
+  EXPECT_EQ(DraSliceFromObject(obj)->gpus.at(0), Uuid(DraSlices("nvidia"), 0));
+}
+
+TEST(DraSliceTest, TpuChipsAndMalformedSlices) {
+  auto s = DraSliceFromObject(DraSlices("tpu"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_THAT(s->tpus, ElementsAre(0u, 1u, 2u, 3u));
+  EXPECT_TRUE(s->gpus.empty());
+  nlohmann::json bad = DraSlices("tpu");
+  bad["spec"]["pool"].erase("name");
+  EXPECT_EQ(DraSliceFromObject(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = DraSlices("tpu");
+  bad["spec"]["pool"]["resourceSliceCount"] = 0;
+  EXPECT_THAT(DraSliceFromObject(bad).status().message(), HasSubstr("resourceSliceCount"));
+}
+
+TEST(DraSliceTest, HighestGenerationOfCompletePoolsOnly) {
+  DraSlice old_gen{"gpu.nvidia.com", "n", "n", 1, 1, {{0, "a"}, {1, "b"}, {2, "c"}}, {}};
+  DraSlice new_gen{"gpu.nvidia.com", "n", "n", 2, 1, {{0, "a"}}, {}};
+  DraNodeDevices d;
+  MergeDraSlices({&old_gen, &new_gen}, &d);
+  EXPECT_EQ(d.gpus, (std::map<uint32_t, std::string>{{0, "a"}}));
+  // Generation 3 announces two slices; one is there: nothing known yet.
+  DraSlice half{"gpu.nvidia.com", "n", "n", 3, 2, {{0, "x"}}, {}};
+  DraSlice tpu{"tpu.google.com", "n", "n", 1, 1, {}, {0, 1}};
+  d = DraNodeDevices{};
+  MergeDraSlices({&old_gen, &new_gen, &half, &tpu}, &d);
+  EXPECT_TRUE(d.gpus.empty());
+  EXPECT_THAT(d.tpus, ElementsAre(0u, 1u));  // another driver's pool is complete
+  DraSlice other_half{"gpu.nvidia.com", "n", "n", 3, 2, {{1, "y"}}, {}};
+  d = DraNodeDevices{};
+  MergeDraSlices({&half, &other_half}, &d);
+  EXPECT_EQ(d.gpus, (std::map<uint32_t, std::string>{{0, "x"}, {1, "y"}}));
+}
+
+TEST(NodeSpecFromNodeTest, DraGpusReplaceCapacity) {
+  nlohmann::json n = Golden("gke_a3_h100_node.json");
+  n["status"]["capacity"].erase("nvidia.com/gpu");
+  DraNodeDevices dra;
+  dra.gpus_from_dra = true;
+  EXPECT_EQ(NodeSpecFromNode(n, dra, nullptr).status().code(), absl::StatusCode::kNotFound);
+  dra.gpus = {{0, "GPU-a"}, {1, "GPU-b"}, {2, ""}};
+  std::vector<std::string> warnings;
+  auto spec = NodeSpecFromNode(n, dra, &warnings);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(warnings.empty());
+  ASSERT_EQ(spec->devices.size(), 3u);
+  EXPECT_EQ(spec->devices[1].index, 1u);
+  EXPECT_EQ(spec->devices[1].id, "GPU-b");
+  EXPECT_EQ(spec->devices[1].model, "nvidia-h100-80gb");
+  EXPECT_EQ(spec->devices[2].id, "gke-duet-shared-h100-5f2a9c1e-x7kq/gpu2");  // no uuid published
+  // Capacity beside the slices: the slices win, with a warning.
+  n["status"]["capacity"]["nvidia.com/gpu"] = "8";
+  spec = NodeSpecFromNode(n, dra, &warnings);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->devices.size(), 3u);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("nvidia.com/gpu capacity 8 beside gpu.nvidia.com"));
+  // Minors with a gap: refused (Slurm's GRES indices are 0..n-1).
+  dra.gpus.erase(1);
+  auto gap = NodeSpecFromNode(n, dra, nullptr);
+  EXPECT_EQ(gap.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(gap.status().message(), HasSubstr("GPU minors [0,2]"));
+}
+
+TEST(NodeSpecFromNodeTest, DraTpuChips) {
+  nlohmann::json n = Golden("gke_ct5lp_tpu_node.json");
+  n["status"]["capacity"].erase("google.com/tpu");
+  DraNodeDevices dra;
+  dra.tpus_from_dra = true;
+  dra.tpus = {0, 1, 2, 3};
+  auto spec = NodeSpecFromNode(n, dra, nullptr);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->devices.size(), 4u);
+  EXPECT_EQ(spec->devices[3].kind, DeviceKind::kTpu);
+  EXPECT_EQ(spec->devices[3].index, 3u);
+  EXPECT_EQ(spec->devices[3].id, "gke-duet-shared-v5e-2b7d41aa-9m3f/tpu3");
+  EXPECT_EQ(spec->devices[3].topology.tpu_host_bounds, "2x2");
+  // A GPU driver that owns nothing here leaves TPUs alone; capacity without
+  // the flag is still read.
+  n = Golden("gke_ct5lp_tpu_node.json");
+  DraNodeDevices gpus_only;
+  gpus_only.gpus_from_dra = true;
+  EXPECT_EQ(NodeSpecFromNode(n, gpus_only, nullptr)->devices.size(), 4u);
+}
+
 }  // namespace
 }  // namespace k8s
 }  // namespace duet
