@@ -361,6 +361,11 @@ class HttpsServer::Impl {
     ioc_.stop();
     for (std::thread& t : threads_) t.join();
     threads_.clear();
+    // The posted close may not have run before the stop: close here (no
+    // thread runs the io_context now), so new connections are refused at
+    // once instead of waiting in the backlog.
+    beast::error_code ec;
+    acceptor_.close(ec);
     // Blocking requests already running finish (one half done could leave
     // its work half done); their answers are not sent.
     pool_.join();
