@@ -248,10 +248,13 @@ absl::Status DeviceMap::Update(const std::vector<json>& slices, const LedgerInve
           continue;
         }
       }
-      // TPU: no uuid check. Google's driver gives every chip of a host the
-      // same uuid (newer releases derive one per chip from the node and chip
-      // names); neither says which /dev/accel<N> a chip is, so the name is
-      // the only link and a uuid comparison would refuse good hosts.
+      // TPU: no uuid check. Google's driver (kubernetes-sigs/
+      // dra-driver-google-tpu, cmd/tpu-dra-kubeletplugin, as issue 26 and
+      // tests/fakes/fake_dra_driver.py read it; not re-read here) names chips
+      // accel<N> and gives every chip of a host the same uuid (newer releases
+      // derive one per chip from the node and chip names); neither says which
+      // /dev/accel<N> a chip is, so the name is the only link and a uuid
+      // comparison with the inventory's per-chip id would refuse good hosts.
       const dra::LedgerDevice ledger_dev{node, kind, *index};
       if (!mapped.emplace(ledger_dev, dra).second) {
         refuse(node, "duplicate_device",
