@@ -7,6 +7,8 @@
 
 #include <fstream>
 #include <sstream>
+#include <atomic>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -244,6 +246,27 @@ TEST(DeviceMapTest, TheGaugeCountsNodesByReason) {
   EXPECT_THAT(text, HasSubstr("duet_dra_unmappable_nodes{reason=\"mig_devices\"} 1"));
   EXPECT_THAT(text, HasSubstr("duet_dra_unmappable_nodes{reason=\"no_slices\"} 1"));
   EXPECT_THAT(text, HasSubstr("duet_dra_unmappable_nodes{reason=\"uuid_mismatch\"} 0"));
+}
+
+TEST(DeviceMapTest, ReadersSeeOneWholeSnapshotWhileUpdatesSwap) {
+  // Two maps alternate: gpu-0 and gpu-1 both mapped, or the node refused. A
+  // reader never sees half of one.
+  auto slices = Slices("nvidia_2gpu.json");
+  const LedgerInventory good = GpuNode(slices[0], 2), bad = GpuNode(slices[0], 1);
+  DeviceMap m(kDrivers);
+  ASSERT_TRUE(m.Update(slices, good).ok());
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const size_t n = m.NodeDevices("gpu-node-1").size();
+      if (n != 0 && n != 2) torn.fetch_add(1);
+    }
+  });
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(m.Update(slices, i % 2 ? good : bad).ok());
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(torn.load(), 0);
 }
 
 }  // namespace
