@@ -24,6 +24,9 @@
 // caller (certificate subject and peer address), the pod, the node, the
 // devices and the result.
 //
+// Sockets, TLS, keep-alive and limits are the shared HTTP(S) server's
+// (k8s_adapter/http/https_server.h).
+//
 // Threads: `threads` threads run the io_context (parsing, filter,
 // prioritize); binds, which wait on Slurm, the journal and the API server,
 // run on a pool of the same size so they never hold up filter calls.
@@ -42,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "bridge/config/extender_settings.h"
 #include "k8s_adapter/extender/extender.h"
+#include "k8s_adapter/http/https_server.h"
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
 
@@ -66,12 +70,7 @@ struct ServerOptions : ExtenderSettings {
 };
 
 // One answer, before it goes on the wire (also what tests check).
-struct HttpReply {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::string allow;  // for 405
-};
+using HttpReply = http::HttpReply;
 
 // The routing and JSON layer, without sockets. Thread-safe.
 class Handler {
