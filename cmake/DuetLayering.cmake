@@ -24,7 +24,7 @@
 # and no file of theirs includes a yaml-cpp header. Kubeconfig files are
 # kube_config's, which only duet-bridge links; duet-node reads no YAML.
 #   proto          proto/
-# Everything else (bridge/server, bridge/slurm, bridge/pods, the extender,
+# Everything else (bridge/server, bridge/slurm, bridge/pods, bridge/dra, the extender,
 # k8s_adapter/reconcile, duetctl, tests, bench) is an adapter or a program:
 # unchecked.
 
