@@ -24,12 +24,12 @@
 # and no file of theirs includes a yaml-cpp header. Kubeconfig files are
 # kube_config's, which only duet-bridge links; duet-node reads no YAML.
 #   proto          proto/
-# Everything else (bridge/server, bridge/slurm, bridge/pods, the extender,
-# k8s_adapter/reconcile, k8s_adapter/http (the HTTP(S) server the extender
-# and the DRA webhook share), k8s_adapter/dra (the DRA lending mode's
-# Kubernetes side, which reaches the Lender only through
-# bridge/dra/dra_device.h), duetctl, tests, bench) is an adapter or a
-# program: unchecked.
+# Everything else (bridge/server, bridge/slurm, bridge/pods, bridge/dra (the
+# DRA lending mode's Lender), the extender, k8s_adapter/reconcile,
+# k8s_adapter/http (the HTTP(S) server the extender and the DRA webhook
+# share), k8s_adapter/dra (the lending mode's Kubernetes side, which reaches
+# the Lender only through bridge/dra/dra_device.h), duetctl, tests, bench) is
+# an adapter or a program: unchecked.
 
 set(DUET_CORE_DIRS bridge/ledger bridge/placement bridge/journal bridge/inventory
     bridge/config bridge/api)

@@ -31,6 +31,8 @@ HolderClass ClassOf(const v1::Owner& owner) {
       return HolderClass::kSlurm;
     case v1::Owner::kPod:
     case v1::Owner::kPlaceholder:
+    case v1::Owner::kClaim:
+    case v1::Owner::kLend:
       return HolderClass::kPods;
     case v1::Owner::KIND_NOT_SET:
       break;
@@ -181,6 +183,18 @@ Json OwnerJson(const v1::Owner& owner) {
       j["kind"] = "placeholder";
       j["job_id"] = owner.placeholder().job_id();
       j["pod_uid"] = owner.placeholder().pod_uid();
+      break;
+    case v1::Owner::kClaim:
+      j["kind"] = "claim";
+      j["job_id"] = owner.claim().job_id();
+      j["uid"] = owner.claim().uid();
+      j["namespace"] = owner.claim().namespace_();
+      j["name"] = owner.claim().name();
+      break;
+    case v1::Owner::kLend:
+      j["kind"] = "lend";
+      j["job_id"] = owner.lend().job_id();
+      j["node"] = owner.lend().node();
       break;
     case v1::Owner::KIND_NOT_SET:
       j["kind"] = "unknown";
@@ -355,6 +369,15 @@ std::string OwnerText(const v1::Owner& owner, const std::string& pod_name) {
           pod_name.empty() ? absl::StrCat("uid ", ShortUid(owner.placeholder().pod_uid()))
                            : pod_name,
           ")");
+    case v1::Owner::kClaim: {
+      const v1::ClaimRef& c = owner.claim();
+      const std::string who = c.name().empty()
+                                  ? absl::StrCat("uid ", ShortUid(c.uid()))
+                                  : absl::StrCat(c.namespace_(), "/", c.name());
+      return absl::StrCat("claim ", who, " (lend job ", c.job_id(), ")");
+    }
+    case v1::Owner::kLend:
+      return absl::StrCat("lent to kubernetes (lend job ", owner.lend().job_id(), ")");
     case v1::Owner::KIND_NOT_SET:
       break;
   }

@@ -39,6 +39,11 @@ std::string OwnerName(const v1::Owner& o) {
     case v1::Owner::kPlaceholder:
       return absl::StrCat("placeholder job ", o.placeholder().job_id(), " of pod uid ",
                           o.placeholder().pod_uid());
+    case v1::Owner::kClaim:
+      return absl::StrCat("resource claim ", o.claim().namespace_(), "/", o.claim().name(),
+                          " (lend job ", o.claim().job_id(), ")");
+    case v1::Owner::kLend:
+      return absl::StrCat("lend job ", o.lend().job_id(), " (devices lent to kubernetes)");
     case v1::Owner::kSlurmJob:
       return absl::StrCat("slurm job ", o.slurm_job().job_id());
     case v1::Owner::kSlurmStep:

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/reason.h"
 #include "common/status_macros.h"
 #include "proto/duet/v1/error_reason.h"
@@ -120,6 +121,19 @@ void ToProto(const Owner& owner, v1::Owner* out) {
       out->mutable_placeholder()->set_job_id(owner.job_id);
       out->mutable_placeholder()->set_pod_uid(owner.pod_uid);
       break;
+    case OwnerKind::kClaim:
+      out->mutable_claim()->set_job_id(owner.job_id);
+      out->mutable_claim()->set_uid(owner.pod_uid);
+      out->mutable_claim()->set_namespace_(owner.pod_namespace);
+      out->mutable_claim()->set_name(owner.pod_name);
+      break;
+    case OwnerKind::kLend: {
+      absl::string_view node = owner.pod_uid;
+      absl::ConsumePrefix(&node, kLendGroupPrefix);
+      out->mutable_lend()->set_job_id(owner.job_id);
+      out->mutable_lend()->set_node(std::string(node));
+      break;
+    }
   }
 }
 
@@ -133,11 +147,19 @@ absl::StatusOr<Owner> FromProto(const v1::Owner& owner) {
       return Owner::Pod(owner.pod().uid(), owner.pod().namespace_(), owner.pod().name());
     case v1::Owner::kPlaceholder:
       return Owner::Placeholder(owner.placeholder().job_id(), owner.placeholder().pod_uid());
+    case v1::Owner::kClaim:
+      return Owner::Claim(owner.claim().job_id(), owner.claim().uid(), owner.claim().namespace_(),
+                          owner.claim().name());
+    case v1::Owner::kLend:
+      if (owner.lend().node().empty()) {
+        return absl::InvalidArgumentError("owner.lend.node: must be set");
+      }
+      return Owner::Lend(owner.lend().job_id(), owner.lend().node());
     case v1::Owner::KIND_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
-      "owner: must be one of slurm_job, slurm_step, pod, placeholder");
+      "owner: must be one of slurm_job, slurm_step, pod, placeholder, claim, lend");
 }
 
 void ToProto(const Holding& holding, v1::Holding* out) { ToProto(holding, nullptr, out); }

@@ -123,6 +123,14 @@ absl::Status CheckOwnerStrings(const Owner& owner) {
       return absl::OkStatus();  // numbers only; ValidateOwner checks them
     case OwnerKind::kPlaceholder:
       return CheckUid("owner.placeholder.pod_uid", owner.pod_uid);
+    case OwnerKind::kClaim:
+    case OwnerKind::kLend:
+      // The lending mode's owners are duet-bridge's own (docs/dra.md): its
+      // admission webhook and lend jobs make and end them, never a caller.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "owner: ", owner.kind == OwnerKind::kClaim ? "claim" : "lend",
+          " owners are duet-bridge's own (the DRA lending mode); no caller may hold or release "
+          "them"));
     case OwnerKind::kPod:
       break;
   }

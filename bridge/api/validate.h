@@ -52,6 +52,8 @@ absl::Status CheckNodeNames(absl::string_view field,
 // The pod fields of a pod or placeholder owner: uid (1..kMaxUidLength bytes
 // of printable ASCII without blanks), namespace (an RFC 1123 label) and name
 // (an RFC 1123 subdomain) where set. Slurm owners carry no strings: OK.
+// Claim and lend owners are refused (INVALID_ARGUMENT): only duet-bridge
+// makes them, so Hold and Release never take one.
 absl::Status CheckOwnerStrings(const Owner& owner);
 // HoldRequest beyond its owner: the device list no longer than a node can
 // be (checked before it is converted) and the count's model printable.

@@ -121,6 +121,28 @@ absl::Status ValidateOwner(const Owner& owner) {
         return absl::InvalidArgumentError("owner: a pod owner carries no job id");
       }
       return absl::OkStatus();
+    case OwnerKind::kClaim:
+    case OwnerKind::kLend:
+      if (owner.job_id == 0) return absl::InvalidArgumentError("owner: lend job_id must be set");
+      if (owner.pod_uid.empty()) {
+        return absl::InvalidArgumentError(owner.kind == OwnerKind::kClaim
+                                              ? "owner: claim uid must be set"
+                                              : "owner: lend node must be set");
+      }
+      if (owner.pod_uid.size() > kMaxLendUidLength) {
+        return absl::InvalidArgumentError(absl::StrCat("owner: claim uid / lend group is ",
+                                                       owner.pod_uid.size(), " bytes; max ",
+                                                       kMaxLendUidLength));
+      }
+      if (owner.pod_namespace.size() > kMaxNameLength || owner.pod_name.size() > kMaxNameLength) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("owner: claim namespace/name longer than ", kMaxNameLength));
+      }
+      if (owner.kind == OwnerKind::kLend &&
+          (!owner.pod_namespace.empty() || !owner.pod_name.empty())) {
+        return absl::InvalidArgumentError("owner: a lend owner carries no namespace or name");
+      }
+      return absl::OkStatus();
   }
   return absl::InvalidArgumentError("owner: kind must be set");
 }
@@ -546,6 +568,108 @@ absl::StatusOr<ReleaseResult> Ledger::Release(const std::string& node, const Own
     Notify(c);
   }
   return result;
+}
+
+absl::StatusOr<HoldResult> Ledger::Rebind(const std::string& node, const Owner& from,
+                                          const Owner& to) {
+  DUET_RETURN_IF_ERROR(ValidateOwner(from));
+  DUET_RETURN_IF_ERROR(ValidateOwner(to));
+  if (node.empty()) return absl::InvalidArgumentError("node: must be set");
+  if (from == to) return absl::InvalidArgumentError("rebind: from and to are the same owner");
+  if (from.holder_class() != to.holder_class()) {
+    return absl::InvalidArgumentError(absl::StrCat("rebind: ", from.ToString(), " and ",
+                                                   to.ToString(), " are not one holder class"));
+  }
+
+  absl::MutexLock lock(&mu_);
+  auto it = node_ids_.find(node);
+  if (it == node_ids_.end()) return UnknownNodeError(node);
+  const uint32_t id = it->second;
+  Slot& slot = slots_[id];
+  auto h = holdings_.find(HoldingKeyRef{&from, id});
+  if (h == holdings_.end()) {
+    return absl::NotFoundError(absl::StrCat(from.ToString(), " holds nothing on node ", node));
+  }
+  if (holdings_.find(HoldingKeyRef{&to, id}) != holdings_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(to.ToString(), " already holds devices on node ", node));
+  }
+  // Replay releases, then holds: on a GONE node the release of its last
+  // holding would erase the node before the hold.
+  if (slot.view->spec.state == NodeState::kGone) {
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat("node ", node, " is leaving the inventory")),
+        v1::reason::kNodeGone, {{"node", node}});
+  }
+  const Owner* from_key = h->first.owner.get();
+  // `to` must fit where `from` was (it does unless groups already overlap).
+  for (const HeldDevice& hd : h->second.holding.devices) {
+    DeviceState without = *FindDevice(*slot.view, hd.kind, hd.index);
+    without.uses.erase(std::remove_if(without.uses.begin(), without.uses.end(),
+                                      [from_key](const DeviceUse& u) {
+                                        return u.owner.get() == from_key;
+                                      }),
+                       without.uses.end());
+    if (const Owner* b = Blocker(without, to, hd.milli, nullptr)) {
+      return WithReason(absl::ResourceExhaustedError(
+                            absl::StrCat(DeviceName(node, hd.kind, hd.index), " is held by ",
+                                         b->ToString())),
+                        HeldByReason(*b), {{"node", node}});
+    }
+  }
+
+  // The release, as Release does it (the node is not GONE: never erased).
+  NodeView* view = MutableView(slot);
+  for (const HeldDevice& hd : h->second.holding.devices) {
+    DeviceState* d = FindDevice(view, hd.kind, hd.index);
+    d->uses.erase(std::remove_if(d->uses.begin(), d->uses.end(),
+                                 [from_key](const DeviceUse& u) { return u.owner.get() == from_key; }),
+                  d->uses.end());
+    d->used_milli = GroupedUse(d->uses);
+  }
+  ++view->generation;
+  Holding released = std::move(h->second.holding);
+  holdings_.erase(h);
+  const uint64_t release_seq = ++seq_;
+  if (!listeners_.empty()) {
+    // Listeners may keep the view: the hold below then copies the node.
+    std::shared_ptr<const NodeView> after_release = slot.view;
+    Change c{Change::Type::kRelease};
+    c.seq = release_seq;
+    c.node = &released.node;
+    c.holding = &released;
+    c.view = &after_release;
+    Notify(c);
+  }
+
+  // The hold of the same devices for `to`.
+  auto owner = std::make_shared<const Owner>(to);
+  view = MutableView(slot);
+  for (const HeldDevice& hd : released.devices) {
+    DeviceState* d = FindDevice(view, hd.kind, hd.index);
+    d->uses.push_back(DeviceUse{owner, hd.milli});
+    d->used_milli = GroupedUse(d->uses);
+  }
+  ++view->generation;
+  HoldingEntry entry;
+  entry.holding.owner = to;
+  entry.holding.node = node;
+  entry.holding.devices = released.devices;
+  entry.holding.granted_at = options_.clock->Now();
+  entry.holding.generation = view->generation;
+  auto inserted = holdings_.emplace(HoldingKey{owner, id}, std::move(entry)).first;
+  const uint64_t seq = ++seq_;
+  const Holding& held = inserted->second.holding;
+  if (!listeners_.empty()) {
+    Change c{Change::Type::kHold};
+    c.seq = seq;
+    c.node = &held.node;
+    c.holding = &held;
+    std::shared_ptr<const NodeView> v = slot.view;
+    c.view = &v;
+    Notify(c);
+  }
+  return HoldResult{held, true, seq};
 }
 
 std::shared_ptr<const NodeView> Ledger::GetNode(const std::string& name) const {

@@ -141,6 +141,20 @@ class Ledger {
   absl::StatusOr<ReleaseResult> Release(const std::string& node, const Owner& owner)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Moves `from`'s whole holding on `node` to `to` in one step (the DRA
+  // lending mode: a lend job's device becomes a claim's and back). Under the
+  // one lock it releases `from` and holds the same devices for `to`, and tells
+  // listeners a kRelease(from) then a kHold(to) (two seqs, two generations),
+  // so a log records two records and replay reproduces it; no Hold can take
+  // the devices in between. Returns `to`'s holding and the kHold's seq.
+  // Errors: INVALID_ARGUMENT (bad owner, `from` == `to`, holder classes
+  // differ), NOT_FOUND (unknown node, or `from` holds nothing there),
+  // FAILED_PRECONDITION (`to` already holds on the node; or the node is
+  // leaving the inventory), RESOURCE_EXHAUSTED (another group's share leaves
+  // `to` no room: only when groups already overlap). Changes nothing on error.
+  absl::StatusOr<HoldResult> Rebind(const std::string& node, const Owner& from, const Owner& to)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Reads. Null / empty when unknown.
   std::shared_ptr<const NodeView> GetNode(const std::string& name) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -229,6 +243,8 @@ absl::Status ValidateNodeSpec(const NodeSpec& spec);
 // Bounds on input sizes (the gRPC layer also enforces message size limits).
 inline constexpr size_t kMaxNameLength = 253;   // a DNS subdomain, like a Node name
 inline constexpr size_t kMaxUidLength = 128;
+// A lend owner's group is "lend:" + a node name.
+inline constexpr size_t kMaxLendUidLength = 5 + kMaxNameLength;
 inline constexpr size_t kMaxDevicesPerNode = 1024;
 
 }  // namespace duet

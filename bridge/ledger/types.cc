@@ -2,6 +2,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/enum_name.h"
 
@@ -88,6 +89,24 @@ Owner Owner::Placeholder(uint32_t job_id, std::string pod_uid) {
   return o;
 }
 
+Owner Owner::Claim(uint32_t job_id, std::string claim_uid, std::string ns, std::string name) {
+  Owner o;
+  o.kind = OwnerKind::kClaim;
+  o.job_id = job_id;
+  o.pod_uid = std::move(claim_uid);
+  o.pod_namespace = std::move(ns);
+  o.pod_name = std::move(name);
+  return o;
+}
+
+Owner Owner::Lend(uint32_t job_id, const std::string& node) {
+  Owner o;
+  o.kind = OwnerKind::kLend;
+  o.job_id = job_id;
+  o.pod_uid = absl::StrCat(kLendGroupPrefix, node);
+  return o;
+}
+
 bool Owner::SameGroup(const Owner& o) const {
   if (holder_class() != o.holder_class()) return false;
   if (holder_class() == HolderClass::kSlurm) return job_id == o.job_id;
@@ -120,6 +139,15 @@ std::string Owner::ToString() const {
       return absl::StrCat("pod ", pod_namespace, "/", pod_name, " (uid ", pod_uid, ")");
     case OwnerKind::kPlaceholder:
       return absl::StrCat("slurm placeholder job ", job_id, " for pod uid ", pod_uid);
+    case OwnerKind::kClaim:
+      if (pod_name.empty()) return absl::StrCat("claim uid ", pod_uid, " on lend job ", job_id);
+      return absl::StrCat("claim ", pod_namespace, "/", pod_name, " (uid ", pod_uid,
+                          ") on lend job ", job_id);
+    case OwnerKind::kLend: {
+      absl::string_view node = pod_uid;
+      absl::ConsumePrefix(&node, kLendGroupPrefix);
+      return absl::StrCat("lend job ", job_id, " on node ", node);
+    }
   }
   return "unknown owner";
 }

@@ -71,10 +71,22 @@ struct NodeSpec {
   NodeState state = NodeState::kReady;
 };
 
+// The pod_uid of every Owner::Lend on a node: "lend:NODE".
+inline constexpr char kLendGroupPrefix[] = "lend:";
+
 // Slurm-side or Kubernetes-side: the holder classes operators see.
 enum class HolderClass : uint8_t { kSlurm, kPod };
 
-enum class OwnerKind : uint8_t { kSlurmJob = 1, kSlurmStep = 2, kPod = 3, kPlaceholder = 4 };
+// kClaim and kLend are the DRA lending mode's (docs/dra.md): only the bridge
+// itself makes them, never a gRPC caller.
+enum class OwnerKind : uint8_t {
+  kSlurmJob = 1,
+  kSlurmStep = 2,
+  kPod = 3,
+  kPlaceholder = 4,
+  kClaim = 5,
+  kLend = 6,
+};
 
 // Who holds devices. Identity is (kind, job_id, step_id, pod_uid); a pod's
 // namespace and name are carried for messages only.
@@ -82,6 +94,12 @@ enum class OwnerKind : uint8_t { kSlurmJob = 1, kSlurmStep = 2, kPod = 3, kPlace
 // Owners nest in groups: a Slurm job and its steps form one group (a step
 // holds what its job holds); a pod and its placeholder form another. Devices
 // are exclusive between groups, shared within one.
+//
+// The lending mode's owners are pod-side: Lend{job J, node} is a lend job's
+// device lent to Kubernetes (pod_uid "lend:NODE", so every lend owner of a
+// node is one group); Claim{job J, claim uid} is a ResourceClaim that was
+// allocated a device lent by job J (pod_uid the claim's uid: one group per
+// claim, whatever lend jobs its devices came from).
 struct Owner {
   OwnerKind kind = OwnerKind::kSlurmJob;
   uint32_t job_id = 0;
@@ -94,6 +112,9 @@ struct Owner {
   static Owner SlurmStep(uint32_t job_id, uint32_t step_id);
   static Owner Pod(std::string uid, std::string ns = "", std::string name = "");
   static Owner Placeholder(uint32_t job_id, std::string pod_uid);
+  static Owner Claim(uint32_t job_id, std::string claim_uid, std::string ns = "",
+                     std::string name = "");
+  static Owner Lend(uint32_t job_id, const std::string& node);
 
   HolderClass holder_class() const {
     return kind == OwnerKind::kSlurmJob || kind == OwnerKind::kSlurmStep ? HolderClass::kSlurm

@@ -18,7 +18,7 @@ namespace {
 
 const char* OwnerKindLabel(const Owner& o) {
   static constexpr const char* kNames[] = {nullptr, "slurm_job", "slurm_step", "pod",
-                                           "placeholder"};
+                                           "placeholder", "claim", "lend"};
   return EnumName(o.kind, kNames);
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace duet {
@@ -27,6 +28,21 @@ std::optional<PlaceholderPod> ParsePlaceholderComment(const std::string& comment
 std::string PlaceholderComment(const Owner& pod) {
   return absl::StrCat(kPlaceholderCommentPrefix, "uid=", pod.pod_uid, " ns=", pod.pod_namespace,
                       " name=", pod.pod_name);
+}
+
+std::optional<std::string> ParseLendComment(const std::string& comment) {
+  if (!absl::StartsWith(comment, kLendCommentPrefix)) return std::nullopt;
+  std::string node;
+  for (absl::string_view kv : absl::StrSplit(comment, ' ', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (p.first == "node") node = p.second;
+  }
+  if (node.empty()) return std::nullopt;
+  return node;
+}
+
+std::string LendComment(const std::string& node) {
+  return absl::StrCat(kLendCommentPrefix, "node=", node);
 }
 
 Placeholders::Placeholders(Ledger* ledger, SlurmClient* slurm, PlaceholderJobOptions job_options)
@@ -93,6 +109,55 @@ absl::Status Placeholders::Cancel(const std::string& node, const std::string& po
     if (!r.ok()) return r.status();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Holding> Placeholders::CreateLend(const std::string& node, DeviceKind kind,
+                                                 uint32_t count) {
+  if (count == 0) return absl::InvalidArgumentError("lend: no devices asked");
+  auto view = ledger_->GetNode(node);
+  if (!view) return absl::NotFoundError(absl::StrCat("node ", node, " is not in the ledger"));
+  if (view->spec.state != NodeState::kReady) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node not usable: ", node, " is ", NodeStateName(view->spec.state), " in the ledger"));
+  }
+  SlurmAllocRequest req = Request(node);
+  req.job_name = absl::StrCat(kLendJobPrefix, node);
+  req.comment = LendComment(node);
+  (kind == DeviceKind::kGpu ? req.gpus : req.tpus) = count;
+  req.cpus = 1;
+  req.memory_mib = 1;  // the least Slurm allocates; 0 would be the partition default
+  auto alloc = slurm_->AllocatePlaceholder(req);
+  if (!alloc.ok()) return alloc.status();
+
+  HoldRequest hold;
+  hold.node = node;
+  hold.owner = Owner::Lend(alloc->job_id, node);
+  for (uint32_t g : alloc->devices.gpus) hold.devices.push_back({DeviceKind::kGpu, g, kWholeDevice});
+  for (uint32_t t : alloc->devices.tpus) hold.devices.push_back({DeviceKind::kTpu, t, kWholeDevice});
+  absl::StatusOr<HoldResult> held =
+      hold.devices.empty() ? absl::InternalError("Slurm gave the lend job no devices")
+                           : ledger_->Hold(hold);
+  if (!held.ok()) {
+    absl::Status k = slurm_->KillJob(alloc->job_id);
+    spdlog::warn("lend job {} on {}: ledger refused Slurm's devices ({}); cancel: {}",
+                 alloc->job_id, node, held.status().ToString(), k.ToString());
+    return absl::Status(held.status().code(),
+                        absl::StrCat("lend on ", node, ": ", held.status().message()));
+  }
+  return held->holding;
+}
+
+absl::Status Placeholders::CancelLend(const std::string& node, uint32_t job_id) {
+  // A claim holds what the job lent: cancelling would hand Slurm a device
+  // Kubernetes uses.
+  for (const Holding& h : ledger_->ListHoldings(node)) {
+    if (h.owner.kind == OwnerKind::kClaim && h.owner.job_id == job_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "lend job ", job_id, " on ", node, ": its devices are allocated to ", h.owner.ToString()));
+    }
+  }
+  DUET_RETURN_IF_ERROR(slurm_->KillJob(job_id));
+  return ledger_->Release(node, Owner::Lend(job_id, node)).status();
 }
 
 namespace {

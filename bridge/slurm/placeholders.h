@@ -9,6 +9,10 @@
 // ("duet-pod:NS/NAME") and comment ("duet-pod uid=UID ns=NS name=NAME")
 // carry the pod so the link survives any restart (SlurmSync re-reads it).
 //
+// Lend jobs (the DRA lending mode, docs/dra.md): CreateLend() asks Slurm the
+// same way for devices to lend to Kubernetes, job name "duet-lend:NODE",
+// comment "duet-lend node=NODE", and records Owner::Lend{job_id, node}.
+//
 // Thread-safety: thread-safe (Ledger and SlurmClient are; no own state).
 
 #include <cstdint>
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bridge/dra/lend_maker.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/pods/pod_holds.h"
 #include "bridge/slurm/slurm_client.h"
@@ -36,6 +41,13 @@ struct PlaceholderPod {
 std::optional<PlaceholderPod> ParsePlaceholderComment(const std::string& comment);
 std::string PlaceholderComment(const Owner& pod);
 
+inline constexpr char kLendJobPrefix[] = "duet-lend:";
+inline constexpr char kLendCommentPrefix[] = "duet-lend ";
+// The node a lend job lends on, from its comment ("duet-lend node=NODE");
+// nullopt when the job is not a lend job.
+std::optional<std::string> ParseLendComment(const std::string& comment);
+std::string LendComment(const std::string& node);
+
 // The Slurm side of pods::PodHolds (the core holds a pod's devices through
 // this interface and never depends on Slurm).
 // Where placeholder jobs go in Slurm (slurm.placeholder_partition,
@@ -45,7 +57,7 @@ struct PlaceholderJobOptions {
   std::string qos;
 };
 
-class Placeholders final : public pods::PlaceholderMaker {
+class Placeholders final : public pods::PlaceholderMaker, public dra::LendMaker {
  public:
   // Neither is owned; both must outlive this object.
   Placeholders(Ledger* ledger, SlurmClient* slurm, PlaceholderJobOptions job_options = {});
@@ -62,6 +74,18 @@ class Placeholders final : public pods::PlaceholderMaker {
   // the ledger. OK when there is none. UNAVAILABLE when Slurm cannot be
   // reached: the ledger then keeps the holding (nothing released on a guess).
   absl::Status Cancel(const std::string& node, const std::string& pod_uid) override;
+
+  // A lend job: `count` devices of `kind` on `node` (1 CPU, the least
+  // memory, the placeholder partition/QOS), recorded as Owner::Lend. Errors as
+  // Create's; INVALID_ARGUMENT for count 0. The caller asks one GPU per job
+  // (a reclaim then cancels one device) and a TPU host's chips in one job.
+  absl::StatusOr<Holding> CreateLend(const std::string& node, DeviceKind kind,
+                                     uint32_t count) override;
+  // Cancels lend job `job_id` in Slurm (OK if it already ended), then
+  // releases its Lend holding on `node` (OK when the ledger has none).
+  // UNAVAILABLE keeps the holding; FAILED_PRECONDITION, and nothing done,
+  // while a claim holds the job's devices.
+  absl::Status CancelLend(const std::string& node, uint32_t job_id) override;
 
   // Re-creates the Slurm side of a placeholder whose Slurm job is gone
   // (scancel, node down, slurmctld lost it) while its pod still runs, for

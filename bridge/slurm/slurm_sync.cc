@@ -632,6 +632,8 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
     if (!job.live()) continue;
     if (std::optional<PlaceholderPod> pod = ParsePlaceholderComment(job.comment)) {
       placeholders_seen_[job.job_id] = {*pod, job.cpus, job.memory_mib};
+    } else if (ParseLendComment(job.comment)) {
+      // A lend job is duet's, not a user's job.
     } else if (options_.on_live_job) {
       options_.on_live_job(job);
     }
@@ -645,14 +647,32 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
   // ended by then (Slurm never gives a device to two running jobs).
   std::map<std::string, std::vector<Holding>> in_grace;  // by node
   std::set<std::string> placeholder_pods;  // pods holding a placeholder
+  // (lend job, node) pairs whose devices a claim now holds (DRA lending).
+  std::set<std::pair<uint32_t, std::string>> claimed;
+  uint64_t claims_without_lend_job = 0;
   for (const Holding& h : ledger_->ListHoldings()) {
     if (h.owner.kind == OwnerKind::kPlaceholder) placeholder_pods.insert(h.owner.pod_uid);
+    if (h.owner.kind == OwnerKind::kClaim) {
+      claimed.emplace(h.owner.job_id, h.node);
+      // Kubernetes still uses the device: kept, never repaired here.
+      if (!live.contains(h.owner.job_id)) {
+        ++claims_without_lend_job;
+        if (!claims_reported_.contains(h.owner)) {
+          spdlog::warn("slurm sync: {} on {}: its lend job {} no longer runs in Slurm; the claim "
+                       "keeps the device until it is deallocated",
+                       h.owner.ToString(), h.node, h.owner.job_id);
+        }
+      }
+      continue;
+    }
     const bool slurm_side = h.owner.kind == OwnerKind::kSlurmJob ||
                             h.owner.kind == OwnerKind::kSlurmStep ||
-                            h.owner.kind == OwnerKind::kPlaceholder;
+                            h.owner.kind == OwnerKind::kPlaceholder ||
+                            h.owner.kind == OwnerKind::kLend;
     if (!slurm_side || live.contains(h.owner.job_id)) continue;
     if (!ended.contains(h.owner.job_id) && h.granted_at > listed_at - options_.release_grace) {
-      if (h.owner.kind != OwnerKind::kPlaceholder && h.granted_at <= listed_at) {
+      if (h.owner.kind != OwnerKind::kPlaceholder && h.owner.kind != OwnerKind::kLend &&
+          h.granted_at <= listed_at) {
         in_grace[h.node].push_back(h);
       }
       continue;
@@ -668,6 +688,17 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
       spdlog::info("slurm sync: released {} on {}: job {} no longer runs", h.owner.ToString(),
                    h.node, h.owner.job_id);
     }
+  }
+  {
+    absl::flat_hash_set<Owner> reported;
+    for (const Holding& h : ledger_->ListHoldings()) {
+      if (h.owner.kind == OwnerKind::kClaim && !live.contains(h.owner.job_id)) {
+        reported.insert(h.owner);
+      }
+    }
+    claims_reported_.swap(reported);
+    absl::MutexLock lock(&stats_mu_);
+    stats_.claims_without_lend_job = claims_without_lend_job;
   }
   if (options_.evictions != nullptr) options_.evictions->Retain(placeholder_pods);
   // Then record every live job (placeholders as such) the ledger lacks.
@@ -688,13 +719,17 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
       }
       continue;
     }
+    const bool lend = !pod && ParseLendComment(job.comment).has_value();
     for (const SlurmJobNodeDevices& d : job.devices) {
       if (!ledger_nodes.contains(d.node)) continue;
       std::vector<HeldDevice> devices = ToHeld(d);
       if (devices.empty()) continue;
-      const Owner owner = pod ? Owner::Placeholder(job.job_id, pod->uid)
-                              : Owner::SlurmJob(job.job_id);
+      const Owner owner = pod    ? Owner::Placeholder(job.job_id, pod->uid)
+                          : lend ? Owner::Lend(job.job_id, d.node)
+                                 : Owner::SlurmJob(job.job_id);
       if (ledger_->FindHolding(d.node, owner)) continue;
+      // A lend job whose devices a claim holds is present, not lost.
+      if (lend && claimed.count({job.job_id, d.node})) continue;
       HoldRequest req;
       req.node = d.node;
       req.owner = owner;

@@ -30,6 +30,12 @@
 //     the node is usable in Slurm; the loss and its outcome are reported once
 //     per placeholder (`on_placeholder_lost`, stats). Live placeholders whose
 //     pod is gone are cancelled and released.
+//     Lend jobs (comment "duet-lend node=NODE", the DRA lending mode) are
+//     recorded as Lend owners, never as Slurm jobs; one whose devices a claim
+//     holds (Claim{job}) is present. A Lend holding whose job is gone is
+//     released like a job's; a Claim holding whose lend job is gone is kept
+//     (Kubernetes still uses the device), logged once and counted
+//     (stats.claims_without_lend_job); the lend job is never re-made here.
 //     With node_mode kAdopt (slurm.nodes: adopt) a slurmd registers its own
 //     dynamic node (`slurmd -Z --conf-server ...`, as Slinky's NodeSet pods
 //     do) and duet never creates, deletes or recreates a Slurm node: each
@@ -58,6 +64,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -232,6 +239,10 @@ struct SlurmSyncStats {
   uint64_t nodes_unmapped = 0;
   uint64_t nodes_gres_mismatch = 0;
   uint64_t gres_mismatch_drains = 0;
+  // DRA lending (docs/dra.md), as of the last pass (gauge): claim holdings
+  // whose lend job no longer runs in Slurm. Kept (Kubernetes uses the
+  // device) until the claim is deallocated; duet_dra_claims_without_lend_job.
+  uint64_t claims_without_lend_job = 0;
   // Lost placeholders (their Slurm job vanished while the pod runs), by the
   // outcome of the first pass that saw each; repairs done (also of fenced
   // ones later); lost placeholders not repaired yet (now).
@@ -346,6 +357,8 @@ class SlurmSync {
     uint64_t memory_mib = 0;
   };
   std::map<uint32_t, PlaceholderSeen> placeholders_seen_ ABSL_GUARDED_BY(run_mu_);
+  // Claim holdings whose lend job was gone at the last pass (each logged once).
+  absl::flat_hash_set<Owner> claims_reported_ ABSL_GUARDED_BY(run_mu_);
   // Lost placeholders reported and not repaired yet, by (node, job id).
   std::set<std::pair<std::string, uint32_t>> fenced_ ABSL_GUARDED_BY(run_mu_);
   // Repair attempts of lost placeholders, by (node, job id): failures so

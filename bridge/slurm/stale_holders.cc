@@ -18,6 +18,13 @@ bool Overlaps(const Holding& h, const std::vector<HeldDevice>& devices) {
 
 }  // namespace
 
+namespace {
+// Pods and claims are Kubernetes' to end, whatever Slurm says of a job.
+bool NotSlurms(const Owner& o) {
+  return o.kind == OwnerKind::kPod || o.kind == OwnerKind::kClaim;
+}
+}  // namespace
+
 StaleHolders::StaleHolders(Ledger* ledger, SlurmClient* slurm, PodLivenessFn pod_liveness)
     : ledger_(ledger), slurm_(slurm), pod_liveness_(std::move(pod_liveness)) {}
 
@@ -27,7 +34,7 @@ absl::StatusOr<int> StaleHolders::ReleaseEnded(const std::string& node, const Ow
   // Slurm job ids whose holdings block the request, asked of slurmctld once each.
   std::set<uint32_t> blocking;
   for (const Holding& h : holdings) {
-    if (h.owner.kind == OwnerKind::kPod || h.owner.SameGroup(requester)) continue;
+    if (NotSlurms(h.owner) || h.owner.SameGroup(requester)) continue;
     if (!Overlaps(h, devices)) continue;
     blocking.insert(h.owner.job_id);
   }
@@ -40,7 +47,7 @@ absl::StatusOr<int> StaleHolders::ReleaseEnded(const std::string& node, const Ow
     if (runs) continue;  // a live holder: the refusal stands
     const char* why = job->has_value() ? SlurmJobStateName((*job)->state) : "gone from Slurm";
     for (const Holding& h : holdings) {
-      if (h.owner.kind == OwnerKind::kPod || h.owner.job_id != job_id ||
+      if (NotSlurms(h.owner) || h.owner.job_id != job_id ||
           h.owner.SameGroup(requester))
         continue;
       if (h.owner.kind == OwnerKind::kPlaceholder) {

@@ -16,6 +16,9 @@
 //  - a holder whose Slurm job is still running or suspended (a real conflict:
 //    the refusal stands);
 //  - a pod (OwnerKind::kPod): pods are not Slurm's to judge;
+//  - a claim (OwnerKind::kClaim, the DRA lending mode), even when its lend
+//    job has ended: Kubernetes uses the device until the claim is
+//    deallocated;
 //  - a placeholder whose pod is still live or unknown, even when its Slurm job
 //    has ended (an admin's scancel, a node that went down): the pod still
 //    uses the devices, so the SPANK fence keeps refusing them (SlurmSync

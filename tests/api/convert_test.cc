@@ -8,7 +8,8 @@ namespace {
 
 TEST(ConvertTest, OwnersRoundTrip) {
   for (const Owner& o : {Owner::SlurmJob(4), Owner::SlurmStep(4, 0xfffffffb),
-                         Owner::Pod("uid-1", "ns", "name"), Owner::Placeholder(9, "uid-1")}) {
+                         Owner::Pod("uid-1", "ns", "name"), Owner::Placeholder(9, "uid-1"),
+                         Owner::Claim(9, "claim-uid", "ns", "c"), Owner::Lend(9, "node-a")}) {
     v1::Owner p;
     ToProto(o, &p);
     auto back = FromProto(p);
@@ -17,6 +18,11 @@ TEST(ConvertTest, OwnersRoundTrip) {
     EXPECT_EQ(back->pod_name, o.pod_name);
   }
   EXPECT_EQ(FromProto(v1::Owner()).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::Owner lend;
+  ToProto(Owner::Lend(9, "node-a"), &lend);
+  EXPECT_EQ(lend.lend().node(), "node-a");  // the node, not the group's "lend:" uid
+  lend.mutable_lend()->clear_node();
+  EXPECT_EQ(FromProto(lend).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ConvertTest, NodeSpecRoundTrip) {

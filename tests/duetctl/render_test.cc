@@ -229,6 +229,17 @@ TEST(OwnerText, EveryOwnerKind) {
   EXPECT_EQ(OwnerText(Pod("1234567890", "", "")), "pod uid 12345678\u2026");
   EXPECT_EQ(OwnerText(Placeholder(7, "abc")), "placeholder job 7 (pod uid abc)");
   EXPECT_EQ(OwnerText(Placeholder(7, "abc"), "ns/web"), "placeholder job 7 (pod ns/web)");
+  v1::Owner claim;
+  claim.mutable_claim()->set_job_id(9);
+  claim.mutable_claim()->set_uid("1234567890");
+  EXPECT_EQ(OwnerText(claim), "claim uid 12345678\u2026 (lend job 9)");
+  claim.mutable_claim()->set_namespace_("ns");
+  claim.mutable_claim()->set_name("c");
+  EXPECT_EQ(OwnerText(claim), "claim ns/c (lend job 9)");
+  v1::Owner lend;
+  lend.mutable_lend()->set_job_id(9);
+  lend.mutable_lend()->set_node("gke-a");
+  EXPECT_EQ(OwnerText(lend), "lent to kubernetes (lend job 9)");
   EXPECT_EQ(OwnerText(v1::Owner()), "unknown owner");
 }
 

@@ -87,7 +87,19 @@ absl::Status FakeSlurmClient::KillJob(uint32_t job_id) {
 absl::StatusOr<std::vector<SlurmJobInfo>> FakeSlurmClient::ListJobs() {
   absl::MutexLock l(&mu_);
   ++calls_;
-  return std::vector<SlurmJobInfo>();
+  std::vector<SlurmJobInfo> out;
+  for (const auto& [id, job] : listed_jobs_) out.push_back(job);
+  return out;
+}
+
+void FakeSlurmClient::add_job(SlurmJobInfo job) {
+  absl::MutexLock l(&mu_);
+  listed_jobs_[job.job_id] = std::move(job);
+}
+
+void FakeSlurmClient::remove_job(uint32_t job_id) {
+  absl::MutexLock l(&mu_);
+  listed_jobs_.erase(job_id);
 }
 
 absl::StatusOr<std::optional<SlurmJobInfo>> FakeSlurmClient::GetJob(uint32_t) {

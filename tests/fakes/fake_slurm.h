@@ -15,8 +15,8 @@
 //   records       what was asked (allocation requests, kills) and how many
 //                 calls other than Ping were made.
 //
-// Node and job tables are empty unless add_node() lists a node: ListNodes,
-// GetNode, ListJobs and GetJob answer "none"; CreateNode, UpdateNode and
+// Node and job tables are empty unless add_node() lists a node and add_job()
+// a job: ListNodes, GetNode and ListJobs answer those, GetJob "none"; CreateNode, UpdateNode and
 // DeleteNode succeed (and change nothing).
 //
 // Thread-safety: thread-safe; `mu_` guards everything.
@@ -63,6 +63,10 @@ class FakeSlurmClient final : public SlurmClient {
   void set_ping(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   // ListNodes and GetNode answer `node` from now on.
   void add_node(SlurmNodeInfo node) ABSL_LOCKS_EXCLUDED(mu_);
+  // ListJobs lists `job` from now on (replacing one of the same id); jobs
+  // allocated here are not listed unless added.
+  void add_job(SlurmJobInfo job) ABSL_LOCKS_EXCLUDED(mu_);
+  void remove_job(uint32_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // The next allocation gets job id `id` (a slurmctld that lost jobs in a
   // crash numbers on from its saved state, reusing their ids).
   void set_next_job_id(uint32_t id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -85,6 +89,7 @@ class FakeSlurmClient final : public SlurmClient {
   std::map<std::string, std::set<uint32_t>> used_ ABSL_GUARDED_BY(mu_);  // by node
   std::map<uint32_t, SlurmJobNodeDevices> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, SlurmNodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, SlurmJobInfo> listed_jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<SlurmAllocRequest> asked_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> killed_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;

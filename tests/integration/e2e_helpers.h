@@ -111,6 +111,16 @@ inline LedgerHolding ToLedgerHolding(const v1::Holding& h) {
       l.pod = h.owner().pod().namespace_() + "/" + h.owner().pod().name();
       l.pod_uid = h.owner().pod().uid();
       break;
+    case v1::Owner::kClaim:
+      l.kind = "claim";
+      l.job_id = h.owner().claim().job_id();
+      l.pod = h.owner().claim().namespace_() + "/" + h.owner().claim().name();
+      l.pod_uid = h.owner().claim().uid();
+      break;
+    case v1::Owner::kLend:
+      l.kind = "lend";
+      l.job_id = h.owner().lend().job_id();
+      break;
     case v1::Owner::KIND_NOT_SET:
       break;
   }

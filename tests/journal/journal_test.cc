@@ -269,6 +269,42 @@ TEST(JournalTest, RoundTripAcrossReopenIsExact) {
   EXPECT_EQ(journal->stats().recovered_records, seq_before);
 }
 
+// Ledger::Rebind (the DRA lending mode) is a release and a hold in the log:
+// replay reproduces the claim's holding, the lend owner's absence and the
+// generations.
+TEST(JournalTest, RebindReplaysAsAReleaseThenAHold) {
+  TempDir dir;
+  std::vector<std::string> before;
+  uint64_t seq_before = 0;
+  {
+    Ledger ledger;
+    auto journal = MustOpen(Opts(dir.path()), &ledger);
+    ASSERT_NE(journal, nullptr);
+    AddNodes(&ledger, 1);
+    HoldRequest lend;
+    lend.node = "node-0";
+    lend.owner = Owner::Lend(11, "node-0");
+    lend.devices = {HeldDevice{DeviceKind::kGpu, 3, 0}};
+    ASSERT_TRUE(ledger.Hold(lend).ok());
+    ASSERT_TRUE(ledger.Hold(HoldCount("node-0", Owner::Lend(12, "node-0"), 1)).ok());
+    const Owner claim = Owner::Claim(11, "claim-uid", "ns", "c");
+    ASSERT_TRUE(ledger.Rebind("node-0", Owner::Lend(11, "node-0"), claim).ok());
+    ASSERT_TRUE(journal->Flush().ok());
+    EXPECT_EQ(journal->stats().durable_seq, ledger.seq());
+    before = Dump(ledger, /*with_generation=*/true);
+    seq_before = ledger.seq();
+  }
+  Ledger ledger;
+  auto journal = MustOpen(Opts(dir.path()), &ledger);
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(Dump(ledger, true), before);
+  EXPECT_EQ(ledger.seq(), seq_before);
+  EXPECT_TRUE(ledger.FindHolding("node-0", Owner::Claim(11, "claim-uid")).has_value());
+  EXPECT_FALSE(ledger.FindHolding("node-0", Owner::Lend(11, "node-0")).has_value());
+  EXPECT_TRUE(ledger.FindHolding("node-0", Owner::Lend(12, "node-0")).has_value());
+  EXPECT_TRUE(ledger.CheckInvariants().ok());
+}
+
 TEST(JournalTest, TornLastRecordIsDroppedAndLogged) {
   TempDir dir;
   {

@@ -1,6 +1,8 @@
 #include "bridge/ledger/ledger.h"
 
+#include <atomic>
 #include <thread>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -363,6 +365,141 @@ TEST_F(LedgerTest, StoredDevicesCarryTheirInternedModelId) {
   const uint64_t gen = ledger_.GetNode("c")->generation;
   ASSERT_TRUE(ledger_.UpsertNode(GpuNode("c", 2, "a100-interned")).ok());
   EXPECT_EQ(ledger_.GetNode("c")->generation, gen);
+}
+
+// ---------------------------------------------------------------------------
+// The DRA lending mode's owners and Rebind.
+
+TEST(OwnerTest, LendAndClaimOwnersFormTheirGroups) {
+  const Owner lend1 = Owner::Lend(7, "a");
+  const Owner lend2 = Owner::Lend(8, "a");
+  const Owner lend_b = Owner::Lend(7, "b");
+  EXPECT_EQ(lend1.holder_class(), HolderClass::kPod);
+  EXPECT_EQ(lend1.pod_uid, "lend:a");
+  EXPECT_TRUE(lend1.SameGroup(lend2));    // every lend owner of a node
+  EXPECT_FALSE(lend1.SameGroup(lend_b));  // not another node's
+  const Owner c1 = Owner::Claim(7, "uid-1", "ns", "c");
+  const Owner c2 = Owner::Claim(8, "uid-1");
+  EXPECT_EQ(c1.holder_class(), HolderClass::kPod);
+  EXPECT_TRUE(c1.SameGroup(c2));  // one claim, devices of two lend jobs
+  EXPECT_FALSE(c1.SameGroup(lend1));
+  EXPECT_FALSE(c1.SameGroup(Owner::Claim(7, "uid-2")));
+  EXPECT_EQ(c1.ToString(), "claim ns/c (uid uid-1) on lend job 7");
+  EXPECT_EQ(c2.ToString(), "claim uid uid-1 on lend job 8");
+  EXPECT_EQ(lend1.ToString(), "lend job 7 on node a");
+  EXPECT_TRUE(ValidateOwner(lend1).ok());
+  EXPECT_TRUE(ValidateOwner(c1).ok());
+  EXPECT_FALSE(ValidateOwner(Owner::Lend(0, "a")).ok());
+  EXPECT_FALSE(ValidateOwner(Owner::Claim(7, "")).ok());
+}
+
+TEST_F(LedgerTest, RebindMovesTheWholeHoldingAndKeepsTheDevicesHeld) {
+  ASSERT_TRUE(ledger_.Hold(Exact("a", Owner::Lend(5, "a"), {2})).ok());
+  const uint64_t gen = ledger_.GetNode("a")->generation;
+  const Owner claim = Owner::Claim(5, "uid-1", "ns", "c");
+  absl::StatusOr<HoldResult> r = ledger_.Rebind("a", Owner::Lend(5, "a"), claim);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->holding.owner, claim);
+  EXPECT_EQ(Indices(r->holding), std::vector<uint32_t>{2});
+  EXPECT_EQ(r->seq, ledger_.seq());
+  EXPECT_EQ(ledger_.GetNode("a")->generation, gen + 2);  // a release and a hold
+  EXPECT_FALSE(ledger_.FindHolding("a", Owner::Lend(5, "a")).has_value());
+  ASSERT_TRUE(ledger_.FindHolding("a", claim).has_value());
+  // Still held: nobody else gets it.
+  EXPECT_EQ(ledger_.Hold(Exact("a", Owner::SlurmJob(9), {2})).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // And back.
+  ASSERT_TRUE(ledger_.Rebind("a", claim, Owner::Lend(5, "a")).ok());
+  EXPECT_TRUE(ledger_.FindHolding("a", Owner::Lend(5, "a")).has_value());
+}
+
+TEST_F(LedgerTest, RebindRefusalsChangeNothing) {
+  ASSERT_TRUE(ledger_.Hold(Exact("a", Owner::Lend(5, "a"), {0})).ok());
+  ASSERT_TRUE(ledger_.Hold(Exact("a", Owner::Claim(6, "uid-1"), {1})).ok());
+  const uint64_t seq = ledger_.seq();
+  // `from` holds nothing there.
+  EXPECT_EQ(ledger_.Rebind("a", Owner::Lend(9, "a"), Owner::Claim(9, "u")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ledger_.Rebind("zzz", Owner::Lend(5, "a"), Owner::Claim(5, "u")).status().code(),
+            absl::StatusCode::kNotFound);
+  // `to` already holds on the node.
+  EXPECT_EQ(ledger_.Rebind("a", Owner::Lend(5, "a"), Owner::Claim(6, "uid-1")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Another holder class, the same owner, a malformed owner.
+  EXPECT_EQ(ledger_.Rebind("a", Owner::Lend(5, "a"), Owner::SlurmJob(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.Rebind("a", Owner::Lend(5, "a"), Owner::Lend(5, "a")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.Rebind("a", Owner::Lend(5, "a"), Owner::Claim(5, "")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.seq(), seq);
+  EXPECT_TRUE(ledger_.FindHolding("a", Owner::Lend(5, "a")).has_value());
+}
+
+TEST_F(LedgerTest, RebindRefusesWhenAnotherGroupAlreadySharesTheDevice) {
+  // Two lend owners of a node are one group, so the ledger lets them share a
+  // device; moving one to a claim would then break I1.
+  ASSERT_TRUE(ledger_.Hold(Exact("a", Owner::Lend(5, "a"), {3})).ok());
+  ASSERT_TRUE(ledger_.Hold(Exact("a", Owner::Lend(6, "a"), {3})).ok());
+  const uint64_t seq = ledger_.seq();
+  EXPECT_EQ(ledger_.Rebind("a", Owner::Lend(5, "a"), Owner::Claim(5, "u")).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ledger_.seq(), seq);
+}
+
+TEST_F(LedgerTest, RebindOnANodeLeavingTheInventoryIsRefused) {
+  ASSERT_TRUE(ledger_.Hold(Exact("a", Owner::Lend(5, "a"), {0})).ok());
+  ASSERT_TRUE(ledger_.RemoveNode("a").ok());  // GONE: the holding keeps it
+  EXPECT_EQ(ledger_.Rebind("a", Owner::Lend(5, "a"), Owner::Claim(5, "u")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ledger_.FindHolding("a", Owner::Lend(5, "a")).has_value());
+}
+
+TEST_F(LedgerTest, RebindTellsListenersAReleaseThenAHold) {
+  struct Recorder : ChangeListener {
+    std::vector<std::tuple<Change::Type, uint64_t, Owner, uint64_t>> seen;  // type, seq, owner, gen
+    void OnChange(const Change& c) override {
+      seen.emplace_back(c.type, c.seq, c.holding->owner, (*c.view)->generation);
+    }
+  } rec;
+  ASSERT_TRUE(ledger_.Hold(Exact("a", Owner::Lend(5, "a"), {1, 2})).ok());
+  ledger_.AddListener(&rec);
+  ASSERT_TRUE(ledger_.Rebind("a", Owner::Lend(5, "a"), Owner::Claim(5, "u")).ok());
+  ledger_.RemoveListener(&rec);
+  ASSERT_EQ(rec.seen.size(), 2u);
+  EXPECT_EQ(std::get<0>(rec.seen[0]), Change::Type::kRelease);
+  EXPECT_EQ(std::get<2>(rec.seen[0]), Owner::Lend(5, "a"));
+  EXPECT_EQ(std::get<0>(rec.seen[1]), Change::Type::kHold);
+  EXPECT_EQ(std::get<2>(rec.seen[1]), Owner::Claim(5, "u"));
+  EXPECT_EQ(std::get<1>(rec.seen[0]) + 1, std::get<1>(rec.seen[1]));
+  // Each change carries the node as it was right after it.
+  EXPECT_EQ(std::get<3>(rec.seen[0]) + 1, std::get<3>(rec.seen[1]));
+}
+
+// Holders race with rebinds back and forth: nobody ever takes a device while
+// it moves between the lend owner and the claim.
+TEST(LedgerConcurrencyTest, RebindLeavesNoGapForAHold) {
+  Ledger ledger;
+  ASSERT_TRUE(ledger.UpsertNode(GpuNode("a", 1)).ok());
+  ASSERT_TRUE(ledger.Hold(Exact("a", Owner::Lend(5, "a"), {0})).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> stolen{0};
+  std::thread thief([&] {
+    uint32_t job = 100;
+    while (!stop) {
+      if (ledger.Hold(Exact("a", Owner::SlurmJob(job++), {0})).ok()) ++stolen;
+    }
+  });
+  const Owner lend = Owner::Lend(5, "a");
+  const Owner claim = Owner::Claim(5, "u");
+  for (int i = 0; i < 5000; ++i) {
+    ASSERT_TRUE(ledger.Rebind("a", lend, claim).ok());
+    ASSERT_TRUE(ledger.Rebind("a", claim, lend).ok());
+  }
+  stop = true;
+  thief.join();
+  EXPECT_EQ(stolen, 0);
+  EXPECT_TRUE(ledger.CheckInvariants().ok());
 }
 
 }  // namespace

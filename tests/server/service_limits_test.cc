@@ -369,6 +369,35 @@ TEST_F(ServiceLimitsTest, PodSideNamesFollowKubernetesRules) {
   EXPECT_EQ(Hold(step).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// The DRA lending mode's owners are duet-bridge's own: no caller holds or
+// releases a claim or lend owner, whatever its credentials.
+TEST_F(ServiceLimitsTest, ClaimAndLendOwnersAreRefusedToCallers) {
+  Start();
+  HoldRequest lend;
+  lend.node = "gke-a";
+  lend.owner = Owner::Lend(5, "gke-a");
+  lend.devices = {{DeviceKind::kGpu, 0, 0}};
+  ASSERT_TRUE(ledger_.Hold(lend).ok());
+  const std::string before = Holdings().SerializeAsString();
+  v1::HoldRequest claim = PodHold("gke-a", "ml", "train");
+  claim.mutable_owner()->mutable_claim()->set_job_id(5);
+  claim.mutable_owner()->mutable_claim()->set_uid("claim-uid");
+  grpc::Status s = Hold(claim);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("claim owners are duet-bridge's own"));
+  v1::ReleaseRequest release;
+  release.set_node("gke-a");
+  release.mutable_owner()->mutable_lend()->set_job_id(5);
+  release.mutable_owner()->mutable_lend()->set_node("gke-a");
+  grpc::ClientContext ctx;
+  v1::ReleaseResponse resp;
+  s = tcp_->Release(&ctx, release, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("lend owners are duet-bridge's own"));
+  EXPECT_EQ(Holdings().SerializeAsString(), before);
+  EXPECT_TRUE(ledger_.FindHolding("gke-a", lend.owner).has_value());
+}
+
 TEST_F(ServiceLimitsTest, PlacePodRefusesAmountsBeyondAnyNode) {
   Start();
   grpc::Status s = PlacePod(Place("uid-3", std::numeric_limits<uint64_t>::max()));

@@ -1,0 +1,598 @@
+#include "bridge/dra/lender.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/metrics/metrics.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "spdlog/spdlog.h"
+
+namespace duet {
+namespace dra {
+namespace {
+
+// Who holds one device of a lending node.
+enum class HeldBy { kNobody, kLend, kClaim, kOther };
+struct DeviceHolder {
+  HeldBy by = HeldBy::kNobody;
+  const Owner* owner = nullptr;  // the (first) holder; null when kNobody
+};
+
+DeviceHolder HolderOf(const DeviceState& d) {
+  if (d.uses.empty()) return {};
+  const Owner* first = d.uses.front().owner.get();
+  // The lending owners hold whole devices alone; anything else beside them
+  // is someone else's use.
+  if (d.uses.size() == 1 && first->kind == OwnerKind::kLend) return {HeldBy::kLend, first};
+  if (d.uses.size() == 1 && first->kind == OwnerKind::kClaim) return {HeldBy::kClaim, first};
+  return {HeldBy::kOther, first};
+}
+
+const DeviceState* FindDevice(const NodeView& view, DeviceKind kind, uint32_t index) {
+  for (const DeviceState& d : view.devices) {
+    if (d.spec.kind == kind && d.spec.index == index) return &d;
+  }
+  return nullptr;
+}
+
+std::string Describe(const LedgerDevice& d) {
+  return absl::StrCat("node ", d.node, " ", DeviceKindName(d.kind), " ", d.index);
+}
+
+AdmissionVerdict Refuse(const char* reason, std::string message) {
+  return AdmissionVerdict{false, reason, std::move(message)};
+}
+
+std::vector<LedgerDevice> DevicesOf(const Holding& h) {
+  std::vector<LedgerDevice> out;
+  for (const HeldDevice& d : h.devices) out.push_back({h.node, d.kind, d.index});
+  return out;
+}
+
+}  // namespace
+
+Lender::Lender(Ledger* ledger, LendMaker* lends, const DeviceMapView* map, RuleWriter* rules,
+               ClaimLister* claims, DurableWait durable, const Clock* clock, LenderOptions options,
+               prometheus::Registry* registry)
+    : ledger_(ledger),
+      lends_(lends),
+      map_(map),
+      rules_(rules),
+      claims_(claims),
+      durable_(std::move(durable)),
+      clock_(clock),
+      options_(std::move(options)),
+      started_at_(clock->Now()) {
+  if (registry != nullptr) {
+    lent_gauge_ = &RegisterFamily(prometheus::BuildGauge(), *registry, "duet_dra_lent_devices",
+                                  "Devices lent to Kubernetes (lent and free, or allocated to a "
+                                  "claim), as of the last Tick or Resync")
+                       .Add({});
+    admissions_total_ = &RegisterFamily(prometheus::BuildCounter(), *registry,
+                                        "duet_dra_admissions_total",
+                                        "Admission reviews of claim allocations, by result "
+                                        "(allowed, refused) and refusal reason");
+    lends_total_ = &RegisterFamily(prometheus::BuildCounter(), *registry, "duet_dra_lends_total",
+                                   "Devices lent to Kubernetes")
+                        .Add({});
+    reclaims_total_ = &RegisterFamily(prometheus::BuildCounter(), *registry,
+                                      "duet_dra_reclaims_total",
+                                      "Reclaims of lent, free devices, by result (done, aborted)");
+  }
+}
+
+void Lender::CountAdmission(const AdmissionVerdict& v) {
+  if (admissions_total_ == nullptr) return;
+  admissions_total_->Add({{"result", v.allowed ? "allowed" : "refused"}, {"reason", v.reason}})
+      .Increment();
+}
+
+void Lender::CountReclaim(const char* result) {
+  if (reclaims_total_ != nullptr) reclaims_total_->Add({{"result", result}}).Increment();
+}
+
+bool Lender::Lending(const std::string& node) const {
+  return options_.pool_of && !options_.pool_of(node).empty();
+}
+
+bool Lender::Reclaiming(const LedgerDevice& device) const {
+  absl::MutexLock lock(&mu_);
+  return reclaiming_.count(device);
+}
+
+absl::StatusOr<std::vector<DraDevice>> Lender::DraNames(
+    const std::vector<LedgerDevice>& devices) const {
+  std::vector<DraDevice> out;
+  for (const LedgerDevice& d : devices) {
+    std::optional<DraDevice> dra = map_->ToDra(d);
+    if (!dra) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Describe(d), " has no DRA device (its node is not mappable)"));
+    }
+    out.push_back(*std::move(dra));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Admission
+
+AdmissionVerdict Lender::Review(const AdmissionAsk& ask) {
+  std::vector<LedgerDevice> touched;
+  std::vector<Moved> moved;
+  uint64_t seq = 0;
+  AdmissionVerdict verdict;
+  {
+    absl::MutexLock lock(&mu_);
+    verdict = DecideLocked(ask, &touched, &moved, &seq);
+    if (verdict.allowed && seq != 0 && !ask.dry_run) {
+      for (const LedgerDevice& d : touched) {
+        Admissions& a = admissions_[d];
+        ++a.in_flight;
+        a.last = clock_->Now();
+      }
+    } else {
+      touched.clear();
+    }
+  }
+  if (verdict.allowed && seq != 0 && !ask.dry_run) {
+    absl::Status durable = durable_ ? durable_(seq) : absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    if (!durable.ok()) {
+      UndoLocked(moved);
+      verdict = Refuse(kReasonUnavailable,
+                       absl::StrCat("duet could not make the allocation durable: ",
+                                    durable.message()));
+    }
+    for (const LedgerDevice& d : touched) --admissions_[d].in_flight;
+  }
+  CountAdmission(verdict);
+  return verdict;
+}
+
+AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<LedgerDevice>* touched,
+                                      std::vector<Moved>* moved, uint64_t* seq) {
+  const ClaimRef& claim = ask.claim;
+  if (claim.uid.empty()) return Refuse(kReasonNotLent, "the claim has no uid");
+
+  // The new allocation's devices that are duet's, by node.
+  std::map<std::string, std::set<LedgerDevice>> wanted;
+  for (const AllocationResult& r : ask.new_results) {
+    if (r.admin_access) continue;  // holds nothing (monitoring)
+    std::optional<LedgerDevice> ld = map_->ToLedger(r.device);
+    if (!ld) {
+      const std::string node = ask.node.empty() ? r.device.pool : ask.node;
+      if (Lending(node)) {
+        std::string why;
+        map_->Lendable(node, &why);
+        return Refuse(kReasonUnmappableNode,
+                      absl::StrCat(r.device.ToString(), ": node ", node,
+                                   " lends no devices (its devices do not map",
+                                   why.empty() ? "" : ": ", why, ")"));
+      }
+      continue;  // not a lending node: not duet's to judge
+    }
+    wanted[ld->node].insert(*ld);
+  }
+  // The old allocation's devices the new one no longer has: deallocated.
+  std::map<std::string, std::set<LedgerDevice>> dropped;
+  for (const AllocationResult& r : ask.old_results) {
+    if (r.admin_access) continue;
+    std::optional<LedgerDevice> ld = map_->ToLedger(r.device);
+    if (!ld) continue;
+    auto w = wanted.find(ld->node);
+    if (w != wanted.end() && w->second.count(*ld)) continue;
+    dropped[ld->node].insert(*ld);
+  }
+
+  // Decide every wanted device; collect the Lend holdings to rebind.
+  std::map<std::pair<std::string, uint32_t>, Owner> to_rebind;  // (node, job) -> Lend owner
+  bool already_held = false;
+  for (const auto& [node, devices] : wanted) {
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+    if (!view) {
+      return Refuse(kReasonNotLent, absl::StrCat("node ", node, " is not in duet's ledger"));
+    }
+    bool has_tpu = false;
+    for (const LedgerDevice& d : devices) {
+      has_tpu = has_tpu || d.kind == DeviceKind::kTpu;
+      const DeviceState* ds = FindDevice(*view, d.kind, d.index);
+      if (ds == nullptr) {
+        return Refuse(kReasonNotLent, absl::StrCat(Describe(d), " is not in duet's ledger"));
+      }
+      const DeviceHolder h = HolderOf(*ds);
+      switch (h.by) {
+        case HeldBy::kClaim:
+          if (h.owner->pod_uid == claim.uid) {
+            already_held = true;
+            break;
+          }
+          return Refuse(kReasonHeldByOtherClaim,
+                        absl::StrCat(Describe(d), " is allocated to ", h.owner->ToString()));
+        case HeldBy::kLend: {
+          if (reclaiming_.count(d)) {
+            return Refuse(kReasonReclaiming,
+                          absl::StrCat(Describe(d), " is being taken back from Kubernetes"));
+          }
+          to_rebind.emplace(std::make_pair(node, h.owner->job_id), *h.owner);
+          break;
+        }
+        case HeldBy::kNobody:
+          return Refuse(kReasonNotLent,
+                        absl::StrCat(Describe(d), " is not lent to Kubernetes (free in duet)"));
+        case HeldBy::kOther:
+          return Refuse(kReasonNotLent, absl::StrCat(Describe(d), " is not lent to Kubernetes (",
+                                                     h.owner->ToString(), " holds it)"));
+      }
+      touched->push_back(d);
+    }
+    // TPUs are lent per host: a claim takes every chip or none.
+    if (has_tpu) {
+      for (const DeviceState& ds : view->devices) {
+        if (ds.spec.kind != DeviceKind::kTpu) continue;
+        if (!devices.count(LedgerDevice{node, DeviceKind::kTpu, ds.spec.index})) {
+          return Refuse(kReasonPartialHost,
+                        absl::StrCat("node ", node, ": a claim must take every TPU chip of the "
+                                     "host; it leaves out tpu ",
+                                     ds.spec.index));
+        }
+      }
+    }
+  }
+  // A lend job's devices move together: the claim must take all of them.
+  for (const auto& [key, lend] : to_rebind) {
+    std::optional<Holding> h = ledger_->FindHolding(key.first, lend);
+    if (!h) return Refuse(kReasonNotLent, absl::StrCat(lend.ToString(), " lends nothing now"));
+    for (const LedgerDevice& d : DevicesOf(*h)) {
+      if (!wanted[key.first].count(d)) {
+        return Refuse(kReasonPartialHost,
+                      absl::StrCat(lend.ToString(), " lends its devices together; the claim "
+                                   "leaves out ",
+                                   DeviceKindName(d.kind), " ", d.index));
+      }
+    }
+  }
+  if (ask.dry_run) return AdmissionVerdict{true, "", ""};
+
+  // Record: every Lend holding becomes the claim's, then deallocations.
+  for (const auto& [key, lend] : to_rebind) {
+    const Owner to = Owner::Claim(lend.job_id, claim.uid, claim.ns, claim.name);
+    absl::StatusOr<HoldResult> r = ledger_->Rebind(key.first, lend, to);
+    if (!r.ok()) {
+      UndoLocked(*moved);
+      moved->clear();
+      return Refuse(kReasonNotLent, absl::StrCat("node ", key.first, ": ", r.status().message()));
+    }
+    moved->push_back({key.first, lend, to});
+    *seq = r->seq;
+  }
+  for (const auto& [node, devices] : dropped) {
+    for (const Holding& h : ledger_->ListHoldings(node)) {
+      if (h.owner.kind != OwnerKind::kClaim || h.owner.pod_uid != claim.uid) continue;
+      const std::vector<LedgerDevice> held = DevicesOf(h);
+      if (!std::all_of(held.begin(), held.end(),
+                       [&](const LedgerDevice& d) { return devices.count(d); })) {
+        continue;  // part of it stays allocated
+      }
+      const Owner back = Owner::Lend(h.owner.job_id, node);
+      absl::StatusOr<HoldResult> r = ledger_->Rebind(node, h.owner, back);
+      if (!r.ok()) {
+        UndoLocked(*moved);
+        moved->clear();
+        return Refuse(kReasonUnavailable,
+                      absl::StrCat("node ", node, ": cannot return ", h.owner.ToString(),
+                                   "'s devices: ", r.status().message()));
+      }
+      moved->push_back({node, h.owner, back});
+      *seq = r->seq;
+    }
+  }
+  // A retry: what the claim holds may still be on its way to disk.
+  if (*seq == 0 && already_held) *seq = ledger_->seq();
+  return AdmissionVerdict{true, "", ""};
+}
+
+void Lender::UndoLocked(const std::vector<Moved>& moved) {
+  for (auto it = moved.rbegin(); it != moved.rend(); ++it) {
+    absl::StatusOr<HoldResult> r = ledger_->Rebind(it->node, it->to, it->from);
+    if (!r.ok()) {
+      spdlog::error("dra: cannot undo {} -> {} on {}: {}", it->from.ToString(),
+                    it->to.ToString(), it->node, r.status().ToString());
+    }
+  }
+}
+
+absl::Status Lender::ReleaseClaim(const std::string& claim_uid) {
+  if (claim_uid.empty()) return absl::InvalidArgumentError("claim uid: must be set");
+  absl::MutexLock lock(&mu_);
+  absl::Status first;
+  for (const Holding& h : ledger_->ListHoldings()) {
+    if (h.owner.kind != OwnerKind::kClaim || h.owner.pod_uid != claim_uid) continue;
+    absl::Status s =
+        ledger_->Rebind(h.node, h.owner, Owner::Lend(h.owner.job_id, h.node)).status();
+    if (absl::IsFailedPrecondition(s)) {
+      // The node is leaving the inventory: nothing to lend back to.
+      s = ledger_->Release(h.node, h.owner).status();
+    }
+    if (!s.ok()) {
+      spdlog::warn("dra: claim uid {}: cannot return its devices on {}: {}", claim_uid, h.node,
+                   s.ToString());
+      if (first.ok()) first = s;
+    }
+  }
+  return first;
+}
+
+// ---------------------------------------------------------------------------
+// Lending and reclaiming
+
+absl::StatusOr<std::vector<LedgerDevice>> Lender::Lend(const std::string& node, DeviceKind kind,
+                                                       uint32_t count) {
+  std::string why;
+  if (!Lending(node)) {
+    return absl::FailedPreconditionError(absl::StrCat("node ", node, " is not in a lending pool"));
+  }
+  if (!map_->Lendable(node, &why)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node, " is not lendable: ", why.empty() ? "unknown" : why));
+  }
+  std::vector<uint32_t> jobs;  // GPU: one device per job
+  if (kind == DeviceKind::kTpu) {
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+    uint32_t chips = 0;
+    if (view) {
+      for (const DeviceState& d : view->devices) chips += d.spec.kind == DeviceKind::kTpu ? 1 : 0;
+    }
+    if (chips == 0) return absl::FailedPreconditionError(absl::StrCat("node ", node, " has no TPU"));
+    jobs.push_back(chips);
+  } else {
+    if (count == 0) return absl::InvalidArgumentError("lend: count must be at least 1");
+    jobs.assign(count, 1);
+  }
+  std::vector<LedgerDevice> lent;
+  absl::Status failed;
+  for (uint32_t n : jobs) {
+    absl::StatusOr<Holding> h = lends_->CreateLend(node, kind, n);
+    if (!h.ok()) {
+      failed = h.status();
+      break;
+    }
+    for (const LedgerDevice& d : DevicesOf(*h)) lent.push_back(d);
+  }
+  if (lent.empty()) return failed;
+  if (!failed.ok()) {
+    spdlog::info("dra: lent {} of {} {} on {}: {}", lent.size(), jobs.size(),
+                 DeviceKindName(kind), node, failed.ToString());
+  }
+  if (lends_total_ != nullptr) lends_total_->Increment(static_cast<double>(lent.size()));
+  absl::StatusOr<std::vector<DraDevice>> names = DraNames(lent);
+  if (!names.ok()) return names.status();
+  absl::Status untainted = rules_->Untaint(*names);
+  if (!untainted.ok()) {
+    return absl::Status(untainted.code(),
+                        absl::StrCat("node ", node, ": devices lent, their rules not deleted yet: ",
+                                     untainted.message()));
+  }
+  return lent;
+}
+
+void Lender::AwaitAdmissionsLocked(const std::vector<LedgerDevice>& devices) {
+  while (true) {
+    absl::Time last = started_at_;
+    int in_flight = 0;
+    for (const LedgerDevice& d : devices) {
+      auto it = admissions_.find(d);
+      if (it == admissions_.end()) continue;
+      last = std::max(last, it->second.last);
+      in_flight += it->second.in_flight;
+    }
+    const absl::Time until = last + options_.admission_grace;
+    if (in_flight == 0 && clock_->Now() >= until) return;
+    // Wakes at the deadline (a later admission moves it: look again), or
+    // when the admissions in flight are done.
+    const absl::Time deadline =
+        in_flight == 0 ? until
+                       : clock_->Now() + std::max(options_.admission_grace, absl::Milliseconds(10));
+    auto done = [this, &devices, in_flight]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      if (in_flight == 0) return false;
+      for (const LedgerDevice& d : devices) {
+        auto it = admissions_.find(d);
+        if (it != admissions_.end() && it->second.in_flight > 0) return false;
+      }
+      return true;
+    };
+    clock_->AwaitWithDeadline(&mu_, absl::Condition(&done), deadline);
+  }
+}
+
+absl::Status Lender::Reclaim(const LedgerDevice& device) {
+  // (1) Flag every device of its lend job, so Review refuses them.
+  Owner lend;
+  std::vector<LedgerDevice> devices;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(device.node);
+    const DeviceState* ds = view ? FindDevice(*view, device.kind, device.index) : nullptr;
+    if (ds == nullptr) return absl::NotFoundError(absl::StrCat(Describe(device), " is unknown"));
+    const DeviceHolder h = HolderOf(*ds);
+    if (h.by != HeldBy::kLend) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Describe(device), " is not lent and free"));
+    }
+    lend = *h.owner;
+    std::optional<Holding> holding = ledger_->FindHolding(device.node, lend);
+    if (!holding) return absl::FailedPreconditionError(absl::StrCat(Describe(device), " is not lent"));
+    devices = DevicesOf(*holding);
+    for (const LedgerDevice& d : devices) {
+      if (reclaiming_.count(d)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(Describe(d), " is already being reclaimed"));
+      }
+    }
+    reclaiming_.insert(devices.begin(), devices.end());
+  }
+  std::vector<DraDevice> names;
+  auto abort = [&](absl::Status why) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (const LedgerDevice& d : devices) reclaiming_.erase(d);
+    }
+    if (!names.empty()) {
+      absl::Status u = rules_->Untaint(names);
+      if (!u.ok()) {
+        spdlog::warn("dra: reclaim of {} aborted; its rules stay until the next resync: {}",
+                     lend.ToString(), u.ToString());
+      }
+    }
+    CountReclaim("aborted");
+    spdlog::info("dra: reclaim of {} aborted: {}", lend.ToString(), why.ToString());
+    return why;
+  };
+  // (2) Taint.
+  absl::StatusOr<std::vector<DraDevice>> dra = DraNames(devices);
+  if (!dra.ok()) return abort(dra.status());
+  names = *dra;
+  if (absl::Status s = rules_->Taint(names); !s.ok()) return abort(s);
+  // (3) Admissions in flight.
+  {
+    absl::MutexLock lock(&mu_);
+    AwaitAdmissionsLocked(devices);
+  }
+  // (4) The quorum LIST shows nobody.
+  absl::StatusOr<std::vector<AllocatedClaim>> listed = claims_->ListAllocated();
+  if (!listed.ok()) return abort(listed.status());
+  for (const AllocatedClaim& c : *listed) {
+    for (const DraDevice& d : c.devices) {
+      if (std::find(names.begin(), names.end(), d) != names.end()) {
+        return abort(absl::FailedPreconditionError(
+            absl::StrCat(d.ToString(), " is allocated to claim ", c.claim.ns, "/", c.claim.name,
+                         " (uid ", c.claim.uid, ")")));
+      }
+    }
+  }
+  // (5) Cancel the lend job.
+  if (absl::Status s = lends_->CancelLend(device.node, lend.job_id); !s.ok()) return abort(s);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const LedgerDevice& d : devices) {
+      reclaiming_.erase(d);
+      idle_since_.erase(d);
+    }
+  }
+  CountReclaim("done");
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Warm buffer and rules
+
+absl::Status Lender::Tick() {
+  absl::MutexLock tick(&tick_mu_);
+  const LedgerSnapshot snap = ledger_->Snapshot();
+  const absl::Time now = clock_->Now();
+  struct Pool {
+    uint32_t lent_free = 0;
+    // Lend holdings lent and free: (idle since, device, chips).
+    std::vector<std::tuple<absl::Time, LedgerDevice, uint32_t>> idle;
+    // Nodes with free devices: (node, kind, free count).
+    std::vector<std::tuple<std::string, DeviceKind, uint32_t>> room;
+  };
+  std::map<std::string, Pool> pools;
+  uint32_t lent_total = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    std::map<LedgerDevice, absl::Time> idle_since;
+    for (const auto& view : snap.nodes) {
+      const std::string& node = view->spec.name;
+      if (!Lending(node) || !map_->Lendable(node, nullptr)) continue;
+      Pool& pool = pools[options_.pool_of(node)];
+      uint32_t free_gpus = 0;
+      uint32_t tpus = 0;
+      uint32_t free_tpus = 0;
+      std::map<uint32_t, std::vector<LedgerDevice>> by_job;  // lent, free, unflagged
+      for (const DeviceState& d : view->devices) {
+        const LedgerDevice ld{node, d.spec.kind, d.spec.index};
+        const DeviceHolder h = HolderOf(d);
+        if (d.spec.kind == DeviceKind::kTpu) ++tpus;
+        if (h.by == HeldBy::kNobody) {
+          (d.spec.kind == DeviceKind::kGpu ? free_gpus : free_tpus) += 1;
+        }
+        if (h.by == HeldBy::kLend || h.by == HeldBy::kClaim) ++lent_total;
+        if (h.by != HeldBy::kLend || reclaiming_.count(ld)) continue;
+        auto it = idle_since_.find(ld);
+        idle_since[ld] = it == idle_since_.end() ? now : it->second;
+        by_job[h.owner->job_id].push_back(ld);
+      }
+      for (const auto& [job, devices] : by_job) {
+        pool.lent_free += static_cast<uint32_t>(devices.size());
+        absl::Time since = now;
+        for (const LedgerDevice& d : devices) since = std::min(since, idle_since[d]);
+        pool.idle.emplace_back(since, devices.front(), static_cast<uint32_t>(devices.size()));
+      }
+      if (free_gpus > 0) pool.room.emplace_back(node, DeviceKind::kGpu, free_gpus);
+      if (tpus > 0 && free_tpus == tpus) pool.room.emplace_back(node, DeviceKind::kTpu, tpus);
+    }
+    idle_since_.swap(idle_since);
+  }
+  if (lent_gauge_ != nullptr) lent_gauge_->Set(lent_total);
+
+  absl::Status first;
+  auto note = [&first](const absl::Status& s) {
+    if (!s.ok() && first.ok()) first = s;
+  };
+  for (auto& [name, pool] : pools) {
+    // Below the buffer: lend on the nodes with the most free devices first.
+    std::stable_sort(pool.room.begin(), pool.room.end(), [](const auto& a, const auto& b) {
+      return std::get<2>(a) > std::get<2>(b);
+    });
+    for (const auto& [node, kind, free] : pool.room) {
+      if (pool.lent_free >= options_.warm_buffer) break;
+      const uint32_t want =
+          kind == DeviceKind::kTpu ? free : std::min(free, options_.warm_buffer - pool.lent_free);
+      absl::StatusOr<std::vector<LedgerDevice>> lent = Lend(node, kind, want);
+      note(lent.status());
+      if (lent.ok()) pool.lent_free += static_cast<uint32_t>(lent->size());
+    }
+    // Above it: the longest idle first, once idle for reclaim_after.
+    std::sort(pool.idle.begin(), pool.idle.end());
+    for (const auto& [since, device, chips] : pool.idle) {
+      if (pool.lent_free < options_.warm_buffer + chips) break;
+      if (now - since < options_.reclaim_after) break;
+      absl::Status s = Reclaim(device);
+      note(s);
+      if (s.ok()) pool.lent_free -= chips;
+    }
+  }
+  return first;
+}
+
+std::vector<DraDevice> Lender::DesiredTainted() const {
+  const LedgerSnapshot snap = ledger_->Snapshot();
+  std::vector<DraDevice> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& view : snap.nodes) {
+    const std::string& node = view->spec.name;
+    if (!Lending(node) || !map_->Lendable(node, nullptr)) continue;
+    for (const DeviceState& d : view->devices) {
+      const LedgerDevice ld{node, d.spec.kind, d.spec.index};
+      const DeviceHolder h = HolderOf(d);
+      if (h.by == HeldBy::kClaim) continue;
+      if (h.by == HeldBy::kLend && !reclaiming_.count(ld)) continue;
+      std::optional<DraDevice> dra = map_->ToDra(ld);
+      if (dra) out.push_back(*std::move(dra));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::Status Lender::Resync() { return rules_->Resync(DesiredTainted()); }
+
+}  // namespace dra
+}  // namespace duet

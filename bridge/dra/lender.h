@@ -1,0 +1,188 @@
+#pragma once
+
+// The Lender: the DRA lending mode's rule (docs/dra.md), kept in the ledger.
+//
+// A device of a lending node is not lent (free or Slurm's: tainted, refused),
+// lent and free (held by Owner::Lend{J, node}: untainted, admitted), being
+// reclaimed (still Lend's, flagged here: tainted, refused) or allocated (held
+// by Owner::Claim{J, claim uid}). The Lender
+//  - answers the admission webhook (Review): an allocation is allowed only
+//    when each of its devices on a lending node is lent and free (or already
+//    the claim's); allowing moves each such device from Lend to Claim with
+//    Ledger::Rebind and waits until that is durable. Deallocations (a result
+//    the new allocation no longer has) and ReleaseClaim move devices back;
+//  - lends (Lend: lend jobs through a LendMaker, then deletes the devices'
+//    DeviceTaintRules) and reclaims (Reclaim: flag, taint, wait out
+//    admissions in flight, quorum LIST, cancel the lend job, in that order);
+//  - keeps a warm buffer of lent, free devices per pool and reclaims those
+//    idle above it (Tick), and says which devices must carry a rule
+//    (DesiredTainted, Resync).
+// Nothing here speaks Kubernetes or Slurm: the seams are dra_device.h's
+// interfaces and LendMaker.
+//
+// Thread-safety: thread-safe. `mu_` guards the reclaiming flags and the
+// admissions in flight; a Review decides and rebinds under it (so a device
+// flagged reclaiming can never be rebound), and waits for durability, taints
+// and Slurm calls happen outside it. Lock order: `mu_`, then the ledger's.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "bridge/dra/dra_device.h"
+#include "bridge/dra/lend_maker.h"
+#include "bridge/ledger/ledger.h"
+#include "common/clock.h"
+
+namespace prometheus {
+class Registry;
+template <typename T>
+class Family;
+class Counter;
+class Gauge;
+}  // namespace prometheus
+
+namespace duet {
+namespace dra {
+
+// Machine-readable refusal reasons (AdmissionVerdict::reason).
+inline constexpr char kReasonNotLent[] = "NOT_LENT";
+inline constexpr char kReasonReclaiming[] = "RECLAIMING";
+inline constexpr char kReasonHeldByOtherClaim[] = "HELD_BY_OTHER_CLAIM";
+inline constexpr char kReasonPartialHost[] = "PARTIAL_HOST";
+inline constexpr char kReasonUnmappableNode[] = "UNMAPPABLE_NODE";
+inline constexpr char kReasonUnavailable[] = "UNAVAILABLE";
+
+struct LenderOptions {
+  // Reclaim step 3: how long after the last admission that could touch a
+  // device a reclaim waits (dra.webhook.admission_grace).
+  absl::Duration admission_grace = absl::Seconds(15);
+  // Lent, free devices kept per pool (dra.warm_buffer).
+  uint32_t warm_buffer = 0;
+  // A lent, free device above the buffer idle this long is reclaimed.
+  absl::Duration reclaim_after = absl::Seconds(60);
+  // The lending pool of a ledger node; "" when the node is not in one.
+  // Unset: no node lends.
+  std::function<std::string(const std::string& node)> pool_of;
+};
+
+class Lender final : public AdmissionGate {
+ public:
+  // Waits until the ledger change `seq` is durable (duet-bridge's journal).
+  using DurableWait = std::function<absl::Status(uint64_t seq)>;
+
+  // None is owned; all must outlive the Lender. `registry` may be null (no
+  // metrics).
+  Lender(Ledger* ledger, LendMaker* lends, const DeviceMapView* map, RuleWriter* rules,
+         ClaimLister* claims, DurableWait durable, const Clock* clock, LenderOptions options,
+         prometheus::Registry* registry = nullptr);
+
+  // The webhook's question (docs/dra.md, "Admission"). Refused results
+  // refuse the whole write and leave the ledger as it was; a dry run decides
+  // and records nothing.
+  AdmissionVerdict Review(const AdmissionAsk& ask) override ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The claim was deleted or its pod is gone: every Claim holding with this
+  // uid goes back to its Lend owner (lent, free). OK when there is none.
+  absl::Status ReleaseClaim(const std::string& claim_uid) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Lends devices of `kind` on `node`: GPUs as `count` lend jobs of one GPU
+  // each, TPUs as one job with every chip of the host (`count` ignored), then
+  // deletes their DeviceTaintRules. Returns the devices lent (fewer than
+  // `count` GPUs when Slurm had room for fewer; an error when none).
+  // FAILED_PRECONDITION (with why) on a node that is not lendable. When the
+  // rules cannot be deleted the devices stay lent (the webhook admits them;
+  // Resync deletes the rules) and the error is returned.
+  absl::StatusOr<std::vector<LedgerDevice>> Lend(const std::string& node, DeviceKind kind,
+                                                 uint32_t count) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Reclaims a lent, free device (with every device its lend job lends: a
+  // TPU host's chips go back together): (1) flag it reclaiming, (2) taint it,
+  // (3) wait `admission_grace` after the last admission that could touch it
+  // (or after this Lender started, whichever is later) and until none is in
+  // flight,
+  // (4) a quorum LIST shows no claim allocates it, (5) cancel its lend job.
+  // Any failure un-flags, untaints and returns the error: the device stays
+  // lent. FAILED_PRECONDITION when it is not lent and free (or already being
+  // reclaimed), or when the LIST shows a claim allocating it.
+  absl::Status Reclaim(const LedgerDevice& device) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // One pass of the warm buffer: per pool, lends up to `warm_buffer` lent,
+  // free devices on nodes with free devices, and reclaims lent, free devices
+  // above the buffer that have been idle for `reclaim_after`. Returns the
+  // first error (the pass goes on past it).
+  absl::Status Tick() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Every DRA device of a lendable node that must carry duet's rule: all but
+  // the lent, free, unflagged ones and the ones a claim holds. Sorted.
+  std::vector<DraDevice> DesiredTainted() const ABSL_LOCKS_EXCLUDED(mu_);
+  // RuleWriter::Resync(DesiredTainted()).
+  absl::Status Resync() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Whether `device` is flagged reclaiming (tests, status).
+  bool Reclaiming(const LedgerDevice& device) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Admissions {
+    int in_flight = 0;
+    absl::Time last = absl::InfinitePast();
+  };
+  // A rebind this call made, for undo.
+  struct Moved {
+    std::string node;
+    Owner from;
+    Owner to;
+  };
+
+  // Under mu_: decides the ask and, unless a dry run, rebinds. On refusal
+  // undoes what it rebound. `seq` gets the seq to wait for (0: none).
+  AdmissionVerdict DecideLocked(const AdmissionAsk& ask, std::vector<LedgerDevice>* touched,
+                                std::vector<Moved>* moved, uint64_t* seq)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UndoLocked(const std::vector<Moved>& moved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reclaim step 3: waits until no admission touching `devices` is in flight
+  // and `admission_grace` has passed since the last one began.
+  void AwaitAdmissionsLocked(const std::vector<LedgerDevice>& devices)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The DRA names of `devices` (an error when one does not map).
+  absl::StatusOr<std::vector<DraDevice>> DraNames(const std::vector<LedgerDevice>& devices) const;
+  bool Lending(const std::string& node) const;
+  void CountAdmission(const AdmissionVerdict& v);
+  void CountReclaim(const char* result);
+
+  Ledger* const ledger_;
+  LendMaker* const lends_;
+  const DeviceMapView* const map_;
+  RuleWriter* const rules_;
+  ClaimLister* const claims_;
+  const DurableWait durable_;
+  const Clock* const clock_;
+  const LenderOptions options_;
+  // Admissions before this Lender existed (a restart) are not known: reclaim
+  // step 3 counts from here at least.
+  const absl::Time started_at_;
+
+  mutable absl::Mutex mu_;
+  std::set<LedgerDevice> reclaiming_ ABSL_GUARDED_BY(mu_);
+  std::map<LedgerDevice, Admissions> admissions_ ABSL_GUARDED_BY(mu_);
+  // When each lent, free device was last seen lent and free (Tick).
+  std::map<LedgerDevice, absl::Time> idle_since_ ABSL_GUARDED_BY(mu_);
+  // Serialises Tick passes (a pass lends and reclaims outside mu_).
+  absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+
+  prometheus::Gauge* lent_gauge_ = nullptr;
+  prometheus::Family<prometheus::Counter>* admissions_total_ = nullptr;
+  prometheus::Counter* lends_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* reclaims_total_ = nullptr;
+};
+
+}  // namespace dra
+}  // namespace duet

@@ -1,0 +1,643 @@
+#include "bridge/dra/lender.h"
+
+#include <atomic>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+#include "tests/fakes/fake_clock.h"
+#include "tests/fakes/wait.h"
+
+namespace duet {
+namespace dra {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kGpuDriver[] = "gpu.nvidia.com";
+constexpr char kTpuDriver[] = "tpu.google.com";
+
+// What the fakes saw, in order ("taint n1/gpu-0", "list", "cancel 3", ...).
+class Events {
+ public:
+  void Add(std::string e) {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(std::move(e));
+  }
+  std::vector<std::string> Get() const {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  void Clear() {
+    absl::MutexLock lock(&mu_);
+    events_.clear();
+  }
+  // Position of the first event starting with `prefix` (-1 when none).
+  int Find(const std::string& prefix) const {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < events_.size(); ++i) {
+      if (absl::StartsWith(events_[i], prefix)) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+};
+
+// GPU node: gpu-<index> of gpu.nvidia.com in pool <node>; TPU node:
+// accel<index> of tpu.google.com. Nodes listed in `unlendable` do not map.
+class FakeMap : public DeviceMapView {
+ public:
+  std::map<std::string, std::pair<DeviceKind, uint32_t>> nodes;  // node -> kind, count
+  std::map<std::string, std::string> unlendable;                 // node -> why
+
+  std::optional<LedgerDevice> ToLedger(const DraDevice& d) const override {
+    auto n = nodes.find(d.pool);
+    if (n == nodes.end() || unlendable.count(d.pool)) return std::nullopt;
+    const bool gpu = n->second.first == DeviceKind::kGpu;
+    const std::string prefix = gpu ? "gpu-" : "accel";
+    if (d.driver != (gpu ? kGpuDriver : kTpuDriver) || !absl::StartsWith(d.device, prefix)) {
+      return std::nullopt;
+    }
+    uint32_t index = 0;
+    if (!absl::SimpleAtoi(d.device.substr(prefix.size()), &index) || index >= n->second.second) {
+      return std::nullopt;
+    }
+    return LedgerDevice{d.pool, n->second.first, index};
+  }
+  std::optional<DraDevice> ToDra(const LedgerDevice& d) const override {
+    auto n = nodes.find(d.node);
+    if (n == nodes.end() || unlendable.count(d.node) || n->second.first != d.kind) {
+      return std::nullopt;
+    }
+    return Dra(d);
+  }
+  bool Lendable(const std::string& node, std::string* why) const override {
+    auto u = unlendable.find(node);
+    if (u != unlendable.end()) {
+      if (why != nullptr) *why = u->second;
+      return false;
+    }
+    return nodes.count(node) > 0;
+  }
+  std::vector<DraDevice> NodeDevices(const std::string& node) const override {
+    std::vector<DraDevice> out;
+    auto n = nodes.find(node);
+    if (n == nodes.end() || unlendable.count(node)) return out;
+    for (uint32_t i = 0; i < n->second.second; ++i) out.push_back(Dra({node, n->second.first, i}));
+    return out;
+  }
+  static DraDevice Dra(const LedgerDevice& d) {
+    return d.kind == DeviceKind::kGpu ? DraDevice{kGpuDriver, d.node, absl::StrCat("gpu-", d.index)}
+                                      : DraDevice{kTpuDriver, d.node, absl::StrCat("accel", d.index)};
+  }
+};
+
+class FakeRules : public RuleWriter {
+ public:
+  explicit FakeRules(Events* events) : events_(events) {}
+  absl::Status Taint(const std::vector<DraDevice>& devices) override {
+    return Record("taint", devices);
+  }
+  absl::Status Untaint(const std::vector<DraDevice>& devices) override {
+    return Record("untaint", devices);
+  }
+  absl::Status Resync(const std::vector<DraDevice>& tainted) override {
+    absl::MutexLock lock(&mu_);
+    resynced_ = tainted;
+    return absl::OkStatus();
+  }
+  void FailTaint(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    taint_error_ = std::move(s);
+  }
+  std::vector<DraDevice> resynced() const {
+    absl::MutexLock lock(&mu_);
+    return resynced_;
+  }
+
+ private:
+  absl::Status Record(const char* what, const std::vector<DraDevice>& devices) {
+    for (const DraDevice& d : devices) events_->Add(absl::StrCat(what, " ", d.pool, "/", d.device));
+    absl::MutexLock lock(&mu_);
+    return std::string(what) == "taint" ? taint_error_ : absl::OkStatus();
+  }
+  Events* const events_;
+  mutable absl::Mutex mu_;
+  absl::Status taint_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<DraDevice> resynced_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeClaims : public ClaimLister {
+ public:
+  explicit FakeClaims(Events* events) : events_(events) {}
+  absl::StatusOr<std::vector<AllocatedClaim>> ListAllocated() override {
+    events_->Add("list");
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return error_;
+    std::vector<AllocatedClaim> out;
+    for (const auto& [uid, c] : claims_) out.push_back(c);
+    return out;
+  }
+  void Set(const ClaimRef& claim, std::vector<DraDevice> devices) {
+    absl::MutexLock lock(&mu_);
+    claims_[claim.uid] = AllocatedClaim{claim, std::move(devices)};
+  }
+  void Remove(const std::string& uid) {
+    absl::MutexLock lock(&mu_);
+    claims_.erase(uid);
+  }
+  void Fail(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    error_ = std::move(s);
+  }
+
+ private:
+  Events* const events_;
+  absl::Mutex mu_;
+  std::map<std::string, AllocatedClaim> claims_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+// Slurm as the lend jobs see it: the lowest free devices, a new job id each.
+class FakeLends : public LendMaker {
+ public:
+  FakeLends(Ledger* ledger, Events* events) : ledger_(ledger), events_(events) {}
+  absl::StatusOr<Holding> CreateLend(const std::string& node, DeviceKind kind,
+                                     uint32_t count) override {
+    const uint32_t job = next_job_++;
+    HoldRequest r;
+    r.node = node;
+    r.owner = Owner::Lend(job, node);
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+    if (!view) return absl::NotFoundError(node);
+    for (const DeviceState& d : view->devices) {
+      if (d.spec.kind == kind && d.uses.empty() && r.devices.size() < count) {
+        r.devices.push_back({kind, d.spec.index, 0});
+      }
+    }
+    if (r.devices.size() < count) return absl::ResourceExhaustedError("no room in Slurm");
+    absl::StatusOr<HoldResult> h = ledger_->Hold(r);
+    if (!h.ok()) return h.status();
+    events_->Add(absl::StrCat("lend ", job));
+    return h->holding;
+  }
+  absl::Status CancelLend(const std::string& node, uint32_t job_id) override {
+    events_->Add(absl::StrCat("cancel ", job_id));
+    return ledger_->Release(node, Owner::Lend(job_id, node)).status();
+  }
+
+ private:
+  Ledger* const ledger_;
+  Events* const events_;
+  std::atomic<uint32_t> next_job_{100};
+};
+
+NodeSpec Node(const std::string& name, DeviceKind kind, uint32_t count) {
+  NodeSpec n;
+  n.name = name;
+  n.cpus = 32;
+  n.memory_mib = 1024;
+  for (uint32_t i = 0; i < count; ++i) {
+    DeviceSpec d;
+    d.kind = kind;
+    d.index = i;
+    d.model = "m";
+    n.devices.push_back(d);
+  }
+  return n;
+}
+
+AllocationResult Gpu(const std::string& node, uint32_t index) {
+  return AllocationResult{FakeMap::Dra({node, DeviceKind::kGpu, index}), "gpus", false};
+}
+AllocationResult Tpu(const std::string& node, uint32_t index) {
+  return AllocationResult{FakeMap::Dra({node, DeviceKind::kTpu, index}), "tpus", false};
+}
+
+AdmissionAsk Ask(const std::string& uid, std::vector<AllocationResult> now,
+                 std::vector<AllocationResult> before = {}) {
+  AdmissionAsk a;
+  a.claim = ClaimRef{uid, "ns", "claim-" + uid};
+  a.old_results = std::move(before);
+  a.new_results = std::move(now);
+  return a;
+}
+
+class LenderTest : public ::testing::Test {
+ protected:
+  LenderTest() : rules_(&events_), claims_(&events_), lends_(&ledger_, &events_) {
+    map_.nodes["n1"] = {DeviceKind::kGpu, 4};
+    map_.nodes["n2"] = {DeviceKind::kGpu, 2};
+    map_.nodes["t1"] = {DeviceKind::kTpu, 4};
+    map_.nodes["mig"] = {DeviceKind::kGpu, 2};
+    map_.unlendable["mig"] = "mig_devices";
+    for (const auto& [name, spec] : map_.nodes) {
+      EXPECT_TRUE(ledger_.UpsertNode(Node(name, spec.first, spec.second)).ok());
+    }
+    EXPECT_TRUE(ledger_.UpsertNode(Node("other", DeviceKind::kGpu, 2)).ok());
+    options_.admission_grace = absl::Seconds(15);
+    options_.reclaim_after = absl::Seconds(60);
+    options_.pool_of = [](const std::string& node) -> std::string {
+      if (node == "n1" || node == "n2" || node == "mig") return "gpu-pool";
+      if (node == "t1") return "tpu-pool";
+      return "";
+    };
+  }
+  void TearDown() override { EXPECT_TRUE(ledger_.CheckInvariants().ok()) << ledger_.CheckInvariants(); }
+
+  Lender& lender() {
+    if (!lender_) {
+      lender_ = std::make_unique<Lender>(
+          &ledger_, &lends_, &map_, &rules_, &claims_,
+          [this](uint64_t seq) {
+            waited_.push_back(seq);
+            return durable_error_;
+          },
+          &clock_, options_, &registry_);
+    }
+    return *lender_;
+  }
+  // The claim-side owner of `device`, "" when none; "lend" for a lend owner.
+  std::string HolderOf(const std::string& node, DeviceKind kind, uint32_t index) {
+    for (const Holding& h : ledger_.ListHoldings(node)) {
+      for (const HeldDevice& d : h.devices) {
+        if (d.kind == kind && d.index == index) {
+          if (h.owner.kind == OwnerKind::kLend) return "lend";
+          if (h.owner.kind == OwnerKind::kClaim) return "claim " + h.owner.pod_uid;
+          return h.owner.ToString();
+        }
+      }
+    }
+    return "";
+  }
+  std::string Metrics() {
+    return prometheus::TextSerializer().Serialize(registry_.Collect());
+  }
+
+  Ledger ledger_;
+  Events events_;
+  FakeMap map_;
+  FakeRules rules_;
+  FakeClaims claims_;
+  FakeLends lends_;
+  fakes::FakeClock clock_;
+  prometheus::Registry registry_;
+  LenderOptions options_;
+  std::vector<uint64_t> waited_;
+  absl::Status durable_error_;
+  std::unique_ptr<Lender> lender_;
+};
+
+// ---------------------------------------------------------------------------
+// Admission
+
+TEST_F(LenderTest, LentFreeDevicesAreAdmittedAndBecomeTheClaims) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "lend");
+  const uint64_t seq_before = ledger_.seq();
+  AdmissionVerdict v = lender().Review(Ask("c1", {Gpu("n1", 0), Gpu("n1", 1)}));
+  EXPECT_TRUE(v.allowed) << v.reason << ": " << v.message;
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "claim c1");
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "claim c1");
+  // Two lend jobs, two claim holdings of one group, durable before the answer.
+  EXPECT_EQ(ledger_.seq(), seq_before + 4);
+  EXPECT_THAT(waited_, ElementsAre(ledger_.seq()));
+  // A retry of the same write is allowed again and changes nothing.
+  const uint64_t seq = ledger_.seq();
+  v = lender().Review(Ask("c1", {Gpu("n1", 0), Gpu("n1", 1)}));
+  EXPECT_TRUE(v.allowed) << v.message;
+  EXPECT_EQ(ledger_.seq(), seq);
+  EXPECT_THAT(Metrics(), HasSubstr("duet_dra_admissions_total{reason=\"\",result=\"allowed\"} 2"));
+}
+
+TEST_F(LenderTest, EveryRefusalReasonRefusesTheWholeWriteAndChangesNothing) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());  // gpu 0, 1
+  ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0)})).allowed);
+  HoldRequest slurm;
+  slurm.node = "n1";
+  slurm.owner = Owner::SlurmJob(7);
+  slurm.devices = {{DeviceKind::kGpu, 3, 0}};
+  ASSERT_TRUE(ledger_.Hold(slurm).ok());
+  const uint64_t seq = ledger_.seq();
+  struct Case {
+    AdmissionAsk ask;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      // gpu 1 is lent and free, gpu 2 is free in duet (not lent).
+      {Ask("c2", {Gpu("n1", 1), Gpu("n1", 2)}), kReasonNotLent},
+      // gpu 3 is Slurm's.
+      {Ask("c2", {Gpu("n1", 1), Gpu("n1", 3)}), kReasonNotLent},
+      // gpu 0 is claim c1's.
+      {Ask("c2", {Gpu("n1", 1), Gpu("n1", 0)}), kReasonHeldByOtherClaim},
+      // A device of a lending node that does not map.
+      {Ask("c2", {Gpu("n1", 1), Gpu("mig", 0)}), kReasonUnmappableNode},
+  };
+  for (const Case& c : cases) {
+    AdmissionVerdict v = lender().Review(c.ask);
+    EXPECT_FALSE(v.allowed);
+    EXPECT_EQ(v.reason, c.reason) << v.message;
+    EXPECT_EQ(ledger_.seq(), seq) << c.reason;
+    EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "lend") << c.reason;
+  }
+  EXPECT_THAT(lender().Review(cases[0].ask).message, HasSubstr("node n1 gpu 2 is not lent"));
+  EXPECT_THAT(Metrics(), HasSubstr("reason=\"NOT_LENT\",result=\"refused\"} 3"));
+}
+
+TEST_F(LenderTest, ATpuClaimMustTakeTheWholeHost) {
+  absl::StatusOr<std::vector<LedgerDevice>> lent = lender().Lend("t1", DeviceKind::kTpu, 1);
+  ASSERT_TRUE(lent.ok()) << lent.status();
+  EXPECT_EQ(lent->size(), 4u);  // every chip, one job
+  AdmissionVerdict v = lender().Review(Ask("c1", {Tpu("t1", 0), Tpu("t1", 1)}));
+  EXPECT_FALSE(v.allowed);
+  EXPECT_EQ(v.reason, kReasonPartialHost);
+  EXPECT_EQ(HolderOf("t1", DeviceKind::kTpu, 0), "lend");
+  v = lender().Review(Ask("c1", {Tpu("t1", 0), Tpu("t1", 1), Tpu("t1", 2), Tpu("t1", 3)}));
+  EXPECT_TRUE(v.allowed) << v.message;
+  EXPECT_EQ(HolderOf("t1", DeviceKind::kTpu, 3), "claim c1");
+}
+
+TEST_F(LenderTest, DevicesOutsideLendingNodesAndAdminAccessAreAllowedUnrecorded) {
+  const uint64_t seq = ledger_.seq();
+  AdmissionAsk a = Ask("c1", {Gpu("other", 0)});  // not a lending pool
+  a.new_results.push_back(AllocationResult{FakeMap::Dra({"n1", DeviceKind::kGpu, 3}), "mon", true});
+  AdmissionVerdict v = lender().Review(a);
+  EXPECT_TRUE(v.allowed) << v.message;
+  EXPECT_EQ(ledger_.seq(), seq);
+  EXPECT_TRUE(waited_.empty());
+}
+
+TEST_F(LenderTest, DryRunDecidesAndRecordsNothing) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 1).ok());
+  const uint64_t seq = ledger_.seq();
+  AdmissionAsk a = Ask("c1", {Gpu("n1", 0)});
+  a.dry_run = true;
+  EXPECT_TRUE(lender().Review(a).allowed);
+  a.new_results = {Gpu("n1", 1)};
+  EXPECT_EQ(lender().Review(a).reason, kReasonNotLent);
+  EXPECT_EQ(ledger_.seq(), seq);
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+}
+
+// Every check runs before the first rebind, so what can still refuse after
+// one is the durability wait: each rebind this call made is undone.
+TEST_F(LenderTest, ARefusalAfterRebindsUndoesThem) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());
+  durable_error_ = absl::UnavailableError("journal: disk full");
+  AdmissionVerdict v = lender().Review(Ask("c1", {Gpu("n1", 0), Gpu("n1", 1)}));
+  EXPECT_FALSE(v.allowed);
+  EXPECT_EQ(v.reason, kReasonUnavailable);
+  EXPECT_THAT(v.message, HasSubstr("disk full"));
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "lend");
+  durable_error_ = absl::OkStatus();
+  EXPECT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0), Gpu("n1", 1)})).allowed);
+}
+
+TEST_F(LenderTest, DeallocationAndReleaseClaimReturnDevicesToLentFree) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 3).ok());
+  ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0), Gpu("n1", 1)})).allowed);
+  ASSERT_TRUE(lender().Review(Ask("c2", {Gpu("n1", 2)})).allowed);
+  // c1's allocation removed (status.allocation cleared).
+  AdmissionVerdict v = lender().Review(Ask("c1", {}, {Gpu("n1", 0), Gpu("n1", 1)}));
+  EXPECT_TRUE(v.allowed) << v.message;
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "lend");
+  EXPECT_EQ(waited_.back(), ledger_.seq());
+  // Free again: another claim takes one.
+  EXPECT_TRUE(lender().Review(Ask("c3", {Gpu("n1", 1)})).allowed);
+  // c2 deleted: ReleaseClaim.
+  ASSERT_TRUE(lender().ReleaseClaim("c2").ok());
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 2), "lend");
+  EXPECT_TRUE(lender().ReleaseClaim("c2").ok());  // nothing left: OK
+}
+
+// ---------------------------------------------------------------------------
+// Lending and reclaiming
+
+TEST_F(LenderTest, LendMakesOneJobPerGpuThenDeletesTheirRules) {
+  absl::StatusOr<std::vector<LedgerDevice>> lent = lender().Lend("n1", DeviceKind::kGpu, 2);
+  ASSERT_TRUE(lent.ok()) << lent.status();
+  EXPECT_EQ(lent->size(), 2u);
+  EXPECT_THAT(events_.Get(), ElementsAre("lend 100", "lend 101", "untaint n1/gpu-0",
+                                         "untaint n1/gpu-1"));
+  EXPECT_THAT(Metrics(), HasSubstr("duet_dra_lends_total 2"));
+}
+
+TEST_F(LenderTest, LendRefusesNodesThatDoNotLend) {
+  absl::StatusOr<std::vector<LedgerDevice>> r = lender().Lend("mig", DeviceKind::kGpu, 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("mig_devices"));
+  EXPECT_EQ(lender().Lend("other", DeviceKind::kGpu, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(events_.Get().empty());
+}
+
+TEST_F(LenderTest, ReclaimRunsItsStepsInOrder) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 1).ok());
+  events_.Clear();
+  const LedgerDevice gpu0{"n1", DeviceKind::kGpu, 0};
+  absl::Status result;
+  std::thread reclaim([&] { result = lender().Reclaim(gpu0); });
+  // Step 3 waits on the clock: by then (1) the flag and (2) the rule are there,
+  // and no LIST has been made.
+  ASSERT_TRUE(clock_.AwaitSleepers(1));
+  EXPECT_TRUE(lender().Reclaiming(gpu0));
+  AdmissionVerdict v = lender().Review(Ask("late", {Gpu("n1", 0)}));
+  EXPECT_FALSE(v.allowed);
+  EXPECT_EQ(v.reason, kReasonReclaiming);
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_THAT(events_.Get(), ElementsAre("taint n1/gpu-0"));
+  clock_.Advance(absl::Seconds(15));
+  reclaim.join();
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_THAT(events_.Get(), ElementsAre("taint n1/gpu-0", "list", "cancel 100"));
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "");
+  EXPECT_FALSE(lender().Reclaiming(gpu0));
+  EXPECT_THAT(Metrics(), HasSubstr("duet_dra_reclaims_total{result=\"done\"} 1"));
+}
+
+TEST_F(LenderTest, ReclaimWaitsTheGraceAfterTheLastAdmission) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 1).ok());
+  clock_.Advance(absl::Seconds(20));
+  // An admission touching gpu 0 (and its deallocation) 20 s after start.
+  ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0)})).allowed);
+  ASSERT_TRUE(lender().Review(Ask("c1", {}, {Gpu("n1", 0)})).allowed);
+  clock_.Advance(absl::Seconds(10));
+  events_.Clear();
+  absl::Status result;
+  std::thread reclaim([&] { result = lender().Reclaim({"n1", DeviceKind::kGpu, 0}); });
+  ASSERT_TRUE(clock_.AwaitSleepers(1));
+  clock_.Advance(absl::Seconds(4));  // 14 s after the admission: still waiting
+  ASSERT_TRUE(clock_.AwaitSleepers(1));
+  EXPECT_EQ(events_.Find("list"), -1);
+  clock_.Advance(absl::Seconds(1));
+  reclaim.join();
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_THAT(events_.Get(), ElementsAre("taint n1/gpu-0", "list", "cancel 100"));
+}
+
+TEST_F(LenderTest, ReclaimAbortsWhenTheListShowsAClaimAndStaysLent) {
+  options_.admission_grace = absl::ZeroDuration();
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 1).ok());
+  events_.Clear();
+  // A claim allocated gpu 0 that duet never admitted (the webhook bypassed).
+  claims_.Set(ClaimRef{"rogue", "ns", "r"}, {FakeMap::Dra({"n1", DeviceKind::kGpu, 0})});
+  absl::Status s = lender().Reclaim({"n1", DeviceKind::kGpu, 0});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("ns/r"));
+  EXPECT_THAT(events_.Get(), ElementsAre("taint n1/gpu-0", "list", "untaint n1/gpu-0"));
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_FALSE(lender().Reclaiming({"n1", DeviceKind::kGpu, 0}));
+  EXPECT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0)})).allowed);  // un-flagged
+  EXPECT_THAT(Metrics(), HasSubstr("duet_dra_reclaims_total{result=\"aborted\"} 1"));
+}
+
+TEST_F(LenderTest, ReclaimFailuresUnflagAndUntaint) {
+  options_.admission_grace = absl::ZeroDuration();
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 1).ok());
+  const LedgerDevice gpu0{"n1", DeviceKind::kGpu, 0};
+  events_.Clear();
+  claims_.Fail(absl::UnavailableError("apiserver down"));
+  EXPECT_EQ(lender().Reclaim(gpu0).code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(events_.Get(), ElementsAre("taint n1/gpu-0", "list", "untaint n1/gpu-0"));
+  EXPECT_FALSE(lender().Reclaiming(gpu0));
+  claims_.Fail(absl::OkStatus());
+  events_.Clear();
+  rules_.FailTaint(absl::UnavailableError("rule write failed"));
+  EXPECT_EQ(lender().Reclaim(gpu0).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(events_.Find("list"), -1);
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_FALSE(lender().Reclaiming(gpu0));
+  // Not lent and free: refused up front.
+  rules_.FailTaint(absl::OkStatus());
+  ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0)})).allowed);
+  EXPECT_EQ(lender().Reclaim(gpu0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(lender().Reclaim({"n1", DeviceKind::kGpu, 3}).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// ---------------------------------------------------------------------------
+// Warm buffer and rules
+
+TEST_F(LenderTest, TickKeepsTheWarmBufferAndReclaimsIdleDevicesAboveIt) {
+  options_.warm_buffer = 2;
+  options_.admission_grace = absl::ZeroDuration();
+  ASSERT_TRUE(lender().Tick().ok());
+  int lent_gpus = 0;
+  for (const Holding& h : ledger_.ListHoldings()) {
+    if (h.owner.kind == OwnerKind::kLend && h.devices.front().kind == DeviceKind::kGpu) {
+      lent_gpus += static_cast<int>(h.devices.size());
+    }
+  }
+  EXPECT_EQ(lent_gpus, 2);  // gpu-pool's buffer
+  EXPECT_EQ(HolderOf("t1", DeviceKind::kTpu, 0), "lend");  // tpu-pool: one host
+  EXPECT_EQ(HolderOf("mig", DeviceKind::kGpu, 0), "");    // never lent
+  // One more lent by demand: three lent, free in gpu-pool.
+  ASSERT_TRUE(lender().Lend("n2", DeviceKind::kGpu, 1).ok());
+  ASSERT_TRUE(lender().Tick().ok());  // idle clock starts for the new one
+  events_.Clear();
+  clock_.Advance(absl::Seconds(59));
+  ASSERT_TRUE(lender().Tick().ok());
+  EXPECT_EQ(events_.Find("cancel"), -1);
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(lender().Tick().ok());
+  int cancels = 0;
+  for (const std::string& e : events_.Get()) cancels += absl::StartsWith(e, "cancel") ? 1 : 0;
+  EXPECT_EQ(cancels, 1);  // back down to the buffer, not below
+}
+
+TEST_F(LenderTest, DesiredTaintedIsEveryDeviceNotLentFreeAndNotAllocated) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());
+  ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 1)})).allowed);
+  std::vector<std::string> names;
+  for (const DraDevice& d : lender().DesiredTainted()) names.push_back(d.pool + "/" + d.device);
+  // n1: gpu-0 lent free, gpu-1 allocated; mig and other lend nothing.
+  EXPECT_THAT(names, ElementsAre("n1/gpu-2", "n1/gpu-3", "n2/gpu-0", "n2/gpu-1", "t1/accel0",
+                                 "t1/accel1", "t1/accel2", "t1/accel3"));
+  ASSERT_TRUE(lender().Resync().ok());
+  EXPECT_EQ(rules_.resynced().size(), names.size());
+}
+
+// ---------------------------------------------------------------------------
+// I1 under a race: claims allocate and free gpu 0 while reclaims take it back
+// and "Slurm" runs a job on it in between. A claim is never admitted while
+// the device is anyone else's, and no reclaim cancels while a claim holds it.
+
+TEST(LenderRaceTest, ReviewsAndReclaimsNeverGiveOneDeviceToTwo) {
+  Ledger ledger;
+  Events events;
+  FakeMap map;
+  map.nodes["n1"] = {DeviceKind::kGpu, 1};
+  ASSERT_TRUE(ledger.UpsertNode(Node("n1", DeviceKind::kGpu, 1)).ok());
+  FakeRules rules(&events);
+  FakeClaims claims(&events);
+  FakeLends lends(&ledger, &events);
+  LenderOptions options;
+  options.admission_grace = absl::ZeroDuration();
+  options.pool_of = [](const std::string&) { return std::string("p"); };
+  Lender lender(&ledger, &lends, &map, &rules, &claims, nullptr, Clock::Real(), options);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> violations{0};
+  std::atomic<int> admitted{0};
+  std::atomic<int> reclaimed{0};
+  std::thread claimer([&] {
+    for (int i = 0; !stop; ++i) {
+      const std::string uid = absl::StrCat("c", i);
+      if (!lender.Review(Ask(uid, {Gpu("n1", 0)})).allowed) continue;
+      ++admitted;
+      // Kubernetes now shows the allocation; the ledger must say it is ours.
+      claims.Set(ClaimRef{uid, "ns", uid}, {FakeMap::Dra({"n1", DeviceKind::kGpu, 0})});
+      bool ours = false;
+      for (const Holding& h : ledger.ListHoldings("n1")) {
+        ours = ours || (h.owner.kind == OwnerKind::kClaim && h.owner.pod_uid == uid);
+        if (h.owner.holder_class() == HolderClass::kSlurm) ++violations;
+      }
+      if (!ours) ++violations;
+      if (!lender.Review(Ask(uid, {}, {Gpu("n1", 0)})).allowed) ++violations;
+      claims.Remove(uid);
+    }
+  });
+  std::thread reclaimer([&] {
+    for (uint32_t job = 1; !stop; ++job) {
+      (void)lender.Lend("n1", DeviceKind::kGpu, 1);
+      if (lender.Reclaim({"n1", DeviceKind::kGpu, 0}).ok()) {
+        ++reclaimed;
+        // Slurm gives the device to a job, which ends.
+        HoldRequest r;
+        r.node = "n1";
+        r.owner = Owner::SlurmJob(job);
+        r.devices = {{DeviceKind::kGpu, 0, 0}};
+        if (!ledger.Hold(r).ok()) ++violations;
+        (void)ledger.Release("n1", r.owner);
+      }
+    }
+  });
+  ASSERT_TRUE(fakes::WaitFor([&] { return admitted > 200 && reclaimed > 200; },
+                             fakes::kWaitTimeout, "admissions and reclaims to interleave"));
+  stop = true;
+  claimer.join();
+  reclaimer.join();
+  EXPECT_EQ(violations, 0);
+  EXPECT_TRUE(ledger.CheckInvariants().ok());
+}
+
+}  // namespace
+}  // namespace dra
+}  // namespace duet
