@@ -16,15 +16,16 @@
  * process to the contract and lists what is abstracted away.
  *
  * Compile-time switches (spin -DNAME=VALUE):
- *   NC         claims (1 or 2; default 1), each used by RUNS pods in turn
+ *   NC         claims (1 or 2; default 1)
  *   NTOL       claims 0..NTOL-1 tolerate duet's taint, the others respect
- *              it (default 1: the claim ignores taints; they fence nothing)
- *   RUNS       pods that use each claim one after another (default 2: the
- *              claim is deallocated and allocated again)
+ *              it (default 1: claim 0 ignores taints; they fence nothing)
+ *   RUNS       pods that use claim 0 one after another (default 2: the
+ *              claim is deallocated and allocated again); claim 1 has one
  *   MAXLEND    lend operations in all (default 2)
- *   MAXBUMP    other writes of a claim (metadata: the resourceVersion
+ *   MAXBUMP    other writes of claim 0 (metadata: the resourceVersion
  *              moves, the allocation does not; default 1)
- *   NO_I1      leave I1's monitor out; I2 checks I2 (see below)
+ *   NO_I1      leave I1's monitor out
+ *   I2         check I2 as well (CheckI2; the contract as written breaks it)
  * Mutations, each removing one safeguard of the contract (all break I1):
  *   BUG_NO_WEBHOOK            the webhook allows every allocation
  *   BUG_RECLAIM_BEFORE_LIST   reclaim cancels the lend job right after the
@@ -289,8 +290,9 @@ end_idle:
  * The pods of claim c, one after another: kubelet starts the container on
  * the allocated device (the vendor's driver prepares it; it asks no one);
  * the container ends; the resourceclaim controller removes the allocation
- * (a claim watch event for duet-bridge). Another pod may then use the
- * claim. Some other client may update the claim (its resourceVersion).
+ * (a claim watch event for duet-bridge). Another pod may then use claim 0
+ * (RUNS pods in all). Some other client may update claim 0 (its
+ * resourceVersion, MAXBUMP times).
  * ======================================================================== */
 
 proctype Pods(byte c) {
