@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Model-checks model/duet.pml with spin: generates the verifier (spin -a),
-# compiles it with gcc, runs an exhaustive search for assertion violations
-# (I1, I2, I3) and invalid end states, and prints what it stored and found.
+# Model-checks model/duet.pml (or model/dra.pml) with spin: generates the
+# verifier (spin -a), compiles it with gcc, runs an exhaustive search for
+# assertion violations (the invariants) and invalid end states, and prints
+# what it stored and found.
 #
-# Usage: model/verify.sh [--expect I1|I2|I3] [--keep DIR] [-DNAME[=VALUE] ...]
+# Usage: model/verify.sh [--model duet|dra] [--expect I1|I2|I3] [--keep DIR]
+#                        [-DNAME[=VALUE] ...]
+#   --model NAME    which model: duet (default; the device-plugin mode's
+#                   protocol) or dra (the DRA lending mode)
 #   -DNAME[=VALUE]  passed to spin (model size, mutations: see model/README.md)
 #   --expect INV    succeed only if spin finds a counterexample and the first
 #                   one violates INV (a mutation test: the model can fail)
@@ -15,7 +19,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-model="$here/duet.pml"
+name=duet
 expect=""
 keep=""
 defs=()
@@ -25,11 +29,15 @@ while [[ $# -gt 0 ]]; do
       [[ $# -ge 2 ]] || { echo "verify.sh: --expect needs I1, I2 or I3" >&2; exit 2; }
       case "$2" in I1|I2|I3) expect="$2" ;; *) echo "verify.sh: --expect $2: must be I1, I2 or I3" >&2; exit 2 ;; esac
       shift 2 ;;
+    --model)
+      [[ $# -ge 2 ]] || { echo "verify.sh: --model needs duet or dra" >&2; exit 2; }
+      case "$2" in duet|dra) name="$2" ;; *) echo "verify.sh: --model $2: must be duet or dra" >&2; exit 2 ;; esac
+      shift 2 ;;
     --keep)
       [[ $# -ge 2 ]] || { echo "verify.sh: --keep needs a directory" >&2; exit 2; }
       keep="$2"; shift 2 ;;
     -D*) defs+=("$1"); shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "verify.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,13 +56,14 @@ else
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
 fi
-cp "$model" "$work/duet.pml"
+pml="$name.pml"
+cp "$here/$pml" "$work/$pml"
 cd "$work"
-rm -f duet.pml.trail
+rm -f "$pml.trail"
 
-label="duet model${defs[*]:+ (${defs[*]})}"
+label="$name model${defs[*]:+ (${defs[*]})}"
 start=$(date +%s.%N)
-spin -a "${defs[@]}" duet.pml >spin.out 2>&1 || { cat spin.out >&2; echo "verify.sh: spin -a failed" >&2; exit 1; }
+spin -a "${defs[@]}" "$pml" >spin.out 2>&1 || { cat spin.out >&2; echo "verify.sh: spin -a failed" >&2; exit 1; }
 # SAFETY: assertions and end states only; COLLAPSE: lossless state
 # compression (the search stays exhaustive); MEMLIM (MB) stops a run that
 # would swap the machine instead of finishing.
@@ -85,18 +94,19 @@ if [[ "${errors:-1}" == 0 ]] && grep -qE 'Search not completed|reached -DMEMLIM 
 fi
 
 violated=""
-if [[ "${errors:-1}" != 0 && -f duet.pml.trail ]]; then
-  spin -t -p -g "${defs[@]}" duet.pml >trail.out 2>&1 || true
+if [[ "${errors:-1}" != 0 && -f "$pml.trail" ]]; then
+  spin -t -p -g "${defs[@]}" "$pml" >trail.out 2>&1 || true
   # The monitor whose assert fired names the invariant.
   violated=$(grep -oE '\(CheckI[0-9]:[0-9]+\)[^[]*\[assert' trail.out | head -1 | grep -oE 'I[0-9]' || true)
   if [[ -z "$violated" ]] && grep -q 'invalid end state' pan.out; then violated="end state"; fi
   echo "$label: counterexample violates ${violated:-?} after $(grep -oE '^ *[0-9]+:' trail.out | sort -u | wc -l) steps;" \
        "its last steps that change the protocol's state:"
   # The steps that touch Slurm, the ledger, the journal, pods, steps, the
-  # bridge's state and the calls; bookkeeping of locals is left out.
+  # bridge's state and the calls (duet.pml), and claims, their writes, the
+  # taints and the reclaim flags (dra.pml); bookkeeping of locals is left out.
   grep -E '^ *[0-9]+:[[:space:]]+proc' trail.out | grep -vE 'Check|:init:' |
-    grep -E '[[](sl|led|jrn|kp|prun|srun|view|pend|lost|jans)\[[^]]*\] = |[[](up|epoch) = |(breq|hreq\[[a-z0-9]+\])[?!][a-z0-9]' |
-    sed -E "s/ *\(state [0-9]+\)//; s/duet\.pml:[0-9]+ *//" | tail -60 | sed "s/^/  /"
+    grep -E '[[](sl|led|jrn|kp|prun|srun|view|pend|lost|jans|rec|rel|taint|alloc|rv|infl|pod)\[[^]]*\] = |[[](up|epoch) = |(breq|hreq\[[a-z0-9]+\]|cw)[?!][a-z0-9]' |
+    sed -E "s/ *\(state [0-9]+\)//; s/$name\.pml:[0-9]+ *//" | tail -60 | sed "s/^/  /"
   grep -A40 '^#processes' trail.out | grep -E '^\s+[a-z_]+(\[[0-9]+\])? = ' | grep -v ' = 0$' |
     sed 's/^\s*/  final: /' || true
 fi
@@ -113,4 +123,8 @@ if [[ "${errors:-1}" != 0 || "$incomplete" == 1 ]]; then
   echo "$label: FAILED" >&2
   exit 1
 fi
-echo "$label: verified (I1, I2, I3 hold in every reachable state)"
+if [[ "$name" == dra ]]; then
+  echo "$label: verified (I1 holds in every reachable state)"
+else
+  echo "$label: verified (I1, I2, I3 hold in every reachable state)"
+fi
