@@ -144,6 +144,10 @@ std::vector<prometheus::MetricFamily> SlurmMetricFamilies(bool degraded,
         "Lost placeholders not repaired yet: their pod's devices are held in the "
         "ledger only (SPANK refuses Slurm steps on them)",
         s.placeholders_fenced);
+  gauge("duet_dra_claims_without_lend_job",
+        "DRA claims whose lend job is gone from Slurm (last pass): the claim keeps its devices in "
+        "the ledger (SPANK refuses Slurm steps on them) until it is deallocated",
+        s.claims_without_lend_job);
   gauge("duet_slurm_sync_age_seconds", "Seconds since the last successful sync pass (-1: none yet)",
         s.last_success == absl::InfinitePast()
             ? -1
@@ -298,6 +302,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   DUET_RETURN_IF_ERROR(b->ServeMetrics(options));
   DUET_RETURN_IF_ERROR(b->ServeGrpc());
   DUET_RETURN_IF_ERROR(b->ServeExtender());
+  DUET_RETURN_IF_ERROR(b->StartDra());
   b->metrics_->SetServing(true);
   AnnounceOpenDoors(config, b->metrics_.get());
   spdlog::info("duet-bridge serving: grpc {} unix {} metrics {} extender {}; {} nodes, {} holdings",
@@ -385,10 +390,10 @@ absl::Status Bridge::OpenJournal() {
 }
 
 absl::Status Bridge::ConnectKubernetes() {
-  // For the Node watch, the extender's bindings and the callers'
-  // TokenReviews (auth.mode token).
+  // For the Node watch, the extender's bindings, the callers'
+  // TokenReviews (auth.mode token) and the DRA lending mode.
   if (config_.inventory.source != "kubernetes" && config_.extender.listen.empty() &&
-      config_.auth.mode != "token" &&
+      config_.auth.mode != "token" && !config_.dra.enabled &&
       !(config_.slurm.enabled && config_.slurm.preemption == "evict-pods")) {
     return absl::OkStatus();
   }
@@ -755,6 +760,30 @@ absl::Status Bridge::ServeGrpc() {
   return absl::OkStatus();
 }
 
+absl::Status Bridge::StartDra() {
+  // The DRA lending mode (docs/dra.md): the lending pools' devices go to
+  // kube-scheduler only while a lend job holds them in Slurm, fenced by the
+  // admission webhook. Validation made sure Slurm is on.
+  if (!config_.dra.enabled) return absl::OkStatus();
+  if (kube_client_ == nullptr || placeholders_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "dra.enabled needs the Kubernetes API (kubernetes.kubeconfig or in-cluster) and Slurm");
+  }
+  DraModeDeps d;
+  d.config = &config_.dra;
+  d.ledger = &ledger_;
+  d.kube = kube_client_.get();
+  d.lends = placeholders_.get();
+  LedgerLog* j = journal_.get();
+  d.durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
+  d.registry = metrics_->registry().get();
+  d.policy = policy_;
+  absl::StatusOr<std::unique_ptr<DraMode>> m = DraMode::Start(std::move(d));
+  if (!m.ok()) return m.status();
+  dra_ = *std::move(m);
+  return absl::OkStatus();
+}
+
 absl::Status Bridge::ServeExtender() {
   if (config_.extender.listen.empty()) return absl::OkStatus();
   pod_api_ = extender::NewKubePodApi(kube_client_.get());
@@ -831,6 +860,9 @@ void Bridge::Shutdown() {
   // The extender first: its binds in flight finish while the journal, the
   // ledger and Slurm are all still there.
   if (extender_server_ != nullptr) extender_server_->Stop();
+  // The webhook likewise (kube-apiserver then fails closed: nothing more is
+  // allocated on the lending pools until a bridge answers again).
+  if (dra_ != nullptr) dra_->Stop();
   {
     absl::MutexLock lock(&health_mu_);
     stopping_ = true;

@@ -15,6 +15,7 @@
 #include "bridge/journal/ledger_log.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/workload_model.h"
+#include "bridge/server/dra_mode.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
 #include "bridge/server/service.h"
@@ -113,6 +114,8 @@ class Bridge {
   SlurmOwnerCheckFn SlurmOwnerCheck();
   // The scheduler extender, with extender.listen.
   absl::Status ServeExtender();
+  // The DRA lending mode, with dra.enabled.
+  absl::Status StartDra();
 
   const Config config_;
   Ledger ledger_;
@@ -178,6 +181,8 @@ class Bridge {
   std::unique_ptr<extender::PodApi> pod_api_;
   std::unique_ptr<extender::Extender> extender_;
   std::unique_ptr<extender::ExtenderServer> extender_server_;
+  // The DRA lending mode (dra.enabled): after everything it uses.
+  std::unique_ptr<DraMode> dra_;
 };
 
 // Starts the bridge, waits for SIGTERM or SIGINT, shuts down gracefully.

@@ -69,3 +69,25 @@ target_link_libraries(deployment_e2e_test PRIVATE duet::proto absl::strings absl
 add_dependencies(deployment_e2e_test duet-bridge spank_duet)
 gtest_discover_tests(deployment_e2e_test DISCOVERY_TIMEOUT 60
   PROPERTIES LABELS slurm TIMEOUT 180)
+
+# The DRA lending mode end to end (issue 26): the real duet-bridge with
+# dra.enabled and its admission webhook, the fake apiserver at 1.37 calling
+# it, the fake NVIDIA driver's slices, the test scheduler as a process, and
+# the real Slurm cluster.
+add_executable(dra_e2e_test ${CMAKE_CURRENT_LIST_DIR}/dra_e2e_test.cc
+               ${PROJECT_SOURCE_DIR}/tests/k8s_adapter/fake_server.cc)
+target_compile_options(dra_e2e_test PRIVATE ${DUET_WARNINGS})
+target_include_directories(dra_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(dra_e2e_test PRIVATE
+  DUET_BRIDGE_BIN="$<TARGET_FILE:duet-bridge>"
+  DUETCTL_BIN="$<TARGET_FILE:duetctl>"
+  DUET_SPANK_SO="$<TARGET_FILE:spank_duet>"
+  DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh"
+  DUET_K8S_TESTDATA="${PROJECT_SOURCE_DIR}/tests/k8s_adapter/testdata"
+  DUET_FAKE_APISERVER="${PROJECT_SOURCE_DIR}/tests/fakes/fake_apiserver.py"
+  DUET_FAKES_DIR="${PROJECT_SOURCE_DIR}/tests/fakes")
+target_link_libraries(dra_e2e_test PRIVATE duet::proto duet::k8s absl::strings absl::time
+                      nlohmann_json::nlohmann_json GTest::gtest_main)
+add_dependencies(dra_e2e_test duet-bridge duetctl spank_duet)
+gtest_discover_tests(dra_e2e_test DISCOVERY_TIMEOUT 60 TEST_PREFIX dra_e2e.
+  PROPERTIES LABELS slurm TIMEOUT 180)

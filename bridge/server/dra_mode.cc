@@ -1,0 +1,544 @@
+#include "bridge/server/dra_mode.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "k8s_adapter/dra/demand.h"
+#include "k8s_adapter/dra/device_map.h"
+#include "k8s_adapter/dra/taint_rules.h"
+#include "k8s_adapter/dra/webhook.h"
+#include "k8s_adapter/informer.h"
+#include "spdlog/spdlog.h"
+
+namespace duet {
+namespace {
+
+constexpr char kTpuDriver[] = "tpu.google.com";
+constexpr char kDra[] = "/apis/resource.k8s.io/v1";
+// A pod asking again is served again after this long (its lend may have
+// gone to another pod first, or the scheduler may still be catching up).
+constexpr absl::Duration kDemandRetry = absl::Seconds(5);
+
+const nlohmann::json* Path(const nlohmann::json& j, std::initializer_list<const char*> keys) {
+  const nlohmann::json* cur = &j;
+  for (const char* k : keys) {
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(k);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+  }
+  return cur;
+}
+
+std::string Str(const nlohmann::json& j, std::initializer_list<const char*> keys) {
+  const nlohmann::json* v = Path(j, keys);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : "";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Claims
+
+std::vector<dra::DraDevice> AllocatedDevices(const nlohmann::json& claim) {
+  std::vector<dra::DraDevice> out;
+  const nlohmann::json* results = Path(claim, {"status", "allocation", "devices", "results"});
+  if (results == nullptr || !results->is_array()) return out;
+  for (const nlohmann::json& r : *results) {
+    const nlohmann::json* admin = Path(r, {"adminAccess"});
+    if (admin != nullptr && admin->is_boolean() && admin->get<bool>()) continue;
+    dra::DraDevice d{Str(r, {"driver"}), Str(r, {"pool"}), Str(r, {"device"})};
+    if (d.driver.empty() || d.pool.empty() || d.device.empty()) continue;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+QuorumClaimLister::QuorumClaimLister(k8s::KubeClient* kube, std::string collection)
+    : kube_(kube), collection_(std::move(collection)) {}
+
+absl::StatusOr<std::vector<dra::AllocatedClaim>> QuorumClaimLister::ListAllocated() {
+  std::vector<dra::AllocatedClaim> out;
+  std::string cont;
+  do {
+    // No resourceVersion: a quorum read from etcd, never a watch cache.
+    std::string path = absl::StrCat(collection_, "?limit=500");
+    if (!cont.empty()) absl::StrAppend(&path, "&continue=", cont);
+    absl::StatusOr<std::string> body = kube_->Get(path);
+    if (!body.ok()) return body.status();
+    nlohmann::json list = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+    if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
+      return absl::InternalError(absl::StrCat("GET ", path, ": not a ResourceClaimList"));
+    }
+    for (const nlohmann::json& c : list["items"]) {
+      std::vector<dra::DraDevice> devices = AllocatedDevices(c);
+      if (devices.empty()) continue;
+      out.push_back({dra::ClaimRef{Str(c, {"metadata", "uid"}), Str(c, {"metadata", "namespace"}),
+                                   Str(c, {"metadata", "name"})},
+                     std::move(devices)});
+    }
+    cont = Str(list, {"metadata", "continue"});
+  } while (!cont.empty());
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Informer handlers
+
+class DraMode::SliceHandler final : public k8s::InformerHandler {
+ public:
+  void OnUpsert(const nlohmann::json& object) override {
+    absl::MutexLock lock(&mu_);
+    slices_[Str(object, {"metadata", "name"})] = object;
+    dirty_ = true;
+  }
+  void OnDelete(const std::string& key, const nlohmann::json*) override {
+    absl::MutexLock lock(&mu_);
+    slices_.erase(key);
+    dirty_ = true;
+  }
+  void OnSynced() override {
+    absl::MutexLock lock(&mu_);
+    dirty_ = true;
+  }
+  bool Changed() {
+    absl::MutexLock lock(&mu_);
+    return dirty_;
+  }
+  // The slices when they changed since the last call (or `force`).
+  std::optional<std::vector<nlohmann::json>> TakeIfChanged(bool force) {
+    absl::MutexLock lock(&mu_);
+    if (!dirty_ && !force) return std::nullopt;
+    dirty_ = false;
+    std::vector<nlohmann::json> out;
+    out.reserve(slices_.size());
+    for (const auto& [name, s] : slices_) out.push_back(s);
+    return out;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, nlohmann::json> slices_ ABSL_GUARDED_BY(mu_);
+  bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+};
+
+class DraMode::ClaimHandler final : public k8s::InformerHandler {
+ public:
+  void OnUpsert(const nlohmann::json& object) override {
+    const std::string key = absl::StrCat(Str(object, {"metadata", "namespace"}), "/",
+                                         Str(object, {"metadata", "name"}));
+    const std::string uid = Str(object, {"metadata", "uid"});
+    absl::MutexLock lock(&mu_);
+    uid_of_[key] = uid;
+    if (AllocatedDevices(object).empty()) {
+      allocated_.erase(uid);
+      check_.insert(uid);  // given back once the ledger's holding is old enough
+    } else {
+      allocated_.insert(uid);
+      check_.erase(uid);
+    }
+  }
+  void OnDelete(const std::string& key, const nlohmann::json* last) override {
+    absl::MutexLock lock(&mu_);
+    std::string uid = last != nullptr ? Str(*last, {"metadata", "uid"}) : "";
+    auto it = uid_of_.find(key);
+    if (uid.empty() && it != uid_of_.end()) uid = it->second;
+    if (it != uid_of_.end()) uid_of_.erase(it);
+    if (uid.empty()) return;
+    allocated_.erase(uid);
+    check_.erase(uid);
+    deleted_.insert(uid);
+  }
+  void OnSynced() override {
+    absl::MutexLock lock(&mu_);
+    synced_ = true;
+    sweep_ = true;
+  }
+
+  struct Work {
+    std::set<std::string> deleted;  // give back now
+    std::set<std::string> check;    // give back if old enough and still not allocated
+    bool sweep = false;             // every Claim holding not allocated in the view
+    std::set<std::string> allocated;
+  };
+  Work Take(bool sweep) {
+    absl::MutexLock lock(&mu_);
+    Work w;
+    w.deleted.swap(deleted_);
+    w.check = check_;
+    w.sweep = synced_ && (sweep_ || sweep);
+    sweep_ = false;
+    if (w.sweep || !w.check.empty()) w.allocated = allocated_;
+    return w;
+  }
+  void Done(const std::string& uid) {
+    absl::MutexLock lock(&mu_);
+    check_.erase(uid);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::string> uid_of_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> allocated_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> check_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> deleted_ ABSL_GUARDED_BY(mu_);
+  bool synced_ ABSL_GUARDED_BY(mu_) = false;
+  bool sweep_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class DraMode::PodHandler final : public k8s::InformerHandler {
+ public:
+  void OnUpsert(const nlohmann::json& object) override {
+    const std::string key = absl::StrCat(Str(object, {"metadata", "namespace"}), "/",
+                                         Str(object, {"metadata", "name"}));
+    absl::MutexLock lock(&mu_);
+    if (k8s_dra::UnschedulablePod(object)) {
+      // Only what demand reads.
+      nlohmann::json keep = {{"metadata", object["metadata"]}, {"spec", nlohmann::json::object()}};
+      for (const char* k : {"containers", "resourceClaims"}) {
+        if (object["spec"].contains(k)) keep["spec"][k] = object["spec"][k];
+      }
+      if (const nlohmann::json* st = Path(object, {"status", "resourceClaimStatuses"})) {
+        keep["status"]["resourceClaimStatuses"] = *st;
+      }
+      pending_[key] = std::move(keep);
+    } else {
+      pending_.erase(key);
+    }
+  }
+  void OnDelete(const std::string& key, const nlohmann::json*) override {
+    absl::MutexLock lock(&mu_);
+    pending_.erase(key);
+  }
+  void OnSynced() override {}
+  std::vector<nlohmann::json> Pending() {
+    absl::MutexLock lock(&mu_);
+    std::vector<nlohmann::json> out;
+    for (const auto& [k, p] : pending_) out.push_back(p);
+    return out;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, nlohmann::json> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+// ---------------------------------------------------------------------------
+// DraMode
+
+DraMode::DraMode(DraModeDeps deps) : deps_(std::move(deps)) {}
+
+DraMode::~DraMode() { Stop(); }
+
+int DraMode::webhook_port() const { return webhook_ ? webhook_->port() : 0; }
+
+std::string DraMode::PoolOf(const std::string& node) const {
+  std::shared_ptr<const NodeView> v = deps_.ledger->GetNode(node);
+  if (!v) return "";
+  const std::vector<std::string>& pools = deps_.config->pools;
+  return std::find(pools.begin(), pools.end(), v->spec.pool) != pools.end() ? v->spec.pool : "";
+}
+
+absl::StatusOr<std::unique_ptr<DraMode>> DraMode::Start(DraModeDeps deps) {
+  std::unique_ptr<DraMode> m(new DraMode(std::move(deps)));
+  absl::Status s = m->Init();
+  if (!s.ok()) {
+    m->Stop();
+    return s;
+  }
+  return m;
+}
+
+absl::Status DraMode::Init() {
+  const DraConfig& c = *deps_.config;
+  if (c.kube_version == "1.37") {
+    rule_api_ = "v1";
+  } else if (c.kube_version == "1.36") {
+    rule_api_ = "v1beta2";
+  } else {
+    absl::StatusOr<std::string> api = k8s_dra::DetectRuleApi(deps_.kube);
+    if (!api.ok()) {
+      return absl::Status(api.status().code(),
+                          absl::StrCat("dra: the DeviceTaintRule API: ", api.status().message()));
+    }
+    rule_api_ = *api;
+  }
+  map_ = std::make_unique<k8s_dra::DeviceMap>(c.drivers, deps_.registry);
+  k8s_dra::TaintRulesOptions ro;
+  ro.api_version = rule_api_;
+  ro.taint_key = c.taint_key;
+  ro.registry = deps_.registry;
+  rules_ = std::make_unique<k8s_dra::TaintRules>(deps_.kube, ro);
+  claims_ = std::make_unique<QuorumClaimLister>(deps_.kube, absl::StrCat(kDra, "/resourceclaims"));
+  dra::LenderOptions lo;
+  lo.admission_grace = c.webhook.admission_grace;
+  lo.warm_buffer = static_cast<uint32_t>(c.warm_buffer);
+  lo.reclaim_after = c.reclaim_after;
+  lo.pool_of = [this](const std::string& node) { return PoolOf(node); };
+  lender_ = std::make_unique<dra::Lender>(deps_.ledger, deps_.lends, map_.get(), rules_.get(),
+                                          claims_.get(), deps_.durable, deps_.clock, lo,
+                                          deps_.registry);
+
+  slice_handler_ = std::make_unique<SliceHandler>();
+  claim_handler_ = std::make_unique<ClaimHandler>();
+  pod_handler_ = std::make_unique<PodHandler>();
+  k8s::InformerOptions so;
+  so.path = absl::StrCat(kDra, "/resourceslices");
+  slice_informer_ = std::make_unique<k8s::Informer>(deps_.kube, so, slice_handler_.get());
+  k8s::InformerOptions co;
+  co.path = absl::StrCat(kDra, "/resourceclaims");
+  claim_informer_ = std::make_unique<k8s::Informer>(deps_.kube, co, claim_handler_.get());
+  k8s::InformerOptions po;
+  po.path = "/api/v1/pods";
+  po.field_selector = "spec.nodeName=";  // pending pods only
+  pod_informer_ = std::make_unique<k8s::Informer>(deps_.kube, po, pod_handler_.get());
+  const std::pair<k8s::Informer*, const char*> informers[] = {
+      {slice_informer_.get(), "ResourceSlices"},
+      {claim_informer_.get(), "ResourceClaims"},
+      {pod_informer_.get(), "pending pods"}};
+  for (const auto& [inf, what] : informers) {
+    if (absl::Status s = inf->Start(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("dra: listing ", what, ": ", s.message()));
+    }
+  }
+  RebuildMap(/*force=*/true, /*read_inventory=*/true);
+  if (absl::Status s = lender_->Resync(); !s.ok()) {
+    spdlog::warn("dra: the first DeviceTaintRule resync failed (retried every 30s): {}",
+                 s.ToString());
+  }
+  k8s_dra::WebhookOptions wo;
+  wo.listen = c.webhook.listen;
+  wo.cert_file = c.webhook.cert_file;
+  wo.key_file = c.webhook.key_file;
+  wo.registry = deps_.registry;
+  absl::StatusOr<std::unique_ptr<k8s_dra::WebhookServer>> hook =
+      k8s_dra::WebhookServer::Start(lender_.get(), wo);
+  if (!hook.ok()) {
+    return absl::Status(hook.status().code(),
+                        absl::StrCat("dra.webhook: ", hook.status().message()));
+  }
+  webhook_ = *std::move(hook);
+  spdlog::info("dra: lending pools [{}], DeviceTaintRule API resource.k8s.io/{}, webhook on port {}",
+               absl::StrJoin(c.pools, ", "), rule_api_, webhook_->port());
+  loop_ = std::thread([this] { Loop(); });
+  tick_ = std::thread([this] { TickLoop(); });
+  return absl::OkStatus();
+}
+
+void DraMode::Stop() {
+  if (webhook_) webhook_->Stop();
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (loop_.joinable()) loop_.join();
+  if (tick_.joinable()) tick_.join();
+  for (auto* inf : {pod_informer_.get(), claim_informer_.get(), slice_informer_.get()}) {
+    if (inf != nullptr) inf->Stop();
+  }
+}
+
+void DraMode::RebuildMap(bool force, bool read_inventory) {
+  if (!force && !read_inventory && !slice_handler_->Changed()) return;
+  // The lending nodes' devices as the ledger's inventory has them.
+  LedgerSnapshot snap = deps_.ledger->Snapshot();
+  k8s_dra::LedgerInventory inv;
+  uint64_t fingerprint = 1469598103934665603ull;
+  auto mix = [&fingerprint](uint64_t v) { fingerprint = (fingerprint ^ v) * 1099511628211ull; };
+  for (const std::shared_ptr<const NodeView>& v : snap.nodes) {
+    const std::vector<std::string>& pools = deps_.config->pools;
+    if (std::find(pools.begin(), pools.end(), v->spec.pool) == pools.end()) continue;
+    std::vector<k8s_dra::InventoryDevice>& devs = inv[v->spec.name];
+    mix(std::hash<std::string>()(v->spec.name));
+    for (const DeviceState& d : v->devices) {
+      devs.push_back({d.spec.kind, d.spec.index, d.spec.id});
+      mix(static_cast<uint64_t>(d.spec.kind) * 4096 + d.spec.index);
+      mix(std::hash<std::string>()(d.spec.id));
+    }
+  }
+  const bool inventory_changed = fingerprint != map_ledger_seq_;
+  std::optional<std::vector<nlohmann::json>> slices =
+      slice_handler_->TakeIfChanged(force || inventory_changed);
+  if (!slices) return;
+  map_ledger_seq_ = fingerprint;
+  if (absl::Status s = map_->Update(*slices, inv); !s.ok()) {
+    spdlog::error("dra: the device map was not rebuilt (kept as it was): {}", s.ToString());
+    return;
+  }
+  for (const auto& [node, why] : map_->UnmappableNodes()) {
+    if (inv.count(node)) {
+      spdlog::warn("dra: node {} lends nothing: {} ({})", node, why.reason, why.detail);
+    }
+  }
+}
+
+void DraMode::ReleaseClaims() {
+  const absl::Time now = deps_.clock->Now();
+  const absl::Duration grace = deps_.config->webhook.admission_grace;
+  const bool periodic = now - last_sweep_ > absl::Seconds(30);
+  ClaimHandler::Work w = claim_handler_->Take(periodic);
+  for (const std::string& uid : w.deleted) {
+    if (absl::Status s = lender_->ReleaseClaim(uid); !s.ok()) {
+      spdlog::warn("dra: giving back deleted claim {}: {}", uid, s.ToString());
+    }
+  }
+  if (w.check.empty() && !w.sweep) return;
+  if (w.sweep) last_sweep_ = now;
+  // The claims the ledger holds, with their newest grant.
+  std::map<std::string, absl::Time> held;
+  for (const Holding& h : deps_.ledger->ListHoldings()) {
+    if (h.owner.kind != OwnerKind::kClaim) continue;
+    absl::Time& t = held.emplace(h.owner.pod_uid, absl::InfinitePast()).first->second;
+    t = std::max(t, h.granted_at);
+  }
+  for (const auto& [uid, granted] : held) {
+    if (w.allocated.count(uid)) continue;
+    if (!w.sweep && !w.check.count(uid)) continue;
+    // An admission whose write has not reached the informer yet looks the
+    // same: wait out the grace first.
+    if (now - granted < grace) continue;
+    spdlog::info("dra: claim {} holds devices but is not allocated: giving them back", uid);
+    if (absl::Status s = lender_->ReleaseClaim(uid); !s.ok()) {
+      spdlog::warn("dra: giving back claim {}: {}", uid, s.ToString());
+      continue;
+    }
+    claim_handler_->Done(uid);
+  }
+  for (const std::string& uid : w.check) {
+    if (!held.count(uid)) claim_handler_->Done(uid);
+  }
+}
+
+void DraMode::LendDemand() {
+  std::vector<nlohmann::json> pending = pod_handler_->Pending();
+  if (pending.empty()) return;
+  std::map<std::string, absl::Time>& served = served_;
+  const absl::Time now = deps_.clock->Now();
+  for (auto it = served.begin(); it != served.end();) {
+    it = now - it->second > absl::Minutes(10) ? served.erase(it) : std::next(it);
+  }
+  k8s_dra::DemandInputs inputs;
+  auto items = [this](const std::string& path) {
+    std::vector<nlohmann::json> out;
+    absl::StatusOr<std::string> body = deps_.kube->Get(path);
+    if (!body.ok()) return out;
+    nlohmann::json list = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+    if (list.is_object() && list.contains("items") && list["items"].is_array()) {
+      for (nlohmann::json& i : list["items"]) out.push_back(std::move(i));
+    }
+    return out;
+  };
+  inputs.device_classes = items(absl::StrCat(kDra, "/deviceclasses"));
+  for (const nlohmann::json& pod : pending) {
+    const std::string uid = Str(pod, {"metadata", "uid"});
+    const std::string ns = Str(pod, {"metadata", "namespace"});
+    const std::string name = Str(pod, {"metadata", "name"});
+    auto s = served.find(uid);
+    if (s != served.end() && now - s->second < kDemandRetry) continue;
+    // The claims and templates the pod names, read now (a claim may have
+    // been made or allocated since the pod was seen).
+    for (const char* what : {"resourceclaims", "resourceclaimtemplates"}) {
+      for (nlohmann::json& o : items(absl::StrCat(kDra, "/namespaces/", ns, "/", what))) {
+        const std::string key = absl::StrCat(ns, "/", Str(o, {"metadata", "name"}));
+        (std::string(what) == "resourceclaims" ? inputs.claims : inputs.templates)[key] =
+            std::move(o);
+      }
+    }
+    absl::StatusOr<std::map<std::string, k8s_dra::DeviceDemand>> demand =
+        k8s_dra::PodDemand(pod, inputs, deps_.config->drivers);
+    if (!demand.ok()) {
+      spdlog::debug("dra: pod {}/{}: {}", ns, name, demand.status().ToString());
+      continue;
+    }
+    for (const auto& [driver, want] : *demand) {
+      const DeviceKind kind = driver == kTpuDriver ? DeviceKind::kTpu : DeviceKind::kGpu;
+      // TPUs are lent per host; an All request takes a whole node too.
+      const bool whole = kind == DeviceKind::kTpu || want.all;
+      if (!whole && want.count <= 0) continue;
+      served[uid] = now;
+      // A lending node where the devices fit among the free ones (placement
+      // decides, as for every pod).
+      LedgerSnapshot snap = deps_.ledger->Snapshot();
+      std::vector<std::shared_ptr<const NodeView>> nodes;
+      for (const std::shared_ptr<const NodeView>& v : snap.nodes) {
+        if (!PoolOf(v->spec.name).empty() && map_->Lendable(v->spec.name, nullptr)) {
+          nodes.push_back(v);
+        }
+      }
+      if (nodes.empty()) continue;
+      placement::PodRequest req;
+      req.kind = kind;
+      req.count = whole ? 1 : static_cast<uint32_t>(std::min<int64_t>(want.count, 1024));
+      std::vector<placement::NodeLoad> loads(nodes.size());
+      placement::Scorer scorer(deps_.policy);
+      std::optional<placement::NodeChoice> pick = placement::SelectNode(nodes, loads, req, scorer);
+      if (!pick) {
+        spdlog::info("dra: pod {}/{} asks {} {} of {}: no lending node has room", ns, name,
+                     whole ? "a host of" : absl::StrCat(want.count), DeviceKindName(kind), driver);
+        continue;
+      }
+      const NodeView& node = *nodes[pick->node];
+      uint32_t count = req.count;
+      if (whole) {
+        count = 0;
+        for (const DeviceState& d : node.devices) count += d.spec.kind == kind ? 1 : 0;
+      }
+      absl::StatusOr<std::vector<dra::LedgerDevice>> lent =
+          lender_->Lend(node.spec.name, kind, count);
+      if (!lent.ok()) {
+        spdlog::warn("dra: lending {} {} on {} for pod {}/{}: {}", count, DeviceKindName(kind),
+                     node.spec.name, ns, name, lent.status().ToString());
+        continue;
+      }
+      spdlog::info("dra: lent {} {} on {} for pod {}/{}", lent->size(), DeviceKindName(kind),
+                   node.spec.name, ns, name);
+    }
+  }
+}
+
+void DraMode::TickLoop() {
+  // Its own thread: a reclaim waits out the admission grace.
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Seconds(1))) return;
+    }
+    if (absl::Status s = lender_->Tick(); !s.ok()) {
+      spdlog::debug("dra: warm buffer / reclaim pass: {}", s.ToString());
+    }
+  }
+}
+
+void DraMode::Loop() {
+  absl::Time last_resync = deps_.clock->Now();
+  absl::Time last_inventory = absl::InfinitePast();
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(200))) return;
+    }
+    const absl::Time now = deps_.clock->Now();
+    // Slices at once; the ledger's inventory (a walk of every node) each second.
+    const bool inventory = now - last_inventory >= absl::Seconds(1);
+    if (inventory) last_inventory = now;
+    RebuildMap(/*force=*/false, inventory);
+    ReleaseClaims();
+    LendDemand();
+    if (now - last_resync >= absl::Seconds(30)) {
+      last_resync = now;
+      if (absl::Status s = lender_->Resync(); !s.ok()) {
+        spdlog::warn("dra: DeviceTaintRule resync: {}", s.ToString());
+      }
+    }
+  }
+}
+
+}  // namespace duet

@@ -1,0 +1,151 @@
+#pragma once
+
+// DraMode: the DRA lending mode's wiring in duet-bridge (docs/dra.md), made
+// by Bridge::Start when dra.enabled. It owns
+//  - the DeviceMap, rebuilt from a ResourceSlice informer and the ledger's
+//    nodes of the lending pools;
+//  - the DeviceTaintRules writer (the rule API detected, or dra.kube_version);
+//  - the quorum ResourceClaim LIST reclaims check (QuorumClaimLister);
+//  - the Lender (bridge/dra), with the placeholders as its LendMaker;
+//  - a ResourceClaim informer: a claim deleted, or seen without the
+//    allocation the ledger records for it, gives its devices back
+//    (ReleaseClaim); after each complete list, claims the ledger holds that
+//    the list does not allocate are given back once older than the
+//    admission grace (an admission whose write never landed);
+//  - a pending-pod informer: a pod kube-scheduler marked Unschedulable that
+//    asks for devices of a lent driver (claims' ExactCount requests, or an
+//    extended resource a DeviceClass serves) makes duet lend that many on
+//    the node placement picks among the lending nodes (LendDemand);
+//  - a loop thread: map rebuilds, claims given back, demand, and
+//    Lender::Resync every 30 s; and a thread for Lender::Tick every second
+//    (a reclaim waits out the admission grace there);
+//  - the admission webhook (k8s_adapter/dra), started only after the first
+//    map is built, so it never answers from an empty map.
+//
+// Thread-safety: Start/Stop from one owner thread; the rest is internal.
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "bridge/config/config.h"
+#include "bridge/dra/dra_device.h"
+#include "bridge/dra/lend_maker.h"
+#include "bridge/dra/lender.h"
+#include "bridge/ledger/ledger.h"
+#include "bridge/placement/placement.h"
+#include "common/clock.h"
+#include "k8s_adapter/kube_client.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/registry.h"
+
+namespace duet {
+namespace k8s {
+class Informer;
+class EventRecorder;
+}  // namespace k8s
+namespace k8s_dra {
+class DeviceMap;
+class TaintRules;
+class WebhookServer;
+}  // namespace k8s_dra
+
+// The quorum LIST of ResourceClaims (no resourceVersion: served from etcd),
+// paged. Admin-access results are left out. Thread-safe.
+class QuorumClaimLister final : public dra::ClaimLister {
+ public:
+  // `collection`: e.g. "/apis/resource.k8s.io/v1/resourceclaims". Not owned.
+  QuorumClaimLister(k8s::KubeClient* kube, std::string collection);
+  absl::StatusOr<std::vector<dra::AllocatedClaim>> ListAllocated() override;
+
+ private:
+  k8s::KubeClient* const kube_;
+  const std::string collection_;
+};
+
+// A claim's allocated devices (status.allocation.devices.results, admin
+// access left out); empty when it has no allocation.
+std::vector<dra::DraDevice> AllocatedDevices(const nlohmann::json& claim);
+
+struct DraModeDeps {
+  const DraConfig* config = nullptr;
+  Ledger* ledger = nullptr;
+  k8s::KubeClient* kube = nullptr;
+  dra::LendMaker* lends = nullptr;
+  dra::Lender::DurableWait durable;
+  const Clock* clock = Clock::Real();
+  prometheus::Registry* registry = nullptr;  // may be null
+  // How lending picks a node for a pending pod.
+  placement::Policy policy = placement::Policy::kDuet;
+};
+
+class DraMode {
+ public:
+  // Detects the rule API, starts the informers (their first lists must
+  // succeed), builds the first map, resyncs the rules, starts the webhook
+  // and the loop. Errors name the step (dra.kube_version, the discovery,
+  // dra.webhook.listen / tls).
+  static absl::StatusOr<std::unique_ptr<DraMode>> Start(DraModeDeps deps);
+  ~DraMode();
+  DraMode(const DraMode&) = delete;
+  DraMode& operator=(const DraMode&) = delete;
+
+  // Idempotent: the webhook first (kube-apiserver then fails closed), then
+  // the loop and the informers.
+  void Stop();
+
+  int webhook_port() const;
+  const std::string& rule_api() const { return rule_api_; }
+  dra::Lender* lender() { return lender_.get(); }
+
+ private:
+  class SliceHandler;
+  class ClaimHandler;
+  class PodHandler;
+
+  explicit DraMode(DraModeDeps deps);
+  absl::Status Init();
+  void Loop();
+  // Lender::Tick every second (warm buffer, idle reclaims).
+  void TickLoop();
+  // Rebuilds the map from the slices and the ledger's lending nodes when
+  // either changed (the ledger is read only with `read_inventory` or `force`).
+  void RebuildMap(bool force, bool read_inventory);
+  // Lends for the pending pods that ask for devices.
+  void LendDemand();
+  // Gives back what deleted/deallocated claims held.
+  void ReleaseClaims();
+  // The lending pool of a ledger node ("" when none).
+  std::string PoolOf(const std::string& node) const;
+
+  DraModeDeps deps_;
+  std::string rule_api_;
+  std::unique_ptr<k8s_dra::DeviceMap> map_;
+  std::unique_ptr<k8s_dra::TaintRules> rules_;
+  std::unique_ptr<QuorumClaimLister> claims_;
+  std::unique_ptr<dra::Lender> lender_;
+  std::unique_ptr<SliceHandler> slice_handler_;
+  std::unique_ptr<ClaimHandler> claim_handler_;
+  std::unique_ptr<PodHandler> pod_handler_;
+  std::unique_ptr<k8s::Informer> slice_informer_;
+  std::unique_ptr<k8s::Informer> claim_informer_;
+  std::unique_ptr<k8s::Informer> pod_informer_;
+  std::unique_ptr<k8s_dra::WebhookServer> webhook_;
+  // Loop thread only: the lending inventory's fingerprint at the last
+  // rebuild, the last claim sweep, and when each pending pod was last served.
+  uint64_t map_ledger_seq_ = 0;
+  absl::Time last_sweep_ = absl::InfinitePast();
+  std::map<std::string, absl::Time> served_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread loop_;
+  std::thread tick_;
+};
+
+}  // namespace duet
