@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <memory>
 #include <set>
 #include <string>
@@ -36,6 +37,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -121,18 +123,22 @@ class World {
     bridge_.reset();  // SIGTERM
   }
 
-  // The test scheduler as a process, its lines in scheduler.log.
-  void StartScheduler() {
+  // The test scheduler as a process, its lines in scheduler.log; `extra`
+  // are its flags (--stale-cache, --prebind-delay S).
+  void StartScheduler(const std::vector<std::string>& extra = {}) {
     StopScheduler();
+    const std::string log = (dir_ / "scheduler.log").string();
+    std::vector<std::string> args = {"python3", absl::StrCat(DUET_FAKES_DIR, "/test_scheduler.py"),
+                                     "--server", fake_->url(), "--interval", "0.2"};
+    args.insert(args.end(), extra.begin(), extra.end());
     scheduler_pid_ = fork();
     if (scheduler_pid_ == 0) {
-      const std::string log = (dir_ / "scheduler.log").string();
-      const std::string script = absl::StrCat(DUET_FAKES_DIR, "/test_scheduler.py");
-      const std::string url = fake_->url();
       FILE* f = freopen(log.c_str(), "a", stdout);
       (void)f;
-      execl("/usr/bin/python3", "python3", script.c_str(), "--server", url.c_str(), "--interval",
-            "0.2", static_cast<char*>(nullptr));
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv("/usr/bin/python3", argv.data());
       _exit(127);
     }
   }
@@ -270,8 +276,12 @@ class World {
   std::unique_ptr<v1::Ledger::Stub> stub_;
 };
 
+class DraChurn;
+
 class DraE2eTest : public ::testing::Test {
  protected:
+  friend class DraChurn;
+
   void SetUp() override {
     w_ = World::Get();
     ASSERT_TRUE(w_->ok());
@@ -310,7 +320,14 @@ class DraE2eTest : public ::testing::Test {
               {"apiVersions", {"v1", "v1beta2"}},
               {"operations", {"UPDATE"}},
               {"resources", {"resourceclaims/status"}}}}}}}}};
-    Api("POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", vwc);
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    // The mutation test runs without the fence: no webhook registered.
+    const std::string vwcs = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+    if (!absl::StrContains(test, "WithoutTheWebhook")) {
+      Api("POST", vwcs, vwc);
+    } else {
+      Api("DELETE", vwcs + "/duet-dra");  // left by an earlier test of this process
+    }
 
     ASSERT_TRUE(w_->StartBridge());
     ASSERT_TRUE(WaitFor([&] {
@@ -323,7 +340,8 @@ class DraE2eTest : public ::testing::Test {
     // Nothing lent yet: every device carries duet's rule.
     ASSERT_TRUE(WaitFor([&] { return Rules().size() == 8; }, absl::Seconds(30)))
         << Rules().size() << " rules\n" << w_->Log();
-    w_->StartScheduler();
+    // The churn tests run a stale, slow scheduler of their own.
+    if (!absl::StrContains(test, "Churn")) w_->StartScheduler();
   }
 
   void TearDown() override {
@@ -561,6 +579,174 @@ TEST_F(DraE2eTest, BridgeRestartKeepsTheClaimsDevicesAndTheLendJobs) {
   const uint32_t all = c_->Sbatch(absl::StrCat("-w ", kNode, " --gres=gpu:8 --wrap 'sleep 1'"));
   absl::SleepFor(absl::Seconds(2));
   EXPECT_EQ(c_->JobState(all), "PENDING");
+}
+
+// Churn: pods and Slurm jobs come and go on one node for a while, the
+// scheduler decides on a stale cache and writes its allocations late, and a
+// claim that tolerates duet's taint keeps asking. A sampler compares, every
+// half second, the devices the API server's claims are allocated with the
+// devices Slurm's running jobs hold (scontrol -d show job): any overlap is a
+// violation of I1. Every Slurm job runs a step (srun, through spank_duet);
+// a refused step leaves a marker file.
+struct ChurnResult {
+  int violations = 0;
+  std::string first_violation;
+  int pods = 0;
+  int bound = 0;
+  int jobs = 0;
+  int refused_steps = 0;
+  int samples = 0;
+};
+
+class DraChurn {
+ public:
+  DraChurn(DraE2eTest* t, World* w, TestSlurmCluster* c) : t_(t), w_(w), c_(c) {}
+
+  ChurnResult Run(absl::Duration length, bool stop_at_violation) {
+    ChurnResult r;
+    const fs::path marks = w_->dir() / absl::StrCat("refused-", getpid());
+    fs::create_directories(marks);
+    std::mt19937 rng(20261205);
+    std::map<std::string, absl::Time> pods;  // name -> when to delete
+    // The claim that tolerates duet's taint, and its pod: always there.
+    t_->Api("POST", absl::StrCat(kDra, "/namespaces/default/resourceclaims"),
+            json::parse(absl::StrCat(R"({
+      "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+      "metadata": {"name": "tolerant", "namespace": "default"},
+      "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "count": 1,
+        "tolerations": [{"key": ")", kTaintKey, R"(", "operator": "Exists"}]}}]}}})")));
+    t_->Api("POST", "/api/v1/namespaces/default/pods", json::parse(R"({"apiVersion": "v1",
+      "kind": "Pod", "metadata": {"name": "tolerant", "namespace": "default"},
+      "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "tolerant"}],
+               "containers": [{"name": "main", "image": "busybox",
+                               "resources": {"claims": [{"name": "gpu"}]}}]}})"));
+    const absl::Time end = absl::Now() + length;
+    absl::Time next_job = absl::Now();
+    int seq = 0;
+    while (absl::Now() < end) {
+      const absl::Time now = absl::Now();
+      // A pod every ~1.5 s, asking 1 or 2 GPUs, living 0 to 6 s (0: deleted
+      // while duet may still be lending for it).
+      if (pods.size() < 3 && std::uniform_int_distribution<int>(0, 2)(rng) == 0) {
+        const std::string name = absl::StrCat("churn-", ++seq);
+        t_->Api("POST", "/api/v1/namespaces/default/pods",
+                t_->GpuPod(name, 1 + std::uniform_int_distribution<int>(0, 1)(rng)));
+        pods[name] = now + absl::Milliseconds(std::uniform_int_distribution<int>(0, 6000)(rng));
+        ++r.pods;
+      }
+      for (auto it = pods.begin(); it != pods.end();) {
+        if (it->second > now) {
+          ++it;
+          continue;
+        }
+        if (!t_->Pod(it->first)["spec"].value("nodeName", "").empty()) ++r.bound;
+        EndPod(it->first);
+        it = pods.erase(it);
+      }
+      // Back-to-back Slurm jobs of 1 or 2 GPUs, each with a step.
+      if (now >= next_job) {
+        const int gpus = 1 + std::uniform_int_distribution<int>(0, 1)(rng);
+        c_->Sbatch(absl::StrCat("-w ", kNode, " --gres=gpu:", gpus, " --wrap 'srun true || touch ",
+                                marks.string(), "/$SLURM_JOB_ID; sleep 2'"));
+        ++r.jobs;
+        next_job = now + absl::Milliseconds(1500);
+      }
+      ++r.samples;
+      std::string what;
+      if (Overlap(&what)) {
+        if (r.violations++ == 0) r.first_violation = what;
+        if (stop_at_violation) break;
+      }
+      absl::SleepFor(absl::Milliseconds(500));
+    }
+    for (const auto& [name, when] : pods) EndPod(name);
+    EndPod("tolerant", /*claim=*/"tolerant");
+    r.refused_steps = static_cast<int>(
+        std::distance(fs::directory_iterator(marks), fs::directory_iterator()));
+    return r;
+  }
+
+ private:
+  // The pod ends; the resourceclaim controller deallocates its claim and
+  // deletes it (the extended-resource claim, or `claim`).
+  void EndPod(const std::string& name, std::string claim = "") {
+    json p = t_->Pod(name);
+    if (claim.empty() && p.contains("status") && p["status"].contains("extendedResourceClaimStatus")) {
+      claim = p["status"]["extendedResourceClaimStatus"].value("resourceClaimName", "");
+    }
+    t_->Api("DELETE", absl::StrCat("/api/v1/namespaces/default/pods/", name));
+    if (claim.empty()) return;
+    const std::string path = absl::StrCat(kDra, "/namespaces/default/resourceclaims/", claim);
+    json c = t_->Api("GET", path);
+    if (c.contains("metadata")) {
+      c["status"] = json::object();
+      t_->Api("PUT", path + "/status", c);
+    }
+    t_->Api("DELETE", path);
+  }
+
+  // Whether a claim's allocated GPU is one a running Slurm job holds.
+  bool Overlap(std::string* what) {
+    std::map<uint32_t, std::string> pod_gpus;
+    json list = t_->Api("GET", absl::StrCat(kDra, "/namespaces/default/resourceclaims"));
+    for (const json& c : list.value("items", json::array())) {
+      for (uint32_t g : t_->ClaimGpus(c["metadata"].value("name", ""))) {
+        pod_gpus[g] = c["metadata"].value("name", "");
+      }
+    }
+    if (pod_gpus.empty()) return false;
+    CmdResult q = c_->Cli("squeue -h -t R -o %i");
+    for (absl::string_view id : absl::StrSplit(q.out, '\n', absl::SkipEmpty())) {
+      uint32_t job = 0;
+      if (!absl::SimpleAtoi(id, &job)) continue;
+      std::map<std::string, NodeDevices> held = ::duet::testing::SlurmJobDevices(*c_, job);
+      for (uint32_t g : held[kNode]["gpu"]) {
+        auto it = pod_gpus.find(g);
+        if (it == pod_gpus.end()) continue;
+        // A lend job holds the devices it lends: not a violation.
+        const std::string name = c_->Cli(absl::StrCat("squeue -h -j ", job, " -o %j")).out;
+        if (absl::StartsWith(name, "duet-lend:")) continue;
+        *what = absl::StrCat("gpu ", g, ": claim ", it->second, " and Slurm job ", job);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  DraE2eTest* t_;
+  World* w_;
+  TestSlurmCluster* c_;
+};
+
+absl::Duration ChurnLength() {
+  const char* s = getenv("DUET_DRA_CHURN_SECONDS");
+  return absl::Seconds(s != nullptr ? std::max(1, atoi(s)) : 45);
+}
+
+TEST_F(DraE2eTest, ChurnWithAStaleSlowSchedulerKeepsSlurmAndPodsApart) {
+  w_->StartScheduler({"--stale-cache", "--refresh-every", "5", "--prebind-delay", "0.3"});
+  DraChurn churn(this, w_, c_);
+  const ChurnResult r = churn.Run(ChurnLength(), /*stop_at_violation=*/false);
+  std::cerr << "churn: " << r.pods << " pods (" << r.bound << " bound), " << r.jobs
+            << " Slurm jobs, " << r.samples << " samples, " << r.violations << " violations, "
+            << r.refused_steps << " refused steps\n";
+  EXPECT_EQ(r.violations, 0) << r.first_violation;
+  EXPECT_EQ(r.refused_steps, 0);
+  EXPECT_GT(r.bound, 0) << "no pod was ever placed: the churn tested nothing";
+  EXPECT_GT(r.jobs, 5);
+}
+
+// The same churn with the webhook removed (not registered): the stale
+// scheduler and the tolerating claim put pods on devices Slurm's jobs hold.
+// Shows the sampler sees what the fence prevents.
+TEST_F(DraE2eTest, ChurnWithoutTheWebhookPutsPodsOnSlurmsDevices) {
+  w_->StartScheduler({"--stale-cache", "--refresh-every", "5", "--prebind-delay", "0.3"});
+  DraChurn churn(this, w_, c_);
+  const ChurnResult r = churn.Run(absl::Seconds(60), /*stop_at_violation=*/true);
+  EXPECT_GT(r.violations, 0) << "without the webhook no overlap was seen in " << r.samples
+                             << " samples";
+  std::cerr << "without the webhook: " << r.first_violation << "\n";
 }
 
 }  // namespace
