@@ -453,7 +453,10 @@ void DraMode::LendDemand() {
     absl::StatusOr<std::map<std::string, k8s_dra::DeviceDemand>> demand =
         k8s_dra::PodDemand(pod, inputs, deps_.config->drivers);
     if (!demand.ok()) {
-      spdlog::debug("dra: pod {}/{}: {}", ns, name, demand.status().ToString());
+      // Said once per kDemandRetry, not on every pass.
+      served[uid] = now;
+      spdlog::warn("dra: pod {}/{}: what it asks cannot be read, nothing lent for it: {}", ns,
+                   name, demand.status().ToString());
       continue;
     }
     for (const auto& [driver, want] : *demand) {

@@ -199,9 +199,12 @@ absl::StatusOr<std::map<std::string, DeviceDemand>> PodDemand(
       if (cls_name.empty() || driver == class_driver.end()) continue;
       const std::string where =
           absl::StrCat("pods/", pod_name, " spec.containers[", ci, "].resources: ", name);
+      // The API server stores quantities as strings; a client may still
+      // send a JSON integer (kubectl does), which means the same count.
       absl::StatusOr<int64_t> milli =
-          qty.is_string() ? k8s::ParseQuantityMilli(qty.get<std::string>())
-                          : absl::InvalidArgumentError("not a quantity string");
+          qty.is_string()            ? k8s::ParseQuantityMilli(qty.get<std::string>())
+          : qty.is_number_integer()  ? absl::StatusOr<int64_t>(qty.get<int64_t>() * 1000)
+                                     : absl::InvalidArgumentError("not a quantity");
       if (!milli.ok() || *milli % 1000 != 0 || *milli < 0) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": ", qty.dump(),
                                                        " is not a whole number of devices"));

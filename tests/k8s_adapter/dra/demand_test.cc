@@ -103,6 +103,13 @@ TEST(DemandTest, ExtendedResources) {
   json half = Pod(json::array(), {{"limits", {{"nvidia.com/gpu", "500m"}}}});
   EXPECT_THAT(std::string(PodDemand(half, in, kDrivers).status().message()),
               HasSubstr("not a whole number"));
+  // A JSON integer (what kubectl sends for an unquoted 2) counts the same.
+  json number = Pod(json::array(), {{"limits", {{"nvidia.com/gpu", 2}}}});
+  auto n = PodDemand(number, in, kDrivers);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ((*n)["gpu.nvidia.com"].count, 2);
+  json negative = Pod(json::array(), {{"limits", {{"nvidia.com/gpu", -1}}}});
+  EXPECT_FALSE(PodDemand(negative, in, kDrivers).ok());
 }
 
 TEST(DemandTest, MissingObjectsAndBadShapes) {
