@@ -1499,6 +1499,8 @@ class DraTest(unittest.TestCase):
         ("the section in bridge.config", "bridge: {config: {dra: {enabled: false}}}\n",
          "bridge.config.dra: set by the chart"),
         ("no validity", "dra: {webhook: {validityDays: 0}}\n", "dra.webhook.validityDays: must be at least 1"),
+        ("no Slurm side", "bridge: {slurm: {enabled: false}}\n",
+         "dra.enabled: needs bridge.slurm.enabled"),
     ]
 
     def test_refusals(self):

@@ -256,6 +256,9 @@ bridge.config is an error rather than silently replaced.
 refused at render time. Prints nothing. */}}
 {{- define "duet.dra.check" -}}
 {{- $d := .Values.dra -}}
+{{- if not .Values.bridge.slurm.enabled -}}
+{{- fail "dra.enabled: needs bridge.slurm.enabled: a device is lent to Kubernetes only while a Slurm lend job holds it (duet-bridge refuses the mode without Slurm)" -}}
+{{- end -}}
 {{- if not $d.pools -}}
 {{- fail "dra.pools: the lending mode needs at least one node pool (cloud.google.com/gke-nodepool) to lend" -}}
 {{- end -}}
