@@ -778,6 +778,7 @@ absl::Status Bridge::StartDra() {
   d.durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
   d.registry = metrics_->registry().get();
   d.policy = policy_;
+  d.events = events_.get();
   absl::StatusOr<std::unique_ptr<DraMode>> m = DraMode::Start(std::move(d));
   if (!m.ok()) return m.status();
   dra_ = *std::move(m);

@@ -13,6 +13,7 @@
 #include "k8s_adapter/dra/device_map.h"
 #include "k8s_adapter/dra/taint_rules.h"
 #include "k8s_adapter/dra/webhook.h"
+#include "k8s_adapter/event_recorder.h"
 #include "k8s_adapter/informer.h"
 #include "spdlog/spdlog.h"
 
@@ -371,11 +372,26 @@ void DraMode::RebuildMap(bool force, bool read_inventory) {
     spdlog::error("dra: the device map was not rebuilt (kept as it was): {}", s.ToString());
     return;
   }
+  // Said when a node's reason appears or changes, not on every rebuild: a
+  // log line and a DuetLendRefused Event on the Node.
+  std::map<std::string, std::string> now_refused;
   for (const auto& [node, why] : map_->UnmappableNodes()) {
-    if (inv.count(node)) {
-      spdlog::warn("dra: node {} lends nothing: {} ({})", node, why.reason, why.detail);
+    if (!inv.count(node)) continue;
+    now_refused[node] = why.reason;
+    auto was = refused_.find(node);
+    if (was != refused_.end() && was->second == why.reason) continue;
+    spdlog::warn("dra: node {} lends nothing: {} ({})", node, why.reason, why.detail);
+    if (deps_.events != nullptr) {
+      k8s::EventSpec e;
+      e.object_kind = "Node";
+      e.object_name = node;
+      e.reason = "DuetLendRefused";
+      e.message = absl::StrCat("duet lends no devices of this node to Kubernetes: ", why.reason,
+                               " (", why.detail, ")");
+      deps_.events->Record(e);
     }
   }
+  refused_ = std::move(now_refused);
 }
 
 void DraMode::ReleaseClaims() {

@@ -25,6 +25,7 @@
 // Thread-safety: Start/Stop from one owner thread; the rest is internal.
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -80,6 +81,8 @@ struct DraModeDeps {
   dra::Lender::DurableWait durable;
   const Clock* clock = Clock::Real();
   prometheus::Registry* registry = nullptr;  // may be null
+  // Where DuetLendRefused Events go (a node that cannot lend); may be null.
+  k8s::EventRecorder* events = nullptr;
   // How lending picks a node for a pending pod.
   placement::Policy policy = placement::Policy::kDuet;
 };
@@ -141,6 +144,8 @@ class DraMode {
   uint64_t map_ledger_seq_ = 0;
   absl::Time last_sweep_ = absl::InfinitePast();
   std::map<std::string, absl::Time> served_;
+  // The lending nodes that cannot lend, with the reason last said.
+  std::map<std::string, std::string> refused_;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

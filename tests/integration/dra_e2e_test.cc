@@ -581,6 +581,37 @@ TEST_F(DraE2eTest, BridgeRestartKeepsTheClaimsDevicesAndTheLendJobs) {
   EXPECT_EQ(c_->JobState(all), "PENDING");
 }
 
+TEST_F(DraE2eTest, NodeWithMigDevicesLendsNothingAndSaysWhy) {
+  // The driver republishes the node with MIG devices beside the whole GPUs:
+  // a taint on gpu-N does not cover gpu-N-mig-*, so duet lends nothing there.
+  CmdResult pub = RunCmd(absl::StrCat("/usr/bin/python3 ", DUET_FAKES_DIR,
+                                      "/fake_dra_driver.py publish --server ", w_->fake()->url(),
+                                      " --shape nvidia --nodes 1 --devices 8 --mig",
+                                      " --node-prefix dra-gpu-"));
+  ASSERT_EQ(pub.rc, 0) << pub.out;
+  auto refused = [&] {
+    json events = Api("GET", "/api/v1/namespaces/default/events");
+    for (const json& e : events.value("items", json::array())) {
+      if (e.value("reason", "") == "DuetLendRefused" &&
+          e["involvedObject"].value("name", "") == kNode) {
+        return e.value("message", "");
+      }
+    }
+    return std::string();
+  };
+  ASSERT_TRUE(WaitFor([&] { return !refused().empty(); }, absl::Seconds(20))) << w_->Log();
+  EXPECT_TRUE(absl::StrContains(refused(), "mig_devices")) << refused();
+  Api("POST", "/api/v1/namespaces/default/pods", GpuPod("waits", 1));
+  // Unschedulable, and nothing is lent for it.
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(w_->SchedulerLog(), "default/waits"); },
+                      absl::Seconds(20)));
+  absl::SleepFor(absl::Seconds(3));  // a few demand passes
+  EXPECT_EQ(LendJobs(), 0) << c_->Cli("squeue").out;
+  EXPECT_EQ(Pod("waits")["spec"].value("nodeName", ""), "");
+  EXPECT_TRUE(absl::StrContains(w_->Metrics(), "duet_dra_unmappable_nodes{reason=\"mig_devices\"} 1"))
+      << w_->Metrics();
+}
+
 // Churn: pods and Slurm jobs come and go on one node for a while, the
 // scheduler decides on a stale cache and writes its allocations late, and a
 // claim that tolerates duet's taint keeps asking. A sampler compares, every
