@@ -612,6 +612,59 @@ TEST_F(DraE2eTest, NodeWithMigDevicesLendsNothingAndSaysWhy) {
       << w_->Metrics();
 }
 
+// An admin cancels the lend job under a claim's GPU: the claim keeps the
+// GPU in the ledger (Kubernetes still uses it), the bridge says so, and a
+// Slurm step asking for every GPU is refused by spank_duet (the second
+// level of the rule). Last among the tests that need a slurmctld restart's
+// aftermath to be absent.
+TEST_F(DraE2eTest, CancelledLendJobLeavesTheClaimItsGpuAndSlurmStepsOffIt) {
+  Api("POST", "/api/v1/namespaces/default/pods", GpuPod("kept", 1));
+  const std::string claim = BoundWithClaim("kept");
+  ASSERT_FALSE(claim.empty());
+  const std::set<uint32_t> pod_gpus = ClaimGpus(claim);
+  ASSERT_EQ(pod_gpus.size(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return LedgerGpus("claim") == pod_gpus; })) << w_->Ctl("holds").out;
+  // scancel the lend job.
+  CmdResult q = c_->Cli(absl::StrCat("squeue -h -n duet-lend:", kNode, " -o %i"));
+  const std::string lend = std::string(absl::StripAsciiWhitespace(q.out));
+  ASSERT_FALSE(lend.empty()) << c_->Cli("squeue").out;
+  c_->Cli(absl::StrCat("scancel ", lend));
+  EXPECT_TRUE(WaitFor([&] {
+    return absl::StrContains(w_->Metrics(), "\nduet_dra_claims_without_lend_job 1\n");
+  }, absl::Seconds(20))) << w_->Log();
+  EXPECT_EQ(LedgerGpus("claim"), pod_gpus) << w_->Ctl("holds").out;
+  // Slurm may start a job on that GPU now; spank_duet refuses its batch
+  // step (which holds every GPU of the job), so the script never runs.
+  const fs::path out = w_->dir() / "step.out";
+  const uint32_t job = c_->Sbatch(absl::StrCat("-w ", kNode, " --gres=gpu:8 --wrap 'echo ran > ",
+                                               out.string(), "'"));
+  EXPECT_TRUE(WaitFor([&] { return c_->JobEnded(job); }, absl::Seconds(30)))
+      << c_->JobState(job) << "\n" << c_->Cli(absl::StrCat("scontrol show job ", job)).out;
+  EXPECT_FALSE(fs::exists(out)) << "a Slurm job ran on the claim's GPU";
+  EXPECT_TRUE(absl::StrContains(c_->Log("slurmctld.log"),
+                                absl::StrCat("JobId=", job, " WEXITSTATUS 1")))
+      << c_->Log("slurmctld.log");
+}
+
+// slurmctld stops and starts: the lend jobs survive in its state, the claim
+// keeps its GPU, and lending goes on for the next pod.
+TEST_F(DraE2eTest, SlurmctldRestartKeepsLendJobsAndLendingGoesOn) {
+  Api("POST", "/api/v1/namespaces/default/pods", GpuPod("before", 1));
+  const std::string claim = BoundWithClaim("before");
+  ASSERT_FALSE(claim.empty());
+  const std::set<uint32_t> pod_gpus = ClaimGpus(claim);
+  ASSERT_TRUE(WaitFor([&] { return LedgerGpus("claim") == pod_gpus; })) << w_->Ctl("holds").out;
+  c_->CtldStop();
+  ASSERT_TRUE(c_->CtldStart());
+  ASSERT_TRUE(WaitFor([&] { return LendJobs() == 1; }, absl::Seconds(30))) << c_->Cli("squeue").out;
+  EXPECT_EQ(LedgerGpus("claim"), pod_gpus) << w_->Ctl("holds").out;
+  Api("POST", "/api/v1/namespaces/default/pods", GpuPod("after", 1));
+  const std::string next = BoundWithClaim("after");
+  ASSERT_FALSE(next.empty()) << w_->Log();
+  EXPECT_TRUE(Intersect(ClaimGpus(next), pod_gpus).empty());
+  EXPECT_TRUE(WaitFor([&] { return LendJobs() == 2; }, absl::Seconds(20))) << c_->Cli("squeue").out;
+}
+
 // Churn: pods and Slurm jobs come and go on one node for a while, the
 // scheduler decides on a stale cache and writes its allocations late, and a
 // claim that tolerates duet's taint keeps asking. A sampler compares, every
