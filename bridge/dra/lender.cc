@@ -517,14 +517,17 @@ absl::Status Lender::Tick() {
       uint32_t free_tpus = 0;
       std::map<uint32_t, std::vector<LedgerDevice>> by_job;  // lent, free, unflagged
       for (const DeviceState& d : view->devices) {
-        const LedgerDevice ld{node, d.spec.kind, d.spec.index};
         const DeviceHolder h = HolderOf(d);
         if (d.spec.kind == DeviceKind::kTpu) ++tpus;
         if (h.by == HeldBy::kNobody) {
           (d.spec.kind == DeviceKind::kGpu ? free_gpus : free_tpus) += 1;
         }
         if (h.by == HeldBy::kLend || h.by == HeldBy::kClaim) ++lent_total;
-        if (h.by != HeldBy::kLend || reclaiming_.count(ld)) continue;
+        if (h.by != HeldBy::kLend) continue;
+        // Only lent devices are named (a copy of the node's name each):
+        // most devices of a big cluster are not lent (bench/dra).
+        const LedgerDevice ld{node, d.spec.kind, d.spec.index};
+        if (reclaiming_.count(ld)) continue;
         auto it = idle_since_.find(ld);
         idle_since[ld] = it == idle_since_.end() ? now : it->second;
         by_job[h.owner->job_id].push_back(ld);

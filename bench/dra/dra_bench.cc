@@ -1,0 +1,972 @@
+// The DRA lending mode (docs/dra.md, issue 26 "Performance"), with the
+// product's own code paths:
+//
+//   --mode webhook   admission latency. A real Ledger of --nodes nodes x 8
+//                    H100s (bench/common/h100_node.h) with its real Journal
+//                    in a directory under --dir (fsync on and off), a
+//                    DeviceMap built through DeviceMap::Update from
+//                    synthesized NVIDIA ResourceSlices (gpu-<minor>, uuid =
+//                    the ledger device's id), a Lender whose LendMaker is
+//                    bridge/slurm's Placeholders over tests/fakes' in-memory
+//                    FakeSlurmClient (no slurmctld), and a RuleWriter that
+//                    counts. --lent GPUs of every node are lent first. Then
+//                    AdmissionReview JSON bodies of resourceclaims/status
+//                    writes, each claim allocated one lent GPU of a random
+//                    node and then deallocated again (the allocation
+//                    removed), go (a) to WebhookHandler::Handle in process
+//                    (parse + Lender::Review + Ledger::Rebind + journal wait
+//                    + answer) and (b) over HTTPS to WebhookServer through
+//                    libcurl (k8s_adapter's KubeClient, which keeps its
+//                    connection alive), one request at a time.
+//   --mode lend      Lender::Lend(node, gpu, n) from the call to its rules
+//                    deleted: Placeholders over the fake slurmctld, which
+//                    sleeps --slurm_ms per RPC (AllocatePlaceholder, KillJob),
+//                    and the real TaintRules sending DELETEs to
+//                    tests/fakes/fake_apiserver.py (Kubernetes 1.37, v1
+//                    DeviceTaintRules). After each lend its devices are
+//                    reclaimed (Lender::Reclaim: POST, claim LIST (a fake that
+//                    finds no claim), lend job cancelled), timed apart; the
+//                    admission grace is skipped on a simulated clock. Also
+//                    the real TaintRules::Resync with nothing to change.
+//   --mode churn     rule writes and bridge CPU under churn, on a simulated
+//                    clock: pods asking 1/2/4/8 GPUs (50/25/15/10%) arrive at
+//                    --arrivals per second and stay an exponential
+//                    --lifetime on average; each takes lent, free GPUs of one
+//                    node (admitted by Lender::Review) or, when no node has
+//                    enough, makes the Lender lend them on a node with room
+//                    (lend on demand); leaving, its allocation is removed
+//                    (Review of the deallocation). Lender::Tick runs every
+//                    simulated second (warm buffer --warm, reclaim after
+//                    --reclaim_after s idle), Lender::Resync every 30 s, as
+//                    bridge/server/dra_mode.cc does. Node i's first i % 4
+//                    GPUs are held by a Slurm job. Counts rule writes
+//                    (creates, deletes) per lend, per reclaim and per second,
+//                    rules at rest, and the CPU time of the calling thread in
+//                    each Lender call (no journal: durability is immediate).
+//                    Also DesiredTainted() and Resync() at --nodes.
+//
+//   dra_bench --mode webhook|lend|churn|all [--nodes 500,1000,5000] ...
+//
+// Prints one JSON line per configuration and repetition, then a summary
+// (medians over --reps). Exits non-zero when anything the benchmark relies
+// on fails (a refused admission, a lend that lent nothing, the counted rules
+// differing from DesiredTainted()), never on timing.
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "bench/common/h100_node.h"
+#include "bridge/dra/lender.h"
+#include "bridge/journal/journal.h"
+#include "bridge/ledger/ledger.h"
+#include "bridge/slurm/placeholders.h"
+#include "common/clock.h"
+#include "k8s_adapter/dra/device_map.h"
+#include "k8s_adapter/dra/taint_rules.h"
+#include "k8s_adapter/dra/webhook.h"
+#include "k8s_adapter/kube_client.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+#include "tests/fakes/fake_slurm.h"
+#include "tests/k8s_adapter/dra/review_fixture.h"
+#include "tests/k8s_adapter/fake_server.h"
+
+namespace duet {
+namespace {
+
+using json = nlohmann::json;
+constexpr char kGpuDriver[] = "gpu.nvidia.com";
+constexpr char kPool[] = "a3-highgpu";  // bench::H100Node's node pool
+
+struct Flags {
+  std::string mode = "all";
+  std::vector<int> nodes = {500, 1000, 5000};
+  int reps = 3;
+  // webhook
+  int requests = 2000;  // admissions per run (half allocations, half deallocations)
+  int lent = 2;         // GPUs lent per node before the admissions
+  std::string fsync = "both";
+  bool https = true;
+  std::string dir;
+  // lend
+  int lend_nodes = 40;  // nodes lent on (each once per count and run)
+  std::vector<int> counts = {1, 8};
+  std::vector<double> slurm_ms = {5, 20};
+  // churn
+  int sim_seconds = 900;
+  double arrivals = 5;
+  double lifetime = 60;
+  int warm = 8;
+  int reclaim_after = 60;
+};
+
+bool failed = false;
+void Fail(const std::string& what) {
+  std::fprintf(stderr, "dra_bench: FAILED: %s\n", what.c_str());
+  failed = true;
+}
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return v[i];
+}
+double Median(std::vector<double> v) { return Pct(std::move(v), 0.5); }
+
+double ThreadCpuMicros() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+double Micros(absl::Time start) { return absl::ToDoubleMicroseconds(absl::Now() - start); }
+
+// ---------------------------------------------------------------------------
+// Doubles of the Lender's seams (what is not the product's code).
+
+// A clock that only moves when told; a wait for a deadline not yet reached
+// jumps there (and is counted), so a reclaim's admission grace never sleeps.
+class SimClock final : public Clock {
+ public:
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  bool AwaitWithDeadline(absl::Mutex*, const absl::Condition& cond,
+                         absl::Time deadline) const override {
+    if (cond.Eval()) return true;
+    absl::MutexLock lock(&mu_);
+    if (deadline > now_) {
+      now_ = deadline;
+      ++jumps_;
+    }
+    return false;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+  int jumps() const {
+    absl::MutexLock lock(&mu_);
+    return jumps_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  mutable absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1'800'000'000);
+  mutable int jumps_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// tests/fakes' slurmctld with a fixed time per allocation and kill (what a
+// libslurm RPC costs; 0: none).
+class SlowSlurm final : public SlurmClient {
+ public:
+  explicit SlowSlurm(absl::Duration rpc) : rpc_(rpc) {}
+  fakes::FakeSlurmClient& fake() { return fake_; }
+  absl::Status Ping() override { return fake_.Ping(); }
+  absl::StatusOr<std::vector<SlurmNodeInfo>> ListNodes() override { return fake_.ListNodes(); }
+  absl::StatusOr<std::optional<SlurmNodeInfo>> GetNode(const std::string& n) override {
+    return fake_.GetNode(n);
+  }
+  absl::Status CreateNode(const SlurmNodeConfig& c) override { return fake_.CreateNode(c); }
+  absl::Status UpdateNode(const SlurmNodeUpdate& u) override { return fake_.UpdateNode(u); }
+  absl::Status DeleteNode(const std::string& n) override { return fake_.DeleteNode(n); }
+  absl::StatusOr<SlurmAllocation> AllocatePlaceholder(const SlurmAllocRequest& r) override {
+    Rpc();
+    return fake_.AllocatePlaceholder(r);
+  }
+  absl::Status KillJob(uint32_t job) override {
+    Rpc();
+    return fake_.KillJob(job);
+  }
+  absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() override { return fake_.ListJobs(); }
+  absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t job) override {
+    return fake_.GetJob(job);
+  }
+
+ private:
+  void Rpc() {
+    if (rpc_ > absl::ZeroDuration()) absl::SleepFor(rpc_);
+  }
+  const absl::Duration rpc_;
+  fakes::FakeSlurmClient fake_{8, 5000};
+};
+
+// The DeviceTaintRules as a set: counts the requests TaintRules would send
+// and the rules that exist.
+class CountingRules final : public dra::RuleWriter {
+ public:
+  absl::Status Taint(const std::vector<dra::DraDevice>& devices) override {
+    absl::MutexLock lock(&mu_);
+    for (const dra::DraDevice& d : devices) {
+      ++creates_;
+      rules_.insert(d);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Untaint(const std::vector<dra::DraDevice>& devices) override {
+    absl::MutexLock lock(&mu_);
+    for (const dra::DraDevice& d : devices) {
+      ++deletes_;
+      rules_.erase(d);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Resync(const std::vector<dra::DraDevice>& tainted) override {
+    absl::MutexLock lock(&mu_);
+    std::set<dra::DraDevice> want(tainted.begin(), tainted.end());
+    for (const dra::DraDevice& d : want) {
+      if (!rules_.count(d)) ++resync_creates_;
+    }
+    for (const dra::DraDevice& d : rules_) {
+      if (!want.count(d)) ++resync_deletes_;
+    }
+    rules_ = std::move(want);
+    return absl::OkStatus();
+  }
+  uint64_t creates() const { absl::MutexLock l(&mu_); return creates_; }
+  uint64_t deletes() const { absl::MutexLock l(&mu_); return deletes_; }
+  uint64_t resync_writes() const {
+    absl::MutexLock l(&mu_);
+    return resync_creates_ + resync_deletes_;
+  }
+  size_t rules() const { absl::MutexLock l(&mu_); return rules_.size(); }
+  std::set<dra::DraDevice> set() const { absl::MutexLock l(&mu_); return rules_; }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::set<dra::DraDevice> rules_ ABSL_GUARDED_BY(mu_);
+  uint64_t creates_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t deletes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t resync_creates_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t resync_deletes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The quorum LIST finds no claim (the benchmark's claims are all given back
+// before a reclaim).
+class NoClaims final : public dra::ClaimLister {
+ public:
+  absl::StatusOr<std::vector<dra::AllocatedClaim>> ListAllocated() override {
+    return std::vector<dra::AllocatedClaim>{};
+  }
+};
+
+// ---------------------------------------------------------------------------
+// The cluster: ledger (+ journal), fake Slurm, device map, Lender.
+
+// Node i's ResourceSlice as the NVIDIA driver publishes it (one slice per
+// node, pool = node name, whole GPUs gpu-<minor> with the inventory's uuid).
+json NvidiaSlice(const NodeSpec& node) {
+  json devices = json::array();
+  for (const DeviceSpec& d : node.devices) {
+    devices.push_back(
+        {{"name", absl::StrCat("gpu-", d.index)},
+         {"attributes",
+          {{"productName", {{"string", "NVIDIA H100 80GB HBM3"}}},
+           {"type", {{"string", "gpu"}}},
+           {"uuid", {{"string", d.id}}},
+           {"driverVersion", {{"version", "550.90.7"}}},
+           {"pcieBusID", {{"string", absl::StrCat("0000:", 16 * (d.index + 1), ":00.0")}}}}},
+         {"capacity", {{"memory", {{"value", "80Gi"}}}}}});
+  }
+  return {{"apiVersion", "resource.k8s.io/v1"},
+          {"kind", "ResourceSlice"},
+          {"metadata", {{"name", absl::StrCat(node.name, "-gpu.nvidia.com")}}},
+          {"spec",
+           {{"driver", kGpuDriver},
+            {"nodeName", node.name},
+            {"pool", {{"name", node.name}, {"generation", 1}, {"resourceSliceCount", 1}}},
+            {"devices", devices}}}};
+}
+
+struct ClusterOptions {
+  int nodes = 0;
+  std::string journal_dir;  // "" = no journal (durable at once)
+  bool fsync = false;
+  absl::Duration slurm_rpc;
+  int slurm_used_mod = 0;  // node i: its first i % mod GPUs held by a Slurm job (0: none)
+  dra::RuleWriter* rules = nullptr;
+  dra::LenderOptions lender;
+};
+
+struct Cluster {
+  Ledger ledger;
+  std::unique_ptr<Journal> journal;
+  std::unique_ptr<SlowSlurm> slurm;
+  std::unique_ptr<Placeholders> lends;
+  std::unique_ptr<k8s_dra::DeviceMap> map;
+  NoClaims claims;
+  SimClock clock;
+  std::unique_ptr<dra::Lender> lender;
+  std::vector<std::string> names;
+  double map_update_ms = 0;
+};
+
+std::unique_ptr<Cluster> MakeCluster(const ClusterOptions& o) {
+  auto c = std::make_unique<Cluster>();
+  if (!o.journal_dir.empty()) {
+    std::filesystem::remove_all(o.journal_dir);
+    Journal::Options jo;
+    jo.dir = o.journal_dir;
+    jo.fsync = o.fsync;
+    absl::StatusOr<std::unique_ptr<Journal>> j = Journal::Open(jo, &c->ledger);
+    if (!j.ok()) {
+      Fail(absl::StrCat("journal: ", j.status().ToString()));
+      return nullptr;
+    }
+    c->journal = *std::move(j);
+  }
+  c->slurm = std::make_unique<SlowSlurm>(o.slurm_rpc);
+  c->lends = std::make_unique<Placeholders>(&c->ledger, c->slurm.get());
+  std::vector<json> slices;
+  k8s_dra::LedgerInventory inv;
+  for (int i = 0; i < o.nodes; ++i) {
+    NodeSpec spec = bench::H100Node(i);
+    c->names.push_back(spec.name);
+    if (absl::Status s = c->ledger.UpsertNode(spec).status(); !s.ok()) {
+      Fail(s.ToString());
+      return nullptr;
+    }
+    slices.push_back(NvidiaSlice(spec));
+    for (const DeviceSpec& d : spec.devices) inv[spec.name].push_back({d.kind, d.index, d.id});
+    const uint32_t used = o.slurm_used_mod > 0 ? static_cast<uint32_t>(i % o.slurm_used_mod) : 0;
+    if (used > 0) {
+      HoldRequest h;
+      h.node = spec.name;
+      h.owner = Owner::SlurmJob(static_cast<uint32_t>(10'000'000 + i));
+      for (uint32_t g = 0; g < used; ++g) h.devices.push_back({DeviceKind::kGpu, g, kWholeDevice});
+      if (!c->ledger.Hold(h).ok()) Fail("slurm hold");
+      c->slurm->fake().Use(spec.name, 0, used);
+    }
+  }
+  c->map = std::make_unique<k8s_dra::DeviceMap>(std::vector<std::string>{kGpuDriver});
+  const absl::Time t = absl::Now();
+  if (absl::Status s = c->map->Update(slices, inv); !s.ok()) {
+    Fail(absl::StrCat("DeviceMap::Update: ", s.ToString()));
+    return nullptr;
+  }
+  c->map_update_ms = Micros(t) / 1e3;
+  if (!c->map->UnmappableNodes().empty()) Fail("the synthesized slices left nodes unmappable");
+  dra::LenderOptions lo = o.lender;
+  Ledger* ledger = &c->ledger;
+  lo.pool_of = [ledger](const std::string& node) -> std::string {
+    std::shared_ptr<const NodeView> v = ledger->GetNode(node);
+    return v && v->spec.pool == kPool ? v->spec.pool : "";
+  };
+  Journal* journal = c->journal.get();
+  dra::Lender::DurableWait durable;
+  if (journal != nullptr) durable = [journal](uint64_t seq) { return journal->WaitDurable(seq); };
+  c->lender = std::make_unique<dra::Lender>(&c->ledger, c->lends.get(), c->map.get(), o.rules,
+                                            &c->claims, durable, &c->clock, lo);
+  return c;
+}
+
+// ---------------------------------------------------------------------------
+// --mode webhook
+
+json Deallocated(const std::string& node, const std::string& device) {
+  // The allocation removed: object without it, oldObject with it.
+  json r = k8s_dra::testing::Review("v1", k8s_dra::testing::Allocation(node, device));
+  r["request"]["oldObject"] = r["request"]["object"];
+  r["request"]["object"].erase("status");
+  return r;
+}
+
+void Personalize(json& review, int i) {
+  const std::string uid = absl::StrCat("claim-uid-", i);
+  review["request"]["uid"] = absl::StrCat("review-", i);
+  for (const char* o : {"object", "oldObject"}) {
+    review["request"][o]["metadata"]["uid"] = uid;
+    review["request"][o]["metadata"]["name"] = absl::StrCat("train-", i);
+  }
+}
+
+struct WebhookFigures {
+  std::vector<double> alloc_us, dealloc_us;
+};
+
+void Summarize(const char* label, const std::vector<WebhookFigures>& runs) {
+  std::vector<double> a50, a99, d50, d99;
+  for (const WebhookFigures& f : runs) {
+    a50.push_back(Pct(f.alloc_us, 0.5));
+    a99.push_back(Pct(f.alloc_us, 0.99));
+    d50.push_back(Pct(f.dealloc_us, 0.5));
+    d99.push_back(Pct(f.dealloc_us, 0.99));
+  }
+  std::printf("  %-28s allocate p50/p99 %7.3f / %7.3f ms   deallocate p50/p99 %7.3f / %7.3f ms"
+              "   (medians of %zu runs)\n",
+              label, Median(a50) / 1e3, Median(a99) / 1e3, Median(d50) / 1e3, Median(d99) / 1e3,
+              runs.size());
+}
+
+void RunWebhook(const Flags& f) {
+  std::printf("== webhook admission latency: %d requests per run (half allocate, half "
+              "deallocate), %d lent GPUs per node, one request at a time\n",
+              f.requests, f.lent);
+  std::vector<bool> fsyncs;
+  if (f.fsync == "both" || f.fsync == "on") fsyncs.push_back(true);
+  if (f.fsync == "both" || f.fsync == "off") fsyncs.push_back(false);
+  const std::string tmp = k8s::testing::MakeTempDir();
+  k8s::testing::TlsFiles tls;
+  if (f.https) tls = k8s::testing::MakeTestCerts(tmp);
+  for (int nodes : f.nodes) {
+    for (bool fsync : fsyncs) {
+      std::vector<WebhookFigures> direct, https;
+      for (int rep = 0; rep < f.reps; ++rep) {
+        CountingRules rules;
+        ClusterOptions co;
+        co.nodes = nodes;
+        co.journal_dir = absl::StrCat(f.dir, "/dra-bench-journal-", getpid());
+        co.fsync = fsync;
+        co.rules = &rules;
+        std::unique_ptr<Cluster> c = MakeCluster(co);
+        if (!c) return;
+        for (const std::string& n : c->names) {
+          auto lent = c->lender->Lend(n, DeviceKind::kGpu, static_cast<uint32_t>(f.lent));
+          if (!lent.ok() || lent->size() != static_cast<size_t>(f.lent)) {
+            Fail(absl::StrCat("lend on ", n, ": ", lent.status().ToString()));
+            return;
+          }
+        }
+        std::mt19937 rng(42 + rep);
+        // The bodies, built before the clock runs: allocate gpu-g of a random
+        // node to claim i, then deallocate it.
+        auto bodies = [&](int base, int n) {
+          std::vector<std::pair<std::string, std::string>> out;
+          for (int i = 0; i < n; ++i) {
+            const std::string& node = c->names[rng() % c->names.size()];
+            const std::string dev = absl::StrCat("gpu-", rng() % f.lent);
+            json a = k8s_dra::testing::Review("v1", k8s_dra::testing::Allocation(node, dev));
+            json d = Deallocated(node, dev);
+            Personalize(a, base + i);
+            Personalize(d, base + i);
+            out.emplace_back(a.dump(), d.dump());
+          }
+          return out;
+        };
+        const std::string target = absl::StrCat(k8s_dra::kAdmissionPath, "?timeout=10s");
+        auto check = [&](int status, const std::string& body, const char* what) {
+          if (status != 200 || body.find("\"allowed\":true") == std::string::npos) {
+            Fail(absl::StrCat(what, ": ", status, " ", body.substr(0, 300)));
+            return false;
+          }
+          return true;
+        };
+        // (a) in process.
+        {
+          k8s_dra::WebhookHandler handler(c->lender.get(), nullptr);
+          const auto warm = bodies(1'000'000, 100);
+          for (const auto& [a, d] : warm) {
+            handler.Handle("POST", target, a);
+            handler.Handle("POST", target, d);
+          }
+          WebhookFigures fig;
+          for (const auto& [a, d] : bodies(0, f.requests / 2)) {
+            absl::Time t = absl::Now();
+            http::HttpReply r = handler.Handle("POST", target, a);
+            fig.alloc_us.push_back(Micros(t));
+            if (!check(r.status, r.body, "allocate")) return;
+            t = absl::Now();
+            r = handler.Handle("POST", target, d);
+            fig.dealloc_us.push_back(Micros(t));
+            if (!check(r.status, r.body, "deallocate")) return;
+          }
+          direct.push_back(std::move(fig));
+        }
+        // (b) over HTTPS with a keep-alive client.
+        if (f.https) {
+          k8s_dra::WebhookOptions wo;
+          wo.cert_file = tls.cert;
+          wo.key_file = tls.key;
+          auto server = k8s_dra::WebhookServer::Start(c->lender.get(), wo);
+          if (!server.ok()) {
+            Fail(server.status().ToString());
+            return;
+          }
+          k8s::KubeConfig kc;
+          kc.server = absl::StrCat("https://127.0.0.1:", (*server)->port());
+          kc.ca_file = tls.ca;
+          auto client = k8s::NewCurlKubeClient(kc);
+          if (!client.ok()) {
+            Fail(client.status().ToString());
+            return;
+          }
+          auto post = [&](const std::string& body, const char* what, double* us) {
+            const absl::Time t = absl::Now();
+            absl::StatusOr<std::string> r = (*client)->Post(target, body);
+            if (us != nullptr) *us = Micros(t);
+            return check(r.ok() ? 200 : 0, r.ok() ? *r : r.status().ToString(), what);
+          };
+          for (const auto& [a, d] : bodies(2'000'000, 100)) {
+            if (!post(a, "https allocate", nullptr) || !post(d, "https deallocate", nullptr)) return;
+          }
+          WebhookFigures fig;
+          for (const auto& [a, d] : bodies(3'000'000, f.requests / 2)) {
+            double us = 0;
+            if (!post(a, "https allocate", &us)) return;
+            fig.alloc_us.push_back(us);
+            if (!post(d, "https deallocate", &us)) return;
+            fig.dealloc_us.push_back(us);
+          }
+          https.push_back(std::move(fig));
+          (*server)->Stop();
+        }
+        const Journal::Stats js = c->journal->stats();
+        json line = {{"mode", "webhook"},
+                     {"nodes", nodes},
+                     {"fsync", fsync},
+                     {"rep", rep},
+                     {"map_update_ms", c->map_update_ms},
+                     {"direct_alloc_p50_us", Pct(direct.back().alloc_us, 0.5)},
+                     {"direct_alloc_p99_us", Pct(direct.back().alloc_us, 0.99)},
+                     {"direct_dealloc_p50_us", Pct(direct.back().dealloc_us, 0.5)},
+                     {"direct_dealloc_p99_us", Pct(direct.back().dealloc_us, 0.99)},
+                     {"journal_fsyncs", js.fsyncs},
+                     {"journal_batches", js.batches}};
+        if (f.https) {
+          line["https_alloc_p50_us"] = Pct(https.back().alloc_us, 0.5);
+          line["https_alloc_p99_us"] = Pct(https.back().alloc_us, 0.99);
+          line["https_dealloc_p50_us"] = Pct(https.back().dealloc_us, 0.5);
+          line["https_dealloc_p99_us"] = Pct(https.back().dealloc_us, 0.99);
+        }
+        std::printf("%s\n", line.dump().c_str());
+        std::fflush(stdout);
+        const std::string dir = co.journal_dir;
+        c.reset();
+        std::filesystem::remove_all(dir);
+      }
+      std::printf("%d nodes x 8 GPUs, journal fsync %s:\n", nodes, fsync ? "ON" : "OFF");
+      Summarize("WebhookHandler::Handle", direct);
+      if (f.https) Summarize("HTTPS (WebhookServer, curl)", https);
+    }
+  }
+  k8s::testing::RemoveTree(tmp);
+}
+
+// ---------------------------------------------------------------------------
+// --mode lend
+
+void RunLend(const Flags& f) {
+  std::printf("== lend latency: Lender::Lend to rules deleted (TaintRules -> fake_apiserver.py), "
+              "Placeholders over the fake slurmctld, %d nodes per run\n",
+              f.lend_nodes);
+  k8s::testing::FakeApiServer api({"--kube-version", "1.37"});
+  if (!api.ok()) {
+    Fail("fake_apiserver.py did not start");
+    return;
+  }
+  k8s_dra::TaintRulesOptions ro;
+  ro.api_version = "v1";
+  k8s_dra::TaintRules rules(api.control(), ro);
+  for (double ms : f.slurm_ms) {
+    for (int count : f.counts) {
+      std::vector<double> p50, p99, r50, r99, resync;
+      for (int rep = 0; rep < f.reps; ++rep) {
+        ClusterOptions co;
+        co.nodes = f.lend_nodes;
+        co.slurm_rpc = absl::Microseconds(ms * 1000);
+        co.rules = &rules;
+        std::unique_ptr<Cluster> c = MakeCluster(co);
+        if (!c) return;
+        // Every device starts tainted, as the first Resync leaves them.
+        if (absl::Status s = c->lender->Resync(); !s.ok()) {
+          Fail(absl::StrCat("Resync: ", s.ToString()));
+          return;
+        }
+        const absl::Time t = absl::Now();
+        if (absl::Status s = c->lender->Resync(); !s.ok()) Fail(s.ToString());
+        resync.push_back(Micros(t));
+        c->clock.Advance(absl::Seconds(16));  // past the admission grace
+        std::vector<double> lend_us, reclaim_us;
+        for (const std::string& n : c->names) {
+          const uint64_t deletes = rules.deletes();
+          absl::Time t0 = absl::Now();
+          auto lent = c->lender->Lend(n, DeviceKind::kGpu, static_cast<uint32_t>(count));
+          lend_us.push_back(Micros(t0));
+          if (!lent.ok() || lent->size() != static_cast<size_t>(count) ||
+              rules.deletes() - deletes != static_cast<uint64_t>(count)) {
+            Fail(absl::StrCat("lend ", count, " on ", n, ": ", lent.status().ToString()));
+            return;
+          }
+          for (const dra::LedgerDevice& d : *lent) {
+            const uint64_t creates = rules.creates();
+            t0 = absl::Now();
+            if (absl::Status s = c->lender->Reclaim(d); !s.ok()) {
+              Fail(absl::StrCat("reclaim: ", s.ToString()));
+              return;
+            }
+            reclaim_us.push_back(Micros(t0));
+            if (rules.creates() - creates != 1) Fail("a reclaim of one GPU did not write one rule");
+          }
+        }
+        if (c->clock.jumps() != 0) Fail("a reclaim waited for the admission grace");
+        json line = {{"mode", "lend"},        {"slurm_ms", ms},
+                     {"gpus", count},         {"rep", rep},
+                     {"lend_p50_ms", Pct(lend_us, 0.5) / 1e3},
+                     {"lend_p99_ms", Pct(lend_us, 0.99) / 1e3},
+                     {"reclaim_p50_ms", Pct(reclaim_us, 0.5) / 1e3},
+                     {"reclaim_p99_ms", Pct(reclaim_us, 0.99) / 1e3},
+                     {"resync_noop_ms", resync.back() / 1e3},
+                     {"rules", f.lend_nodes * 8}};
+        std::printf("%s\n", line.dump().c_str());
+        std::fflush(stdout);
+        p50.push_back(Pct(lend_us, 0.5));
+        p99.push_back(Pct(lend_us, 0.99));
+        r50.push_back(Pct(reclaim_us, 0.5));
+        r99.push_back(Pct(reclaim_us, 0.99));
+      }
+      std::printf("  slurm RPC %5.1f ms, lend %d GPU(s): lend p50/p99 %7.2f / %7.2f ms; "
+                  "reclaim of one (grace skipped) p50/p99 %6.2f / %6.2f ms; no-op Resync of "
+                  "%d rules %6.2f ms (medians of %d)\n",
+                  ms, count, Median(p50) / 1e3, Median(p99) / 1e3, Median(r50) / 1e3,
+                  Median(r99) / 1e3, f.lend_nodes * 8, Median(resync) / 1e3, f.reps);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// --mode churn
+
+struct Pod {
+  std::string uid;
+  std::string node;
+  std::vector<dra::AllocationResult> results;
+};
+
+struct ChurnFigures {
+  double writes_per_s = 0, creates = 0, deletes = 0, resync_writes = 0;
+  double lends = 0, lent_devices = 0, reclaims = 0, admitted = 0, dropped = 0;
+  double rules_at_rest_mean = 0, rules_end = 0, devices = 0;
+  double cpu_per_s_ms = 0;  // the Lender's CPU per simulated second
+  std::map<std::string, std::vector<double>> cpu_us;  // per operation kind
+  double desired_ms = 0, resync_ms = 0;
+  double grace_waits = 0;
+};
+
+ChurnFigures Churn(const Flags& f, int nodes, int rep) {
+  ChurnFigures out;
+  CountingRules rules;
+  ClusterOptions co;
+  co.nodes = nodes;
+  co.rules = &rules;
+  co.slurm_used_mod = 4;
+  co.lender.warm_buffer = static_cast<uint32_t>(f.warm);
+  co.lender.reclaim_after = absl::Seconds(f.reclaim_after);
+  co.lender.admission_grace = absl::Seconds(15);
+  std::unique_ptr<Cluster> c = MakeCluster(co);
+  if (!c) return out;
+  dra::Lender& lender = *c->lender;
+  out.devices = nodes * 8.0;
+  auto cpu = [&](const char* op, auto&& fn) {
+    const double t = ThreadCpuMicros();
+    fn();
+    out.cpu_us[op].push_back(ThreadCpuMicros() - t);
+  };
+  // Where the rules start: every device not lent tainted.
+  {
+    absl::Time t = absl::Now();
+    std::vector<dra::DraDevice> desired = lender.DesiredTainted();
+    out.desired_ms = Micros(t) / 1e3;
+    t = absl::Now();
+    if (!lender.Resync().ok()) Fail("resync");
+    out.resync_ms = Micros(t) / 1e3;
+    if (desired.size() != rules.rules()) Fail("resync left other rules than DesiredTainted()");
+  }
+  c->clock.Advance(absl::Seconds(16));
+  const uint64_t creates0 = rules.creates(), deletes0 = rules.deletes();
+  const uint64_t resync0 = rules.resync_writes();
+  std::mt19937_64 rng(1000 + rep);
+  std::exponential_distribution<double> life(1.0 / f.lifetime);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::multimap<int, Pod> leaving;  // simulated second -> pod
+  int next_pod = 0;
+  size_t cursor = 0;
+  double due = 0, rules_sum = 0;
+  auto lent_free = [&](const std::string& node) {
+    std::vector<uint32_t> out_idx;
+    std::shared_ptr<const NodeView> v = c->ledger.GetNode(node);
+    for (const DeviceState& d : v->devices) {
+      if (d.uses.size() == 1 && d.uses.front().owner->kind == OwnerKind::kLend &&
+          !lender.Reclaiming({node, DeviceKind::kGpu, d.spec.index})) {
+        out_idx.push_back(d.spec.index);
+      }
+    }
+    return out_idx;
+  };
+  auto free_count = [&](const std::string& node) {
+    uint32_t n = 0;
+    for (const DeviceState& d : c->ledger.GetNode(node)->devices) n += d.uses.empty() ? 1 : 0;
+    return n;
+  };
+  std::set<std::string> lent_nodes;  // nodes that may have lent, free devices
+  const double cpu_start = ThreadCpuMicros();
+  double cpu_driver = 0;  // the driver's own searches, taken out
+  for (int sec = 0; sec < f.sim_seconds; ++sec) {
+    // Departures: the allocation removed (a webhook deallocation).
+    for (auto it = leaving.begin(); it != leaving.end() && it->first <= sec;) {
+      dra::AdmissionAsk ask;
+      ask.claim = {it->second.uid, "ns", it->second.uid};
+      ask.old_results = it->second.results;
+      ask.node = it->second.node;
+      dra::AdmissionVerdict v;
+      cpu("deallocate", [&] { v = lender.Review(ask); });
+      if (!v.allowed) Fail(absl::StrCat("deallocation refused: ", v.message));
+      lent_nodes.insert(it->second.node);
+      it = leaving.erase(it);
+    }
+    // Arrivals.
+    for (due += f.arrivals; due >= 1; due -= 1) {
+      const double x = u(rng);
+      const uint32_t k = x < 0.5 ? 1 : x < 0.75 ? 2 : x < 0.9 ? 4 : 8;
+      const double d0 = ThreadCpuMicros();
+      std::string node;
+      std::vector<uint32_t> idx;
+      for (auto it = lent_nodes.begin(); it != lent_nodes.end();) {
+        std::vector<uint32_t> lf = lent_free(*it);
+        if (lf.empty()) {
+          it = lent_nodes.erase(it);
+          continue;
+        }
+        if (lf.size() >= k) {
+          node = *it;
+          idx.assign(lf.begin(), lf.begin() + k);
+          break;
+        }
+        ++it;
+      }
+      std::string lend_node;
+      if (node.empty()) {
+        for (size_t tries = 0; tries < c->names.size(); ++tries) {
+          const std::string& n = c->names[cursor++ % c->names.size()];
+          if (free_count(n) >= k) {
+            lend_node = n;
+            break;
+          }
+        }
+      }
+      cpu_driver += ThreadCpuMicros() - d0;
+      if (node.empty()) {
+        if (lend_node.empty()) {
+          ++out.dropped;
+          continue;
+        }
+        absl::StatusOr<std::vector<dra::LedgerDevice>> lent;
+        cpu("lend", [&] { lent = lender.Lend(lend_node, DeviceKind::kGpu, k); });
+        if (!lent.ok() || lent->size() != k) {
+          Fail(absl::StrCat("lend on demand: ", lent.status().ToString()));
+          continue;
+        }
+        ++out.lends;
+        out.lent_devices += k;
+        node = lend_node;
+        for (const dra::LedgerDevice& d : *lent) idx.push_back(d.index);
+      }
+      Pod pod{absl::StrCat("pod-", rep, "-", next_pod++), node, {}};
+      for (uint32_t i : idx) {
+        pod.results.push_back({{kGpuDriver, node, absl::StrCat("gpu-", i)}, "gpus", false});
+      }
+      dra::AdmissionAsk ask;
+      ask.claim = {pod.uid, "ns", pod.uid};
+      ask.new_results = pod.results;
+      ask.node = node;
+      dra::AdmissionVerdict v;
+      cpu("admit", [&] { v = lender.Review(ask); });
+      if (!v.allowed) {
+        Fail(absl::StrCat("admission refused: ", v.reason, " ", v.message));
+        continue;
+      }
+      ++out.admitted;
+      leaving.emplace(sec + 1 + static_cast<int>(life(rng)), std::move(pod));
+    }
+    // The warm buffer and reclaims, each second; the resync each 30 s.
+    const uint64_t before = rules.creates();
+    const uint64_t deletes_before_tick = rules.deletes();
+    cpu("tick", [&] {
+      if (absl::Status s = lender.Tick(); !s.ok()) Fail(absl::StrCat("tick: ", s.ToString()));
+    });
+    out.reclaims += static_cast<double>(rules.creates() - before);
+    if (sec % 30 == 29) {
+      cpu("resync", [&] {
+        if (!lender.Resync().ok()) Fail("resync");
+      });
+    }
+    // Devices the warm buffer lent: where they are (the driver's own walk).
+    if (rules.deletes() != deletes_before_tick) {
+      const double d0 = ThreadCpuMicros();
+      for (const std::string& n : c->names) {
+        if (!lent_free(n).empty()) lent_nodes.insert(n);
+      }
+      cpu_driver += ThreadCpuMicros() - d0;
+    }
+    rules_sum += static_cast<double>(rules.rules());
+    c->clock.Advance(absl::Seconds(1));
+  }
+  const double cpu_total = ThreadCpuMicros() - cpu_start - cpu_driver;
+  // A reclaim that had to wait out the admission grace (reclaim_after below
+  // it): the product's tick thread sleeps there; the simulated clock jumps.
+  out.grace_waits = c->clock.jumps();
+  out.creates = static_cast<double>(rules.creates() - creates0);
+  out.deletes = static_cast<double>(rules.deletes() - deletes0);
+  out.resync_writes = static_cast<double>(rules.resync_writes() - resync0);
+  out.writes_per_s = (out.creates + out.deletes + out.resync_writes) / f.sim_seconds;
+  out.rules_at_rest_mean = rules_sum / f.sim_seconds;
+  out.rules_end = static_cast<double>(rules.rules());
+  double in_lender = 0;
+  for (const auto& [op, v] : out.cpu_us) {
+    for (double x : v) in_lender += x;
+  }
+  (void)cpu_total;
+  out.cpu_per_s_ms = in_lender / f.sim_seconds / 1e3;
+  // The counted rules are what the Lender says must exist.
+  std::vector<dra::DraDevice> desired = lender.DesiredTainted();
+  if (std::set<dra::DraDevice>(desired.begin(), desired.end()) != rules.set()) {
+    Fail("the rules written differ from DesiredTainted()");
+  }
+  return out;
+}
+
+void RunChurn(const Flags& f) {
+  std::printf("== churn: %g pods/s, mean lifetime %g s, %d simulated s, warm buffer %d, "
+              "reclaim after %d s; node i: i %% 4 GPUs Slurm's\n",
+              f.arrivals, f.lifetime, f.sim_seconds, f.warm, f.reclaim_after);
+  for (int nodes : f.nodes) {
+    std::vector<ChurnFigures> runs;
+    for (int rep = 0; rep < f.reps; ++rep) {
+      ChurnFigures r = Churn(f, nodes, rep);
+      if (failed) return;
+      json line = {{"mode", "churn"},
+                   {"nodes", nodes},
+                   {"rep", rep},
+                   {"admitted", r.admitted},
+                   {"dropped", r.dropped},
+                   {"lends", r.lends},
+                   {"lent_devices", r.lent_devices},
+                   {"reclaimed_devices", r.reclaims},
+                   {"creates", r.creates},
+                   {"deletes", r.deletes},
+                   {"resync_writes", r.resync_writes},
+                   {"writes_per_s", r.writes_per_s},
+                   {"rules_at_rest_mean", r.rules_at_rest_mean},
+                   {"rules_end", r.rules_end},
+                   {"lender_cpu_ms_per_s", r.cpu_per_s_ms},
+                   {"desired_tainted_ms", r.desired_ms},
+                   {"first_resync_ms", r.resync_ms},
+                   {"grace_waits", r.grace_waits}};
+      for (const auto& [op, v] : r.cpu_us) {
+        line[absl::StrCat("cpu_", op, "_p50_us")] = Pct(v, 0.5);
+        line[absl::StrCat("cpu_", op, "_p99_us")] = Pct(v, 0.99);
+      }
+      std::printf("%s\n", line.dump().c_str());
+      std::fflush(stdout);
+      runs.push_back(std::move(r));
+    }
+    auto med = [&](auto get) {
+      std::vector<double> v;
+      for (const ChurnFigures& r : runs) v.push_back(get(r));
+      return Median(v);
+    };
+    auto op = [&](const char* name, double p) {
+      return med([&](const ChurnFigures& r) {
+        auto it = r.cpu_us.find(name);
+        return it == r.cpu_us.end() ? 0.0 : Pct(it->second, p);
+      });
+    };
+    std::printf(
+        "%5d nodes: writes/s %.2f (creates %.0f, deletes %.0f, resync %.0f), devices lent on "
+        "demand %.0f, reclaimed %.0f; rules at rest %.0f of %.0f devices; Lender CPU "
+        "%.2f ms per s; CPU p50/p99 us: admit %.0f/%.0f, deallocate %.0f/%.0f, lend %.0f/%.0f, "
+        "tick %.0f/%.0f, resync %.0f/%.0f; DesiredTainted %.1f ms; dropped %.0f (medians of %d)\n",
+        nodes, med([](const ChurnFigures& r) { return r.writes_per_s; }),
+        med([](const ChurnFigures& r) { return r.creates; }),
+        med([](const ChurnFigures& r) { return r.deletes; }),
+        med([](const ChurnFigures& r) { return r.resync_writes; }),
+        med([](const ChurnFigures& r) { return r.lent_devices; }),
+        med([](const ChurnFigures& r) { return r.reclaims; }),
+        med([](const ChurnFigures& r) { return r.rules_at_rest_mean; }), nodes * 8.0,
+        med([](const ChurnFigures& r) { return r.cpu_per_s_ms; }), op("admit", 0.5),
+        op("admit", 0.99), op("deallocate", 0.5), op("deallocate", 0.99), op("lend", 0.5),
+        op("lend", 0.99), op("tick", 0.5), op("tick", 0.99), op("resync", 0.5),
+        op("resync", 0.99), med([](const ChurnFigures& r) { return r.desired_ms; }),
+        med([](const ChurnFigures& r) { return r.dropped; }), f.reps);
+  }
+}
+
+std::vector<int> Ints(const std::string& s) {
+  std::vector<int> out;
+  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(p, &v)) return {};
+    out.push_back(v);
+  }
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  std::string nodes = "500,1000,5000", counts = "1,8", slurm_ms = "5,20";
+  f.dir = std::filesystem::temp_directory_path().string();
+  CLI::App app{"DRA lending mode benchmark (bench/RESULTS.md, DRA lending)"};
+  app.add_option("--mode", f.mode, "webhook, lend, churn or all")
+      ->check(CLI::IsMember({"webhook", "lend", "churn", "all"}));
+  app.add_option("--nodes", nodes, "node counts, comma separated (webhook, churn)");
+  app.add_option("--reps", f.reps, "runs per configuration");
+  app.add_option("--requests", f.requests, "webhook: admissions per run");
+  app.add_option("--lent", f.lent, "webhook: GPUs lent per node")->check(CLI::Range(1, 8));
+  app.add_option("--fsync", f.fsync, "webhook: journal fsync both, on or off")
+      ->check(CLI::IsMember({"both", "on", "off"}));
+  app.add_option("--https", f.https, "webhook: also over HTTPS");
+  app.add_option("--dir", f.dir, "webhook: where the journal is written (the disk matters)");
+  app.add_option("--lend_nodes", f.lend_nodes, "lend: nodes lent on per run");
+  app.add_option("--counts", counts, "lend: GPUs per lend, comma separated");
+  app.add_option("--slurm_ms", slurm_ms, "lend: the fake slurmctld's time per RPC, ms, comma separated");
+  app.add_option("--sim_seconds", f.sim_seconds, "churn: simulated seconds");
+  app.add_option("--arrivals", f.arrivals, "churn: pods per simulated second");
+  app.add_option("--lifetime", f.lifetime, "churn: mean pod lifetime, s");
+  app.add_option("--warm", f.warm, "churn: dra.warm_buffer");
+  app.add_option("--reclaim_after", f.reclaim_after, "churn: dra.reclaim_after, s");
+  CLI11_PARSE(app, argc, argv);
+  f.nodes = Ints(nodes);
+  f.counts = Ints(counts);
+  f.slurm_ms.clear();
+  for (absl::string_view p : absl::StrSplit(slurm_ms, ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(p, &v)) return 2;
+    f.slurm_ms.push_back(v);
+  }
+  if (f.nodes.empty() || f.counts.empty() || f.reps < 1 || f.requests < 2) {
+    std::fprintf(stderr, "bad --nodes, --counts, --reps or --requests\n");
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::warn);
+  std::printf("dra_bench: mode %s, nodes %s, %d reps, %u hardware threads\n", f.mode.c_str(),
+              nodes.c_str(), f.reps, std::thread::hardware_concurrency());
+  if (f.mode == "webhook" || f.mode == "all") RunWebhook(f);
+  if (!failed && (f.mode == "lend" || f.mode == "all")) RunLend(f);
+  if (!failed && (f.mode == "churn" || f.mode == "all")) RunChurn(f);
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace duet
+
+int main(int argc, char** argv) { return duet::Main(argc, argv); }
