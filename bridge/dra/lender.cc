@@ -331,7 +331,10 @@ absl::Status Lender::ReleaseClaimIfDeallocated(const std::string& claim_uid) {
         ref.name = h.owner.pod_name;
       }
     }
-    if (!holds) return absl::OkStatus();
+    if (!holds) {
+      ForgetClaimAdmissionsLocked(claim_uid);
+      return absl::OkStatus();
+    }
     if (releasing_.count(claim_uid)) {
       return absl::FailedPreconditionError(
           absl::StrCat("claim uid ", claim_uid, ": already being released"));
@@ -370,12 +373,7 @@ absl::Status Lender::ReleaseClaimIfDeallocated(const std::string& claim_uid) {
                                                   ": its devices stay held; reading it: ",
                                                   read.message()));
   }
-  // Forget the claim's admissions once none can matter any more.
-  auto adm = claim_admissions_.find(claim_uid);
-  if (adm != claim_admissions_.end() && adm->second.in_flight == 0 &&
-      clock_->Now() >= adm->second.last + options_.admission_grace) {
-    claim_admissions_.erase(adm);
-  }
+  ForgetClaimAdmissionsLocked(claim_uid);
   absl::Status first;
   bool kept = false;
   bool released = false;
@@ -504,6 +502,14 @@ void Lender::AwaitAdmissionsLocked(const std::vector<LedgerDevice>& devices) {
         }
         return last;
       });
+}
+
+void Lender::ForgetClaimAdmissionsLocked(const std::string& claim_uid) {
+  auto it = claim_admissions_.find(claim_uid);
+  if (it != claim_admissions_.end() && it->second.in_flight == 0 &&
+      clock_->Now() >= it->second.last + options_.admission_grace) {
+    claim_admissions_.erase(it);
+  }
 }
 
 void Lender::AwaitClaimAdmissionsLocked(const std::string& claim_uid) {

@@ -182,6 +182,10 @@ class Lender final : public AdmissionGate {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Release step 2: the same for the admissions of claim `claim_uid`.
   void AwaitClaimAdmissionsLocked(const std::string& claim_uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the record of the claim's admissions once none is in flight and
+  // the grace after the last has passed (it can no longer make a wait).
+  void ForgetClaimAdmissionsLocked(const std::string& claim_uid)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `in_flight()` is 0 and `last() + admission_grace` passed
   // (`last` at least started_at_).
   void AwaitQuietLocked(const std::function<int()>& in_flight,

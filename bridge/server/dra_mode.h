@@ -105,7 +105,8 @@ class DraMode {
   DraMode& operator=(const DraMode&) = delete;
 
   // Idempotent: the webhook first (kube-apiserver then fails closed), then
-  // the loop and the informers.
+  // the loop and the informers. Waits for a reclaim or claim release under
+  // way (at most about dra.webhook.admission_grace).
   void Stop();
 
   int webhook_port() const;
