@@ -12,8 +12,11 @@
  * allowed and no other write came first; the claim's pods run on the
  * allocated device and the resourceclaim controller deallocates the claim
  * when a pod ends; duet-bridge moves a deallocated claim's devices back to
- * lent, free from its claim watch. model/README.md ("DRA lending") maps each
- * process to the contract and lists what is abstracted away.
+ * lent, free from its claim watch, through a fence like reclaim's (flag the
+ * claim's holding releasing, wait out its admissions in flight, quorum read
+ * of the claim: Lender::ReleaseClaimIfDeallocated). model/README.md ("DRA
+ * lending") maps each process to the code and lists what is abstracted
+ * away.
  *
  * Compile-time switches (spin -DNAME=VALUE):
  *   NC         claims (1 or 2; default 1)
@@ -33,9 +36,12 @@
  *   BUG_NO_FLAG               reclaim taints without flagging reclaiming
  *   BUG_NO_ADMISSION_WAIT     reclaim LISTs without waiting out admissions
  *                             in flight
- * The fix of a race the model found (model/README.md):
- *   DEALLOC_FENCED            a claim's holding goes back to Lend only
- *                             after a fence like reclaim's (ClaimWatch)
+ *   BUG_DEALLOC_UNFENCED      the deallocation as docs/dra.md first had it:
+ *                             a claim's holding goes back to Lend on its
+ *                             deallocation event, no fence (ClaimWatch);
+ *                             breaks I1 with NC=2 (model/README.md, finding
+ *                             1), and is what BUG_RECLAIM_BEFORE_LIST and
+ *                             BUG_NO_ADMISSION_WAIT need to show their race
  */
 
 #define ND 2
@@ -73,8 +79,8 @@ byte sl[ND];
 #define L_CLAIM(c) (2 + (c))
 byte led[ND];
 bit  rec[ND];
-#ifdef DEALLOC_FENCED
-bit  rel[ND];         /* a claim's holding being released (DEALLOC_FENCED) */
+#ifndef BUG_DEALLOC_UNFENCED
+bit  rel[ND];         /* a claim's holding being released */
 #define RELEASING(d) rel[d]
 #else
 #define RELEASING(d) 0
@@ -318,21 +324,24 @@ end_idle:
  * duet-bridge's claim watch: a deallocated claim's holdings go back to its
  * lend owner (lent, free).
  *
- * As docs/dra.md says today: on the deallocation event, in etcd's order,
- * any time later. With NC = 2 this double-books a device (model/README.md,
- * "What the model found"): the claim may be allocated again, on the same
- * device, before the bridge sees the event, and the webhook admits that as
- * a claim already holding the device.
+ * Releasing claim c's holding of d is fenced as a reclaim is
+ * (Lender::ReleaseClaimIfDeallocated): (1) flag the holding releasing under
+ * the ledger's lock, so the webhook no longer admits c on d as already
+ * held; (2) wait out admissions of c in flight (the code: admission_grace
+ * after the claim's last admission, which must cover the apiserver's
+ * write); (3) a quorum GET of c: still allocating d, the holding stays
+ * (un-flag), else it goes back to Lend. The deallocation event and a
+ * periodic sweep of claim holdings both trigger it; the model lets it
+ * start at any time for any claim holding.
  *
- * DEALLOC_FENCED, the fix: releasing claim c's holding of d is fenced as a
- * reclaim is: (1) flag the holding releasing under the ledger's lock, so
- * the webhook no longer admits c on d as already held; (2) wait out
- * admissions of c in flight; (3) a quorum GET of c: still allocating d, the
- * holding stays (un-flag), else it goes back to Lend. The deallocation
- * event and a periodic sweep of claim holdings both trigger it; the model
- * lets it start at any time for any claim holding.
+ * BUG_DEALLOC_UNFENCED, the deallocation docs/dra.md first had: on the
+ * deallocation event, in etcd's order, any time later. With NC = 2 this
+ * double-books a device (model/README.md, "What the model found"): the
+ * claim may be allocated again, on the same device, before the bridge sees
+ * the event, and the webhook admits that as a claim already holding the
+ * device.
  * ======================================================================== */
-#ifndef DEALLOC_FENCED
+#ifdef BUG_DEALLOC_UNFENCED
 proctype ClaimWatch() {
   byte c;
 end_idle:

@@ -131,11 +131,17 @@ struct AllocatedClaim {
   std::vector<DraDevice> devices;  // admin-access results excluded
 };
 
-// The quorum LIST (served from etcd, not a cache). Thread-safe.
+// Quorum reads of ResourceClaims (served from etcd, not a cache).
+// Thread-safe.
 class ClaimLister {
  public:
   virtual ~ClaimLister() = default;
+  // Every claim with an allocation.
   virtual absl::StatusOr<std::vector<AllocatedClaim>> ListAllocated() = 0;
+  // The claim `claim.ns`/`claim.name`: nullopt when it does not exist or is
+  // now another claim (its uid is not `claim.uid`); else its allocated
+  // devices (none: not allocated).
+  virtual absl::StatusOr<std::optional<AllocatedClaim>> GetClaim(const ClaimRef& claim) = 0;
 };
 
 }  // namespace dra

@@ -84,6 +84,11 @@ Lender::Lender(Ledger* ledger, LendMaker* lends, const DeviceMapView* map, RuleW
     reclaims_total_ = &RegisterFamily(prometheus::BuildCounter(), *registry,
                                       "duet_dra_reclaims_total",
                                       "Reclaims of lent, free devices, by result (done, aborted)");
+    releases_total_ = &RegisterFamily(prometheus::BuildCounter(), *registry,
+                                      "duet_dra_claim_releases_total",
+                                      "Fenced releases of claims' devices, by result (released: "
+                                      "back to lent, free; kept: the quorum read still shows the "
+                                      "allocation; failed)");
   }
 }
 
@@ -97,6 +102,10 @@ void Lender::CountReclaim(const char* result) {
   if (reclaims_total_ != nullptr) reclaims_total_->Add({{"result", result}}).Increment();
 }
 
+void Lender::CountRelease(const char* result) {
+  if (releases_total_ != nullptr) releases_total_->Add({{"result", result}}).Increment();
+}
+
 bool Lender::Lending(const std::string& node) const {
   return options_.pool_of && !options_.pool_of(node).empty();
 }
@@ -104,6 +113,11 @@ bool Lender::Lending(const std::string& node) const {
 bool Lender::Reclaiming(const LedgerDevice& device) const {
   absl::MutexLock lock(&mu_);
   return reclaiming_.count(device);
+}
+
+bool Lender::Releasing(const std::string& claim_uid) const {
+  absl::MutexLock lock(&mu_);
+  return releasing_.count(claim_uid);
 }
 
 absl::StatusOr<std::vector<DraDevice>> Lender::DraNames(
@@ -137,6 +151,9 @@ AdmissionVerdict Lender::Review(const AdmissionAsk& ask) {
         ++a.in_flight;
         a.last = clock_->Now();
       }
+      Admissions& c = claim_admissions_[ask.claim.uid];
+      ++c.in_flight;
+      c.last = clock_->Now();
     } else {
       touched.clear();
     }
@@ -151,6 +168,7 @@ AdmissionVerdict Lender::Review(const AdmissionAsk& ask) {
                                     durable.message()));
     }
     for (const LedgerDevice& d : touched) --admissions_[d].in_flight;
+    --claim_admissions_[ask.claim.uid].in_flight;
   }
   CountAdmission(verdict);
   return verdict;
@@ -180,16 +198,18 @@ AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<Ledge
     }
     wanted[ld->node].insert(*ld);
   }
-  // The old allocation's devices the new one no longer has: deallocated.
-  std::map<std::string, std::set<LedgerDevice>> dropped;
+  // The old allocation's devices (etcd's, as the apiserver sends them). What
+  // the new allocation no longer has is not acted on: the write may still
+  // fail, and a deallocation is given back by ReleaseClaimIfDeallocated.
+  std::set<LedgerDevice> before;
   for (const AllocationResult& r : ask.old_results) {
     if (r.admin_access) continue;
-    std::optional<LedgerDevice> ld = map_->ToLedger(r.device);
-    if (!ld) continue;
-    auto w = wanted.find(ld->node);
-    if (w != wanted.end() && w->second.count(*ld)) continue;
-    dropped[ld->node].insert(*ld);
+    if (std::optional<LedgerDevice> ld = map_->ToLedger(r.device)) before.insert(*ld);
   }
+  // A claim being released may keep what it already had (a write that does
+  // not change its allocation), but is admitted nothing anew, not even what
+  // its holding still has: that holding may be on its way back to Lend.
+  const bool releasing = releasing_.count(claim.uid) > 0;
 
   // Decide every wanted device; collect the Lend holdings to rebind.
   std::map<std::pair<std::string, uint32_t>, Owner> to_rebind;  // (node, job) -> Lend owner
@@ -210,12 +230,22 @@ AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<Ledge
       switch (h.by) {
         case HeldBy::kClaim:
           if (h.owner->pod_uid == claim.uid) {
+            if (releasing && !before.count(d)) {
+              return Refuse(kReasonReleasing,
+                            absl::StrCat(Describe(d), " is being given back by this claim; "
+                                         "it is admitted again once lent again"));
+            }
             already_held = true;
             break;
           }
           return Refuse(kReasonHeldByOtherClaim,
                         absl::StrCat(Describe(d), " is allocated to ", h.owner->ToString()));
         case HeldBy::kLend: {
+          if (releasing) {
+            return Refuse(kReasonReleasing,
+                          absl::StrCat(Describe(d), ": the claim's devices are being given "
+                                       "back; it is admitted nothing until that is done"));
+          }
           if (reclaiming_.count(d)) {
             return Refuse(kReasonReclaiming,
                           absl::StrCat(Describe(d), " is being taken back from Kubernetes"));
@@ -260,7 +290,7 @@ AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<Ledge
   }
   if (ask.dry_run) return AdmissionVerdict{true, "", ""};
 
-  // Record: every Lend holding becomes the claim's, then deallocations.
+  // Record: every Lend holding becomes the claim's.
   for (const auto& [key, lend] : to_rebind) {
     const Owner to = Owner::Claim(lend.job_id, claim.uid, claim.ns, claim.name);
     absl::StatusOr<HoldResult> r = ledger_->Rebind(key.first, lend, to);
@@ -271,27 +301,6 @@ AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<Ledge
     }
     moved->push_back({key.first, lend, to});
     *seq = r->seq;
-  }
-  for (const auto& [node, devices] : dropped) {
-    for (const Holding& h : ledger_->ListHoldings(node)) {
-      if (h.owner.kind != OwnerKind::kClaim || h.owner.pod_uid != claim.uid) continue;
-      const std::vector<LedgerDevice> held = DevicesOf(h);
-      if (!std::all_of(held.begin(), held.end(),
-                       [&](const LedgerDevice& d) { return devices.count(d); })) {
-        continue;  // part of it stays allocated
-      }
-      const Owner back = Owner::Lend(h.owner.job_id, node);
-      absl::StatusOr<HoldResult> r = ledger_->Rebind(node, h.owner, back);
-      if (!r.ok()) {
-        UndoLocked(*moved);
-        moved->clear();
-        return Refuse(kReasonUnavailable,
-                      absl::StrCat("node ", node, ": cannot return ", h.owner.ToString(),
-                                   "'s devices: ", r.status().message()));
-      }
-      moved->push_back({node, h.owner, back});
-      *seq = r->seq;
-    }
   }
   // A retry: what the claim holds may still be on its way to disk.
   if (*seq == 0 && already_held) *seq = ledger_->seq();
@@ -308,12 +317,82 @@ void Lender::UndoLocked(const std::vector<Moved>& moved) {
   }
 }
 
-absl::Status Lender::ReleaseClaim(const std::string& claim_uid) {
+absl::Status Lender::ReleaseClaimIfDeallocated(const std::string& claim_uid) {
   if (claim_uid.empty()) return absl::InvalidArgumentError("claim uid: must be set");
+  ClaimRef ref{claim_uid, "", ""};
+  {
+    absl::MutexLock lock(&mu_);
+    bool holds = false;
+    for (const Holding& h : ledger_->ListHoldings()) {
+      if (h.owner.kind != OwnerKind::kClaim || h.owner.pod_uid != claim_uid) continue;
+      holds = true;
+      if (ref.name.empty()) {
+        ref.ns = h.owner.pod_namespace;
+        ref.name = h.owner.pod_name;
+      }
+    }
+    if (!holds) {
+      ForgetClaimAdmissionsLocked(claim_uid);
+      return absl::OkStatus();
+    }
+    if (releasing_.count(claim_uid)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("claim uid ", claim_uid, ": already being released"));
+    }
+    // (1) Flag: Review no longer admits the claim on what it holds.
+    releasing_.insert(claim_uid);
+    // (2) Its admissions in flight, and the apiserver's writes after them.
+    AwaitClaimAdmissionsLocked(claim_uid);
+  }
+  // (3) The quorum read: which devices the claim still allocates (nullopt:
+  // the claim is gone).
+  std::optional<std::vector<DraDevice>> allocated;
+  absl::Status read;
+  if (!ref.ns.empty() && !ref.name.empty()) {
+    absl::StatusOr<std::optional<AllocatedClaim>> got = claims_->GetClaim(ref);
+    if (!got.ok()) {
+      read = got.status();
+    } else if (*got) {
+      allocated = (*got)->devices;
+    }
+  } else {
+    absl::StatusOr<std::vector<AllocatedClaim>> listed = claims_->ListAllocated();
+    if (!listed.ok()) {
+      read = listed.status();
+    } else {
+      for (const AllocatedClaim& c : *listed) {
+        if (c.claim.uid == claim_uid) allocated = c.devices;
+      }
+    }
+  }
   absl::MutexLock lock(&mu_);
+  releasing_.erase(claim_uid);
+  if (!read.ok()) {
+    CountRelease("failed");
+    return absl::Status(read.code(), absl::StrCat("claim uid ", claim_uid,
+                                                  ": its devices stay held; reading it: ",
+                                                  read.message()));
+  }
+  ForgetClaimAdmissionsLocked(claim_uid);
   absl::Status first;
+  bool kept = false;
+  bool released = false;
   for (const Holding& h : ledger_->ListHoldings()) {
     if (h.owner.kind != OwnerKind::kClaim || h.owner.pod_uid != claim_uid) continue;
+    if (allocated && !allocated->empty()) {
+      // Still allocated (or not known not to be: a device that does not map
+      // now): the holding stays.
+      bool still = false;
+      for (const LedgerDevice& d : DevicesOf(h)) {
+        std::optional<DraDevice> dra = map_->ToDra(d);
+        still = still || !dra ||
+                std::find(allocated->begin(), allocated->end(), *dra) != allocated->end();
+      }
+      if (still) {
+        kept = true;
+        continue;
+      }
+    }
     absl::Status s =
         ledger_->Rebind(h.node, h.owner, Owner::Lend(h.owner.job_id, h.node)).status();
     if (absl::IsFailedPrecondition(s)) {
@@ -324,8 +403,16 @@ absl::Status Lender::ReleaseClaim(const std::string& claim_uid) {
       spdlog::warn("dra: claim uid {}: cannot return its devices on {}: {}", claim_uid, h.node,
                    s.ToString());
       if (first.ok()) first = s;
+      continue;
     }
+    released = true;
   }
+  if (kept) {
+    CountRelease("kept");
+    spdlog::info("dra: claim uid {} still allocates what it holds: kept", claim_uid);
+  }
+  if (released) CountRelease("released");
+  if (!first.ok()) CountRelease("failed");
   return first;
 }
 
@@ -382,33 +469,59 @@ absl::StatusOr<std::vector<LedgerDevice>> Lender::Lend(const std::string& node, 
   return lent;
 }
 
-void Lender::AwaitAdmissionsLocked(const std::vector<LedgerDevice>& devices) {
+void Lender::AwaitQuietLocked(const std::function<int()>& in_flight,
+                              const std::function<absl::Time()>& last) {
   while (true) {
-    absl::Time last = started_at_;
-    int in_flight = 0;
-    for (const LedgerDevice& d : devices) {
-      auto it = admissions_.find(d);
-      if (it == admissions_.end()) continue;
-      last = std::max(last, it->second.last);
-      in_flight += it->second.in_flight;
-    }
-    const absl::Time until = last + options_.admission_grace;
-    if (in_flight == 0 && clock_->Now() >= until) return;
+    const int n = in_flight();
+    const absl::Time until = std::max(started_at_, last()) + options_.admission_grace;
+    if (n == 0 && clock_->Now() >= until) return;
     // Wakes at the deadline (a later admission moves it: look again), or
     // when the admissions in flight are done.
     const absl::Time deadline =
-        in_flight == 0 ? until
-                       : clock_->Now() + std::max(options_.admission_grace, absl::Milliseconds(10));
-    auto done = [this, &devices, in_flight]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      if (in_flight == 0) return false;
-      for (const LedgerDevice& d : devices) {
-        auto it = admissions_.find(d);
-        if (it != admissions_.end() && it->second.in_flight > 0) return false;
-      }
-      return true;
-    };
+        n == 0 ? until : clock_->Now() + std::max(options_.admission_grace, absl::Milliseconds(10));
+    auto done = [n, &in_flight]() { return n > 0 && in_flight() == 0; };
     clock_->AwaitWithDeadline(&mu_, absl::Condition(&done), deadline);
   }
+}
+
+void Lender::AwaitAdmissionsLocked(const std::vector<LedgerDevice>& devices) {
+  AwaitQuietLocked(
+      [this, &devices]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        int n = 0;
+        for (const LedgerDevice& d : devices) {
+          auto it = admissions_.find(d);
+          if (it != admissions_.end()) n += it->second.in_flight;
+        }
+        return n;
+      },
+      [this, &devices]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        absl::Time last = absl::InfinitePast();
+        for (const LedgerDevice& d : devices) {
+          auto it = admissions_.find(d);
+          if (it != admissions_.end()) last = std::max(last, it->second.last);
+        }
+        return last;
+      });
+}
+
+void Lender::ForgetClaimAdmissionsLocked(const std::string& claim_uid) {
+  auto it = claim_admissions_.find(claim_uid);
+  if (it != claim_admissions_.end() && it->second.in_flight == 0 &&
+      clock_->Now() >= it->second.last + options_.admission_grace) {
+    claim_admissions_.erase(it);
+  }
+}
+
+void Lender::AwaitClaimAdmissionsLocked(const std::string& claim_uid) {
+  AwaitQuietLocked(
+      [this, &claim_uid]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        auto it = claim_admissions_.find(claim_uid);
+        return it == claim_admissions_.end() ? 0 : it->second.in_flight;
+      },
+      [this, &claim_uid]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        auto it = claim_admissions_.find(claim_uid);
+        return it == claim_admissions_.end() ? absl::InfinitePast() : it->second.last;
+      });
 }
 
 absl::Status Lender::Reclaim(const LedgerDevice& device) {

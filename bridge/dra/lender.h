@@ -8,9 +8,13 @@
 // by Owner::Claim{J, claim uid}). The Lender
 //  - answers the admission webhook (Review): an allocation is allowed only
 //    when each of its devices on a lending node is lent and free (or already
-//    the claim's); allowing moves each such device from Lend to Claim with
-//    Ledger::Rebind and waits until that is durable. Deallocations (a result
-//    the new allocation no longer has) and ReleaseClaim move devices back;
+//    the claim's, unless the claim is being released); allowing moves each
+//    such device from Lend to Claim with Ledger::Rebind and waits until that
+//    is durable. Review never acts on deallocations (results the new
+//    allocation no longer has): a write it sees may still fail;
+//  - gives a claim's devices back only through a fence like reclaim's
+//    (ReleaseClaimIfDeallocated: flag the claim releasing, wait out its
+//    admissions, quorum read of the claim, then back to Lend);
 //  - lends (Lend: lend jobs through a LendMaker, then deletes the devices'
 //    DeviceTaintRules) and reclaims (Reclaim: flag, taint, wait out
 //    admissions in flight, quorum LIST, cancel the lend job, in that order);
@@ -20,10 +24,11 @@
 // Nothing here speaks Kubernetes or Slurm: the seams are dra_device.h's
 // interfaces and LendMaker.
 //
-// Thread-safety: thread-safe. `mu_` guards the reclaiming flags and the
-// admissions in flight; a Review decides and rebinds under it (so a device
-// flagged reclaiming can never be rebound), and waits for durability, taints
-// and Slurm calls happen outside it. Lock order: `mu_`, then the ledger's.
+// Thread-safety: thread-safe. `mu_` guards the reclaiming and releasing
+// flags and the admissions in flight; a Review decides and rebinds under it
+// (so a device flagged reclaiming, or a claim flagged releasing, can never be
+// rebound), and waits for durability, taints, quorum reads and Slurm calls
+// happen outside it. Lock order: `mu_`, then the ledger's.
 
 #include <cstdint>
 #include <functional>
@@ -56,14 +61,18 @@ namespace dra {
 // Machine-readable refusal reasons (AdmissionVerdict::reason).
 inline constexpr char kReasonNotLent[] = "NOT_LENT";
 inline constexpr char kReasonReclaiming[] = "RECLAIMING";
+inline constexpr char kReasonReleasing[] = "RELEASING";
 inline constexpr char kReasonHeldByOtherClaim[] = "HELD_BY_OTHER_CLAIM";
 inline constexpr char kReasonPartialHost[] = "PARTIAL_HOST";
 inline constexpr char kReasonUnmappableNode[] = "UNMAPPABLE_NODE";
 inline constexpr char kReasonUnavailable[] = "UNAVAILABLE";
 
 struct LenderOptions {
-  // Reclaim step 3: how long after the last admission that could touch a
-  // device a reclaim waits (dra.webhook.admission_grace).
+  // Reclaim step 3 and a claim release's step 2: how long after the last
+  // admission that could touch a device (or claim) a reclaim (or release)
+  // waits before its quorum read (dra.webhook.admission_grace). It must
+  // cover the apiserver's write after the webhook allowed it, not only the
+  // webhook's own timeout.
   absl::Duration admission_grace = absl::Seconds(15);
   // Lent, free devices kept per pool (dra.warm_buffer).
   uint32_t warm_buffer = 0;
@@ -87,12 +96,29 @@ class Lender final : public AdmissionGate {
 
   // The webhook's question (docs/dra.md, "Admission"). Refused results
   // refuse the whole write and leave the ledger as it was; a dry run decides
-  // and records nothing.
+  // and records nothing. Deallocations are allowed and change nothing (the
+  // write may still fail; ReleaseClaimIfDeallocated gives devices back). A
+  // claim being released is refused (RELEASING) any device it does not
+  // already hold in the old allocation as well: its holding is no longer
+  // "already the claim's" to a new allocation.
   AdmissionVerdict Review(const AdmissionAsk& ask) override ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The claim was deleted or its pod is gone: every Claim holding with this
-  // uid goes back to its Lend owner (lent, free). OK when there is none.
-  absl::Status ReleaseClaim(const std::string& claim_uid) ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives back what claim `claim_uid` holds if Kubernetes no longer
+  // allocates it (the claim was deallocated or deleted, or an allowed write
+  // of it never landed), fenced as a reclaim is (docs/dra.md,
+  // "Deallocation"): (1) flag the claim releasing, so Review no longer
+  // admits it on what it holds as a retry; (2) wait `admission_grace` after
+  // the claim's last admission (or after this Lender started, whichever is
+  // later) and until none of its admissions is in flight; (3) a quorum read
+  // of the claim (ClaimLister::GetClaim; ListAllocated when the holding
+  // does not name the claim): each Claim holding of a device the claim
+  // still allocates stays, every other goes back to its Lend owner (lent,
+  // free; released when its node left the inventory); then un-flag. OK when
+  // the claim holds nothing, and when the read shows it still allocated.
+  // A failed read keeps everything, un-flags and returns the error.
+  // FAILED_PRECONDITION while another release of the claim is under way.
+  absl::Status ReleaseClaimIfDeallocated(const std::string& claim_uid)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Lends devices of `kind` on `node`: GPUs as `count` lend jobs of one GPU
   // each, TPUs as one job with every chip of the host (`count` ignored), then
@@ -129,6 +155,8 @@ class Lender final : public AdmissionGate {
 
   // Whether `device` is flagged reclaiming (tests, status).
   bool Reclaiming(const LedgerDevice& device) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether claim `claim_uid` is flagged releasing (tests, status).
+  bool Releasing(const std::string& claim_uid) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Admissions {
@@ -152,11 +180,23 @@ class Lender final : public AdmissionGate {
   // and `admission_grace` has passed since the last one began.
   void AwaitAdmissionsLocked(const std::vector<LedgerDevice>& devices)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Release step 2: the same for the admissions of claim `claim_uid`.
+  void AwaitClaimAdmissionsLocked(const std::string& claim_uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the record of the claim's admissions once none is in flight and
+  // the grace after the last has passed (it can no longer make a wait).
+  void ForgetClaimAdmissionsLocked(const std::string& claim_uid)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until `in_flight()` is 0 and `last() + admission_grace` passed
+  // (`last` at least started_at_).
+  void AwaitQuietLocked(const std::function<int()>& in_flight,
+                        const std::function<absl::Time()>& last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The DRA names of `devices` (an error when one does not map).
   absl::StatusOr<std::vector<DraDevice>> DraNames(const std::vector<LedgerDevice>& devices) const;
   bool Lending(const std::string& node) const;
   void CountAdmission(const AdmissionVerdict& v);
   void CountReclaim(const char* result);
+  void CountRelease(const char* result);
 
   Ledger* const ledger_;
   LendMaker* const lends_;
@@ -173,6 +213,9 @@ class Lender final : public AdmissionGate {
   mutable absl::Mutex mu_;
   std::set<LedgerDevice> reclaiming_ ABSL_GUARDED_BY(mu_);
   std::map<LedgerDevice, Admissions> admissions_ ABSL_GUARDED_BY(mu_);
+  // Claims being released, and the admissions of each claim (release step 2).
+  std::set<std::string> releasing_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Admissions> claim_admissions_ ABSL_GUARDED_BY(mu_);
   // When each lent, free device was last seen lent and free (Tick).
   std::map<LedgerDevice, absl::Time> idle_since_ ABSL_GUARDED_BY(mu_);
   // Serialises Tick passes (a pass lends and reclaims outside mu_).
@@ -182,6 +225,7 @@ class Lender final : public AdmissionGate {
   prometheus::Family<prometheus::Counter>* admissions_total_ = nullptr;
   prometheus::Counter* lends_total_ = nullptr;
   prometheus::Family<prometheus::Counter>* reclaims_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* releases_total_ = nullptr;
 };
 
 }  // namespace dra

@@ -61,15 +61,45 @@ std::vector<dra::DraDevice> AllocatedDevices(const nlohmann::json& claim) {
   return out;
 }
 
-QuorumClaimLister::QuorumClaimLister(k8s::KubeClient* kube, std::string collection)
-    : kube_(kube), collection_(std::move(collection)) {}
+namespace {
+
+dra::AllocatedClaim ToAllocatedClaim(const nlohmann::json& c) {
+  return {dra::ClaimRef{Str(c, {"metadata", "uid"}), Str(c, {"metadata", "namespace"}),
+                        Str(c, {"metadata", "name"})},
+          AllocatedDevices(c)};
+}
+
+}  // namespace
+
+QuorumClaimLister::QuorumClaimLister(k8s::KubeClient* kube, std::string api)
+    : kube_(kube), api_(std::move(api)) {}
+
+absl::StatusOr<std::optional<dra::AllocatedClaim>> QuorumClaimLister::GetClaim(
+    const dra::ClaimRef& claim) {
+  if (claim.ns.empty() || claim.name.empty()) {
+    return absl::InvalidArgumentError("GetClaim: the claim's namespace and name must be set");
+  }
+  // No resourceVersion: a quorum read from etcd, never a watch cache.
+  const std::string path =
+      absl::StrCat(api_, "/namespaces/", claim.ns, "/resourceclaims/", claim.name);
+  absl::StatusOr<std::string> body = kube_->Get(path);
+  if (absl::IsNotFound(body.status())) return std::nullopt;
+  if (!body.ok()) return body.status();
+  nlohmann::json c = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object() || Str(c, {"metadata", "uid"}).empty()) {
+    return absl::InternalError(absl::StrCat("GET ", path, ": not a ResourceClaim"));
+  }
+  dra::AllocatedClaim out = ToAllocatedClaim(c);
+  if (!claim.uid.empty() && out.claim.uid != claim.uid) return std::nullopt;  // another claim now
+  return out;
+}
 
 absl::StatusOr<std::vector<dra::AllocatedClaim>> QuorumClaimLister::ListAllocated() {
   std::vector<dra::AllocatedClaim> out;
   std::string cont;
   do {
     // No resourceVersion: a quorum read from etcd, never a watch cache.
-    std::string path = absl::StrCat(collection_, "?limit=500");
+    std::string path = absl::StrCat(api_, "/resourceclaims?limit=500");
     if (!cont.empty()) absl::StrAppend(&path, "&continue=", cont);
     absl::StatusOr<std::string> body = kube_->Get(path);
     if (!body.ok()) return body.status();
@@ -78,11 +108,8 @@ absl::StatusOr<std::vector<dra::AllocatedClaim>> QuorumClaimLister::ListAllocate
       return absl::InternalError(absl::StrCat("GET ", path, ": not a ResourceClaimList"));
     }
     for (const nlohmann::json& c : list["items"]) {
-      std::vector<dra::DraDevice> devices = AllocatedDevices(c);
-      if (devices.empty()) continue;
-      out.push_back({dra::ClaimRef{Str(c, {"metadata", "uid"}), Str(c, {"metadata", "namespace"}),
-                                   Str(c, {"metadata", "name"})},
-                     std::move(devices)});
+      dra::AllocatedClaim a = ToAllocatedClaim(c);
+      if (!a.devices.empty()) out.push_back(std::move(a));
     }
     cont = Str(list, {"metadata", "continue"});
   } while (!cont.empty());
@@ -139,7 +166,7 @@ class DraMode::ClaimHandler final : public k8s::InformerHandler {
     uid_of_[key] = uid;
     if (AllocatedDevices(object).empty()) {
       allocated_.erase(uid);
-      check_.insert(uid);  // given back once the ledger's holding is old enough
+      check_.insert(uid);  // a fenced release if the ledger holds it
     } else {
       allocated_.insert(uid);
       check_.erase(uid);
@@ -163,8 +190,8 @@ class DraMode::ClaimHandler final : public k8s::InformerHandler {
   }
 
   struct Work {
-    std::set<std::string> deleted;  // give back now
-    std::set<std::string> check;    // give back if old enough and still not allocated
+    std::set<std::string> deleted;  // release
+    std::set<std::string> check;    // release if still not allocated in the view
     bool sweep = false;             // every Claim holding not allocated in the view
     std::set<std::string> allocated;
   };
@@ -276,7 +303,7 @@ absl::Status DraMode::Init() {
   ro.taint_key = c.taint_key;
   ro.registry = deps_.registry;
   rules_ = std::make_unique<k8s_dra::TaintRules>(deps_.kube, ro);
-  claims_ = std::make_unique<QuorumClaimLister>(deps_.kube, absl::StrCat(kDra, "/resourceclaims"));
+  claims_ = std::make_unique<QuorumClaimLister>(deps_.kube, kDra);
   dra::LenderOptions lo;
   lo.admission_grace = c.webhook.admission_grace;
   lo.warm_buffer = static_cast<uint32_t>(c.warm_buffer);
@@ -328,6 +355,7 @@ absl::Status DraMode::Init() {
   spdlog::info("dra: lending pools [{}], DeviceTaintRule API resource.k8s.io/{}, webhook on port {}",
                absl::StrJoin(c.pools, ", "), rule_api_, webhook_->port());
   loop_ = std::thread([this] { Loop(); });
+  release_ = std::thread([this] { ReleaseLoop(); });
   tick_ = std::thread([this] { TickLoop(); });
   return absl::OkStatus();
 }
@@ -339,6 +367,7 @@ void DraMode::Stop() {
     stopping_ = true;
   }
   if (loop_.joinable()) loop_.join();
+  if (release_.joinable()) release_.join();
   if (tick_.joinable()) tick_.join();
   for (auto* inf : {pod_informer_.get(), claim_informer_.get(), slice_informer_.get()}) {
     if (inf != nullptr) inf->Stop();
@@ -396,38 +425,48 @@ void DraMode::RebuildMap(bool force, bool read_inventory) {
 
 void DraMode::ReleaseClaims() {
   const absl::Time now = deps_.clock->Now();
-  const absl::Duration grace = deps_.config->webhook.admission_grace;
   const bool periodic = now - last_sweep_ > absl::Seconds(30);
   ClaimHandler::Work w = claim_handler_->Take(periodic);
-  for (const std::string& uid : w.deleted) {
-    if (absl::Status s = lender_->ReleaseClaim(uid); !s.ok()) {
-      spdlog::warn("dra: giving back deleted claim {}: {}", uid, s.ToString());
-    }
-  }
-  if (w.check.empty() && !w.sweep) return;
+  if (w.deleted.empty() && w.check.empty() && !w.sweep) return;
   if (w.sweep) last_sweep_ = now;
-  // The claims the ledger holds, with their newest grant.
-  std::map<std::string, absl::Time> held;
+  // The claims the ledger holds.
+  std::set<std::string> held;
   for (const Holding& h : deps_.ledger->ListHoldings()) {
-    if (h.owner.kind != OwnerKind::kClaim) continue;
-    absl::Time& t = held.emplace(h.owner.pod_uid, absl::InfinitePast()).first->second;
-    t = std::max(t, h.granted_at);
+    if (h.owner.kind == OwnerKind::kClaim) held.insert(h.owner.pod_uid);
   }
-  for (const auto& [uid, granted] : held) {
+  // Deleted, seen deallocated, or (sweep) not allocated in the view: the
+  // fence decides (an admission whose write has not reached the informer
+  // yet looks the same; the release waits it out and reads the claim).
+  std::set<std::string> release;
+  for (const std::string& uid : w.deleted) {
+    if (held.count(uid)) release.insert(uid);
+  }
+  for (const std::string& uid : held) {
     if (w.allocated.count(uid)) continue;
-    if (!w.sweep && !w.check.count(uid)) continue;
-    // An admission whose write has not reached the informer yet looks the
-    // same: wait out the grace first.
-    if (now - granted < grace) continue;
-    spdlog::info("dra: claim {} holds devices but is not allocated: giving them back", uid);
-    if (absl::Status s = lender_->ReleaseClaim(uid); !s.ok()) {
+    if (w.sweep || w.check.count(uid)) release.insert(uid);
+  }
+  for (const std::string& uid : release) {
+    absl::Status s = lender_->ReleaseClaimIfDeallocated(uid);
+    if (!s.ok()) {
       spdlog::warn("dra: giving back claim {}: {}", uid, s.ToString());
-      continue;
+      continue;  // a checked claim is tried again; a deleted one by the sweep
     }
     claim_handler_->Done(uid);
   }
   for (const std::string& uid : w.check) {
     if (!held.count(uid)) claim_handler_->Done(uid);
+  }
+}
+
+void DraMode::ReleaseLoop() {
+  // Its own thread: a release waits out its claim's admission grace.
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(200))) return;
+    }
+    ReleaseClaims();
   }
 }
 
@@ -549,7 +588,6 @@ void DraMode::Loop() {
     const bool inventory = now - last_inventory >= absl::Seconds(1);
     if (inventory) last_inventory = now;
     RebuildMap(/*force=*/false, inventory);
-    ReleaseClaims();
     LendDemand();
     if (now - last_resync >= absl::Seconds(30)) {
       last_resync = now;

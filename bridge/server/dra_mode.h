@@ -5,20 +5,23 @@
 //  - the DeviceMap, rebuilt from a ResourceSlice informer and the ledger's
 //    nodes of the lending pools;
 //  - the DeviceTaintRules writer (the rule API detected, or dra.kube_version);
-//  - the quorum ResourceClaim LIST reclaims check (QuorumClaimLister);
+//  - the quorum ResourceClaim reads reclaims and claim releases check
+//    (QuorumClaimLister);
 //  - the Lender (bridge/dra), with the placeholders as its LendMaker;
-//  - a ResourceClaim informer: a claim deleted, or seen without the
-//    allocation the ledger records for it, gives its devices back
-//    (ReleaseClaim); after each complete list, claims the ledger holds that
-//    the list does not allocate are given back once older than the
-//    admission grace (an admission whose write never landed);
+//  - a ResourceClaim informer: a claim deleted, or seen without an
+//    allocation while the ledger records one for it, and, after each
+//    complete list and every 30 s, every claim the ledger holds that the
+//    informer's view does not allocate (an admission whose write never
+//    landed) starts Lender::ReleaseClaimIfDeallocated, the fenced release
+//    (its quorum read decides; the informer only says when to look);
 //  - a pending-pod informer: a pod kube-scheduler marked Unschedulable that
 //    asks for devices of a lent driver (claims' ExactCount requests, or an
 //    extended resource a DeviceClass serves) makes duet lend that many on
 //    the node placement picks among the lending nodes (LendDemand);
-//  - a loop thread: map rebuilds, claims given back, demand, and
-//    Lender::Resync every 30 s; and a thread for Lender::Tick every second
-//    (a reclaim waits out the admission grace there);
+//  - a loop thread: map rebuilds, demand, and Lender::Resync every 30 s; a
+//    thread for the claim releases (each waits out the claim's admission
+//    grace); and a thread for Lender::Tick every second (a reclaim waits out
+//    the admission grace there);
 //  - the admission webhook (k8s_adapter/dra), started only after the first
 //    map is built, so it never answers from an empty map.
 //
@@ -27,6 +30,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,17 +60,22 @@ class TaintRules;
 class WebhookServer;
 }  // namespace k8s_dra
 
-// The quorum LIST of ResourceClaims (no resourceVersion: served from etcd),
-// paged. Admin-access results are left out. Thread-safe.
+// Quorum reads of ResourceClaims (no resourceVersion: served from etcd): the
+// LIST, paged, and the GET of one claim. Admin-access results are left out.
+// Thread-safe.
 class QuorumClaimLister final : public dra::ClaimLister {
  public:
-  // `collection`: e.g. "/apis/resource.k8s.io/v1/resourceclaims". Not owned.
-  QuorumClaimLister(k8s::KubeClient* kube, std::string collection);
+  // `api`: the group version's path, e.g. "/apis/resource.k8s.io/v1". Not
+  // owned.
+  QuorumClaimLister(k8s::KubeClient* kube, std::string api);
   absl::StatusOr<std::vector<dra::AllocatedClaim>> ListAllocated() override;
+  // 404, or a claim of that name with another uid: nullopt.
+  absl::StatusOr<std::optional<dra::AllocatedClaim>> GetClaim(
+      const dra::ClaimRef& claim) override;
 
  private:
   k8s::KubeClient* const kube_;
-  const std::string collection_;
+  const std::string api_;
 };
 
 // A claim's allocated devices (status.allocation.devices.results, admin
@@ -99,7 +108,8 @@ class DraMode {
   DraMode& operator=(const DraMode&) = delete;
 
   // Idempotent: the webhook first (kube-apiserver then fails closed), then
-  // the loop and the informers.
+  // the loop and the informers. Waits for a reclaim or claim release under
+  // way (at most about dra.webhook.admission_grace).
   void Stop();
 
   int webhook_port() const;
@@ -121,8 +131,11 @@ class DraMode {
   void RebuildMap(bool force, bool read_inventory);
   // Lends for the pending pods that ask for devices.
   void LendDemand();
-  // Gives back what deleted/deallocated claims held.
+  // Starts the fenced release of the claims deleted, seen deallocated, or
+  // (sweep) held but not allocated in the informer's view.
   void ReleaseClaims();
+  // ReleaseClaims every 200 ms (a release waits out its claim's grace).
+  void ReleaseLoop();
   // The lending pool of a ledger node ("" when none).
   std::string PoolOf(const std::string& node) const;
 
@@ -140,7 +153,8 @@ class DraMode {
   std::unique_ptr<k8s::Informer> pod_informer_;
   std::unique_ptr<k8s_dra::WebhookServer> webhook_;
   // Loop thread only: the lending inventory's fingerprint at the last
-  // rebuild, the last claim sweep, and when each pending pod was last served.
+  // rebuild and when each pending pod was last served; release thread only:
+  // the last claim sweep.
   uint64_t map_ledger_seq_ = 0;
   absl::Time last_sweep_ = absl::InfinitePast();
   std::map<std::string, absl::Time> served_;
@@ -150,6 +164,7 @@ class DraMode {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
+  std::thread release_;
   std::thread tick_;
 };
 

@@ -1,6 +1,7 @@
 #include "bridge/dra/lender.h"
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -149,9 +150,23 @@ class FakeClaims : public ClaimLister {
     absl::MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
     std::vector<AllocatedClaim> out;
-    for (const auto& [uid, c] : claims_) out.push_back(c);
+    for (const auto& [uid, c] : claims_) {
+      if (!c.devices.empty()) out.push_back(c);
+    }
     return out;
   }
+  absl::StatusOr<std::optional<AllocatedClaim>> GetClaim(const ClaimRef& claim) override {
+    events_->Add(absl::StrCat("get ", claim.ns, "/", claim.name));
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return error_;
+    for (const auto& [uid, c] : claims_) {
+      if (c.claim.ns != claim.ns || c.claim.name != claim.name) continue;
+      if (uid != claim.uid) return std::nullopt;  // another claim of that name
+      return c;
+    }
+    return std::nullopt;
+  }
+  // The claim exists in etcd with `devices` allocated (none: unallocated).
   void Set(const ClaimRef& claim, std::vector<DraDevice> devices) {
     absl::MutexLock lock(&mu_);
     claims_[claim.uid] = AllocatedClaim{claim, std::move(devices)};
@@ -264,6 +279,7 @@ class LenderTest : public ::testing::Test {
       lender_ = std::make_unique<Lender>(
           &ledger_, &lends_, &map_, &rules_, &claims_,
           [this](uint64_t seq) {
+            if (on_durable_) on_durable_();
             waited_.push_back(seq);
             return durable_error_;
           },
@@ -299,8 +315,18 @@ class LenderTest : public ::testing::Test {
   LenderOptions options_;
   std::vector<uint64_t> waited_;
   absl::Status durable_error_;
+  // Runs in Review's durability wait (an admission in flight).
+  std::function<void()> on_durable_;
   std::unique_ptr<Lender> lender_;
 };
+
+// Claim `uid` as Ask names it, and etcd's record of it allocating `devices`.
+ClaimRef Ref(const std::string& uid) { return ClaimRef{uid, "ns", "claim-" + uid}; }
+std::vector<DraDevice> Dra(const std::vector<AllocationResult>& results) {
+  std::vector<DraDevice> out;
+  for (const AllocationResult& r : results) out.push_back(r.device);
+  return out;
+}
 
 // ---------------------------------------------------------------------------
 // Admission
@@ -409,22 +435,196 @@ TEST_F(LenderTest, ARefusalAfterRebindsUndoesThem) {
   EXPECT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0), Gpu("n1", 1)})).allowed);
 }
 
-TEST_F(LenderTest, DeallocationAndReleaseClaimReturnDevicesToLentFree) {
-  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 3).ok());
+// A write removing an allocation may still fail, and a claim deallocated
+// may be allocated again before the bridge acts: the webhook gives nothing
+// back (only the fenced release does).
+TEST_F(LenderTest, ReviewAllowsDeallocationsAndChangesNothing) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());
   ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0), Gpu("n1", 1)})).allowed);
-  ASSERT_TRUE(lender().Review(Ask("c2", {Gpu("n1", 2)})).allowed);
-  // c1's allocation removed (status.allocation cleared).
+  const uint64_t seq = ledger_.seq();
+  const size_t waits = waited_.size();
   AdmissionVerdict v = lender().Review(Ask("c1", {}, {Gpu("n1", 0), Gpu("n1", 1)}));
   EXPECT_TRUE(v.allowed) << v.message;
+  v = lender().Review(Ask("c1", {Gpu("n1", 0)}, {Gpu("n1", 0), Gpu("n1", 1)}));  // one dropped
+  EXPECT_TRUE(v.allowed) << v.message;
+  EXPECT_EQ(ledger_.seq(), seq);
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "claim c1");
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "claim c1");
+  EXPECT_EQ(lender().Review(Ask("c2", {Gpu("n1", 1)})).reason, kReasonHeldByOtherClaim);
+  EXPECT_GE(waited_.size(), waits);
+}
+
+// model/README.md, DRA finding 1: claim A is deallocated; before the bridge
+// handles that, the scheduler allocates A again on the same device and the
+// webhook allows it (A already holds it). The bridge's release then runs on
+// the stale deallocation: its quorum read shows A's new allocation, so the
+// device stays A's and B is refused it. (An unfenced release gives the
+// device back to Lend here and B is admitted: two pods on one device.)
+TEST_F(LenderTest, AStaleReleaseDoesNotFreeADeviceTheClaimWasAllocatedAgain) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 1).ok());
+  ASSERT_TRUE(lender().Review(Ask("A", {Gpu("n1", 0)})).allowed);
+  claims_.Set(Ref("A"), Dra({Gpu("n1", 0)}));
+  clock_.Advance(absl::Seconds(60));  // A's pod runs, ends
+  claims_.Set(Ref("A"), {});          // the resourceclaim controller deallocates A
+  // The scheduler allocates A again, on gpu 0, for its next pod: a retry to
+  // the webhook, allowed; the write lands.
+  AdmissionVerdict again = lender().Review(Ask("A", {Gpu("n1", 0)}));
+  ASSERT_TRUE(again.allowed) << again.message;
+  claims_.Set(Ref("A"), Dra({Gpu("n1", 0)}));
+  // Now the bridge handles the old deallocation.
+  events_.Clear();
+  absl::Status result;
+  std::thread release([&] { result = lender().ReleaseClaimIfDeallocated("A"); });
+  EXPECT_TRUE(clock_.AwaitSleepers(1));  // the grace after A's last admission
+  clock_.Advance(absl::Seconds(15));
+  release.join();
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_THAT(events_.Get(), ElementsAre("get ns/claim-A"));
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "claim A");
+  EXPECT_FALSE(lender().Releasing("A"));
+  AdmissionVerdict b = lender().Review(Ask("B", {Gpu("n1", 0)}));
+  EXPECT_FALSE(b.allowed);
+  EXPECT_EQ(b.reason, kReasonHeldByOtherClaim);
+  EXPECT_THAT(Metrics(), HasSubstr("duet_dra_claim_releases_total{result=\"kept\"} 1"));
+}
+
+// The same race with the release under way first: the re-admission is
+// refused (RELEASING), dry run or not, and recorded nowhere; the release
+// gives the device back; the scheduler's next try gets it.
+TEST_F(LenderTest, AClaimBeingReleasedIsRefusedUntilItsDeviceIsLentAgain) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());
+  ASSERT_TRUE(lender().Review(Ask("A", {Gpu("n1", 0)})).allowed);
+  claims_.Set(Ref("A"), {});  // deallocated (or its write never landed)
+  events_.Clear();
+  absl::Status result;
+  std::thread release([&] { result = lender().ReleaseClaimIfDeallocated("A"); });
+  ASSERT_TRUE(clock_.AwaitSleepers(1));
+  EXPECT_TRUE(lender().Releasing("A"));
+  EXPECT_TRUE(events_.Get().empty());  // no read before the grace
+  const uint64_t seq = ledger_.seq();
+  const size_t waits = waited_.size();
+  AdmissionAsk dry = Ask("A", {Gpu("n1", 0)});
+  dry.dry_run = true;
+  for (const AdmissionAsk& ask : {Ask("A", {Gpu("n1", 0)}), dry, Ask("A", {Gpu("n1", 1)})}) {
+    AdmissionVerdict v = lender().Review(ask);
+    EXPECT_FALSE(v.allowed);
+    EXPECT_EQ(v.reason, kReasonReleasing) << v.message;
+  }
+  // A write that keeps the allocation A has (etcd's old object names it) is
+  // not a new allocation: allowed, recorded nothing.
+  EXPECT_TRUE(lender().Review(Ask("A", {Gpu("n1", 0)}, {Gpu("n1", 0)})).allowed);
+  EXPECT_EQ(ledger_.seq(), seq);
+  EXPECT_EQ(waited_.size(), waits + 1);
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "lend");
+  // The read waits the whole grace after A's last admission.
+  clock_.Advance(absl::Seconds(14));
+  ASSERT_TRUE(clock_.AwaitSleepers(1));
+  EXPECT_TRUE(events_.Get().empty());
+  clock_.Advance(absl::Seconds(1));
+  release.join();
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_THAT(events_.Get(), ElementsAre("get ns/claim-A"));
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_FALSE(lender().Releasing("A"));
+  EXPECT_TRUE(lender().Review(Ask("A", {Gpu("n1", 0)})).allowed);
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "claim A");
+  EXPECT_THAT(Metrics(), HasSubstr("reason=\"RELEASING\",result=\"refused\"} 3"));
+  EXPECT_THAT(Metrics(), HasSubstr("duet_dra_claim_releases_total{result=\"released\"} 1"));
+}
+
+TEST_F(LenderTest, ReleaseKeepsWhatTheQuorumReadStillShowsAllocated) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 3).ok());
+  ASSERT_TRUE(lender().Review(Ask("A", {Gpu("n1", 0), Gpu("n1", 1)})).allowed);
+  claims_.Set(Ref("A"), Dra({Gpu("n1", 0), Gpu("n1", 1)}));
+  clock_.Advance(absl::Seconds(15));
+  events_.Clear();
+  const uint64_t seq = ledger_.seq();
+  EXPECT_TRUE(lender().ReleaseClaimIfDeallocated("A").ok());  // the grace is over: no wait
+  EXPECT_THAT(events_.Get(), ElementsAre("get ns/claim-A"));
+  EXPECT_EQ(ledger_.seq(), seq);
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "claim A");
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "claim A");
+  // Un-flagged: a retry of A's write is allowed again.
+  EXPECT_TRUE(lender().Review(Ask("A", {Gpu("n1", 0), Gpu("n1", 1)})).allowed);
+  // A claim that holds nothing: OK, no read.
+  events_.Clear();
+  EXPECT_TRUE(lender().ReleaseClaimIfDeallocated("nobody").ok());
+  EXPECT_TRUE(events_.Get().empty());
+  EXPECT_EQ(lender().ReleaseClaimIfDeallocated("").code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Deleted (the read finds no such claim, or another claim of that name), or
+// never allocated (an allowed write the apiserver then refused: model
+// finding 2): back to lent, free.
+TEST_F(LenderTest, ReleaseGivesBackWhatADeletedOrNeverAllocatedClaimHolds) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 3).ok());
+  ASSERT_TRUE(lender().Review(Ask("A", {Gpu("n1", 0)})).allowed);
+  ASSERT_TRUE(lender().Review(Ask("B", {Gpu("n1", 1)})).allowed);
+  ASSERT_TRUE(lender().Review(Ask("C", {Gpu("n1", 2)})).allowed);
+  claims_.Set(ClaimRef{"B2", "ns", "claim-B"}, Dra({Gpu("n1", 1)}));  // B deleted, made again
+  claims_.Set(Ref("C"), {});                                          // C's write got a 409
+  clock_.Advance(absl::Seconds(15));
+  for (const char* uid : {"A", "B", "C"}) {
+    EXPECT_TRUE(lender().ReleaseClaimIfDeallocated(uid).ok()) << uid;
+  }
   EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
   EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "lend");
-  EXPECT_EQ(waited_.back(), ledger_.seq());
-  // Free again: another claim takes one.
-  EXPECT_TRUE(lender().Review(Ask("c3", {Gpu("n1", 1)})).allowed);
-  // c2 deleted: ReleaseClaim.
-  ASSERT_TRUE(lender().ReleaseClaim("c2").ok());
   EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 2), "lend");
-  EXPECT_TRUE(lender().ReleaseClaim("c2").ok());  // nothing left: OK
+  EXPECT_TRUE(lender().ReleaseClaimIfDeallocated("A").ok());  // nothing left: OK
+}
+
+TEST_F(LenderTest, AFailedReadKeepsTheHoldingAndUnflags) {
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 1).ok());
+  ASSERT_TRUE(lender().Review(Ask("A", {Gpu("n1", 0)})).allowed);
+  clock_.Advance(absl::Seconds(15));
+  claims_.Fail(absl::UnavailableError("apiserver down"));
+  absl::Status s = lender().ReleaseClaimIfDeallocated("A");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("stay held"));
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "claim A");
+  EXPECT_FALSE(lender().Releasing("A"));
+  claims_.Fail(absl::OkStatus());
+  EXPECT_TRUE(lender().ReleaseClaimIfDeallocated("A").ok());
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+}
+
+// Release step 2 waits for an admission of the claim still in flight (its
+// durability wait) before it reads, and the grace after it.
+TEST_F(LenderTest, ReleaseWaitsOutTheClaimsAdmissionInFlight) {
+  options_.admission_grace = absl::ZeroDuration();
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());
+  ASSERT_TRUE(lender().Review(Ask("A", {Gpu("n1", 0)})).allowed);
+  absl::Mutex mu;
+  bool in_wait = false;
+  bool go = false;
+  on_durable_ = [&] {
+    absl::MutexLock lock(&mu);
+    in_wait = true;
+    mu.Await(absl::Condition(&go));
+  };
+  // A retry of A's write, in flight.
+  AdmissionVerdict retry;
+  std::thread admission([&] { retry = lender().Review(Ask("A", {Gpu("n1", 0)})); });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&in_wait));
+  }
+  events_.Clear();
+  absl::Status result;
+  std::thread release([&] { result = lender().ReleaseClaimIfDeallocated("A"); });
+  ASSERT_TRUE(clock_.AwaitSleepers(1));
+  EXPECT_TRUE(events_.Get().empty());
+  claims_.Set(Ref("A"), Dra({Gpu("n1", 0)}));  // the write lands
+  {
+    absl::MutexLock lock(&mu);
+    go = true;
+  }
+  admission.join();
+  release.join();
+  EXPECT_TRUE(retry.allowed);
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_THAT(events_.Get(), ElementsAre("get ns/claim-A"));
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "claim A");
 }
 
 // ---------------------------------------------------------------------------
@@ -475,9 +675,12 @@ TEST_F(LenderTest, ReclaimRunsItsStepsInOrder) {
 TEST_F(LenderTest, ReclaimWaitsTheGraceAfterTheLastAdmission) {
   ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 1).ok());
   clock_.Advance(absl::Seconds(20));
-  // An admission touching gpu 0 (and its deallocation) 20 s after start.
-  ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0)})).allowed);
-  ASSERT_TRUE(lender().Review(Ask("c1", {}, {Gpu("n1", 0)})).allowed);
+  // An admission touching gpu 0, 20 s after start, undone (its rebind could
+  // not be made durable): gpu 0 is lent and free again.
+  durable_error_ = absl::UnavailableError("journal: disk full");
+  ASSERT_EQ(lender().Review(Ask("c1", {Gpu("n1", 0)})).reason, kReasonUnavailable);
+  durable_error_ = absl::OkStatus();
+  ASSERT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
   clock_.Advance(absl::Seconds(10));
   events_.Clear();
   absl::Status result;
@@ -610,8 +813,9 @@ TEST(LenderRaceTest, ReviewsAndReclaimsNeverGiveOneDeviceToTwo) {
         if (h.owner.holder_class() == HolderClass::kSlurm) ++violations;
       }
       if (!ours) ++violations;
-      if (!lender.Review(Ask(uid, {}, {Gpu("n1", 0)})).allowed) ++violations;
+      // Deallocated: the fenced release gives the device back.
       claims.Remove(uid);
+      if (!lender.ReleaseClaimIfDeallocated(uid).ok()) ++violations;
     }
   });
   std::thread reclaimer([&] {
