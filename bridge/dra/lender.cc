@@ -1,7 +1,10 @@
 #include "bridge/dra/lender.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -90,6 +93,69 @@ Lender::Lender(Ledger* ledger, LendMaker* lends, const DeviceMapView* map, RuleW
                                       "back to lent, free; kept: the quorum read still shows the "
                                       "allocation; failed)");
   }
+  // Listen first, then index the snapshot: a change between the two is
+  // indexed by the listener from its later view, and the snapshot leaves
+  // that node alone.
+  ledger_->AddListener(this);
+  const LedgerSnapshot snap = ledger_->Snapshot();
+  absl::MutexLock lock(&index_mu_);
+  for (const auto& view : snap.nodes) {
+    respec_.insert(view->spec.name);
+    if (!touched_.count(view->spec.name)) IndexNodeLocked(view->spec.name, view.get());
+  }
+  building_ = false;
+  touched_.clear();
+}
+
+Lender::~Lender() { ledger_->RemoveListener(this); }
+
+void Lender::OnChange(const Change& change) {
+  absl::MutexLock lock(&index_mu_);
+  const std::string& node = *change.node;
+  if (building_) touched_.insert(node);
+  if (change.type == Change::Type::kUpsertNode || change.type == Change::Type::kRemoveNode ||
+      change.erased) {
+    respec_.insert(node);
+  }
+  IndexNodeLocked(node, change.erased ? nullptr : change.view->get());
+}
+
+void Lender::IndexNodeLocked(const std::string& node, const NodeView* view) {
+  auto it = nodes_.find(node);
+  if (it != nodes_.end()) {
+    const NodeEntry& old = it->second;
+    if (old.free_gpus > 0) room_.erase(RoomKey{UINT32_MAX - old.free_gpus, node, 0});
+    if (old.tpu_room) room_.erase(RoomKey{UINT32_MAX - old.tpus, node, 1});
+    if (old.lent > 0) lent_nodes_.erase(node);
+  }
+  if (view == nullptr) {
+    if (it != nodes_.end()) nodes_.erase(it);
+    return;
+  }
+  NodeEntry e;
+  uint32_t free_tpus = 0;
+  for (const DeviceState& d : view->devices) {
+    const HeldBy by = HolderOf(d).by;
+    if (d.spec.kind == DeviceKind::kTpu) ++e.tpus;
+    if (by == HeldBy::kNobody) (d.spec.kind == DeviceKind::kGpu ? e.free_gpus : free_tpus) += 1;
+    if (by == HeldBy::kLend || by == HeldBy::kClaim) ++e.lent;
+  }
+  e.tpu_room = e.tpus > 0 && free_tpus == e.tpus;
+  if (e.free_gpus > 0) room_.insert(RoomKey{UINT32_MAX - e.free_gpus, node, 0});
+  if (e.tpu_room) room_.insert(RoomKey{UINT32_MAX - e.tpus, node, 1});
+  if (e.lent > 0) lent_nodes_.insert(node);
+  nodes_[node] = e;
+}
+
+std::vector<std::string> Lender::IndexedLentNodes() const {
+  absl::MutexLock lock(&index_mu_);
+  return std::vector<std::string>(lent_nodes_.begin(), lent_nodes_.end());
+}
+
+uint32_t Lender::IndexedLent(const std::string& node) const {
+  absl::MutexLock lock(&index_mu_);
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? 0 : it->second.lent;
 }
 
 void Lender::CountAdmission(const AdmissionVerdict& v) {
@@ -607,38 +673,53 @@ absl::Status Lender::Reclaim(const LedgerDevice& device) {
 
 absl::Status Lender::Tick() {
   absl::MutexLock tick(&tick_mu_);
-  const LedgerSnapshot snap = ledger_->Snapshot();
+  // The pools of the nodes whose spec changed since the last pass (every
+  // node on the first).
+  std::set<std::string> respec;
+  {
+    absl::MutexLock lock(&index_mu_);
+    respec.swap(respec_);
+  }
+  for (const std::string& node : respec) {
+    auto it = pool_of_node_.find(node);
+    if (it != pool_of_node_.end()) {
+      if (!it->second.empty() && --pool_nodes_[it->second] == 0) pool_nodes_.erase(it->second);
+      pool_of_node_.erase(it);
+    }
+    if (ledger_->GetNode(node) == nullptr) continue;
+    std::string pool = options_.pool_of ? options_.pool_of(node) : "";
+    if (!pool.empty()) ++pool_nodes_[pool];
+    pool_of_node_.emplace(node, std::move(pool));
+  }
+  // Only the nodes with lent devices: what is lent, free and idle.
+  std::vector<std::string> names;
+  {
+    absl::MutexLock lock(&index_mu_);
+    names.assign(lent_nodes_.begin(), lent_nodes_.end());
+  }
+  const std::vector<std::shared_ptr<const NodeView>> views = ledger_->GetNodes(names);
   const absl::Time now = clock_->Now();
   struct Pool {
     uint32_t lent_free = 0;
     // Lend holdings lent and free: (idle since, device, chips).
     std::vector<std::tuple<absl::Time, LedgerDevice, uint32_t>> idle;
-    // Nodes with free devices: (node, kind, free count).
-    std::vector<std::tuple<std::string, DeviceKind, uint32_t>> room;
   };
   std::map<std::string, Pool> pools;
+  for (const auto& [pool, count] : pool_nodes_) pools[pool];
   uint32_t lent_total = 0;
   {
     absl::MutexLock lock(&mu_);
     std::map<LedgerDevice, absl::Time> idle_since;
-    for (const auto& view : snap.nodes) {
+    for (const auto& view : views) {
+      if (view == nullptr) continue;
       const std::string& node = view->spec.name;
       if (!Lending(node) || !map_->Lendable(node, nullptr)) continue;
       Pool& pool = pools[options_.pool_of(node)];
-      uint32_t free_gpus = 0;
-      uint32_t tpus = 0;
-      uint32_t free_tpus = 0;
       std::map<uint32_t, std::vector<LedgerDevice>> by_job;  // lent, free, unflagged
       for (const DeviceState& d : view->devices) {
         const DeviceHolder h = HolderOf(d);
-        if (d.spec.kind == DeviceKind::kTpu) ++tpus;
-        if (h.by == HeldBy::kNobody) {
-          (d.spec.kind == DeviceKind::kGpu ? free_gpus : free_tpus) += 1;
-        }
         if (h.by == HeldBy::kLend || h.by == HeldBy::kClaim) ++lent_total;
         if (h.by != HeldBy::kLend) continue;
-        // Only lent devices are named (a copy of the node's name each):
-        // most devices of a big cluster are not lent (bench/dra).
         const LedgerDevice ld{node, d.spec.kind, d.spec.index};
         if (reclaiming_.count(ld)) continue;
         auto it = idle_since_.find(ld);
@@ -651,8 +732,6 @@ absl::Status Lender::Tick() {
         for (const LedgerDevice& d : devices) since = std::min(since, idle_since[d]);
         pool.idle.emplace_back(since, devices.front(), static_cast<uint32_t>(devices.size()));
       }
-      if (free_gpus > 0) pool.room.emplace_back(node, DeviceKind::kGpu, free_gpus);
-      if (tpus > 0 && free_tpus == tpus) pool.room.emplace_back(node, DeviceKind::kTpu, tpus);
     }
     idle_since_.swap(idle_since);
   }
@@ -664,17 +743,7 @@ absl::Status Lender::Tick() {
   };
   for (auto& [name, pool] : pools) {
     // Below the buffer: lend on the nodes with the most free devices first.
-    std::stable_sort(pool.room.begin(), pool.room.end(), [](const auto& a, const auto& b) {
-      return std::get<2>(a) > std::get<2>(b);
-    });
-    for (const auto& [node, kind, free] : pool.room) {
-      if (pool.lent_free >= options_.warm_buffer) break;
-      const uint32_t want =
-          kind == DeviceKind::kTpu ? free : std::min(free, options_.warm_buffer - pool.lent_free);
-      absl::StatusOr<std::vector<LedgerDevice>> lent = Lend(node, kind, want);
-      note(lent.status());
-      if (lent.ok()) pool.lent_free += static_cast<uint32_t>(lent->size());
-    }
+    if (pool.lent_free < options_.warm_buffer) pool.lent_free = FillPool(name, pool.lent_free, note);
     // Above it: the longest idle first, once idle for reclaim_after.
     std::sort(pool.idle.begin(), pool.idle.end());
     for (const auto& [since, device, chips] : pool.idle) {
@@ -686,6 +755,42 @@ absl::Status Lender::Tick() {
     }
   }
   return first;
+}
+
+uint32_t Lender::FillPool(const std::string& pool, uint32_t lent_free,
+                          const std::function<void(const absl::Status&)>& note) {
+  // The room index, walked in order a step at a time (a Lend changes it:
+  // the walk resumes after the last key it looked at, and never tries a
+  // node and kind twice).
+  std::set<std::pair<std::string, int>> tried;
+  std::optional<RoomKey> after;
+  while (lent_free < options_.warm_buffer) {
+    std::optional<RoomKey> next;
+    {
+      absl::MutexLock lock(&index_mu_);
+      for (auto it = after ? room_.upper_bound(*after) : room_.begin(); it != room_.end(); ++it) {
+        const std::string& node = std::get<1>(*it);
+        auto p = pool_of_node_.find(node);
+        if (p == pool_of_node_.end() || p->second != pool) continue;
+        if (tried.count({node, std::get<2>(*it)})) continue;
+        next = *it;
+        break;
+      }
+    }
+    if (!next) break;
+    after = next;
+    const auto& [neg_free, node, kind_rank] = *next;
+    tried.insert({node, kind_rank});
+    if (!map_->Lendable(node, nullptr)) continue;
+    const uint32_t free = UINT32_MAX - neg_free;
+    const DeviceKind kind = kind_rank == 0 ? DeviceKind::kGpu : DeviceKind::kTpu;
+    const uint32_t want =
+        kind == DeviceKind::kTpu ? free : std::min(free, options_.warm_buffer - lent_free);
+    absl::StatusOr<std::vector<LedgerDevice>> lent = Lend(node, kind, want);
+    note(lent.status());
+    if (lent.ok()) lent_free += static_cast<uint32_t>(lent->size());
+  }
+  return lent_free;
 }
 
 std::vector<DraDevice> Lender::DesiredTainted() const {

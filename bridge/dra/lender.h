@@ -24,18 +24,32 @@
 // Nothing here speaks Kubernetes or Slurm: the seams are dra_device.h's
 // interfaces and LendMaker.
 //
+// Tick's cost follows the lending activity, not the cluster's size: the
+// Lender listens to the ledger (a ChangeListener registered for its
+// lifetime) and keeps an index of the nodes whose devices are lent (Lend or
+// Claim holdings) and of the nodes with free devices, ordered by how many;
+// idle reclaim looks only at the former, and the warm buffer looks through
+// the latter only for a pool below its buffer, in order, until the buffer is
+// met. The index is built from the ledger once at construction (holdings a
+// journal replay left are indexed) and follows every change after.
+//
 // Thread-safety: thread-safe. `mu_` guards the reclaiming and releasing
 // flags and the admissions in flight; a Review decides and rebinds under it
 // (so a device flagged reclaiming, or a claim flagged releasing, can never be
 // rebound), and waits for durability, taints, quorum reads and Slurm calls
-// happen outside it. Lock order: `mu_`, then the ledger's.
+// happen outside it. `index_mu_` guards the index; the listener takes it
+// under the ledger's lock, and nothing calls into the ledger while holding
+// it. Lock order: `tick_mu_`, `mu_`, the ledger's, `index_mu_`.
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -83,7 +97,7 @@ struct LenderOptions {
   std::function<std::string(const std::string& node)> pool_of;
 };
 
-class Lender final : public AdmissionGate {
+class Lender final : public AdmissionGate, private ChangeListener {
  public:
   // Waits until the ledger change `seq` is durable (duet-bridge's journal).
   using DurableWait = std::function<absl::Status(uint64_t seq)>;
@@ -93,6 +107,10 @@ class Lender final : public AdmissionGate {
   Lender(Ledger* ledger, LendMaker* lends, const DeviceMapView* map, RuleWriter* rules,
          ClaimLister* claims, DurableWait durable, const Clock* clock, LenderOptions options,
          prometheus::Registry* registry = nullptr);
+  // Stops listening to the ledger.
+  ~Lender() override;
+  Lender(const Lender&) = delete;
+  Lender& operator=(const Lender&) = delete;
 
   // The webhook's question (docs/dra.md, "Admission"). Refused results
   // refuse the whole write and leave the ledger as it was; a dry run decides
@@ -157,6 +175,10 @@ class Lender final : public AdmissionGate {
   bool Reclaiming(const LedgerDevice& device) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether claim `claim_uid` is flagged releasing (tests, status).
   bool Releasing(const std::string& claim_uid) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The index (tests): the nodes with lent devices (held by Lend or Claim
+  // owners), sorted, and how many devices are lent on `node`.
+  std::vector<std::string> IndexedLentNodes() const ABSL_LOCKS_EXCLUDED(index_mu_);
+  uint32_t IndexedLent(const std::string& node) const ABSL_LOCKS_EXCLUDED(index_mu_);
 
  private:
   struct Admissions {
@@ -169,6 +191,29 @@ class Lender final : public AdmissionGate {
     Owner from;
     Owner to;
   };
+
+  // What the index knows of one node, from its latest view.
+  struct NodeEntry {
+    uint32_t lent = 0;       // devices held by a Lend or Claim owner
+    uint32_t free_gpus = 0;  // GPUs nobody holds
+    uint32_t tpus = 0;       // TPU chips; the host is room when all are free
+    bool tpu_room = false;
+  };
+  // A node with room, in the order the warm buffer tries them: the most
+  // free devices first, then by node name, GPUs before TPUs.
+  using RoomKey = std::tuple<uint32_t /* UINT32_MAX - free */, std::string, int /* kind */>;
+
+  // ChangeListener: under the ledger's lock.
+  void OnChange(const Change& change) override ABSL_LOCKS_EXCLUDED(index_mu_);
+  // Sets `node`'s entry from `view` (null: the node left the ledger).
+  void IndexNodeLocked(const std::string& node, const NodeView* view)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_);
+  // Tick's lending half for pool `pool`, which has `lent_free` lent, free
+  // devices: lends on the indexed nodes with room, in order, until the
+  // buffer is met. Returns the new lent, free count.
+  uint32_t FillPool(const std::string& pool, uint32_t lent_free,
+                    const std::function<void(const absl::Status&)>& note)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tick_mu_) ABSL_LOCKS_EXCLUDED(mu_, index_mu_);
 
   // Under mu_: decides the ask and, unless a dry run, rebinds. On refusal
   // undoes what it rebound. `seq` gets the seq to wait for (0: none).
@@ -220,6 +265,22 @@ class Lender final : public AdmissionGate {
   std::map<LedgerDevice, absl::Time> idle_since_ ABSL_GUARDED_BY(mu_);
   // Serialises Tick passes (a pass lends and reclaims outside mu_).
   absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+
+  // The index (see the class comment).
+  mutable absl::Mutex index_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<std::string, NodeEntry> nodes_ ABSL_GUARDED_BY(index_mu_);
+  std::set<std::string> lent_nodes_ ABSL_GUARDED_BY(index_mu_);
+  std::set<RoomKey> room_ ABSL_GUARDED_BY(index_mu_);
+  // Nodes whose spec changed (their pool may have): Tick asks pool_of again.
+  std::set<std::string> respec_ ABSL_GUARDED_BY(index_mu_);
+  // While the constructor builds the index: the nodes the listener already
+  // set from a later view than the constructor's snapshot.
+  bool building_ ABSL_GUARDED_BY(index_mu_) = true;
+  std::set<std::string> touched_ ABSL_GUARDED_BY(index_mu_);
+  // Tick's cache of pool_of: each node's pool ("" none), and how many nodes
+  // each pool has.
+  absl::flat_hash_map<std::string, std::string> pool_of_node_ ABSL_GUARDED_BY(tick_mu_);
+  std::map<std::string, uint32_t> pool_nodes_ ABSL_GUARDED_BY(tick_mu_);
 
   prometheus::Gauge* lent_gauge_ = nullptr;
   prometheus::Family<prometheus::Counter>* admissions_total_ = nullptr;
