@@ -765,6 +765,86 @@ TEST_F(LenderTest, TickKeepsTheWarmBufferAndReclaimsIdleDevicesAboveIt) {
   EXPECT_EQ(cancels, 1);  // back down to the buffer, not below
 }
 
+// The index Tick walks instead of every node: the nodes with devices held by
+// Lend or Claim owners, following each change.
+TEST_F(LenderTest, TheIndexFollowsLendsAdmissionsReleasesAndReclaims) {
+  options_.admission_grace = absl::ZeroDuration();
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre());
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());  // gpu 0, 1
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre("n1"));
+  EXPECT_EQ(lender().IndexedLent("n1"), 2u);
+  // A Slurm job's devices are not lent.
+  HoldRequest slurm;
+  slurm.node = "n2";
+  slurm.owner = Owner::SlurmJob(7);
+  slurm.devices = {{DeviceKind::kGpu, 0, kWholeDevice}};
+  ASSERT_TRUE(ledger_.Hold(slurm).ok());
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre("n1"));
+  // Admitted: the claim's now, still lent.
+  ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0)})).allowed);
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "claim c1");
+  EXPECT_EQ(lender().IndexedLent("n1"), 2u);
+  // Released: back to its lend job.
+  ASSERT_TRUE(lender().ReleaseClaimIfDeallocated("c1").ok());
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_EQ(lender().IndexedLent("n1"), 2u);
+  // Reclaimed one by one: the node leaves the index with the last.
+  ASSERT_TRUE(lender().Reclaim({"n1", DeviceKind::kGpu, 0}).ok());
+  EXPECT_EQ(lender().IndexedLent("n1"), 1u);
+  ASSERT_TRUE(lender().Reclaim({"n1", DeviceKind::kGpu, 1}).ok());
+  EXPECT_EQ(lender().IndexedLent("n1"), 0u);
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre());
+  // A TPU host lends and reclaims as one.
+  ASSERT_TRUE(lender().Lend("t1", DeviceKind::kTpu, 1).ok());
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre("t1"));
+  EXPECT_EQ(lender().IndexedLent("t1"), 4u);
+  ASSERT_TRUE(lender().Reclaim({"t1", DeviceKind::kTpu, 0}).ok());
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre());
+}
+
+// Holdings a journal replay left before the Lender was made are indexed, so
+// Tick still reclaims what idles above the buffer.
+TEST_F(LenderTest, ALenderOverALedgerThatAlreadyLendsIndexesItsHoldings) {
+  options_.admission_grace = absl::ZeroDuration();
+  HoldRequest lend;
+  lend.node = "n1";
+  lend.owner = Owner::Lend(5, "n1");
+  lend.devices = {{DeviceKind::kGpu, 0, kWholeDevice}};
+  ASSERT_TRUE(ledger_.Hold(lend).ok());
+  HoldRequest claim;
+  claim.node = "n2";
+  claim.owner = Owner::Claim(6, "c9", "ns", "claim-c9");
+  claim.devices = {{DeviceKind::kGpu, 1, kWholeDevice}};
+  ASSERT_TRUE(ledger_.Hold(claim).ok());
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre("n1", "n2"));
+  EXPECT_EQ(lender().IndexedLent("n1"), 1u);
+  EXPECT_EQ(lender().IndexedLent("n2"), 1u);
+  ASSERT_TRUE(lender().Tick().ok());  // idle since now (warm buffer 0)
+  clock_.Advance(absl::Seconds(60));
+  ASSERT_TRUE(lender().Tick().ok());
+  EXPECT_NE(events_.Find("cancel 5"), -1);
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "");
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre("n2"));
+  ASSERT_TRUE(lender().Tick().ok());
+  EXPECT_THAT(Metrics(), HasSubstr("duet_dra_lent_devices 1"));  // the claim's
+}
+
+// A node that joins after the Lender was made lends through the warm buffer
+// (its pool is asked again), and one that leaves is forgotten.
+TEST_F(LenderTest, TheWarmBufferLendsOnNodesThatJoinLater) {
+  options_.warm_buffer = 1;
+  options_.pool_of = [](const std::string& node) -> std::string {
+    return node == "late" ? "late-pool" : "";
+  };
+  ASSERT_TRUE(lender().Tick().ok());
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre());
+  map_.nodes["late"] = {DeviceKind::kGpu, 2};
+  ASSERT_TRUE(ledger_.UpsertNode(Node("late", DeviceKind::kGpu, 2)).ok());
+  ASSERT_TRUE(lender().Tick().ok());
+  EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre("late"));
+  EXPECT_EQ(lender().IndexedLent("late"), 1u);
+}
+
 TEST_F(LenderTest, DesiredTaintedIsEveryDeviceNotLentFreeAndNotAllocated) {
   ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());
   ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 1)})).allowed);
