@@ -52,16 +52,25 @@ std::string ReadTestdata(const std::string& name) {
 
 TlsFiles MakeTestCerts(const std::string& dir) {
   const std::string q = absl::StrCat("cd '", dir, "' && ");
+  // Shaped so that strict verifiers accept them too (Python 3.13's default
+  // VERIFY_X509_STRICT, which kube-apiserver's fake uses in the newer Debian
+  // roots): the CA has keyUsage, the leaves an authority key identifier.
   const std::string cmd = absl::StrCat(
       q,
       "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 "
-      "-subj /CN=duet-test-ca && "
+      "-subj /CN=duet-test-ca -addext basicConstraints=critical,CA:TRUE "
+      "-addext keyUsage=critical,keyCertSign,cRLSign && "
       "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 && "
-      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ext.cnf && "
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nauthorityKeyIdentifier=keyid\\n"
+      "keyUsage=critical,digitalSignature,keyEncipherment\\nextendedKeyUsage=serverAuth\\n' "
+      "> ext.cnf && "
       "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt "
       "-days 2 -extfile ext.cnf && "
+      "printf 'authorityKeyIdentifier=keyid\\nkeyUsage=critical,digitalSignature\\n"
+      "extendedKeyUsage=clientAuth\\n' > client.cnf && "
       "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=duet-bridge && "
-      "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2",
+      "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt "
+      "-days 2 -extfile client.cnf",
       " >/dev/null 2>&1");
   if (std::system(cmd.c_str()) != 0) return {};
   return {dir + "/ca.crt", dir + "/server.crt", dir + "/server.key", dir + "/client.crt",
