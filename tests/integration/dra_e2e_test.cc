@@ -506,6 +506,31 @@ TEST_F(DraE2eTest, PodAskingNvidiaGpuIsLentDevicesBesideASlurmJob) {
   EXPECT_TRUE(absl::StrContains(w_->Metrics(), "duet_dra_admissions_total"));
 }
 
+TEST_F(DraE2eTest, PodWithAResourceClaimIsLentItsDeviceBesideASlurmJob) {
+  const uint32_t job = RunningJob(absl::StrCat("-w ", kNode, " --gres=gpu:3"));
+  const std::set<uint32_t> slurm_gpus =
+      ::duet::testing::SlurmJobDevices(*c_, job)[kNode]["gpu"];
+  ASSERT_EQ(slurm_gpus.size(), 3u);
+  Api("POST", absl::StrCat(kDra, "/namespaces/default/resourceclaims"), json::parse(R"({
+    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+    "metadata": {"name": "two-gpus", "namespace": "default"},
+    "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+      "deviceClassName": "gpu.nvidia.com", "count": 2}}]}}})"));
+  Api("POST", "/api/v1/namespaces/default/pods", json::parse(R"({"apiVersion": "v1",
+    "kind": "Pod", "metadata": {"name": "claimer", "namespace": "default"},
+    "spec": {"resourceClaims": [{"name": "gpus", "resourceClaimName": "two-gpus"}],
+             "containers": [{"name": "main", "image": "busybox",
+                             "resources": {"claims": [{"name": "gpus"}]}}]}})"));
+  ASSERT_TRUE(WaitFor([&] { return Pod("claimer")["spec"].value("nodeName", "") == kNode; },
+                      absl::Seconds(45)))
+      << Pod("claimer").dump();
+  const std::set<uint32_t> pod_gpus = ClaimGpus("two-gpus");
+  EXPECT_EQ(pod_gpus.size(), 2u);
+  EXPECT_TRUE(Intersect(pod_gpus, slurm_gpus).empty()) << "the claim's GPUs overlap the job's";
+  EXPECT_TRUE(WaitFor([&] { return LedgerGpus("claim") == pod_gpus; })) << w_->Ctl("holds").out;
+  EXPECT_EQ(LendJobs(), 2) << c_->Cli("squeue").out;
+}
+
 TEST_F(DraE2eTest, ClaimToleratingDuetsTaintIsRefusedByTheWebhook) {
   // Slurm holds gpu 0 and 1 (its lowest free): the devices a scheduler that
   // ignores duet's taint picks first.
