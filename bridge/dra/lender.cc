@@ -127,6 +127,12 @@ void Lender::IndexNodeLocked(const std::string& node, const NodeView* view) {
     if (old.free_gpus > 0) room_.erase(RoomKey{UINT32_MAX - old.free_gpus, node, 0});
     if (old.tpu_room) room_.erase(RoomKey{UINT32_MAX - old.tpus, node, 1});
     if (old.lent > 0) lent_nodes_.erase(node);
+    for (const Owner& c : old.claims) {
+      auto places = claim_places_.find(c.pod_uid);
+      if (places == claim_places_.end()) continue;
+      places->second.erase({node, c.job_id});
+      if (places->second.empty()) claim_places_.erase(places);
+    }
   }
   if (view == nullptr) {
     if (it != nodes_.end()) nodes_.erase(it);
@@ -139,12 +145,48 @@ void Lender::IndexNodeLocked(const std::string& node, const NodeView* view) {
     if (d.spec.kind == DeviceKind::kTpu) ++e.tpus;
     if (by == HeldBy::kNobody) (d.spec.kind == DeviceKind::kGpu ? e.free_gpus : free_tpus) += 1;
     if (by == HeldBy::kLend || by == HeldBy::kClaim) ++e.lent;
+    // The node's holders are its devices' users (as Ledger::ListHoldings
+    // finds them): every Claim owner among them, whoever shares the device.
+    for (const DeviceUse& u : d.uses) {
+      if (u.owner->kind != OwnerKind::kClaim) continue;
+      if (std::find(e.claims.begin(), e.claims.end(), *u.owner) == e.claims.end()) {
+        e.claims.push_back(*u.owner);
+      }
+    }
   }
   e.tpu_room = e.tpus > 0 && free_tpus == e.tpus;
   if (e.free_gpus > 0) room_.insert(RoomKey{UINT32_MAX - e.free_gpus, node, 0});
   if (e.tpu_room) room_.insert(RoomKey{UINT32_MAX - e.tpus, node, 1});
   if (e.lent > 0) lent_nodes_.insert(node);
-  nodes_[node] = e;
+  for (const Owner& c : e.claims) claim_places_[c.pod_uid].insert_or_assign({node, c.job_id}, c);
+  nodes_[node] = std::move(e);
+}
+
+std::vector<Holding> Lender::ClaimHoldings(const std::string& claim_uid) const {
+  std::vector<std::pair<std::string, Owner>> places;
+  {
+    absl::MutexLock lock(&index_mu_);
+    auto it = claim_places_.find(claim_uid);
+    if (it == claim_places_.end()) return {};
+    for (const auto& [key, owner] : it->second) places.emplace_back(key.first, owner);
+  }
+  // Outside index_mu_ (the ledger's lock comes first). Sorted as
+  // ListHoldings sorts: by node, then (for one claim's owners) by lend job.
+  std::vector<Holding> out;
+  for (const auto& [node, owner] : places) {
+    if (std::optional<Holding> h = ledger_->FindHolding(node, owner)) out.push_back(*std::move(h));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, uint32_t>> Lender::IndexedClaim(
+    const std::string& claim_uid) const {
+  absl::MutexLock lock(&index_mu_);
+  std::vector<std::pair<std::string, uint32_t>> out;
+  auto it = claim_places_.find(claim_uid);
+  if (it == claim_places_.end()) return out;
+  for (const auto& [key, owner] : it->second) out.push_back(key);
+  return out;
 }
 
 std::vector<std::string> Lender::IndexedLentNodes() const {
@@ -389,8 +431,7 @@ absl::Status Lender::ReleaseClaimIfDeallocated(const std::string& claim_uid) {
   {
     absl::MutexLock lock(&mu_);
     bool holds = false;
-    for (const Holding& h : ledger_->ListHoldings()) {
-      if (h.owner.kind != OwnerKind::kClaim || h.owner.pod_uid != claim_uid) continue;
+    for (const Holding& h : ClaimHoldings(claim_uid)) {
       holds = true;
       if (ref.name.empty()) {
         ref.ns = h.owner.pod_namespace;
@@ -443,8 +484,7 @@ absl::Status Lender::ReleaseClaimIfDeallocated(const std::string& claim_uid) {
   absl::Status first;
   bool kept = false;
   bool released = false;
-  for (const Holding& h : ledger_->ListHoldings()) {
-    if (h.owner.kind != OwnerKind::kClaim || h.owner.pod_uid != claim_uid) continue;
+  for (const Holding& h : ClaimHoldings(claim_uid)) {
     if (allocated && !allocated->empty()) {
       // Still allocated (or not known not to be: a device that does not map
       // now): the holding stays.

@@ -30,8 +30,11 @@
 // Claim holdings) and of the nodes with free devices, ordered by how many;
 // idle reclaim looks only at the former, and the warm buffer looks through
 // the latter only for a pool below its buffer, in order, until the buffer is
-// met. The index is built from the ledger once at construction (holdings a
-// journal replay left are indexed) and follows every change after.
+// met. The same index keeps, per claim uid, the nodes where that claim holds
+// and its owners there (Claim{J, uid}, one per lend job J), so a claim's
+// release reads the ledger only on those nodes, not every holding. The index
+// is built from the ledger once at construction (holdings a journal replay
+// left are indexed) and follows every change after.
 //
 // Thread-safety: thread-safe. `mu_` guards the reclaiming and releasing
 // flags and the admissions in flight; a Review decides and rebinds under it
@@ -47,6 +50,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -179,6 +183,10 @@ class Lender final : public AdmissionGate, private ChangeListener {
   // owners), sorted, and how many devices are lent on `node`.
   std::vector<std::string> IndexedLentNodes() const ABSL_LOCKS_EXCLUDED(index_mu_);
   uint32_t IndexedLent(const std::string& node) const ABSL_LOCKS_EXCLUDED(index_mu_);
+  // The index (tests): where claim `claim_uid` holds, as (node, lend job)
+  // pairs, sorted; empty when it holds nothing.
+  std::vector<std::pair<std::string, uint32_t>> IndexedClaim(const std::string& claim_uid) const
+      ABSL_LOCKS_EXCLUDED(index_mu_);
 
  private:
   struct Admissions {
@@ -198,7 +206,11 @@ class Lender final : public AdmissionGate, private ChangeListener {
     uint32_t free_gpus = 0;  // GPUs nobody holds
     uint32_t tpus = 0;       // TPU chips; the host is room when all are free
     bool tpu_room = false;
+    // The Claim owners holding on the node (each once).
+    std::vector<Owner> claims;
   };
+  // Where one claim holds: (node, lend job) -> its owner there.
+  using ClaimPlaces = std::map<std::pair<std::string, uint32_t>, Owner>;
   // A node with room, in the order the warm buffer tries them: the most
   // free devices first, then by node name, GPUs before TPUs.
   using RoomKey = std::tuple<uint32_t /* UINT32_MAX - free */, std::string, int /* kind */>;
@@ -208,6 +220,11 @@ class Lender final : public AdmissionGate, private ChangeListener {
   // Sets `node`'s entry from `view` (null: the node left the ledger).
   void IndexNodeLocked(const std::string& node, const NodeView* view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_);
+  // The holdings of claim `claim_uid` (sorted by node, then owner, as
+  // Ledger::ListHoldings sorts them): the index names the nodes, the ledger
+  // is read on those only.
+  std::vector<Holding> ClaimHoldings(const std::string& claim_uid) const
+      ABSL_LOCKS_EXCLUDED(index_mu_);
   // Tick's lending half for pool `pool`, which has `lent_free` lent, free
   // devices: lends on the indexed nodes with room, in order, until the
   // buffer is met. Returns the new lent, free count.
@@ -271,6 +288,8 @@ class Lender final : public AdmissionGate, private ChangeListener {
   absl::flat_hash_map<std::string, NodeEntry> nodes_ ABSL_GUARDED_BY(index_mu_);
   std::set<std::string> lent_nodes_ ABSL_GUARDED_BY(index_mu_);
   std::set<RoomKey> room_ ABSL_GUARDED_BY(index_mu_);
+  // Per claim uid, where it holds (nodes_' `claims`, by claim).
+  absl::flat_hash_map<std::string, ClaimPlaces> claim_places_ ABSL_GUARDED_BY(index_mu_);
   // Nodes whose spec changed (their pool may have): Tick asks pool_of again.
   std::set<std::string> respec_ ABSL_GUARDED_BY(index_mu_);
   // While the constructor builds the index: the nodes the listener already

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -827,6 +829,79 @@ TEST_F(LenderTest, ALenderOverALedgerThatAlreadyLendsIndexesItsHoldings) {
   EXPECT_THAT(lender().IndexedLentNodes(), ElementsAre("n2"));
   ASSERT_TRUE(lender().Tick().ok());
   EXPECT_THAT(Metrics(), HasSubstr("duet_dra_lent_devices 1"));  // the claim's
+}
+
+// The claim index a release reads instead of every holding: per claim uid,
+// its (node, lend job) holdings, following admissions and releases.
+TEST_F(LenderTest, TheClaimIndexFollowsAdmissionsAndReleases) {
+  options_.admission_grace = absl::ZeroDuration();
+  using Place = std::pair<std::string, uint32_t>;
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 3).ok());  // jobs 100, 101, 102
+  ASSERT_TRUE(lender().Lend("n2", DeviceKind::kGpu, 1).ok());  // job 103
+  EXPECT_THAT(lender().IndexedClaim("c1"), ElementsAre());
+  // A dry run and a refusal index nothing.
+  AdmissionAsk dry = Ask("c1", {Gpu("n1", 0)});
+  dry.dry_run = true;
+  ASSERT_TRUE(lender().Review(dry).allowed);
+  ASSERT_FALSE(lender().Review(Ask("c1", {Gpu("n1", 0), Gpu("n1", 3)})).allowed);
+  EXPECT_THAT(lender().IndexedClaim("c1"), ElementsAre());
+  // One claim on two nodes, through three lend jobs; another beside it.
+  ASSERT_TRUE(lender().Review(Ask("c1", {Gpu("n1", 0), Gpu("n1", 1), Gpu("n2", 0)})).allowed);
+  ASSERT_TRUE(lender().Review(Ask("c2", {Gpu("n1", 2)})).allowed);
+  EXPECT_THAT(lender().IndexedClaim("c1"),
+              ElementsAre(Place{"n1", 100}, Place{"n1", 101}, Place{"n2", 103}));
+  EXPECT_THAT(lender().IndexedClaim("c2"), ElementsAre(Place{"n1", 102}));
+  // A release that keeps what is still allocated keeps it indexed.
+  claims_.Set(Ref("c1"), Dra({Gpu("n2", 0)}));
+  ASSERT_TRUE(lender().ReleaseClaimIfDeallocated("c1").ok());
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "lend");
+  EXPECT_EQ(HolderOf("n2", DeviceKind::kGpu, 0), "claim c1");
+  EXPECT_THAT(lender().IndexedClaim("c1"), ElementsAre(Place{"n2", 103}));
+  EXPECT_THAT(lender().IndexedClaim("c2"), ElementsAre(Place{"n1", 102}));
+  // Deleted: the rest goes back, and the claim leaves the index.
+  claims_.Set(Ref("c1"), {});
+  ASSERT_TRUE(lender().ReleaseClaimIfDeallocated("c1").ok());
+  EXPECT_EQ(HolderOf("n2", DeviceKind::kGpu, 0), "lend");
+  EXPECT_THAT(lender().IndexedClaim("c1"), ElementsAre());
+  // A node leaving the inventory: its claim holding is released, not lent
+  // back, and the node and claim leave the index with it.
+  ASSERT_TRUE(ledger_.RemoveNode("n1").ok());
+  EXPECT_THAT(lender().IndexedClaim("c2"), ElementsAre(Place{"n1", 102}));
+  ASSERT_TRUE(lender().ReleaseClaimIfDeallocated("c2").ok());
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 2), "");
+  EXPECT_THAT(lender().IndexedClaim("c2"), ElementsAre());
+}
+
+// Claim holdings a journal replay left before the Lender was made are
+// indexed, so a release finds and gives them back.
+TEST_F(LenderTest, ALenderOverALedgerThatAlreadyHoldsClaimsReleasesThem) {
+  options_.admission_grace = absl::ZeroDuration();
+  using Place = std::pair<std::string, uint32_t>;
+  for (const auto& [node, job, index] :
+       {std::tuple<const char*, uint32_t, uint32_t>{"n1", 5, 0}, {"n1", 6, 1}, {"n2", 7, 1}}) {
+    HoldRequest claim;
+    claim.node = node;
+    claim.owner = Owner::Claim(job, "c9", "ns", "claim-c9");
+    claim.devices = {{DeviceKind::kGpu, index, kWholeDevice}};
+    ASSERT_TRUE(ledger_.Hold(claim).ok());
+  }
+  EXPECT_THAT(lender().IndexedClaim("c9"),
+              ElementsAre(Place{"n1", 5}, Place{"n1", 6}, Place{"n2", 7}));
+  // The quorum read by the name the holdings carry: it still allocates n1's.
+  claims_.Set(Ref("c9"), Dra({Gpu("n1", 0), Gpu("n1", 1)}));
+  events_.Clear();
+  ASSERT_TRUE(lender().ReleaseClaimIfDeallocated("c9").ok());
+  EXPECT_THAT(events_.Get(), ElementsAre("get ns/claim-c9"));
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "claim c9");
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "claim c9");
+  EXPECT_EQ(HolderOf("n2", DeviceKind::kGpu, 1), "lend");
+  EXPECT_THAT(lender().IndexedClaim("c9"), ElementsAre(Place{"n1", 5}, Place{"n1", 6}));
+  claims_.Set(Ref("c9"), {});
+  ASSERT_TRUE(lender().ReleaseClaimIfDeallocated("c9").ok());
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 0), "lend");
+  EXPECT_EQ(HolderOf("n1", DeviceKind::kGpu, 1), "lend");
+  EXPECT_THAT(lender().IndexedClaim("c9"), ElementsAre());
 }
 
 // A node that joins after the Lender was made lends through the warm buffer
