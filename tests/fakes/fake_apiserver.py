@@ -22,7 +22,12 @@ tests/fakes/README.md.
               (--kube-version 1.36: v1beta2 behind --feature-gates
               DRADeviceTaints=true; 1.37: v1); admissionregistration.k8s.io/v1
               validatingwebhookconfigurations, whose webhooks the fake calls
-              (the DRA block: tests/fakes/README.md says what it checks)
+              (the DRA block: tests/fakes/README.md says what it checks);
+              gang kinds (the gang block): with --gang-crds
+              scheduling.x-k8s.io/v1alpha1 podgroups, jobset.x-k8s.io/v1alpha2
+              jobsets, leaderworkerset.x-k8s.io/v1 leaderworkersets; with
+              --feature-gates GenericWorkload=true scheduling.k8s.io workloads
+              (and podgroups from 1.36) at the release's version
   verbs       GET one, list (labelSelector, fieldSelector, limit/continue,
               resourceVersion), watch, POST (generateName), PUT (409 Conflict on
               a stale metadata.resourceVersion), PATCH (JSON Patch, merge patch,
@@ -110,7 +115,8 @@ with the error messages the API server uses otherwise.
 Usage: fake_apiserver.py [--port 0] [--port-file F] [--tls-cert C --tls-key K]
        [--client-ca CA] [--token T] [--bookmark-interval S] [--window N]
        [--pod-deletion graceful|immediate] [--too-large-wait S]
-       [--kube-version 1.36|1.37 [--feature-gates DRADeviceTaints=true]]
+       [--kube-version 1.35|1.36|1.37 [--feature-gates DRADeviceTaints=true,GenericWorkload=true]]
+       [--gang-crds]
        [--parent-pid PID]
 With --port 0 the chosen port is printed as "PORT <n>" on stdout.
 """
@@ -747,11 +753,14 @@ def token_review(server, raw):
 
 # --kube-version: the release whose group-versions the fake serves. None keeps
 # the fake's older behaviour (v1.32.0-fake) with the GA DRA kinds at v1.
-KUBE_VERSIONS = ("1.36", "1.37")
+KUBE_VERSIONS = ("1.35", "1.36", "1.37")
 DRA_GROUP = "resource.k8s.io"
 # DRADeviceTaints: alpha in 1.33, beta (v1beta2, off by default) in 1.36, GA
 # (v1, on by default) in 1.37 (KEP-5055).
-FEATURE_GATES = {"DRADeviceTaints": {None: False, "1.36": False, "1.37": True}}
+FEATURE_GATES = {"DRADeviceTaints": {None: False, "1.35": False, "1.36": False, "1.37": True},
+                 # The Workload API (KEP-4671): alpha in 1.35 and 1.36, beta in
+                 # 1.37, off by default in all three (the gang block below).
+                 "GenericWorkload": {None: False, "1.35": False, "1.36": False, "1.37": False}}
 DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 QUALIFIED_NAME_PART = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
@@ -805,6 +814,8 @@ def serve_kube_version(kube_version, gates):
     if on and version:
         add_resources([Resource("DeviceTaintRule", "devicetaintrules", DRA_GROUP, version, False,
                                 subresources=("status",))])
+    if gates.get("GenericWorkload", FEATURE_GATES["GenericWorkload"][kube_version]):
+        add_resources(workload_resources(kube_version))
 
 
 def add_resources(add):
@@ -1242,6 +1253,38 @@ def webhook_call_failed(name, why):
 
 add_resources(dra_ga_resources())
 # ---- end DRA ----
+
+# ---- Gangs (docs/gangs.md section 1) ----
+# The objects duet's gang recognition reads. The custom resources are served
+# only with --gang-crds (a cluster serves them once their CRDs are installed):
+# scheduler-plugins' PodGroup (scheduling.x-k8s.io/v1alpha1), JobSet
+# (jobset.x-k8s.io/v1alpha2), LeaderWorkerSet (leaderworkerset.x-k8s.io/v1).
+# Kubernetes' own Workload API is served with --feature-gates
+# GenericWorkload=true at the release's version: 1.35 scheduling.k8s.io/v1alpha1
+# workloads; 1.36 v1alpha2 workloads and podgroups; 1.37 v1beta1 workloads and
+# podgroups (sources: k8s_adapter/gang/gang_source.cc). Plain namespaced CRUD,
+# list and watch, as for every kind here; no validation of their specs.
+
+
+def gang_crd_resources():
+    return [
+        Resource("PodGroup", "podgroups", "scheduling.x-k8s.io", "v1alpha1", True, ("pg", "pgs"),
+                 subresources=("status",)),
+        Resource("JobSet", "jobsets", "jobset.x-k8s.io", "v1alpha2", True, subresources=("status",)),
+        Resource("LeaderWorkerSet", "leaderworkersets", "leaderworkerset.x-k8s.io", "v1", True, ("lws",),
+                 subresources=("status",)),
+    ]
+
+
+def workload_resources(kube_version):
+    version = {"1.35": "v1alpha1", "1.36": "v1alpha2", "1.37": "v1beta1"}.get(kube_version)
+    if version is None:
+        return []
+    out = [Resource("Workload", "workloads", "scheduling.k8s.io", version, True)]
+    if version != "v1alpha1":
+        out.append(Resource("PodGroup", "podgroups", "scheduling.k8s.io", version, True, subresources=("status",)))
+    return out
+# ---- end gangs ----
 
 
 class DropConnection(Exception):
@@ -2159,7 +2202,10 @@ def main():
                     help="serve the group-versions of this release (resource.k8s.io's DeviceTaintRule: v1beta2 "
                          "in 1.36 behind DRADeviceTaints, v1 in 1.37); default v1.32 plus the GA DRA kinds")
     ap.add_argument("--feature-gates", default="",
-                    help="kube-apiserver's form, e.g. DRADeviceTaints=true (the only gate the fake knows)")
+                    help="kube-apiserver's form, e.g. DRADeviceTaints=true or GenericWorkload=true "
+                         "(the only gates the fake knows)")
+    ap.add_argument("--gang-crds", action="store_true",
+                    help="serve the gang CRDs: PodGroup (scheduling.x-k8s.io), JobSet, LeaderWorkerSet")
     ap.add_argument("--parent-pid", type=int, default=0,
                     help="exit once this process is no longer our parent (a test that crashed)")
     args = ap.parse_args()
@@ -2170,6 +2216,8 @@ def main():
     if gates and args.kube_version is None:
         ap.error("--feature-gates needs --kube-version (the gates belong to a release)")
     serve_kube_version(args.kube_version, gates)
+    if args.gang_crds:
+        add_resources(gang_crd_resources())
 
     if args.parent_pid:
         def watch_parent():
