@@ -305,7 +305,7 @@ int Run(const Flags& flags) {
   if (gang_mix.has_value()) {
     std::string g_csv =
         "mapping,seed,policy,gangs,members,placed,waiting,never_placed,members_placed,"
-        "mean_wait_arrivals,p99_wait_arrivals,idle_held_gpus,placed_node,placed_clique,"
+        "mean_wait_arrivals,p99_wait_arrivals,idle_held_gpus,idle_gpu_arrivals,placed_node,placed_clique,"
         "placed_subblock,placed_block,placed_pool\n";
     for (size_t s = 0; s < seeds.size(); ++s) {
       for (size_t p = 0; p < policies.size(); ++p) {
@@ -315,7 +315,8 @@ int Run(const Flags& flags) {
                         g.never_placed, ",", g.members_placed, ",",
                         absl::StrFormat("%.2f", g.mean_wait), ",",
                         absl::StrFormat("%.0f", g.p99_wait), ",",
-                        absl::StrFormat("%.1f", g.idle_held_gpus));
+                        absl::StrFormat("%.1f", g.idle_held_gpus), ",",
+                        absl::StrFormat("%.0f", g.idle_gpu_arrivals));
         for (uint64_t c : g.placed_at_level) absl::StrAppend(&g_csv, ",", c);
         absl::StrAppend(&g_csv, "\n");
       }
@@ -410,7 +411,7 @@ int Run(const Flags& flags) {
         "held at the end: %d by pods, %d by Slurm jobs\n",
         k8s_arrivals, slurm_arrivals, pod_holdings, slurm_holdings);
     if (gang_mix.has_value()) {
-      std::vector<double> gangs, placed, waiting, never, mean_wait, p99_wait, idle;
+      std::vector<double> gangs, placed, waiting, never, mean_wait, p99_wait, idle, idle_time;
       std::vector<double> level[5];
       for (size_t s = 0; s < seeds.size(); ++s) {
         const GangStats& g = results[s * policies.size() + p]->gangs;
@@ -421,6 +422,7 @@ int Run(const Flags& flags) {
         mean_wait.push_back(g.mean_wait);
         p99_wait.push_back(g.p99_wait);
         idle.push_back(g.idle_held_gpus);
+        idle_time.push_back(g.idle_gpu_arrivals);
         // Cumulative: a gang on one node is also within one clique, and so on.
         uint64_t within = 0;
         for (size_t l = 0; l < 5; ++l) {
@@ -430,11 +432,12 @@ int Run(const Flags& flags) {
       }
       std::cout << absl::StrFormat(
           "    gangs (medians): %.0f gangs: %.0f placed, %.0f waiting, %.0f never placed; wait "
-          "mean %.1f p99 %.0f arrivals; %.1f GPUs held by waiting gangs\n"
+          "mean %.1f p99 %.0f arrivals; %.1f GPUs held by waiting gangs at the end; %.0f "
+          "GPU-arrivals held before their gang ran\n"
           "    placed gangs within one node %.1f%%, one clique %.1f%%, one sub-block %.1f%%, one "
           "block %.1f%%, one pool %.1f%%\n",
           Median(gangs), Median(placed), Median(waiting), Median(never), Median(mean_wait),
-          Median(p99_wait), Median(idle), Median(level[0]), Median(level[1]), Median(level[2]),
+          Median(p99_wait), Median(idle), Median(idle_time), Median(level[0]), Median(level[1]), Median(level[2]),
           Median(level[3]), Median(level[4]));
     }
   }

@@ -390,6 +390,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     size_t first = 0;     // arrival index of member 0
     uint32_t placed = 0;  // members placed
     uint64_t held_milli = 0;
+    // Each hold for the gang: (arrival index, device milli).
+    std::vector<std::pair<size_t, uint64_t>> holds;
     std::vector<uint32_t> nodes;  // per member placed (per-pod) or per slot (duet)
     // duet: the reservation (one job; a slot per member, in PickGangNodes' node order).
     bool reserved = false;
@@ -405,7 +407,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     for (uint32_t i = 0; i < n; ++i) node_index[trace.nodes[i].name] = i;
   }
   // duet: reserves gang `id` whole (every slot held) or not at all.
-  auto reserve = [&](uint32_t id, Gang& g, const PodRequest& req) -> absl::Status {
+  auto reserve = [&](uint32_t id, Gang& g, const PodRequest& req, size_t a) -> absl::Status {
     std::vector<placement::GangCandidate> candidates;
     auto consider = [&](uint32_t i) {
       if (trace.nodes[i].devices.empty() || !placement::Fits(*views[i], loads[i], req)) return;
@@ -460,6 +462,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
         g.slots.push_back(owner);
         g.nodes.push_back(i);
         g.held_milli += req.device_milli();
+        g.holds.emplace_back(a, req.device_milli());
       }
     }
     if (g.slots.size() != g.size) {
@@ -536,11 +539,12 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
           }
           g.nodes.push_back(static_cast<uint32_t>(choice->node));
           g.held_milli += req.device_milli();
+          g.holds.emplace_back(a, req.device_milli());
           member_placed = true;
         }
       } else {
         if (!g.reserved) {
-          if (absl::Status st = reserve(gang_id, g, req); !st.ok()) return st;
+          if (absl::Status st = reserve(gang_id, g, req, a); !st.ok()) return st;
         }
         if (g.reserved) {
           // The member takes the lowest free slot: its devices become the pod's.
@@ -619,6 +623,11 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     GangStats& gs = result.gangs;
     ++gs.gangs;
     gs.members += g.size;
+    const size_t until = g.done.value_or(arrivals.size());
+    for (const auto& [at, milli] : g.holds) {
+      gs.idle_gpu_arrivals += static_cast<double>(milli) / kWholeDevice *
+                              static_cast<double>(until - at);
+    }
     gs.members_placed += g.placed;
     if (g.done.has_value()) {
       ++gs.placed;

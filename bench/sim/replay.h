@@ -205,6 +205,10 @@ struct GangStats {
   double p99_wait = 0;
   // GPUs held by the members of waiting gangs (idle: their gang never runs).
   double idle_held_gpus = 0;
+  // GPUs held for gangs that do not run yet, summed over arrivals: each hold
+  // (a member's under per-pod, a slot's under duet) from the arrival that
+  // made it to the one that completed its gang (or the stream's end).
+  double idle_gpu_arrivals = 0;
   // Placed gangs by how tightly their nodes sit (the simulated topology,
   // whatever the policy saw), indexed by placement::DomainLevel.
   uint64_t placed_at_level[5] = {0, 0, 0, 0, 0};

@@ -209,6 +209,16 @@ TEST(GangReplayTest, DuetPlacesWholeGangsOrNothing) {
       EXPECT_GT(o.result.gangs.placed, 0u);
       EXPECT_EQ(o.result.gangs.waiting, 0u);
       EXPECT_EQ(o.result.gangs.idle_held_gpus, 0);
+      // Every slot is held from member 0's arrival until the last member's,
+      // size - 1 arrivals later (consecutive members).
+      double idle = 0;
+      for (const Arrival& a : arrivals) {
+        if (a.gang == 0 || a.member != 0 || o.member_nodes.count(a.gang) == 0) continue;
+        if (o.member_nodes.at(a.gang).empty()) continue;
+        idle += static_cast<double>(a.gang_size * t.pods[a.pod].request.count) *
+                static_cast<double>(a.gang_size - 1);
+      }
+      EXPECT_DOUBLE_EQ(o.result.gangs.idle_gpu_arrivals, idle);
       for (const auto& [id, nodes] : o.member_nodes) {
         if (nodes.empty()) continue;  // never placed
         // Placed gangs only (a gang holding anything holds every member), on
