@@ -100,11 +100,11 @@ absl::StatusOr<SimTopology> ParseSimTopology(absl::string_view text) {
   SimTopology t;
   if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &t.clique) ||
       !absl::SimpleAtoi(parts[1], &t.subblock) || !absl::SimpleAtoi(parts[2], &t.block) ||
-      t.clique < 1 || t.subblock % t.clique != 0 || t.subblock < t.clique ||
-      t.block < t.subblock || t.block % t.subblock != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--topology: \"", text,
-        "\" is not CLIQUE,SUBBLOCK,BLOCK in nodes, each >= 1 and dividing the next (e.g. 4,16,64)"));
+      t.clique < 1 || t.subblock % t.clique != 0 || t.subblock < t.clique || t.block < t.subblock ||
+      t.block % t.subblock != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--topology: \"", text,
+                                                   "\" is not CLIQUE,SUBBLOCK,BLOCK in nodes, each "
+                                                   ">= 1 and dividing the next (e.g. 4,16,64)"));
   }
   return t;
 }

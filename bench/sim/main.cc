@@ -220,8 +220,8 @@ int Run(const Flags& flags) {
         "Kubernetes start a gang of %d-%d copies of the pod, one member every %d arrivals; "
         "topology by node index: cliques of %d nodes, sub-blocks of %d, blocks of %d; a pool is "
         "a GPU model\n",
-        gang_mix->share, gang_mix->min_size, gang_mix->max_size, gang_mix->gap,
-        topology->clique, topology->subblock, topology->block);
+        gang_mix->share, gang_mix->min_size, gang_mix->max_size, gang_mix->gap, topology->clique,
+        topology->subblock, topology->block);
   }
   const size_t tasks = seeds.size() * policies.size();
   std::vector<absl::StatusOr<ReplayResult>> results(tasks, absl::UnknownError("not run"));
@@ -305,15 +305,14 @@ int Run(const Flags& flags) {
   if (gang_mix.has_value()) {
     std::string g_csv =
         "mapping,seed,policy,gangs,members,placed,waiting,never_placed,members_placed,"
-        "mean_wait_arrivals,p99_wait_arrivals,idle_held_gpus,idle_gpu_arrivals,placed_node,placed_clique,"
-        "placed_subblock,placed_block,placed_pool\n";
+        "mean_wait_arrivals,p99_wait_arrivals,idle_held_gpus,idle_gpu_arrivals,placed_node,"
+        "placed_clique,placed_subblock,placed_block,placed_pool\n";
     for (size_t s = 0; s < seeds.size(); ++s) {
       for (size_t p = 0; p < policies.size(); ++p) {
         const GangStats& g = results[s * policies.size() + p]->gangs;
-        absl::StrAppend(&g_csv, mapping->name, ",", seeds[s], ",", policies[p].name, ",",
-                        g.gangs, ",", g.members, ",", g.placed, ",", g.waiting, ",",
-                        g.never_placed, ",", g.members_placed, ",",
-                        absl::StrFormat("%.2f", g.mean_wait), ",",
+        absl::StrAppend(&g_csv, mapping->name, ",", seeds[s], ",", policies[p].name, ",", g.gangs,
+                        ",", g.members, ",", g.placed, ",", g.waiting, ",", g.never_placed, ",",
+                        g.members_placed, ",", absl::StrFormat("%.2f", g.mean_wait), ",",
                         absl::StrFormat("%.0f", g.p99_wait), ",",
                         absl::StrFormat("%.1f", g.idle_held_gpus), ",",
                         absl::StrFormat("%.0f", g.idle_gpu_arrivals));
@@ -437,8 +436,8 @@ int Run(const Flags& flags) {
           "    placed gangs within one node %.1f%%, one clique %.1f%%, one sub-block %.1f%%, one "
           "block %.1f%%, one pool %.1f%%\n",
           Median(gangs), Median(placed), Median(waiting), Median(never), Median(mean_wait),
-          Median(p99_wait), Median(idle), Median(idle_time), Median(level[0]), Median(level[1]), Median(level[2]),
-          Median(level[3]), Median(level[4]));
+          Median(p99_wait), Median(idle), Median(idle_time), Median(level[0]), Median(level[1]),
+          Median(level[2]), Median(level[3]), Median(level[4]));
     }
   }
 

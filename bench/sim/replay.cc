@@ -153,8 +153,8 @@ absl::StatusOr<GangPolicy> ParseGangPolicy(absl::string_view name) {
        {GangPolicy::kPerPod, GangPolicy::kAllOrNothing, GangPolicy::kAllOrNothingFlat}) {
     if (name == GangPolicyName(p)) return p;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "gang policy \"", name, "\" is not per-pod, duet or duet-flat"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("gang policy \"", name, "\" is not per-pod, duet or duet-flat"));
 }
 
 absl::StatusOr<PolicySpec> ParsePolicySpec(absl::string_view name) {
@@ -466,8 +466,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
       }
     }
     if (g.slots.size() != g.size) {
-      return absl::InternalError(absl::StrCat("gang ", id, ": PickGangNodes gave ",
-                                              g.slots.size(), " slots for ", g.size, " members"));
+      return absl::InternalError(absl::StrCat("gang ", id, ": PickGangNodes gave ", g.slots.size(),
+                                              " slots for ", g.size, " members"));
     }
     g.reserved = true;
     return absl::OkStatus();
@@ -625,8 +625,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     gs.members += g.size;
     const size_t until = g.done.value_or(arrivals.size());
     for (const auto& [at, milli] : g.holds) {
-      gs.idle_gpu_arrivals += static_cast<double>(milli) / kWholeDevice *
-                              static_cast<double>(until - at);
+      gs.idle_gpu_arrivals +=
+          static_cast<double>(milli) / kWholeDevice * static_cast<double>(until - at);
     }
     gs.members_placed += g.placed;
     if (g.done.has_value()) {
@@ -641,8 +641,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     }
   }
   if (!waits.empty()) {
-    result.gangs.mean_wait = std::accumulate(waits.begin(), waits.end(), 0.0) /
-                             static_cast<double>(waits.size());
+    result.gangs.mean_wait =
+        std::accumulate(waits.begin(), waits.end(), 0.0) / static_cast<double>(waits.size());
     std::sort(waits.begin(), waits.end());
     result.gangs.p99_wait = waits[std::min(waits.size() - 1, waits.size() * 99 / 100)];
   }

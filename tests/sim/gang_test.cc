@@ -5,6 +5,8 @@
 // Also PickGangNodes' contract (docs/gangs.md 4), whichever definition
 // duet-sim links (the simulator's stand-in, or bridge/placement's own).
 
+#include "bench/sim/gang.h"
+
 #include <map>
 #include <optional>
 #include <set>
@@ -12,11 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "bench/sim/gang.h"
 #include "bench/sim/replay.h"
 #include "bridge/placement/topology.h"
 #include "gmock/gmock.h"
@@ -255,9 +256,8 @@ TEST(GangReplayTest, PerPodLeavesPartialGangsHolding) {
   EXPECT_GT(waiting, 0u);
 }
 
-GangCandidate Candidate(const std::string& node, const std::string& pool,
-                        const std::string& clique, const std::string& subblock, uint32_t fits,
-                        uint64_t free_milli) {
+GangCandidate Candidate(const std::string& node, const std::string& pool, const std::string& clique,
+                        const std::string& subblock, uint32_t fits, uint64_t free_milli) {
   GangCandidate c;
   c.node = node;
   c.pool = pool;
