@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -47,6 +48,10 @@ struct Flags {
   size_t node_stride = 1;
   bool plot = true;
   int jobs = 1;
+  // Gangs (issue 27): empty = off.
+  std::string gangs;
+  std::string gang_policies = "per-pod,duet,duet-flat";
+  std::string topology = "4,16,64";
 };
 
 double Median(std::vector<double> v) {
@@ -87,6 +92,40 @@ int Run(const Flags& flags) {
       return 2;
     }
     policies.push_back(*p);
+  }
+  // Gangs: every policy once per gang policy, named POLICY/GANG-POLICY.
+  std::optional<GangMix> gang_mix;
+  absl::StatusOr<SimTopology> topology = ParseSimTopology(flags.topology);
+  if (!topology.ok()) {
+    std::cerr << topology.status().message() << "\n";
+    return 2;
+  }
+  if (!flags.gangs.empty()) {
+    absl::StatusOr<GangMix> mix = ParseGangMix(flags.gangs);
+    if (!mix.ok()) {
+      std::cerr << mix.status().message() << "\n";
+      return 2;
+    }
+    gang_mix = *mix;
+    std::vector<PolicySpec> expanded;
+    for (const PolicySpec& p : policies) {
+      for (absl::string_view g : absl::StrSplit(flags.gang_policies, ',', absl::SkipEmpty())) {
+        absl::StatusOr<GangPolicy> gp = ParseGangPolicy(g);
+        if (!gp.ok()) {
+          std::cerr << "--gang-policies: " << gp.status().message() << "\n";
+          return 2;
+        }
+        PolicySpec e = p;
+        e.gang = *gp;
+        e.name = absl::StrCat(p.name, "/", GangPolicyName(*gp));
+        expanded.push_back(std::move(e));
+      }
+    }
+    policies = std::move(expanded);
+  }
+  if (policies.empty()) {
+    std::cerr << "--policies / --gang-policies: no policy to run\n";
+    return 2;
   }
   if (flags.workload != "online" && flags.workload != "oracle") {
     std::cerr << "--workload: must be online or oracle, got " << flags.workload << "\n";
@@ -146,6 +185,23 @@ int Run(const Flags& flags) {
       std::cerr << a.status().message() << "\n";
       return 2;
     }
+    if (gang_mix.has_value()) {
+      std::vector<Arrival> with_gangs = AddGangs(*trace, *a, *gang_mix, s, flags.max_arrival);
+      uint64_t gangs = 0, members = 0;
+      for (const Arrival& arr : with_gangs) {
+        if (arr.gang == 0) continue;
+        ++members;
+        if (arr.member == 0) ++gangs;
+      }
+      std::cout << "seed " << s << ": " << gangs << " gangs (" << members << " members) among "
+                << with_gangs.size() << " arrivals\n";
+      if (gangs == 0) {
+        std::cerr << "--gangs: no arrival became a gang (gangs are drawn from the multi-GPU "
+                     "pods the mapping sends to Kubernetes)\n";
+        return 2;
+      }
+      *a = std::move(with_gangs);
+    }
     arrivals.push_back(*std::move(a));
   }
   ReplayOptions options;
@@ -157,6 +213,16 @@ int Run(const Flags& flags) {
   options.max_shapes = flags.max_shapes;
   options.min_change = flags.min_change;
   options.coverage = flags.coverage;
+  options.topology = *topology;
+  if (gang_mix.has_value()) {
+    std::cout << absl::StrFormat(
+        "gangs: a share %.2f of the multi-GPU (whole-GPU) arrivals the mapping sends to "
+        "Kubernetes start a gang of %d-%d copies of the pod, one member every %d arrivals; "
+        "topology by node index: cliques of %d nodes, sub-blocks of %d, blocks of %d; a pool is "
+        "a GPU model\n",
+        gang_mix->share, gang_mix->min_size, gang_mix->max_size, gang_mix->gap, topology->clique,
+        topology->subblock, topology->block);
+  }
   const size_t tasks = seeds.size() * policies.size();
   std::vector<absl::StatusOr<ReplayResult>> results(tasks, absl::UnknownError("not run"));
   std::atomic<size_t> next{0};
@@ -204,8 +270,8 @@ int Run(const Flags& flags) {
   }
 
   // Oracle results get files of their own, so both can sit side by side.
-  const std::string prefix =
-      absl::StrCat("alibaba_", mapping->name, online ? "" : "_oracle");
+  const std::string prefix = absl::StrCat("alibaba_", mapping->name, online ? "" : "_oracle",
+                                          gang_mix.has_value() ? "_gangs" : "");
   const std::string workload_note =
       online ? "workload learned online" : "oracle workload (whole trace in advance)";
   std::string mkdir = absl::StrCat("mkdir -p '", flags.out, "'");
@@ -229,6 +295,32 @@ int Run(const Flags& flags) {
       }
     }
     absl::Status w = WriteFile(absl::StrCat(flags.out, "/", prefix, "_seed", seeds[s], ".csv"), csv);
+    if (!w.ok()) {
+      std::cerr << w.message() << "\n";
+      return 1;
+    }
+  }
+  // Gangs: one row per seed and policy (placed_* count placed gangs by the
+  // tightest level their nodes share, not cumulative).
+  if (gang_mix.has_value()) {
+    std::string g_csv =
+        "mapping,seed,policy,gangs,members,placed,waiting,never_placed,members_placed,"
+        "mean_wait_arrivals,p99_wait_arrivals,idle_held_gpus,idle_gpu_arrivals,placed_node,"
+        "placed_clique,placed_subblock,placed_block,placed_pool\n";
+    for (size_t s = 0; s < seeds.size(); ++s) {
+      for (size_t p = 0; p < policies.size(); ++p) {
+        const GangStats& g = results[s * policies.size() + p]->gangs;
+        absl::StrAppend(&g_csv, mapping->name, ",", seeds[s], ",", policies[p].name, ",", g.gangs,
+                        ",", g.members, ",", g.placed, ",", g.waiting, ",", g.never_placed, ",",
+                        g.members_placed, ",", absl::StrFormat("%.2f", g.mean_wait), ",",
+                        absl::StrFormat("%.0f", g.p99_wait), ",",
+                        absl::StrFormat("%.1f", g.idle_held_gpus), ",",
+                        absl::StrFormat("%.0f", g.idle_gpu_arrivals));
+        for (uint64_t c : g.placed_at_level) absl::StrAppend(&g_csv, ",", c);
+        absl::StrAppend(&g_csv, "\n");
+      }
+    }
+    absl::Status w = WriteFile(absl::StrCat(flags.out, "/", prefix, "_stats.csv"), g_csv);
     if (!w.ok()) {
       std::cerr << w.message() << "\n";
       return 1;
@@ -317,6 +409,36 @@ int Run(const Flags& flags) {
         "    routed (all seeds): %d arrivals to Kubernetes (extender), %d to Slurm (first fit); "
         "held at the end: %d by pods, %d by Slurm jobs\n",
         k8s_arrivals, slurm_arrivals, pod_holdings, slurm_holdings);
+    if (gang_mix.has_value()) {
+      std::vector<double> gangs, placed, waiting, never, mean_wait, p99_wait, idle, idle_time;
+      std::vector<double> level[5];
+      for (size_t s = 0; s < seeds.size(); ++s) {
+        const GangStats& g = results[s * policies.size() + p]->gangs;
+        gangs.push_back(g.gangs);
+        placed.push_back(g.placed);
+        waiting.push_back(g.waiting);
+        never.push_back(g.never_placed);
+        mean_wait.push_back(g.mean_wait);
+        p99_wait.push_back(g.p99_wait);
+        idle.push_back(g.idle_held_gpus);
+        idle_time.push_back(g.idle_gpu_arrivals);
+        // Cumulative: a gang on one node is also within one clique, and so on.
+        uint64_t within = 0;
+        for (size_t l = 0; l < 5; ++l) {
+          within += g.placed_at_level[l];
+          level[l].push_back(g.placed == 0 ? 0 : 100.0 * within / g.placed);
+        }
+      }
+      std::cout << absl::StrFormat(
+          "    gangs (medians): %.0f gangs: %.0f placed, %.0f waiting, %.0f never placed; wait "
+          "mean %.1f p99 %.0f arrivals; %.1f GPUs held by waiting gangs at the end; %.0f "
+          "GPU-arrivals held before their gang ran\n"
+          "    placed gangs within one node %.1f%%, one clique %.1f%%, one sub-block %.1f%%, one "
+          "block %.1f%%, one pool %.1f%%\n",
+          Median(gangs), Median(placed), Median(waiting), Median(never), Median(mean_wait),
+          Median(p99_wait), Median(idle), Median(idle_time), Median(level[0]), Median(level[1]),
+          Median(level[2]), Median(level[3]), Median(level[4]));
+    }
   }
 
   // gnuplot script and PNG.
@@ -404,6 +526,17 @@ int main(int argc, char** argv) {
                "CI size: every 12th node, one seed; without the full trace, the excerpt in "
                "bench/sim/testdata");
   app.add_flag("!--no-plot", flags.plot, "skip running gnuplot");
+  app.add_option("--gangs", flags.gangs,
+                 "SHARE,MIN-MAX[,GAP]: that share of the multi-GPU arrivals the mapping sends to "
+                 "Kubernetes each start a gang of MIN..MAX members (copies of the pod), one "
+                 "every GAP arrivals (default 1); off when empty (README)");
+  app.add_option("--gang-policies", flags.gang_policies,
+                 "with --gangs: per-pod, duet, duet-flat (duet without topology); each policy "
+                 "runs once per gang policy, named POLICY/GANG-POLICY")
+      ->capture_default_str();
+  app.add_option("--topology", flags.topology,
+                 "with --gangs: CLIQUE,SUBBLOCK,BLOCK nodes each, by node index")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/sim/rng.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/workload_model.h"
 
@@ -24,29 +26,6 @@ using placement::NodeLoad;
 using placement::Policy;
 using placement::PodRequest;
 using placement::Scorer;
-
-// SplitMix64: tiny, and the same sequence on every platform.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, n), without modulo bias.
-  uint64_t Below(uint64_t n) {
-    const uint64_t threshold = (0 - n) % n;
-    for (;;) {
-      const uint64_t r = Next();
-      if (r >= threshold) return r % n;
-    }
-  }
-
- private:
-  uint64_t state_;
-};
 
 uint64_t GpuCapacityMilli(const std::vector<NodeSpec>& nodes) {
   uint64_t c = 0;
@@ -155,6 +134,27 @@ absl::StatusOr<Mapping> ParseMapping(absl::string_view text) {
         "--mapping: \"", text, "\" is not default, all-k8s, all-slurm or k8s=QOS[+QOS...]"));
   }
   return m;
+}
+
+const char* GangPolicyName(GangPolicy policy) {
+  switch (policy) {
+    case GangPolicy::kPerPod:
+      return "per-pod";
+    case GangPolicy::kAllOrNothing:
+      return "duet";
+    case GangPolicy::kAllOrNothingFlat:
+      return "duet-flat";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<GangPolicy> ParseGangPolicy(absl::string_view name) {
+  for (GangPolicy p :
+       {GangPolicy::kPerPod, GangPolicy::kAllOrNothing, GangPolicy::kAllOrNothingFlat}) {
+    if (name == GangPolicyName(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("gang policy \"", name, "\" is not per-pod, duet or duet-flat"));
 }
 
 absl::StatusOr<PolicySpec> ParsePolicySpec(absl::string_view name) {
@@ -357,6 +357,122 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
   const auto steps = static_cast<size_t>(std::floor(options.max_arrival / options.step + 1e-9));
   uint32_t job_id = 0;
 
+  // Holds `p` on node i for `owner` and books it (loads, allocation, the
+  // node's Slurm weight). INTERNAL if the ledger refuses.
+  auto commit = [&](size_t i, const Owner& owner, const placement::Placement& p,
+                    const PodRequest& req, const std::string& what) -> absl::Status {
+    if (!p.devices.empty()) {
+      HoldRequest hold;
+      hold.node = trace.nodes[i].name;
+      hold.owner = owner;
+      hold.devices = p.devices;
+      absl::StatusOr<HoldResult> held = ledger.Hold(hold);
+      if (!held.ok()) {
+        return absl::InternalError(absl::StrCat("ledger refused ", what, " on ", hold.node, ": ",
+                                                held.status().message()));
+      }
+      views[i] = ledger.GetNode(hold.node);
+    }
+    loads[i].Add(req);
+    gpu_milli[i] += req.device_milli();
+    allocated += static_cast<double>(req.device_milli());
+    if (slurm_weighted && slurm_order.count({weight[i], static_cast<uint32_t>(i)}) > 0) {
+      slurm_order.erase({weight[i], static_cast<uint32_t>(i)});
+      weight[i] = scorer.SlurmWeight(*views[i], loads[i]);
+      slurm_order.insert({weight[i], static_cast<uint32_t>(i)});
+    }
+    return absl::OkStatus();
+  };
+
+  // Gangs, by id - 1.
+  struct Gang {
+    uint32_t size = 0;
+    size_t first = 0;     // arrival index of member 0
+    uint32_t placed = 0;  // members placed
+    uint64_t held_milli = 0;
+    // Each hold for the gang: (arrival index, device milli).
+    std::vector<std::pair<size_t, uint64_t>> holds;
+    std::vector<uint32_t> nodes;  // per member placed (per-pod) or per slot (duet)
+    // duet: the reservation (one job; a slot per member, in PickGangNodes' node order).
+    bool reserved = false;
+    std::vector<Owner> slots;
+    std::optional<size_t> done;  // arrival index at which the last member was placed
+  };
+  std::vector<Gang> gangs;
+  std::map<std::string, uint32_t> node_index;
+  for (const Arrival& arr : arrivals) {
+    if (arr.gang > gangs.size()) gangs.resize(arr.gang);
+  }
+  if (!gangs.empty()) {
+    for (uint32_t i = 0; i < n; ++i) node_index[trace.nodes[i].name] = i;
+  }
+  // duet: reserves gang `id` whole (every slot held) or not at all.
+  auto reserve = [&](uint32_t id, Gang& g, const PodRequest& req, size_t a) -> absl::Status {
+    std::vector<placement::GangCandidate> candidates;
+    auto consider = [&](uint32_t i) {
+      if (trace.nodes[i].devices.empty() || !placement::Fits(*views[i], loads[i], req)) return;
+      // Members that fit, by the library's own device choice on a copy.
+      NodeView copy = *views[i];
+      NodeLoad load = loads[i];
+      uint32_t fits = 0;
+      while (fits < g.size) {
+        std::optional<placement::Placement> p = k8s_scorer.Evaluate(copy, load, req);
+        if (!p.has_value()) break;
+        for (const HeldDevice& d : p->devices) {
+          for (DeviceState& ds : copy.devices) {
+            if (ds.spec.kind == d.kind && ds.spec.index == d.index) ds.used_milli += d.milli;
+          }
+        }
+        load.Add(req);
+        ++fits;
+      }
+      if (fits == 0) return;
+      placement::GangCandidate c;
+      c.node = trace.nodes[i].name;
+      c.pool = trace.nodes[i].devices[0].model;
+      if (spec.gang == GangPolicy::kAllOrNothing) {
+        c.topology = TopologyOfIndex(options.topology, i, c.node);
+      }
+      c.fits = fits;
+      for (const DeviceState& ds : views[i]->devices) {
+        if (ds.spec.kind == req.kind) c.free_milli += ds.free_milli();
+      }
+      c.member_milli = req.device_milli();
+      candidates.push_back(std::move(c));
+    };
+    if (k8s_nodes.has_value()) {
+      for (uint32_t i : *k8s_nodes) consider(i);
+    } else {
+      for (uint32_t i = 0; i < n; ++i) consider(i);
+    }
+    std::optional<placement::GangPick> pick = placement::PickGangNodes(candidates, g.size);
+    if (!pick.has_value()) return absl::OkStatus();
+    const uint32_t job = ++job_id;
+    for (const std::string& name : pick->nodes) {
+      const uint32_t i = node_index.at(name);
+      for (uint32_t m = 0; m < pick->per_node; ++m) {
+        const std::string what = absl::StrCat("gang ", id, " slot ", g.slots.size());
+        std::optional<placement::Placement> p = k8s_scorer.Evaluate(*views[i], loads[i], req);
+        if (!p.has_value()) {
+          return absl::InternalError(
+              absl::StrCat(what, ": PickGangNodes chose ", name, ", where it no longer fits"));
+        }
+        const Owner owner = Owner::Placeholder(job, absl::StrCat("gang:", id, "#", g.slots.size()));
+        if (absl::Status st = commit(i, owner, *p, req, what); !st.ok()) return st;
+        g.slots.push_back(owner);
+        g.nodes.push_back(i);
+        g.held_milli += req.device_milli();
+        g.holds.emplace_back(a, req.device_milli());
+      }
+    }
+    if (g.slots.size() != g.size) {
+      return absl::InternalError(absl::StrCat("gang ", id, ": PickGangNodes gave ", g.slots.size(),
+                                              " slots for ", g.size, " members"));
+    }
+    g.reserved = true;
+    return absl::OkStatus();
+  };
+
   auto record = [&](double target, uint64_t arrived_pods) {
     Row r;
     r.arrived_target = target;
@@ -401,7 +517,51 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     const auto t0 = options.time_decisions ? std::chrono::steady_clock::now()
                                            : std::chrono::steady_clock::time_point();
     std::optional<placement::NodeChoice> choice;
-    if (world == World::kKubernetes) {
+    const uint32_t gang_id = arrivals[a].gang;
+    bool member_placed = false;
+    if (gang_id != 0) {
+      // A gang member: a Kubernetes pod, placed by the gang policy.
+      ++result.kubernetes_arrivals;
+      Gang& g = gangs[gang_id - 1];
+      if (arrivals[a].member == 0) {
+        g.size = arrivals[a].gang_size;
+        g.first = a;
+      }
+      const Owner member = Owner::Pod(absl::StrCat("uid-", a), "trace", pod.name);
+      if (spec.gang == GangPolicy::kPerPod) {
+        choice = placement::SelectNode(views, loads, req, k8s_scorer,
+                                       k8s_nodes.has_value() ? &*k8s_nodes : nullptr,
+                                       options.random_ties ? &tie_state : nullptr);
+        if (choice.has_value()) {
+          if (absl::Status st = commit(choice->node, member, choice->placement, req, pod.name);
+              !st.ok()) {
+            return st;
+          }
+          g.nodes.push_back(static_cast<uint32_t>(choice->node));
+          g.held_milli += req.device_milli();
+          g.holds.emplace_back(a, req.device_milli());
+          member_placed = true;
+        }
+      } else {
+        if (!g.reserved) {
+          if (absl::Status st = reserve(gang_id, g, req, a); !st.ok()) return st;
+        }
+        if (g.reserved) {
+          // The member takes the lowest free slot: its devices become the pod's.
+          const uint32_t i = g.nodes[g.placed];
+          absl::StatusOr<HoldResult> moved =
+              ledger.Rebind(trace.nodes[i].name, g.slots[g.placed], member);
+          if (!moved.ok()) {
+            return absl::InternalError(absl::StrCat("ledger refused gang ", gang_id, " member ",
+                                                    arrivals[a].member, ": ",
+                                                    moved.status().message()));
+          }
+          views[i] = ledger.GetNode(trace.nodes[i].name);
+          member_placed = true;
+        }
+      }
+      if (member_placed && ++g.placed == g.size) g.done = a;
+    } else if (world == World::kKubernetes) {
       ++result.kubernetes_arrivals;
       choice = placement::SelectNode(views, loads, req, k8s_scorer,
                                      k8s_nodes.has_value() ? &*k8s_nodes : nullptr,
@@ -421,32 +581,24 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
 
-    if (!choice.has_value()) {
+    if (gang_id != 0) {
+      if (!member_placed) {
+        ++failed;
+        ++gpu_failed;
+      }
+    } else if (!choice.has_value()) {
       ++failed;
       if (req.count > 0) ++gpu_failed;
     } else {
-      const size_t i = choice->node;
-      if (!choice->placement.devices.empty()) {
-        HoldRequest hold;
-        hold.node = trace.nodes[i].name;
-        hold.owner = world == World::kSlurm ? Owner::SlurmJob(++job_id)
-                                            : Owner::Pod(absl::StrCat("uid-", a), "trace",
-                                                         pod.name);
-        hold.devices = choice->placement.devices;
-        absl::StatusOr<HoldResult> held = ledger.Hold(hold);
-        if (!held.ok()) {
-          return absl::InternalError(absl::StrCat("ledger refused ", pod.name, " on ", hold.node,
-                                                  ": ", held.status().message()));
-        }
-        views[i] = ledger.GetNode(hold.node);
-      }
-      loads[i].Add(req);
-      gpu_milli[i] += req.device_milli();
-      allocated += static_cast<double>(req.device_milli());
-      if (slurm_weighted && slurm_order.count({weight[i], static_cast<uint32_t>(i)}) > 0) {
-        slurm_order.erase({weight[i], static_cast<uint32_t>(i)});
-        weight[i] = scorer.SlurmWeight(*views[i], loads[i]);
-        slurm_order.insert({weight[i], static_cast<uint32_t>(i)});
+      // A Slurm job's id is taken only when the ledger is asked to hold (a
+      // CPU-only job holds nothing), as before gangs.
+      const bool holds = !choice->placement.devices.empty();
+      const Owner owner = world == World::kSlurm
+                              ? Owner::SlurmJob(holds ? ++job_id : job_id)
+                              : Owner::Pod(absl::StrCat("uid-", a), "trace", pod.name);
+      if (absl::Status st = commit(choice->node, owner, choice->placement, req, pod.name);
+          !st.ok()) {
+        return st;
       }
     }
     while (next_step <= steps && requested >= next_step * options.step * capacity - 1e-6) {
@@ -461,6 +613,38 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
   for (const Holding& h : ledger.ListHoldings()) {
     ++(h.owner.holder_class() == HolderClass::kSlurm ? result.slurm_holdings
                                                      : result.pod_holdings);
+  }
+
+  if (options.keep_holdings) result.holdings = ledger.ListHoldings();
+  // Gangs at the end.
+  std::vector<double> waits;
+  for (const Gang& g : gangs) {
+    if (g.size == 0) continue;  // never arrived (not in this stream)
+    GangStats& gs = result.gangs;
+    ++gs.gangs;
+    gs.members += g.size;
+    const size_t until = g.done.value_or(arrivals.size());
+    for (const auto& [at, milli] : g.holds) {
+      gs.idle_gpu_arrivals +=
+          static_cast<double>(milli) / kWholeDevice * static_cast<double>(until - at);
+    }
+    gs.members_placed += g.placed;
+    if (g.done.has_value()) {
+      ++gs.placed;
+      waits.push_back(static_cast<double>(*g.done - g.first));
+      ++gs.placed_at_level[static_cast<size_t>(LevelOf(options.topology, g.nodes))];
+    } else if (g.held_milli > 0) {
+      ++gs.waiting;
+      gs.idle_held_gpus += static_cast<double>(g.held_milli) / kWholeDevice;
+    } else {
+      ++gs.never_placed;
+    }
+  }
+  if (!waits.empty()) {
+    result.gangs.mean_wait =
+        std::accumulate(waits.begin(), waits.end(), 0.0) / static_cast<double>(waits.size());
+    std::sort(waits.begin(), waits.end());
+    result.gangs.p99_wait = waits[std::min(waits.size() - 1, waits.size() * 99 / 100)];
   }
 
   result.decisions = decision_us.size();

@@ -18,9 +18,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "bench/sim/gang.h"
 #include "bench/sim/trace.h"
 #include "bridge/ledger/types.h"
 #include "bridge/placement/placement.h"
+#include "bridge/placement/topology.h"
 #include "bridge/placement/workload.h"
 #include "bridge/placement/workload_model.h"
 
@@ -58,6 +60,27 @@ struct Mapping {
 // Kubernetes, otherwise they are refused).
 absl::StatusOr<Mapping> ParseMapping(absl::string_view text);
 
+// How gang members (Arrival::gang != 0) are placed. Gang members are
+// Kubernetes pods.
+enum class GangPolicy : uint8_t {
+  // Each member alone, through the extender (SelectNode), as it arrives; the
+  // gang is placed when its last member is. Members placed hold their devices
+  // while the others wait, for good if one never fits.
+  kPerPod,
+  // duet (docs/gangs.md 2): at a member's arrival, a gang not yet reserved is
+  // reserved whole or not at all: placement::PickGangNodes over the nodes
+  // where members fit (same count per node, one pool, tightest domain, fewest
+  // nodes, least stranded); every slot held at once in the ledger
+  // (Owner::Placeholder of the gang's job); each member takes the next slot
+  // as it arrives (Ledger::Rebind to its Owner::Pod).
+  kAllOrNothing,
+  // kAllOrNothing with the topology hidden from PickGangNodes (every domain
+  // empty): the fewest nodes and least stranded only.
+  kAllOrNothingFlat,
+};
+const char* GangPolicyName(GangPolicy policy);  // per-pod, duet, duet-flat
+absl::StatusOr<GangPolicy> ParseGangPolicy(absl::string_view name);
+
 // One policy under test.
 struct PolicySpec {
   std::string name;
@@ -74,6 +97,8 @@ struct PolicySpec {
   // Static partition, online workload: each part scores against the model
   // learned from its own world's arrivals, not from both worlds'.
   bool workload_per_part = false;
+  // For gang members; ignored when the arrivals have none.
+  GangPolicy gang = GangPolicy::kPerPod;
 };
 
 // duet, spread, most-allocated, best-fit, fgd (shared cluster); static (the
@@ -98,6 +123,11 @@ absl::StatusOr<Trace> LoadTrace(const std::string& nodes_path, const std::string
 struct Arrival {
   uint32_t pod = 0;  // index into Trace::pods
   World world = World::kKubernetes;
+  // A gang member (AddGangs): the gang's id (1, 2, ...), its size and this
+  // member's number (0 .. gang_size - 1). 0: a pod on its own.
+  uint32_t gang = 0;
+  uint32_t gang_size = 0;
+  uint32_t member = 0;
 };
 
 // The arrival order for `seed`: the originals sorted by name and shuffled,
@@ -138,6 +168,10 @@ struct ReplayOptions {
   uint64_t tie_seed = 0;
   // Per-decision timing (adds two clock reads per pod).
   bool time_decisions = true;
+  // Gangs: the nodes' synthetic topology (by node index in Trace::nodes).
+  SimTopology topology;
+  // Copy the ledger's holdings at the end into ReplayResult::holdings (tests).
+  bool keep_holdings = false;
 };
 
 struct Row {
@@ -149,6 +183,35 @@ struct Row {
   uint64_t pods_arrived = 0;
   uint64_t pods_failed = 0;
   uint64_t gpu_pods_failed = 0;
+};
+
+// Gangs at the end of a replay (all zero without gang arrivals). Trace time
+// is the arrival index: a gang's wait runs from its first member's arrival to
+// the arrival at which its last member is placed.
+struct GangStats {
+  uint64_t gangs = 0;
+  uint64_t members = 0;
+  // Every member placed.
+  uint64_t placed = 0;
+  // Some members placed (holding devices), not all: waiting for good, as
+  // nothing ever leaves the cluster.
+  uint64_t waiting = 0;
+  // Nothing held.
+  uint64_t never_placed = 0;
+  // Members placed, in all.
+  uint64_t members_placed = 0;
+  // Placed gangs' waits, in arrivals.
+  double mean_wait = 0;
+  double p99_wait = 0;
+  // GPUs held by the members of waiting gangs (idle: their gang never runs).
+  double idle_held_gpus = 0;
+  // GPUs held for gangs that do not run yet, summed over arrivals: each hold
+  // (a member's under per-pod, a slot's under duet) from the arrival that
+  // made it to the one that completed its gang (or the stream's end).
+  double idle_gpu_arrivals = 0;
+  // Placed gangs by how tightly their nodes sit (the simulated topology,
+  // whatever the policy saw), indexed by placement::DomainLevel.
+  uint64_t placed_at_level[5] = {0, 0, 0, 0, 0};
 };
 
 struct ReplayResult {
@@ -175,6 +238,9 @@ struct ReplayResult {
   uint64_t slurm_arrivals = 0;
   uint64_t pod_holdings = 0;
   uint64_t slurm_holdings = 0;
+  GangStats gangs;
+  // The ledger's holdings at the end, with ReplayOptions::keep_holdings.
+  std::vector<Holding> holdings;
 };
 
 // Replays `arrivals` for one policy on a fresh Ledger. `workload` is the
