@@ -249,6 +249,14 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(w.Finish());
     DUET_YAML(s.Finish());
   }
+  {
+    Section s(top.Child("gang"), "gang");
+    DUET_YAML(s.Check());
+    DUET_YAML(s.Bool("enabled", &c->gang.enabled));
+    DUET_YAML(s.Duration("reserve_timeout", &c->gang.reserve_timeout));
+    DUET_YAML(s.Duration("idle_release", &c->gang.idle_release));
+    DUET_YAML(s.Finish());
+  }
   DUET_YAML(top.String("log_level", &c->log_level));
   return top.Finish();
 }
@@ -708,6 +716,12 @@ absl::Status ValidateConfig(const Config& c) {
   if (!placement::ParsePolicy(c.placement.policy).ok()) {
     return absl::InvalidArgumentError(absl::StrCat("placement.policy: \"", c.placement.policy,
                                                    "\" must be ", placement::PolicyNamesText()));
+  }
+  if (c.gang.reserve_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("gang.reserve_timeout: must be positive");
+  }
+  if (c.gang.idle_release <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("gang.idle_release: must be positive");
   }
   if (!c.extender.listen.empty()) {
     // The extender's own settings: the struct says what it accepts.

@@ -301,6 +301,17 @@ struct DraConfig {
   std::string kube_version;
 };
 
+// Gangs (docs/gangs.md): pods that are useless until all of them run are
+// placed whole through the extender, with one Slurm allocation.
+struct GangConfig {
+  // Gang members go through the GangRegistry (when the extender is on).
+  bool enabled = true;
+  // A reserved gang whose members have not all arrived by then is released.
+  absl::Duration reserve_timeout = absl::Seconds(300);
+  // A complete gang with no member left for this long is released.
+  absl::Duration idle_release = absl::Seconds(60);
+};
+
 struct Config {
   GrpcConfig grpc;
   AuthConfig auth;
@@ -316,6 +327,7 @@ struct Config {
   // Validate() when listen is set.
   ExtenderSettings extender;
   DraConfig dra;
+  GangConfig gang;
   // spdlog level: trace, debug, info, warn, error.
   std::string log_level = "info";
 };

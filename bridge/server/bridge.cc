@@ -22,6 +22,7 @@
 #include "common/status_macros.h"
 #include "bridge/etcd/etcd_log.h"
 #include "bridge/journal/fault_file_layer.h"
+#include "bridge/placement/topology.h"
 #include "bridge/server/leadership.h"
 #include "bridge/server/pod_release.h"
 #include "bridge/server/sync_events.h"
@@ -298,6 +299,7 @@ absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
   DUET_RETURN_IF_ERROR(b->StartInventory());
   b->StartEvents();
   DUET_RETURN_IF_ERROR(b->StartSlurm());
+  DUET_RETURN_IF_ERROR(b->StartGangs());
   DUET_RETURN_IF_ERROR(b->StartPodWatch());
   DUET_RETURN_IF_ERROR(b->ServeMetrics(options));
   DUET_RETURN_IF_ERROR(b->ServeGrpc());
@@ -521,6 +523,44 @@ absl::Status Bridge::StartSlurm() {
   return absl::OkStatus();
 }
 
+absl::Status Bridge::StartGangs() {
+  // Gangs are placed by the extender, with one Slurm job each (the
+  // placeholders' GangMaker), and recognised from the pods by `gang_of`.
+  if (config_.extender.listen.empty() || !config_.gang.enabled) return absl::OkStatus();
+  auto* maker = dynamic_cast<gang::GangMaker*>(placeholders_.get());
+  if (maker == nullptr || !gang_of_) {
+    spdlog::warn("gang.enabled: gangs need Slurm's gang placeholders and gang recognition{}; "
+                 "gang members are placed as single pods",
+                 maker == nullptr ? " (slurm.enabled)" : "");
+    return absl::OkStatus();
+  }
+  BridgeGangsDeps d;
+  d.config = &config_.gang;
+  d.ledger = &ledger_;
+  d.maker = maker;
+  d.planner = [](const std::vector<placement::GangCandidate>& candidates, uint32_t members,
+                 std::string* reason) { return placement::PickGangNodes(candidates, members, reason); };
+  d.topology = [](const NodeView& v) {
+    NodeSpec spec = v.spec;
+    for (const DeviceState& dev : v.devices) spec.devices.push_back(dev.spec);
+    return placement::TopologyOf(spec);
+  };
+  const pods::PodHoldsOptions holds = MakePodHoldsOptions(policy_);
+  d.load = holds.load;
+  if (slurm_loads_ != nullptr) {
+    SlurmNodeLoads* loads = slurm_loads_.get();
+    d.unusable = [loads](const std::string& node) { return loads->Unusable(node); };
+  }
+  LedgerLog* j = journal_.get();
+  d.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
+  d.kube = kube_client_.get();
+  d.events = events_.get();
+  DUET_ASSIGN_OR_RETURN(gangs_, BridgeGangs::Start(std::move(d)));
+  gang::GangRegistry* registry = gangs_->registry();
+  metrics_->AddCollector([registry] { return GangFamilies(registry->stats()); });
+  return absl::OkStatus();
+}
+
 absl::Status Bridge::StartPodWatch() {
   // The pod watch (invariant I2), when the bridge talks to Kubernetes. It
   // releases what deleted/finished/unknown pods held; with Slurm it cancels
@@ -540,8 +580,13 @@ absl::Status Bridge::StartPodWatch() {
         ObserveBoundPod(model, *ledger, pod, absl::Now());
       };
     }
-    pod_watch_ =
-        std::make_unique<k8s::PodWatch>(kube_client_.get(), &ledger_, pod_releaser_.get(), po);
+    k8s::PodReleaser* releaser = pod_releaser_.get();
+    if (gangs_ != nullptr) {
+      // A gang member's placeholder goes back to its slot, not to scancel.
+      gang_releaser_ = gangs_->Releaser(releaser);
+      releaser = gang_releaser_.get();
+    }
+    pod_watch_ = std::make_unique<k8s::PodWatch>(kube_client_.get(), &ledger_, releaser, po);
     DUET_RETURN_IF_ERROR(pod_watch_->Start());
     pod_view_.store(pod_watch_.get());
     k8s::PodWatch* watch = pod_watch_.get();
@@ -815,6 +860,10 @@ absl::Status Bridge::ServeExtender() {
   }
   // /bind acts only for pods of duet's own scheduler profiles.
   eo.scheduler_names = config_.extender.scheduler_names;
+  if (gangs_ != nullptr) {
+    eo.gangs = gangs_->registry();
+    eo.gang_of = gang_of_;
+  }
   extender_ = std::make_unique<extender::Extender>(&ledger_, placeholders_.get(), pod_api_.get(),
                                                    std::move(eo));
   extender::ServerOptions xo;
@@ -877,6 +926,7 @@ void Bridge::Shutdown() {
   }
   // No pod releases once shutting down.
   if (pod_watch_ != nullptr) pod_watch_->Stop();
+  if (gangs_ != nullptr) gangs_->Stop();
   if (events_ != nullptr) events_->Stop();
   if (inventory_ != nullptr) inventory_->Stop();
   if (slurm_sync_ != nullptr) slurm_sync_->Stop();

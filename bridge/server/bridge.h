@@ -17,6 +17,7 @@
 #include "bridge/placement/workload_model.h"
 #include "bridge/server/dra_mode.h"
 #include "bridge/server/durability.h"
+#include "bridge/server/gangs.h"
 #include "bridge/server/metrics.h"
 #include "bridge/server/service.h"
 #include "bridge/slurm/libslurm_client.h"
@@ -103,6 +104,9 @@ class Bridge {
   // slurm.enabled: libslurm, the sync (one pass now), placeholders.
   absl::Status StartSlurm();
   // The pod watch (I2) and the watch metrics, with Kubernetes.
+  // Gangs (docs/gangs.md), when the extender is on and gang.enabled: the
+  // GangRegistry, recovered from the ledger, with its thread.
+  absl::Status StartGangs();
   absl::Status StartPodWatch();
   // /metrics on metrics.listen, or on the exposer passed in.
   absl::Status ServeMetrics(const BridgeStartOptions& options);
@@ -165,7 +169,12 @@ class Bridge {
   // The learned workload's current snapshot, as the scoring components read it.
   placement::WorkloadFn LearnedWorkload() const;
   std::unique_ptr<k8s::EventRecorder> events_;
+  // Which gang a pod belongs to (k8s_adapter/gang's recognition); null
+  // leaves gangs off (StartGangs says so).
+  std::function<absl::StatusOr<std::optional<gang::GangSpec>>(const nlohmann::json& pod)> gang_of_;
+  std::unique_ptr<BridgeGangs> gangs_;  // after Slurm's and the events', before their users
   std::unique_ptr<k8s::PodReleaser> pod_releaser_;
+  std::unique_ptr<k8s::PodReleaser> gang_releaser_;  // wraps pod_releaser_ when gangs are on
   std::unique_ptr<k8s::PodWatch> pod_watch_;
   // auth.mode token: who may make mutating calls. Null otherwise.
   std::unique_ptr<auth::CallAuthorizer> authorizer_;

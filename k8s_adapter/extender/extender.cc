@@ -97,6 +97,13 @@ FilterResult Extender::Filter(const ExtenderArgs& args) const {
       options_.observe(absl::StrCat("pod/", uid->get_ref<const std::string&>()), *req);
     }
   }
+  absl::StatusOr<std::optional<gang::GangSpec>> spec = GangOf(args.pod);
+  if (!spec.ok()) {
+    const std::string msg = absl::StrCat("duet: ", spec.status().message());
+    for (const std::string& n : args.node_names) out.failed_unresolvable[n] = msg;
+    return out;
+  }
+  if (spec->has_value()) return FilterMember(args, **std::move(spec), *req);
   out.node_names.reserve(args.node_names.size());
   std::string reason;
   const std::vector<std::shared_ptr<const NodeView>> views = ledger_->GetNodes(args.node_names);
@@ -131,10 +138,56 @@ FilterResult Extender::Filter(const ExtenderArgs& args) const {
   return out;
 }
 
+absl::StatusOr<std::optional<gang::GangSpec>> Extender::GangOf(const nlohmann::json& pod) const {
+  if (options_.gangs == nullptr || !options_.gang_of) return std::optional<gang::GangSpec>();
+  return options_.gang_of(pod);
+}
+
+FilterResult Extender::FilterMember(const ExtenderArgs& args, gang::GangSpec spec,
+                                    const placement::PodRequest& req) const {
+  FilterResult out;
+  spec.member = req;
+  const PodRef pod = PodRefOf(args.pod);
+  std::string refusal;
+  if (pod.uid.empty()) {
+    refusal = "duet: a gang member needs metadata.uid";
+  } else if (req.count == 0) {
+    refusal = absl::StrCat("duet: GANG_MEMBER_MISMATCH: gang ", spec.key.ToString(),
+                           ": a member that asks no device cannot hold a slot");
+  }
+  gang::Admission a;
+  if (refusal.empty()) {
+    a = options_.gangs->Admit(spec, gang::MemberRef{pod.uid, pod.ns, pod.name});
+    if (a.kind != gang::Admission::kReady) refusal = absl::StrCat("duet: ", a.reason);
+  }
+  for (const std::string& name : args.node_names) {
+    if (!refusal.empty()) {
+      out.failed_unresolvable[name] = refusal;
+    } else if (name == a.node) {
+      out.node_names.push_back(name);
+    } else {
+      // All or nothing: the member goes to its slot's node or nowhere.
+      out.failed_unresolvable[name] = absl::StrCat(
+          "duet: GANG_NODE: this member's slot of gang ", spec.key.ToString(), " is on node ", a.node);
+    }
+  }
+  return out;
+}
+
 std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
   std::vector<HostPriority> out;
   out.reserve(args.node_names.size());
   for (const std::string& name : args.node_names) out.push_back({name, 0});
+  if (absl::StatusOr<std::optional<gang::GangSpec>> spec = GangOf(args.pod);
+      !spec.ok() || spec->has_value()) {
+    // A gang member: its slot's node, nothing else.
+    const std::optional<std::string> node =
+        spec.ok() ? options_.gangs->NodeOf(PodRefOf(args.pod).uid) : std::nullopt;
+    for (HostPriority& p : out) {
+      if (node.has_value() && p.host == *node) p.score = kMaxExtenderPriority;
+    }
+    return out;
+  }
   absl::StatusOr<placement::PodRequest> req = ParsePodRequest(args.pod);
   if (!req.ok() || req->count == 0) return out;
   // The policy's raw preference per node where the pod fits, then min-max
@@ -186,6 +239,23 @@ absl::Status Extender::Hold(const PodRef& pod, const placement::PodRequest& req,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Extender::HoldMember(const PodRef& pod, const std::string& node, std::string* devices) {
+  absl::StatusOr<gang::MemberBind> b = options_.gangs->BindMember(pod.uid, node);
+  if (!b.ok()) return b.status();
+  *devices = DevicesText(b->holding.devices);
+  if (!b->created) retries_.fetch_add(1);
+  if (!options_.wait_durable) return absl::OkStatus();
+  absl::Status d = options_.wait_durable(b->seq);
+  if (d.ok()) return absl::OkStatus();
+  absl::Status rb = absl::OkStatus();
+  if (b->created) {
+    rolled_back_.fetch_add(1);
+    rb = options_.gangs->UnbindMember(pod.uid);
+  }
+  return absl::UnavailableError(absl::StrCat("the holding could not be made durable: ", d.message(),
+                                             rb.ok() ? "" : absl::StrCat("; rollback: ", rb.message())));
 }
 
 absl::Status Extender::Rollback(const PodRef& pod, const std::string& node) {
@@ -279,8 +349,15 @@ absl::Status Extender::BindAndHold(const BindingArgs& args, std::string* held) {
   absl::StatusOr<placement::PodRequest> req = ParsePodRequest(*pod_json);
   if (!req.ok()) return Refuse(args, pod.uid, req.status());
 
+  absl::StatusOr<std::optional<gang::GangSpec>> gang_spec = GangOf(*pod_json);
+  if (!gang_spec.ok()) return Refuse(args, pod.uid, gang_spec.status());
+  const bool member = gang_spec->has_value();
   const bool devices = req->count > 0;
-  if (devices) {
+  if (member) {
+    // Only the member's slot's node, with the slot's devices.
+    absl::Status h = HoldMember(pod, args.node, held);
+    if (!h.ok()) return Refuse(args, pod.uid, h);
+  } else if (devices) {
     absl::Status h = Hold(pod, *req, args.node, held);
     if (!h.ok()) return Refuse(args, pod.uid, h);
   }
@@ -296,7 +373,13 @@ absl::Status Extender::BindAndHold(const BindingArgs& args, std::string* held) {
     }
   }
   if (!b.ok()) {
-    absl::Status rb = devices ? Rollback(pod, args.node) : absl::OkStatus();
+    absl::Status rb = absl::OkStatus();
+    if (member) {
+      rolled_back_.fetch_add(1);
+      rb = options_.gangs->UnbindMember(pod.uid);
+    } else if (devices) {
+      rb = Rollback(pod, args.node);
+    }
     return Refuse(args, pod.uid,
                   absl::Status(b.code(), absl::StrCat("binding: ", b.message(),
                                                       rb.ok() ? "" : absl::StrCat("; rollback: ", rb.message()))));

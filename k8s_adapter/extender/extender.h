@@ -39,6 +39,18 @@
 //             that node is success.
 //             Every call logs one line: who asked (`caller`),
 //             the pod, its uid, the node, the devices and the result.
+//  Gangs      with `gangs` and `gang_of` set (docs/gangs.md), a pod that
+//             gang_of names as a gang member goes through the GangRegistry
+//             instead: the filter reserves the gang on its first member and
+//             fails every node FailedAndUnresolvable ("GANG_WAITING: k/N
+//             members", GANG_NO_ROOM, GANG_MEMBER_MISMATCH, ...) until every
+//             member has a slot; once complete it passes exactly the
+//             member's slot's node. Prioritize gives that node 10, the rest
+//             0. Bind refuses any other node, moves the slot's devices to the
+//             member (GangRegistry::BindMember), waits until durable, POSTs
+//             the Binding, and on failure gives the devices back to the slot.
+//             Single pods are unchanged; a gang member's bind logs its
+//             line as any other.
 //
 // CPU and memory: the ledger tracks devices only. `load` (Options) gives the
 // CPU/memory already committed on a node (duet-bridge: what Slurm reports
@@ -46,7 +58,8 @@
 // load is taken as zero, so the check is against the node's capacity only.
 //
 // Thread-safety: every method may be called concurrently (the ledger
-// serialises holds; the extender keeps no other mutable state).
+// serialises holds, the GangRegistry gangs; the extender keeps no other
+// mutable state).
 
 #include <atomic>
 #include <cstdint>
@@ -57,6 +70,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bridge/gang/gang.h"
+#include "bridge/gang/registry.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/placement.h"
 #include "bridge/pods/pod_holds.h"
@@ -113,6 +128,14 @@ struct ExtenderOptions {
   // Bind acts only for pods whose spec.schedulerName is one of these
   // (duet-bridge: extender.scheduler_names).
   std::vector<std::string> scheduler_names = {"duet"};
+  // Gangs (see the class comment); both null: every pod is a single pod.
+  // `gang_of` says which gang a pod is a member of (k8s_adapter/gang's
+  // recognition), nullopt for a single pod, an error for a member whose
+  // gang cannot be read (the filter fails every node with it). Its
+  // GangSpec::member is replaced by the extender's own reading of the pod.
+  // Called concurrently. `gangs` is not owned and must outlive the extender.
+  std::function<absl::StatusOr<std::optional<gang::GangSpec>>(const nlohmann::json& pod)> gang_of;
+  gang::GangRegistry* gangs = nullptr;
 };
 
 // Counters for tests and logs.
@@ -157,6 +180,15 @@ class Extender {
   // Bind without its log line; `held` gets the devices the pod holds on
   // the node ("" for none).
   absl::Status BindAndHold(const BindingArgs& args, std::string* held);
+  // The pod's gang when it is a gang member (gangs on); nullopt for a single
+  // pod; an error when its gang cannot be read.
+  absl::StatusOr<std::optional<gang::GangSpec>> GangOf(const nlohmann::json& pod) const;
+  // Filter for a gang member.
+  FilterResult FilterMember(const ExtenderArgs& args, gang::GangSpec spec,
+                            const placement::PodRequest& req) const;
+  // Bind's hold for a gang member: the slot's devices become the pod's;
+  // waits until durable (a new move that cannot be made durable is undone).
+  absl::Status HoldMember(const PodRef& pod, const std::string& node, std::string* devices);
 
   Ledger* const ledger_;
   PodApi* const api_;

@@ -677,6 +677,28 @@ TEST(ConfigTest, NestedAliasesAreCheckedOncePerNode) {
                                               "line 41)"));
 }
 
+TEST(ConfigTest, GangSection) {
+  auto message = [](const std::string& yaml) -> std::string {
+    auto c = ParseConfig(yaml);
+    if (!c.ok()) return std::string(c.status().message());
+    return std::string(ValidateConfig(*c).message());
+  };
+  auto d = ParseConfig("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->gang.enabled);
+  EXPECT_EQ(d->gang.reserve_timeout, absl::Seconds(300));
+  EXPECT_EQ(d->gang.idle_release, absl::Seconds(60));
+  auto c = ParseConfig("gang: {enabled: false, reserve_timeout: 2m, idle_release: 90s}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(ValidateConfig(*c).message(), "");
+  EXPECT_FALSE(c->gang.enabled);
+  EXPECT_EQ(c->gang.reserve_timeout, absl::Minutes(2));
+  EXPECT_EQ(c->gang.idle_release, absl::Seconds(90));
+  EXPECT_THAT(message("gang: {reserve_timeout: 0s}"), HasSubstr("gang.reserve_timeout: must be positive"));
+  EXPECT_THAT(message("gang: {idle_release: -1s}"), HasSubstr("gang.idle_release: must be positive"));
+  EXPECT_THAT(message("gang: {reserve: 1s}"), HasSubstr("gang"));
+}
+
 TEST(ConfigTest, DraSection) {
   auto message = [](const std::string& yaml) -> std::string {
     auto c = ParseConfig(yaml);
