@@ -528,6 +528,13 @@ absl::Status Bridge::StartGangs() {
   // placeholders' GangMaker), and recognised from the pods by `gang_of`.
   if (config_.extender.listen.empty() || !config_.gang.enabled) return absl::OkStatus();
   auto* maker = dynamic_cast<gang::GangMaker*>(placeholders_.get());
+  if (!gang_of_ && kube_client_ != nullptr) {
+    // PodGroup, JobSet, LeaderWorkerSet and Workload membership, read from
+    // the pod and the object it names (cached, docs/gangs.md 1).
+    gang_source_ = std::make_unique<k8s::GangSource>(kube_client_.get());
+    k8s::GangSource* source = gang_source_.get();
+    gang_of_ = [source](const nlohmann::json& pod) { return source->Recognise(pod); };
+  }
   if (maker == nullptr || !gang_of_) {
     spdlog::warn("gang.enabled: gangs need Slurm's gang placeholders and gang recognition{}; "
                  "gang members are placed as single pods",

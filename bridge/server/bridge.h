@@ -18,6 +18,7 @@
 #include "bridge/server/dra_mode.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/gangs.h"
+#include "k8s_adapter/gang/gang_source.h"
 #include "bridge/server/metrics.h"
 #include "bridge/server/service.h"
 #include "bridge/slurm/libslurm_client.h"
@@ -172,6 +173,7 @@ class Bridge {
   // Which gang a pod belongs to (k8s_adapter/gang's recognition); null
   // leaves gangs off (StartGangs says so).
   std::function<absl::StatusOr<std::optional<gang::GangSpec>>(const nlohmann::json& pod)> gang_of_;
+  std::unique_ptr<k8s::GangSource> gang_source_;  // behind gang_of_, when Kubernetes is on
   std::unique_ptr<BridgeGangs> gangs_;  // after Slurm's and the events', before their users
   std::unique_ptr<k8s::PodReleaser> pod_releaser_;
   std::unique_ptr<k8s::PodReleaser> gang_releaser_;  // wraps pod_releaser_ when gangs are on
