@@ -772,6 +772,15 @@ class ExtenderClientAuthTest(unittest.TestCase):
             self.assertNotIn("extender-client-ca", names)
 
 
+# What duet-bridge reads for a gang's size (docs/gangs.md 1), gangs on.
+GANG_RULES = [
+    (("scheduling.x-k8s.io",), ("podgroups",), ("get",)),
+    (("scheduling.k8s.io",), ("workloads", "podgroups"), ("get",)),
+    (("jobset.x-k8s.io",), ("jobsets",), ("get",)),
+    (("leaderworkerset.x-k8s.io",), ("leaderworkersets",), ("get",)),
+]
+
+
 class RbacTest(unittest.TestCase):
     @staticmethod
     def rules(obj):
@@ -786,11 +795,22 @@ class RbacTest(unittest.TestCase):
             (("",), ("pods/eviction",), ("create",)),
             (("",), ("events",), ("create", "patch")),
             (("authentication.k8s.io",), ("tokenreviews",), ("create",)),
-        ]))
+        ] + GANG_RULES))
         role = one("defaults", "Role", "duet-bridge-leader-election")
         self.assertEqual(role["metadata"]["namespace"], NAMESPACE)
         self.assertEqual(self.rules(role),
                          [(("coordination.k8s.io",), ("leases",), ("create", "get", "update"))])
+
+    def test_gang_objects_not_read_when_gangs_are_off(self):
+        proc = render(SCENARIOS["defaults"], ["--set", "bridge.config.gang.enabled=false"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        docs = [d for d in yaml.safe_load_all(proc.stdout) if d is not None]
+        role = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "duet-bridge"]
+        self.assertEqual(len(role), 1)
+        rules = self.rules(role[0])
+        for rule in GANG_RULES:
+            self.assertNotIn(rule, rules)
+        self.assertIn((("",), ("pods/binding",), ("create",)), rules)
 
     def test_node_exact(self):
         self.assertEqual(self.rules(one("defaults", "ClusterRole", "duet-node")),
