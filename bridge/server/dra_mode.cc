@@ -598,10 +598,11 @@ void DraMode::Loop() {
   absl::Time last_inventory = absl::InfinitePast();
   for (;;) {
     {
-      // Every 200 ms, or at once when a pod became pending for devices.
+      // Every 200 ms (of deps_.clock, as the pass's own decisions), or at
+      // once when a pod became pending for devices.
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || wake_; };
-      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
+      deps_.clock->AwaitWithTimeout(&mu_, absl::Condition(&ready), absl::Milliseconds(200));
       if (stopping_) return;
       wake_ = false;
     }
