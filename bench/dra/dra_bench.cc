@@ -44,8 +44,26 @@
 //                    rules at rest, and the CPU time of the calling thread in
 //                    each Lender call (no journal: durability is immediate).
 //                    Also DesiredTainted() and Resync() at --nodes.
+//   --mode e2e-lend  from a pod marked Unschedulable to its devices lent, as
+//                    duet-bridge runs it: the real DraMode (bridge/server, made
+//                    as Bridge::StartDra makes it: its pending-pod informer,
+//                    its loop, demand, the placement scorer, the Lender, the
+//                    real TaintRules) over a fresh tests/fakes/fake_apiserver.py
+//                    (1.37) per run, --e2e_nodes H100 nodes of the lending pool
+//                    with NVIDIA slices and the DeviceClass serving
+//                    nvidia.com/gpu (KEP-5004), and Placeholders over the fake
+//                    slurmctld sleeping --slurm_ms per RPC. Each pod asks
+//                    nvidia.com/gpu: N (--counts); it is created pending, then
+//                    after a random gap (--gap_ms) its PodScheduled=False /
+//                    Unschedulable condition is written as kube-scheduler
+//                    writes it, and the time runs until the benchmark's own
+//                    watch of DeviceTaintRules has seen N rule deletions.
+//                    --pods pods one at a time, then --pods in bursts of
+//                    --burst. After each sample the pods are deleted and the
+//                    lent devices reclaimed (Lender::Reclaim), so every sample
+//                    starts from all devices tainted. Not part of --mode all.
 //
-//   dra_bench --mode webhook|lend|churn|all [--nodes 500,1000,5000] ...
+//   dra_bench --mode webhook|lend|churn|all|e2e-lend [--nodes 500,1000,5000] ...
 //
 // Prints one JSON line per configuration and repetition, then a summary
 // (medians over --reps). Exits non-zero when anything the benchmark relies
@@ -78,12 +96,15 @@
 #include "bench/common/h100_node.h"
 #include "bridge/dra/lender.h"
 #include "bridge/journal/journal.h"
+#include "bridge/config/config.h"
 #include "bridge/ledger/ledger.h"
+#include "bridge/server/dra_mode.h"
 #include "bridge/slurm/placeholders.h"
 #include "common/clock.h"
 #include "k8s_adapter/dra/device_map.h"
 #include "k8s_adapter/dra/taint_rules.h"
 #include "k8s_adapter/dra/webhook.h"
+#include "k8s_adapter/informer.h"
 #include "k8s_adapter/kube_client.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -118,6 +139,11 @@ struct Flags {
   double lifetime = 60;
   int warm = 8;
   int reclaim_after = 60;
+  // e2e-lend (also --counts, --slurm_ms, --reps)
+  int e2e_nodes = 16;
+  int pods = 50;      // pods one at a time, and again in bursts
+  int burst = 10;
+  double gap_ms = 250;  // random wait before each Unschedulable write
 };
 
 bool failed = false;
@@ -913,6 +939,315 @@ void RunChurn(const Flags& f) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// --mode e2e-lend
+
+// The benchmark's own watch of the DeviceTaintRules at the API server: when
+// each deletion reached it. Thread-safe (the informer's thread writes).
+class RuleWatch final : public k8s::InformerHandler {
+ public:
+  void OnUpsert(const json&) override {}
+  void OnDelete(const std::string&, const json*) override {
+    absl::MutexLock lock(&mu_);
+    deleted_.push_back(absl::Now());
+  }
+  void OnSynced() override {}
+  size_t deleted() {
+    absl::MutexLock lock(&mu_);
+    return deleted_.size();
+  }
+  // The time of every deletion seen, once at least `n` were (empty after
+  // `timeout`).
+  std::vector<absl::Time> AwaitDeleted(size_t n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return deleted_.size() >= n; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&enough), timeout)) return {};
+    return deleted_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<absl::Time> deleted_ ABSL_GUARDED_BY(mu_);
+};
+
+// duet-bridge's DRA wiring (DraMode, as Bridge::StartDra makes it) over a
+// fresh fake API server, a ledger of --e2e_nodes H100 nodes of the lending
+// pool, and the slow fake slurmctld; plus the benchmark's rule watch.
+class E2eWorld {
+ public:
+  E2eWorld(const Flags& f, absl::Duration slurm_rpc, const k8s::testing::TlsFiles& tls)
+      : api_(std::vector<std::string>{"--kube-version", "1.37"}) {
+    if (!api_.ok()) {
+      Fail("fake_apiserver.py did not start");
+      return;
+    }
+    // What the cluster has before duet: the class serving nvidia.com/gpu
+    // from DRA (KEP-5004) and the driver's slices.
+    auto post = [this](const std::string& path, const json& body) {
+      absl::StatusOr<std::string> r = api_.control()->Post(path, body.dump());
+      if (!r.ok()) Fail(absl::StrCat("POST ", path, ": ", r.status().ToString()));
+      return r.ok();
+    };
+    if (!post(absl::StrCat(kDraApi, "/deviceclasses"),
+              json::parse(R"({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                  "metadata": {"name": "gpu.nvidia.com"},
+                  "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.nvidia.com\""}}],
+                           "extendedResourceName": "nvidia.com/gpu"}})"))) {
+      return;
+    }
+    for (int i = 0; i < f.e2e_nodes; ++i) {
+      NodeSpec spec = bench::H100Node(i);
+      names_.push_back(spec.name);
+      if (absl::Status s = ledger_.UpsertNode(spec).status(); !s.ok()) {
+        Fail(s.ToString());
+        return;
+      }
+      if (!post(absl::StrCat(kDraApi, "/resourceslices"), NvidiaSlice(spec))) return;
+    }
+    slurm_ = std::make_unique<SlowSlurm>(slurm_rpc);
+    lends_ = std::make_unique<Placeholders>(&ledger_, slurm_.get());
+    config_.enabled = true;
+    config_.pools = {kPool};
+    config_.drivers = {kGpuDriver};
+    config_.warm_buffer = 0;
+    config_.reclaim_after = absl::Hours(1);  // the benchmark reclaims itself
+    config_.webhook.cert_file = tls.cert;
+    config_.webhook.key_file = tls.key;
+    config_.webhook.listen = "127.0.0.1:0";
+    config_.webhook.admission_grace = absl::ZeroDuration();  // no admissions here
+    config_.kube_version = "1.37";
+    k8s::KubeConfig kc;
+    kc.server = api_.url();
+    absl::StatusOr<std::unique_ptr<k8s::KubeClient>> kube = k8s::NewCurlKubeClient(kc);
+    if (!kube.ok()) {
+      Fail(kube.status().ToString());
+      return;
+    }
+    kube_ = *std::move(kube);
+    DraModeDeps d;
+    d.config = &config_;
+    d.ledger = &ledger_;
+    d.kube = kube_.get();
+    d.lends = lends_.get();
+    absl::StatusOr<std::unique_ptr<DraMode>> m = DraMode::Start(std::move(d));
+    if (!m.ok()) {
+      Fail(absl::StrCat("DraMode::Start: ", m.status().ToString()));
+      return;
+    }
+    mode_ = *std::move(m);
+    k8s::InformerOptions ro;
+    ro.path = absl::StrCat(kDraApi, "/devicetaintrules");
+    rule_informer_ = std::make_unique<k8s::Informer>(api_.control(), ro, &rules_seen_);
+    if (absl::Status s = rule_informer_->Start(); !s.ok()) {
+      Fail(absl::StrCat("the rule watch: ", s.ToString()));
+      return;
+    }
+    // DraMode::Start's Resync tainted every device.
+    const size_t rules = rule_informer_->stats().objects;
+    if (rules != names_.size() * 8) {
+      Fail(absl::StrCat("after DraMode::Start: ", rules, " DeviceTaintRules, want ",
+                        names_.size() * 8));
+      return;
+    }
+    ok_ = true;
+  }
+  ~E2eWorld() {
+    if (rule_informer_) rule_informer_->Stop();
+    if (mode_) mode_->Stop();
+  }
+
+  bool ok() const { return ok_; }
+  RuleWatch& rules_seen() { return rules_seen_; }
+
+  // A pod as a user writes it for the default scheduler, pending. Returns
+  // the object the API server stored ({} on failure).
+  json CreatePod(const std::string& name, int gpus) {
+    const std::string q = absl::StrCat(gpus);
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", "default"}}},
+                {"spec",
+                 {{"containers",
+                   {{{"name", "main"},
+                     {"image", "nvcr.io/nvidia/pytorch:24.10-py3"},
+                     {"resources",
+                      {{"limits", {{"nvidia.com/gpu", q}}},
+                       {"requests", {{"nvidia.com/gpu", q}}}}}}}}}}};
+    absl::StatusOr<std::string> r =
+        api_.control()->Post("/api/v1/namespaces/default/pods", pod.dump());
+    if (!r.ok()) {
+      Fail(absl::StrCat("create pod ", name, ": ", r.status().ToString()));
+      return json::object();
+    }
+    return json::parse(*r);
+  }
+  // What kube-scheduler writes for a pod no node fits (as
+  // tests/fakes/test_scheduler.py does): PodScheduled=False/Unschedulable.
+  bool MarkUnschedulable(json pod) {
+    pod["status"]["conditions"] =
+        json::array({{{"type", "PodScheduled"},
+                      {"status", "False"},
+                      {"reason", "Unschedulable"},
+                      {"message", "no node has the devices the pod asks for"},
+                      {"lastTransitionTime", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(),
+                                                              absl::UTCTimeZone())}}});
+    const std::string name = pod["metadata"]["name"];
+    absl::StatusOr<std::string> r = api_.control()->Put(
+        absl::StrCat("/api/v1/namespaces/default/pods/", name, "/status"), pod.dump());
+    if (!r.ok()) Fail(absl::StrCat("pod ", name, " status: ", r.status().ToString()));
+    return r.ok();
+  }
+  void DeletePod(const std::string& name) {
+    absl::StatusOr<std::string> r =
+        api_.control()->Delete(absl::StrCat("/api/v1/namespaces/default/pods/", name));
+    if (!r.ok()) Fail(absl::StrCat("delete pod ", name, ": ", r.status().ToString()));
+  }
+  // The devices the ledger holds for lend jobs.
+  std::vector<dra::LedgerDevice> Lent() {
+    std::vector<dra::LedgerDevice> out;
+    for (const std::string& n : names_) {
+      for (const DeviceState& d : ledger_.GetNode(n)->devices) {
+        if (d.uses.size() == 1 && d.uses.front().owner->kind == OwnerKind::kLend) {
+          out.push_back({n, d.spec.kind, d.spec.index});
+        }
+      }
+    }
+    return out;
+  }
+  // Back to where a sample starts: every device not lent, tainted.
+  bool ReclaimAll() {
+    for (const dra::LedgerDevice& d : Lent()) {
+      if (absl::Status s = mode_->lender()->Reclaim(d); !s.ok()) {
+        Fail(absl::StrCat("reclaim ", d.node, " gpu ", d.index, ": ", s.ToString()));
+        return false;
+      }
+    }
+    return true;
+  }
+
+ private:
+  static constexpr char kDraApi[] = "/apis/resource.k8s.io/v1";
+  bool ok_ = false;
+  k8s::testing::FakeApiServer api_;
+  std::vector<std::string> names_;
+  Ledger ledger_;
+  std::unique_ptr<SlowSlurm> slurm_;
+  std::unique_ptr<Placeholders> lends_;
+  DraConfig config_;
+  std::unique_ptr<k8s::KubeClient> kube_;
+  std::unique_ptr<DraMode> mode_;
+  RuleWatch rules_seen_;
+  std::unique_ptr<k8s::Informer> rule_informer_;
+};
+
+struct E2eFigures {
+  std::vector<double> sequential_ms, burst_ms;
+};
+
+// One world: --pods pods one at a time, then --pods pods in bursts of
+// --burst. Each sample: create the pending pod(s), wait a random gap (so the
+// condition lands at a random phase of dra_mode's loop), then time from just
+// before the Unschedulable write until the rule watch has seen the deletion
+// of the devices lent for it. In a burst the k-th group of `gpus` deletions
+// is the k-th pod served, timed from just before the burst's first write (an
+// upper bound for the pods written later). Then the pods are deleted and
+// every lent device reclaimed (rules back, lend jobs cancelled).
+E2eFigures E2eLend(const Flags& f, double slurm_ms, int gpus, int rep,
+                   const k8s::testing::TlsFiles& tls) {
+  E2eFigures out;
+  E2eWorld w(f, absl::Microseconds(slurm_ms * 1000), tls);
+  if (!w.ok()) return out;
+  std::mt19937 rng(7000 + rep);
+  std::uniform_real_distribution<double> gap(0, f.gap_ms);
+  int next = 0;
+  auto round = [&](int pods, std::vector<double>* into) {
+    std::vector<json> made;
+    for (int i = 0; i < pods; ++i) {
+      made.push_back(w.CreatePod(absl::StrCat("train-", rep, "-", next++), gpus));
+      if (failed) return false;
+    }
+    if (f.gap_ms > 0) absl::SleepFor(absl::Microseconds(gap(rng) * 1000));
+    const size_t base = w.rules_seen().deleted();
+    const absl::Time t0 = absl::Now();
+    for (const json& p : made) {
+      if (!w.MarkUnschedulable(p)) return false;
+    }
+    const size_t want = static_cast<size_t>(pods) * static_cast<size_t>(gpus);
+    std::vector<absl::Time> seen = w.rules_seen().AwaitDeleted(base + want, absl::Seconds(30));
+    if (seen.empty()) {
+      Fail(absl::StrCat(pods, " pod(s) asking ", gpus, " GPU(s): ",
+                        w.rules_seen().deleted() - base, " of ", want,
+                        " rule deletions seen in 30 s"));
+      return false;
+    }
+    for (int k = 1; k <= pods; ++k) {
+      into->push_back(
+          absl::ToDoubleMilliseconds(seen[base + static_cast<size_t>(k * gpus) - 1] - t0));
+    }
+    // Exactly what was asked was lent: no pod served twice, none short.
+    const size_t lent = w.Lent().size();
+    if (lent != want) {
+      Fail(absl::StrCat(pods, " pod(s) asking ", gpus, " GPU(s): ", lent, " devices lent"));
+      return false;
+    }
+    for (const json& p : made) w.DeletePod(p["metadata"]["name"]);
+    return !failed && w.ReclaimAll();
+  };
+  for (int i = 0; i < f.pods; ++i) {
+    if (!round(1, &out.sequential_ms)) return out;
+  }
+  for (int i = 0; i < f.pods; i += f.burst) {
+    if (!round(std::min(f.burst, f.pods - i), &out.burst_ms)) return out;
+  }
+  return out;
+}
+
+void RunE2eLend(const Flags& f) {
+  std::printf("== end-to-end lend latency: pod marked Unschedulable -> its DeviceTaintRules "
+              "deleted (seen by a watch), DraMode over fake_apiserver.py (1.37) and the fake "
+              "slurmctld; %d nodes x 8 GPUs, %d pods one at a time, then in bursts of %d; "
+              "random gap up to %g ms\n",
+              f.e2e_nodes, f.pods, f.burst, f.gap_ms);
+  const std::string tmp = k8s::testing::MakeTempDir();
+  const k8s::testing::TlsFiles tls = k8s::testing::MakeTestCerts(tmp);
+  for (double ms : f.slurm_ms) {
+    for (int gpus : f.counts) {
+      std::vector<double> s50, s99, b50, b99;
+      for (int rep = 0; rep < f.reps; ++rep) {
+        E2eFigures r = E2eLend(f, ms, gpus, rep, tls);
+        if (failed) {
+          k8s::testing::RemoveTree(tmp);
+          return;
+        }
+        auto mx = [](const std::vector<double>& v) {
+          return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+        };
+        json line = {{"mode", "e2e-lend"},
+                     {"slurm_ms", ms},
+                     {"gpus", gpus},
+                     {"rep", rep},
+                     {"sequential_p50_ms", Pct(r.sequential_ms, 0.5)},
+                     {"sequential_p99_ms", Pct(r.sequential_ms, 0.99)},
+                     {"sequential_max_ms", mx(r.sequential_ms)},
+                     {"burst_p50_ms", Pct(r.burst_ms, 0.5)},
+                     {"burst_p99_ms", Pct(r.burst_ms, 0.99)},
+                     {"burst_max_ms", mx(r.burst_ms)},
+                     {"samples", r.sequential_ms.size() + r.burst_ms.size()}};
+        std::printf("%s\n", line.dump().c_str());
+        std::fflush(stdout);
+        s50.push_back(Pct(r.sequential_ms, 0.5));
+        s99.push_back(Pct(r.sequential_ms, 0.99));
+        b50.push_back(Pct(r.burst_ms, 0.5));
+        b99.push_back(Pct(r.burst_ms, 0.99));
+      }
+      std::printf("  slurm RPC %5.1f ms, %d GPU(s): one at a time p50/p99 %7.1f / %7.1f ms; "
+                  "bursts of %d p50/p99 %7.1f / %7.1f ms (medians of %d)\n",
+                  ms, gpus, Median(s50), Median(s99), f.burst, Median(b50), Median(b99), f.reps);
+    }
+  }
+  k8s::testing::RemoveTree(tmp);
+}
+
 std::vector<int> Ints(const std::string& s) {
   std::vector<int> out;
   for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
@@ -928,8 +1263,8 @@ int Main(int argc, char** argv) {
   std::string nodes = "500,1000,5000", counts = "1,8", slurm_ms = "5,20";
   f.dir = std::filesystem::temp_directory_path().string();
   CLI::App app{"DRA lending mode benchmark (bench/RESULTS.md, DRA lending)"};
-  app.add_option("--mode", f.mode, "webhook, lend, churn or all")
-      ->check(CLI::IsMember({"webhook", "lend", "churn", "all"}));
+  app.add_option("--mode", f.mode, "webhook, lend, churn, all (those three) or e2e-lend")
+      ->check(CLI::IsMember({"webhook", "lend", "churn", "all", "e2e-lend"}));
   app.add_option("--nodes", nodes, "node counts, comma separated (webhook, churn)");
   app.add_option("--reps", f.reps, "runs per configuration");
   app.add_option("--requests", f.requests, "webhook: admissions per run");
@@ -946,6 +1281,15 @@ int Main(int argc, char** argv) {
   app.add_option("--lifetime", f.lifetime, "churn: mean pod lifetime, s");
   app.add_option("--warm", f.warm, "churn: dra.warm_buffer");
   app.add_option("--reclaim_after", f.reclaim_after, "churn: dra.reclaim_after, s");
+  app.add_option("--e2e_nodes", f.e2e_nodes, "e2e-lend: lending nodes (8 GPUs each)")
+      ->check(CLI::Range(1, 5000));
+  app.add_option("--pods", f.pods, "e2e-lend: pods one at a time, and again in bursts")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--burst", f.burst, "e2e-lend: pods per burst")->check(CLI::Range(1, 1000));
+  app.add_option("--gap_ms", f.gap_ms,
+                 "e2e-lend: the random wait before each Unschedulable write is uniform in "
+                 "[0, gap_ms) (0: none)")
+      ->check(CLI::Range(0.0, 60000.0));
   CLI11_PARSE(app, argc, argv);
   f.nodes = Ints(nodes);
   f.counts = Ints(counts);
@@ -965,6 +1309,7 @@ int Main(int argc, char** argv) {
   if (f.mode == "webhook" || f.mode == "all") RunWebhook(f);
   if (!failed && (f.mode == "lend" || f.mode == "all")) RunLend(f);
   if (!failed && (f.mode == "churn" || f.mode == "all")) RunChurn(f);
+  if (!failed && f.mode == "e2e-lend") RunE2eLend(f);
   return failed ? 1 : 0;
 }
 

@@ -1,6 +1,7 @@
 #include "bridge/server/dra_mode.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <utility>
@@ -222,23 +223,18 @@ class DraMode::ClaimHandler final : public k8s::InformerHandler {
 
 class DraMode::PodHandler final : public k8s::InformerHandler {
  public:
+  // `on_new` runs (outside the handler's lock) when a pod becomes pending
+  // for devices: not on a change of a pod already pending.
+  explicit PodHandler(std::function<void()> on_new) : on_new_(std::move(on_new)) {}
   void OnUpsert(const nlohmann::json& object) override {
     const std::string key = absl::StrCat(Str(object, {"metadata", "namespace"}), "/",
                                          Str(object, {"metadata", "name"}));
-    absl::MutexLock lock(&mu_);
-    if (k8s_dra::UnschedulablePod(object)) {
-      // Only what demand reads.
-      nlohmann::json keep = {{"metadata", object["metadata"]}, {"spec", nlohmann::json::object()}};
-      for (const char* k : {"containers", "resourceClaims"}) {
-        if (object["spec"].contains(k)) keep["spec"][k] = object["spec"][k];
-      }
-      if (const nlohmann::json* st = Path(object, {"status", "resourceClaimStatuses"})) {
-        keep["status"]["resourceClaimStatuses"] = *st;
-      }
-      pending_[key] = std::move(keep);
-    } else {
-      pending_.erase(key);
+    bool added = false;
+    {
+      absl::MutexLock lock(&mu_);
+      added = Apply(key, object);
     }
+    if (added) on_new_();
   }
   void OnDelete(const std::string& key, const nlohmann::json*) override {
     absl::MutexLock lock(&mu_);
@@ -253,6 +249,25 @@ class DraMode::PodHandler final : public k8s::InformerHandler {
   }
 
  private:
+  // Whether `key` is newly pending.
+  bool Apply(const std::string& key, const nlohmann::json& object)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (k8s_dra::UnschedulablePod(object)) {
+      // Only what demand reads.
+      nlohmann::json keep = {{"metadata", object["metadata"]}, {"spec", nlohmann::json::object()}};
+      for (const char* k : {"containers", "resourceClaims"}) {
+        if (object["spec"].contains(k)) keep["spec"][k] = object["spec"][k];
+      }
+      if (const nlohmann::json* st = Path(object, {"status", "resourceClaimStatuses"})) {
+        keep["status"]["resourceClaimStatuses"] = *st;
+      }
+      return pending_.insert_or_assign(key, std::move(keep)).second;
+    }
+    pending_.erase(key);
+    return false;
+  }
+
+  const std::function<void()> on_new_;
   absl::Mutex mu_;
   std::map<std::string, nlohmann::json> pending_ ABSL_GUARDED_BY(mu_);
 };
@@ -315,7 +330,11 @@ absl::Status DraMode::Init() {
 
   slice_handler_ = std::make_unique<SliceHandler>();
   claim_handler_ = std::make_unique<ClaimHandler>();
-  pod_handler_ = std::make_unique<PodHandler>();
+  pod_handler_ = std::make_unique<PodHandler>([this] {
+    // A pod newly unschedulable for devices: lend now, not at the next pass.
+    absl::MutexLock lock(&mu_);
+    wake_ = true;
+  });
   k8s::InformerOptions so;
   so.path = absl::StrCat(kDra, "/resourceslices");
   slice_informer_ = std::make_unique<k8s::Informer>(deps_.kube, so, slice_handler_.get());
@@ -579,9 +598,13 @@ void DraMode::Loop() {
   absl::Time last_inventory = absl::InfinitePast();
   for (;;) {
     {
+      // Every 200 ms (of deps_.clock, as the pass's own decisions), or at
+      // once when a pod became pending for devices.
       absl::MutexLock lock(&mu_);
-      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-      if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(200))) return;
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || wake_; };
+      deps_.clock->AwaitWithTimeout(&mu_, absl::Condition(&ready), absl::Milliseconds(200));
+      if (stopping_) return;
+      wake_ = false;
     }
     const absl::Time now = deps_.clock->Now();
     // Slices at once; the ledger's inventory (a walk of every node) each second.

@@ -18,7 +18,9 @@
 //    asks for devices of a lent driver (claims' ExactCount requests, or an
 //    extended resource a DeviceClass serves) makes duet lend that many on
 //    the node placement picks among the lending nodes (LendDemand);
-//  - a loop thread: map rebuilds, demand, and Lender::Resync every 30 s; a
+//  - a loop thread: map rebuilds, demand, and Lender::Resync every 30 s
+//    (a pass every 200 ms, and at once when the pod informer sees a pod
+//    newly pending for devices, so a lend does not wait for the next pass); a
 //    thread for the claim releases (each waits out the claim's admission
 //    grace); and a thread for Lender::Tick every second (a reclaim waits out
 //    the admission grace there);
@@ -163,6 +165,8 @@ class DraMode {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // A pod became pending for devices since the loop's last pass.
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
   std::thread release_;
   std::thread tick_;
