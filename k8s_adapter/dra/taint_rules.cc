@@ -107,7 +107,14 @@ class TaintRules::Watcher final : public k8s::InformerHandler {
     {
       absl::MutexLock lock(&rules_->cache_mu_);
       auto it = rules_->cache_.find(name);
-      if (it != rules_->cache_.end() && it->second == c) return;  // as duet's write left it
+      if (it != rules_->cache_.end() && !it->second.uid.empty() && !c.uid.empty() &&
+          it->second.uid != c.uid) {
+        return;  // an older rule of that name
+      }
+      if (it != rules_->cache_.end() && it->second == c) {
+        it->second.uid = c.uid;
+        return;  // as duet's write left it
+      }
       if (it != rules_->cache_.end() && it->second.device != c.device) {
         drift.push_back(it->second.device);
       }
@@ -118,12 +125,16 @@ class TaintRules::Watcher final : public k8s::InformerHandler {
     }
     rules_->ReportDrift(drift, false);
   }
-  void OnDelete(const std::string& key, const json*) override {
+  void OnDelete(const std::string& key, const json* last) override {
     dra::DraDevice was;
+    const std::string uid = last != nullptr ? last->value("/metadata/uid"_json_pointer, "") : "";
     {
       absl::MutexLock lock(&rules_->cache_mu_);
       auto it = rules_->cache_.find(key);
       if (it == rules_->cache_.end()) return;  // duet deleted it (or never saw it)
+      if (!uid.empty() && !it->second.uid.empty() && uid != it->second.uid) {
+        return;  // an older rule of that name; duet made this one since
+      }
       was = it->second.device;
       rules_->CacheEraseLocked(key);
       if (!rules_->cache_valid_) return;
@@ -209,6 +220,7 @@ TaintRules::Cached TaintRules::Parse(const json& rule) const {
   const json taint = rule.contains("spec") && rule["spec"].is_object()
                          ? rule["spec"].value("taint", json())
                          : json();
+  c.uid = rule.value("/metadata/uid"_json_pointer, "");
   c.exact = !c.device.driver.empty() && !c.device.pool.empty() && !c.device.device.empty() &&
             taint.is_object() && taint.value("key", "") == options_.taint_key &&
             taint.value("effect", "") == "NoSchedule" && taint.value("value", "").empty();
@@ -259,8 +271,11 @@ absl::Status TaintRules::Create(const dra::DraDevice& device) {
   if (r.ok()) {
     ++creates_;
     if (create_counter_ != nullptr) create_counter_->Increment();
+    json made = json::parse(*r, nullptr, /*allow_exceptions=*/false);
+    Cached c{device, true, ""};
+    if (made.is_object()) c.uid = made.value("/metadata/uid"_json_pointer, "");
     absl::MutexLock lock(&cache_mu_);
-    CachePutLocked(rule["metadata"]["name"], Cached{device, true});
+    CachePutLocked(rule["metadata"]["name"], c);
     return absl::OkStatus();
   }
   if (!absl::IsAlreadyExists(r.status())) return r.status();

@@ -37,7 +37,8 @@
 // relist after a watch gap) is reported as OnRulesRelisted. Without a watch,
 // Resync LISTs duet's rules by label (paged) and replaces the cache with
 // them. Either way each successful write updates the cache at once (so the
-// watch event of duet's own write is no drift).
+// watch event of duet's own write is no drift; an event of another uid than
+// the cached rule's is of an older rule of that name and is ignored).
 //
 // Metrics: duet_dra_rule_writes_total{op=create|delete} (writes that
 // reached the API server and succeeded). Thread-safe.
@@ -126,6 +127,9 @@ class TaintRules : public dra::RuleWriter {
   struct Cached {
     dra::DraDevice device;  // what it selects
     bool exact = false;     // the selector and taint Taint writes
+    // metadata.uid: a watch event of another uid than the cache's is of an
+    // older rule of that name (duet deleted and made it again since).
+    std::string uid;
     bool operator==(const Cached& o) const { return device == o.device && exact == o.exact; }
   };
   class Watcher;
