@@ -41,7 +41,9 @@
 //                    dirty nodes' rules) every simulated second and the full
 //                    Lender::Resync every dra::kFullRuleResync, as
 //                    bridge/server/dra_mode.cc does (its loop reconciles
-//                    each 200 ms: the same work in smaller passes). Node i's first i % 4
+//                    each 200 ms: the same work in smaller passes).
+//                    --rule_pass full30 runs the former schedule instead
+//                    (only the full Resync, every 30 s), for comparison. Node i's first i % 4
 //                    GPUs are held by a Slurm job. Counts rule writes
 //                    (creates, deletes) per lend, per reclaim and per second,
 //                    rules at rest, and the CPU time of the calling thread in
@@ -121,6 +123,9 @@ struct Flags {
   double lifetime = 60;
   int warm = 8;
   int reclaim_after = 60;
+  // churn: "incremental" (dra_mode now) or "full30" (the full Resync every
+  // 30 s and nothing else, as dra_mode did before the incremental reconcile).
+  std::string rule_pass = "incremental";
 };
 
 bool failed = false;
@@ -846,7 +851,13 @@ ChurnFigures Churn(const Flags& f, int nodes, int rep) {
     // The rules, as dra_mode's loop does them: the dirty nodes' (each 200 ms
     // there; each simulated second here, so a pass has the second's nodes),
     // and the full reconcile every dra::kFullRuleResync.
-    if ((sec + 1) % static_cast<int>(absl::ToInt64Seconds(dra::kFullRuleResync)) == 0) {
+    if (f.rule_pass == "full30") {
+      if (sec % 30 == 29) {
+        cpu("full", [&] {
+          if (!lender.Resync().ok()) Fail("resync");
+        });
+      }
+    } else if ((sec + 1) % static_cast<int>(absl::ToInt64Seconds(dra::kFullRuleResync)) == 0) {
       cpu("full", [&] {
         if (!lender.Resync().ok()) Fail("resync");
       });
@@ -898,8 +909,9 @@ ChurnFigures Churn(const Flags& f, int nodes, int rep) {
 
 void RunChurn(const Flags& f) {
   std::printf("== churn: %g pods/s, mean lifetime %g s, %d simulated s, warm buffer %d, "
-              "reclaim after %d s; node i: i %% 4 GPUs Slurm's\n",
-              f.arrivals, f.lifetime, f.sim_seconds, f.warm, f.reclaim_after);
+              "reclaim after %d s; node i: i %% 4 GPUs Slurm's; rule pass %s\n",
+              f.arrivals, f.lifetime, f.sim_seconds, f.warm, f.reclaim_after,
+              f.rule_pass.c_str());
   for (int nodes : f.nodes) {
     std::vector<ChurnFigures> runs;
     for (int rep = 0; rep < f.reps; ++rep) {
@@ -1004,6 +1016,10 @@ int Main(int argc, char** argv) {
   app.add_option("--lifetime", f.lifetime, "churn: mean pod lifetime, s");
   app.add_option("--warm", f.warm, "churn: dra.warm_buffer");
   app.add_option("--reclaim_after", f.reclaim_after, "churn: dra.reclaim_after, s");
+  app.add_option("--rule_pass", f.rule_pass,
+                 "churn: incremental (ReconcileRules each s, full Resync each 10 min) or full30 "
+                 "(the former schedule: Resync each 30 s)")
+      ->check(CLI::IsMember({"incremental", "full30"}));
   CLI11_PARSE(app, argc, argv);
   f.nodes = Ints(nodes);
   f.counts = Ints(counts);
