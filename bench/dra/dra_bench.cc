@@ -37,13 +37,18 @@
 //                    (lend on demand); leaving, its allocation is removed
 //                    (Review of the deallocation). Lender::Tick runs every
 //                    simulated second (warm buffer --warm, reclaim after
-//                    --reclaim_after s idle), Lender::Resync every 30 s, as
-//                    bridge/server/dra_mode.cc does. Node i's first i % 4
+//                    --reclaim_after s idle), Lender::ReconcileRules (the
+//                    dirty nodes' rules) every simulated second and the full
+//                    Lender::Resync every dra::kFullRuleResync, as
+//                    bridge/server/dra_mode.cc does (its loop reconciles
+//                    each 200 ms: the same work in smaller passes).
+//                    --rule_pass full30 runs the former schedule instead
+//                    (only the full Resync, every 30 s), for comparison. Node i's first i % 4
 //                    GPUs are held by a Slurm job. Counts rule writes
 //                    (creates, deletes) per lend, per reclaim and per second,
 //                    rules at rest, and the CPU time of the calling thread in
 //                    each Lender call (no journal: durability is immediate).
-//                    Also DesiredTainted() and Resync() at --nodes.
+//                    Also DesiredTainted() and the first Resync() at --nodes.
 //   --mode e2e-lend  from a pod marked Unschedulable to its devices lent, as
 //                    duet-bridge runs it: the real DraMode (bridge/server, made
 //                    as Bridge::StartDra makes it: its pending-pod informer,
@@ -144,6 +149,9 @@ struct Flags {
   int pods = 50;      // pods one at a time, and again in bursts
   int burst = 10;
   double gap_ms = 250;  // random wait before each Unschedulable write
+  // churn: "incremental" (dra_mode now) or "full30" (the full Resync every
+  // 30 s and nothing else, as dra_mode did before the incremental reconcile).
+  std::string rule_pass = "incremental";
 };
 
 bool failed = false;
@@ -246,6 +254,7 @@ class CountingRules final : public dra::RuleWriter {
     absl::MutexLock lock(&mu_);
     for (const dra::DraDevice& d : devices) {
       ++creates_;
+      drivers_.insert(d.driver);
       rules_.insert(d);
     }
     return absl::OkStatus();
@@ -267,9 +276,35 @@ class CountingRules final : public dra::RuleWriter {
     for (const dra::DraDevice& d : rules_) {
       if (!want.count(d)) ++resync_deletes_;
     }
+    for (const dra::DraDevice& d : want) drivers_.insert(d.driver);
     rules_ = std::move(want);
     return absl::OkStatus();
   }
+  absl::Status ResyncPool(const std::string& pool,
+                          const std::vector<dra::DraDevice>& tainted) override {
+    absl::MutexLock lock(&mu_);
+    ++pool_calls_;
+    std::set<dra::DraDevice> want(tainted.begin(), tainted.end());
+    for (const std::string& driver : drivers_) {
+      for (auto it = rules_.lower_bound({driver, pool, ""});
+           it != rules_.end() && it->driver == driver && it->pool == pool;) {
+        if (want.erase(*it) == 0) {
+          ++resync_deletes_;
+          it = rules_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const dra::DraDevice& d : want) {
+      ++resync_creates_;
+      drivers_.insert(d.driver);
+      rules_.insert(d);
+    }
+    return absl::OkStatus();
+  }
+  void SetDriftListener(dra::RuleDriftListener*) override {}  // nobody else writes here
+  uint64_t pool_calls() const { absl::MutexLock l(&mu_); return pool_calls_; }
   uint64_t creates() const { absl::MutexLock l(&mu_); return creates_; }
   uint64_t deletes() const { absl::MutexLock l(&mu_); return deletes_; }
   uint64_t resync_writes() const {
@@ -282,6 +317,8 @@ class CountingRules final : public dra::RuleWriter {
  private:
   mutable absl::Mutex mu_;
   std::set<dra::DraDevice> rules_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> drivers_ ABSL_GUARDED_BY(mu_);  // of the rules ever seen
+  uint64_t pool_calls_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t creates_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t deletes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t resync_creates_ ABSL_GUARDED_BY(mu_) = 0;
@@ -691,6 +728,9 @@ struct ChurnFigures {
   std::map<std::string, std::vector<double>> cpu_us;  // per operation kind
   double desired_ms = 0, resync_ms = 0;
   double grace_waits = 0;
+  // ReconcileRules passes with dirty nodes, the nodes they looked at, and
+  // the full reconciles (after the first).
+  double passes = 0, pass_nodes = 0, fulls = 0;
 };
 
 ChurnFigures Churn(const Flags& f, int nodes, int rep) {
@@ -726,6 +766,7 @@ ChurnFigures Churn(const Flags& f, int nodes, int rep) {
   c->clock.Advance(absl::Seconds(16));
   const uint64_t creates0 = rules.creates(), deletes0 = rules.deletes();
   const uint64_t resync0 = rules.resync_writes();
+  const dra::RuleSyncStats stats0 = lender.rule_stats();
   std::mt19937_64 rng(1000 + rep);
   std::exponential_distribution<double> life(1.0 / f.lifetime);
   std::uniform_real_distribution<double> u(0, 1);
@@ -833,9 +874,24 @@ ChurnFigures Churn(const Flags& f, int nodes, int rep) {
       if (absl::Status s = lender.Tick(); !s.ok()) Fail(absl::StrCat("tick: ", s.ToString()));
     });
     out.reclaims += static_cast<double>(rules.creates() - before);
-    if (sec % 30 == 29) {
-      cpu("resync", [&] {
+    // The rules, as dra_mode's loop does them: the dirty nodes' (each 200 ms
+    // there; each simulated second here, so a pass has the second's nodes),
+    // and the full reconcile every dra::kFullRuleResync.
+    if (f.rule_pass == "full30") {
+      if (sec % 30 == 29) {
+        cpu("full", [&] {
+          if (!lender.Resync().ok()) Fail("resync");
+        });
+      }
+    } else if ((sec + 1) % static_cast<int>(absl::ToInt64Seconds(dra::kFullRuleResync)) == 0) {
+      cpu("full", [&] {
         if (!lender.Resync().ok()) Fail("resync");
+      });
+    } else {
+      cpu("reconcile", [&] {
+        if (absl::Status s = lender.ReconcileRules(); !s.ok()) {
+          Fail(absl::StrCat("reconcile: ", s.ToString()));
+        }
       });
     }
     // Devices the warm buffer lent: where they are (the driver's own walk).
@@ -856,6 +912,10 @@ ChurnFigures Churn(const Flags& f, int nodes, int rep) {
   out.creates = static_cast<double>(rules.creates() - creates0);
   out.deletes = static_cast<double>(rules.deletes() - deletes0);
   out.resync_writes = static_cast<double>(rules.resync_writes() - resync0);
+  const dra::RuleSyncStats stats = lender.rule_stats();
+  out.passes = static_cast<double>(stats.incremental - stats0.incremental);
+  out.pass_nodes = static_cast<double>(stats.nodes - stats0.nodes);
+  out.fulls = static_cast<double>(stats.full - stats0.full);
   out.writes_per_s = (out.creates + out.deletes + out.resync_writes) / f.sim_seconds;
   out.rules_at_rest_mean = rules_sum / f.sim_seconds;
   out.rules_end = static_cast<double>(rules.rules());
@@ -875,8 +935,9 @@ ChurnFigures Churn(const Flags& f, int nodes, int rep) {
 
 void RunChurn(const Flags& f) {
   std::printf("== churn: %g pods/s, mean lifetime %g s, %d simulated s, warm buffer %d, "
-              "reclaim after %d s; node i: i %% 4 GPUs Slurm's\n",
-              f.arrivals, f.lifetime, f.sim_seconds, f.warm, f.reclaim_after);
+              "reclaim after %d s; node i: i %% 4 GPUs Slurm's; rule pass %s\n",
+              f.arrivals, f.lifetime, f.sim_seconds, f.warm, f.reclaim_after,
+              f.rule_pass.c_str());
   for (int nodes : f.nodes) {
     std::vector<ChurnFigures> runs;
     for (int rep = 0; rep < f.reps; ++rep) {
@@ -899,7 +960,10 @@ void RunChurn(const Flags& f) {
                    {"lender_cpu_ms_per_s", r.cpu_per_s_ms},
                    {"desired_tainted_ms", r.desired_ms},
                    {"first_resync_ms", r.resync_ms},
-                   {"grace_waits", r.grace_waits}};
+                   {"grace_waits", r.grace_waits},
+                   {"reconcile_passes", r.passes},
+                   {"reconciled_nodes", r.pass_nodes},
+                   {"full_resyncs", r.fulls}};
       for (const auto& [op, v] : r.cpu_us) {
         line[absl::StrCat("cpu_", op, "_p50_us")] = Pct(v, 0.5);
         line[absl::StrCat("cpu_", op, "_p99_us")] = Pct(v, 0.99);
@@ -920,10 +984,12 @@ void RunChurn(const Flags& f) {
       });
     };
     std::printf(
-        "%5d nodes: writes/s %.2f (creates %.0f, deletes %.0f, resync %.0f), devices lent on "
+        "%5d nodes: writes/s %.2f (creates %.0f, deletes %.0f, reconcile %.0f), devices lent on "
         "demand %.0f, reclaimed %.0f; rules at rest %.0f of %.0f devices; Lender CPU "
         "%.2f ms per s; CPU p50/p99 us: admit %.0f/%.0f, deallocate %.0f/%.0f, lend %.0f/%.0f, "
-        "tick %.0f/%.0f, resync %.0f/%.0f; DesiredTainted %.1f ms; dropped %.0f (medians of %d)\n",
+        "tick %.0f/%.0f, reconcile %.0f/%.0f, full resync %.0f; reconcile passes %.0f looking at "
+        "%.0f nodes; first full resync %.1f ms, DesiredTainted %.1f ms; dropped %.0f "
+        "(medians of %d)\n",
         nodes, med([](const ChurnFigures& r) { return r.writes_per_s; }),
         med([](const ChurnFigures& r) { return r.creates; }),
         med([](const ChurnFigures& r) { return r.deletes; }),
@@ -933,8 +999,12 @@ void RunChurn(const Flags& f) {
         med([](const ChurnFigures& r) { return r.rules_at_rest_mean; }), nodes * 8.0,
         med([](const ChurnFigures& r) { return r.cpu_per_s_ms; }), op("admit", 0.5),
         op("admit", 0.99), op("deallocate", 0.5), op("deallocate", 0.99), op("lend", 0.5),
-        op("lend", 0.99), op("tick", 0.5), op("tick", 0.99), op("resync", 0.5),
-        op("resync", 0.99), med([](const ChurnFigures& r) { return r.desired_ms; }),
+        op("lend", 0.99), op("tick", 0.5), op("tick", 0.99), op("reconcile", 0.5),
+        op("reconcile", 0.99), op("full", 0.5),
+        med([](const ChurnFigures& r) { return r.passes; }),
+        med([](const ChurnFigures& r) { return r.pass_nodes; }),
+        med([](const ChurnFigures& r) { return r.resync_ms; }),
+        med([](const ChurnFigures& r) { return r.desired_ms; }),
         med([](const ChurnFigures& r) { return r.dropped; }), f.reps);
   }
 }
@@ -1290,6 +1360,10 @@ int Main(int argc, char** argv) {
                  "e2e-lend: the random wait before each Unschedulable write is uniform in "
                  "[0, gap_ms) (0: none)")
       ->check(CLI::Range(0.0, 60000.0));
+  app.add_option("--rule_pass", f.rule_pass,
+                 "churn: incremental (ReconcileRules each s, full Resync each 10 min) or full30 "
+                 "(the former schedule: Resync each 30 s)")
+      ->check(CLI::IsMember({"incremental", "full30"}));
   CLI11_PARSE(app, argc, argv);
   f.nodes = Ints(nodes);
   f.counts = Ints(counts);

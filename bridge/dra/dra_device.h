@@ -113,6 +113,22 @@ class AdmissionGate {
   virtual AdmissionVerdict Review(const AdmissionAsk& ask) = 0;
 };
 
+// What a RuleWriter that watches its rules tells about them (docs/dra.md,
+// "DeviceTaintRules"). Called from the writer's watch thread, one call at a
+// time; a call must be quick and must not call back into the writer.
+class RuleDriftListener {
+ public:
+  virtual ~RuleDriftListener() = default;
+  // The writer's view of the rule of `device` changed other than by one of
+  // its own writes (a rule created, edited or deleted by someone else): that
+  // device's rule may be wrong now. `device` is what the rule selects (or,
+  // for a rule deleted, selected); fields may be empty for a malformed rule.
+  virtual void OnRuleDrift(const DraDevice& device) = 0;
+  // The writer listed its rules again (the first list and every relist after
+  // a watch gap): a full Resync is due.
+  virtual void OnRulesRelisted() = 0;
+};
+
 // Writes DeviceTaintRules (k8s_adapter/dra's TaintRules). Thread-safe.
 class RuleWriter {
  public:
@@ -120,9 +136,22 @@ class RuleWriter {
   // Make sure each device has its rule / has none. Idempotent.
   virtual absl::Status Taint(const std::vector<DraDevice>& devices) = 0;
   virtual absl::Status Untaint(const std::vector<DraDevice>& devices) = 0;
-  // Make the rules duet owns exactly `tainted` (creates the missing, deletes
-  // the rest).
+  // The full reconcile: make the rules duet owns exactly `tainted` (creates
+  // the missing, deletes the rest). Its cost is every rule duet owns: the
+  // writer reads them all (a LIST, or the cache its watch keeps).
   virtual absl::Status Resync(const std::vector<DraDevice>& tainted) = 0;
+  // The incremental reconcile of one pool: make the rules duet owns that
+  // select a device of pool `pool` exactly `tainted` (every device of it of
+  // that pool, else INVALID_ARGUMENT and nothing written). Compares with the
+  // writer's view of its rules and reads no list: the cache its watch keeps,
+  // or without a watch what the last Resync listed plus the writes since (so
+  // drift is then seen only by the next Resync). Writes only the
+  // differences; its cost is that pool's rules. FAILED_PRECONDITION before
+  // the writer has any view (no watch started and no Resync yet).
+  virtual absl::Status ResyncPool(const std::string& pool, const std::vector<DraDevice>& tainted) = 0;
+  // Where drift is reported (null: nowhere). The listener must outlive the
+  // writer or be unset first; no call reaches it after this returns.
+  virtual void SetDriftListener(RuleDriftListener* listener) = 0;
 };
 
 // A claim's allocated devices, as a quorum LIST of ResourceClaims shows them.

@@ -96,6 +96,7 @@ Lender::Lender(Ledger* ledger, LendMaker* lends, const DeviceMapView* map, RuleW
   // Listen first, then index the snapshot: a change between the two is
   // indexed by the listener from its later view, and the snapshot leaves
   // that node alone.
+  rules_->SetDriftListener(this);  // drift only marks nodes dirty
   ledger_->AddListener(this);
   const LedgerSnapshot snap = ledger_->Snapshot();
   absl::MutexLock lock(&index_mu_);
@@ -107,12 +108,16 @@ Lender::Lender(Ledger* ledger, LendMaker* lends, const DeviceMapView* map, RuleW
   touched_.clear();
 }
 
-Lender::~Lender() { ledger_->RemoveListener(this); }
+Lender::~Lender() {
+  rules_->SetDriftListener(nullptr);
+  ledger_->RemoveListener(this);
+}
 
 void Lender::OnChange(const Change& change) {
   absl::MutexLock lock(&index_mu_);
   const std::string& node = *change.node;
   if (building_) touched_.insert(node);
+  dirty_.insert(node);
   if (change.type == Change::Type::kUpsertNode || change.type == Change::Type::kRemoveNode ||
       change.erased) {
     respec_.insert(node);
@@ -656,12 +661,14 @@ absl::Status Lender::Reclaim(const LedgerDevice& device) {
     }
     reclaiming_.insert(devices.begin(), devices.end());
   }
+  MarkDirty(device.node);
   std::vector<DraDevice> names;
   auto abort = [&](absl::Status why) {
     {
       absl::MutexLock lock(&mu_);
       for (const LedgerDevice& d : devices) reclaiming_.erase(d);
     }
+    MarkDirty(device.node);
     if (!names.empty()) {
       absl::Status u = rules_->Untaint(names);
       if (!u.ok()) {
@@ -704,6 +711,7 @@ absl::Status Lender::Reclaim(const LedgerDevice& device) {
       idle_since_.erase(d);
     }
   }
+  MarkDirty(device.node);
   CountReclaim("done");
   return absl::OkStatus();
 }
@@ -833,6 +841,18 @@ uint32_t Lender::FillPool(const std::string& pool, uint32_t lent_free,
   return lent_free;
 }
 
+void Lender::AppendTaintedLocked(const NodeView& view, std::vector<DraDevice>* out) const {
+  const std::string& node = view.spec.name;
+  for (const DeviceState& d : view.devices) {
+    const LedgerDevice ld{node, d.spec.kind, d.spec.index};
+    const DeviceHolder h = HolderOf(d);
+    if (h.by == HeldBy::kClaim) continue;
+    if (h.by == HeldBy::kLend && !reclaiming_.count(ld)) continue;
+    std::optional<DraDevice> dra = map_->ToDra(ld);
+    if (dra) out->push_back(*std::move(dra));
+  }
+}
+
 std::vector<DraDevice> Lender::DesiredTainted() const {
   const LedgerSnapshot snap = ledger_->Snapshot();
   std::vector<DraDevice> out;
@@ -840,20 +860,117 @@ std::vector<DraDevice> Lender::DesiredTainted() const {
   for (const auto& view : snap.nodes) {
     const std::string& node = view->spec.name;
     if (!Lending(node) || !map_->Lendable(node, nullptr)) continue;
-    for (const DeviceState& d : view->devices) {
-      const LedgerDevice ld{node, d.spec.kind, d.spec.index};
-      const DeviceHolder h = HolderOf(d);
-      if (h.by == HeldBy::kClaim) continue;
-      if (h.by == HeldBy::kLend && !reclaiming_.count(ld)) continue;
-      std::optional<DraDevice> dra = map_->ToDra(ld);
-      if (dra) out.push_back(*std::move(dra));
-    }
+    AppendTaintedLocked(*view, &out);
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-absl::Status Lender::Resync() { return rules_->Resync(DesiredTainted()); }
+void Lender::MarkDirty(const std::string& node) {
+  absl::MutexLock lock(&index_mu_);
+  dirty_.insert(node);
+}
+
+void Lender::MarkRulesDirty(const std::vector<std::string>& nodes) {
+  absl::MutexLock lock(&index_mu_);
+  dirty_.insert(nodes.begin(), nodes.end());
+}
+
+void Lender::OnRuleDrift(const DraDevice& device) {
+  // The device's node; a rule for a device that maps to none is looked for
+  // under its pool's name (the node, for the NVIDIA and TPU drivers).
+  std::optional<LedgerDevice> ld = map_->ToLedger(device);
+  const std::string node = ld ? ld->node : device.pool;
+  absl::MutexLock lock(&index_mu_);
+  if (node.empty()) {
+    full_due_ = true;  // a rule selecting no pool: only a full pass removes it
+  } else {
+    dirty_.insert(node);
+  }
+}
+
+void Lender::OnRulesRelisted() {
+  absl::MutexLock lock(&index_mu_);
+  full_due_ = true;
+}
+
+RuleSyncStats Lender::rule_stats() const {
+  absl::MutexLock lock(&index_mu_);
+  return rule_stats_;
+}
+
+std::vector<std::string> Lender::DirtyNodes() const {
+  absl::MutexLock lock(&index_mu_);
+  return std::vector<std::string>(dirty_.begin(), dirty_.end());
+}
+
+absl::Status Lender::FullResyncLocked() {
+  {
+    absl::MutexLock lock(&index_mu_);
+    dirty_.clear();
+    full_due_ = false;
+    ++rule_stats_.full;
+  }
+  absl::Status s = rules_->Resync(DesiredTainted());
+  if (!s.ok()) {
+    absl::MutexLock lock(&index_mu_);
+    full_due_ = true;
+  }
+  return s;
+}
+
+absl::Status Lender::Resync() {
+  absl::MutexLock lock(&rules_mu_);
+  return FullResyncLocked();
+}
+
+absl::Status Lender::ReconcileNode(const std::string& node) {
+  std::vector<DraDevice> tainted;
+  std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+  if (view && Lending(node) && map_->Lendable(node, nullptr)) {
+    absl::MutexLock lock(&mu_);
+    AppendTaintedLocked(*view, &tainted);
+  }
+  // The pools this node's rules can be in.
+  std::set<std::string> pools{node};
+  for (const DraDevice& d : map_->NodeDevices(node)) pools.insert(d.pool);
+  for (const DraDevice& d : tainted) pools.insert(d.pool);
+  for (const std::string& pool : pools) {
+    std::vector<DraDevice> mine;
+    for (const DraDevice& d : tainted) {
+      if (d.pool == pool) mine.push_back(d);
+    }
+    if (absl::Status s = rules_->ResyncPool(pool, mine); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Lender::ReconcileRules() {
+  absl::MutexLock pass(&rules_mu_);
+  bool full = false;
+  std::set<std::string> dirty;
+  {
+    absl::MutexLock lock(&index_mu_);
+    full = full_due_;
+    if (!full) {
+      if (dirty_.empty()) return absl::OkStatus();
+      dirty.swap(dirty_);
+      ++rule_stats_.incremental;
+      rule_stats_.nodes += dirty.size();
+    }
+  }
+  if (full) return FullResyncLocked();
+  absl::Status first;
+  std::vector<std::string> failed;
+  for (const std::string& node : dirty) {
+    absl::Status s = ReconcileNode(node);
+    if (s.ok()) continue;
+    failed.push_back(node);
+    if (first.ok()) first = absl::Status(s.code(), absl::StrCat("node ", node, ": ", s.message()));
+  }
+  if (!failed.empty()) MarkRulesDirty(failed);
+  return first;
+}
 
 }  // namespace dra
 }  // namespace duet

@@ -20,7 +20,9 @@
 //    admissions in flight, quorum LIST, cancel the lend job, in that order);
 //  - keeps a warm buffer of lent, free devices per pool and reclaims those
 //    idle above it (Tick), and says which devices must carry a rule
-//    (DesiredTainted, Resync).
+//    (DesiredTainted) and makes the rules so: all of them (Resync, the full
+//    reconcile) or only those of the nodes marked dirty since the last pass
+//    (ReconcileRules, the incremental one).
 // Nothing here speaks Kubernetes or Slurm: the seams are dra_device.h's
 // interfaces and LendMaker.
 //
@@ -36,13 +38,29 @@
 // is built from the ledger once at construction (holdings a journal replay
 // left are indexed) and follows every change after.
 //
+// The rules' reconcile follows the churn the same way. A node is marked
+// dirty by every ledger change on it (the same listener), by a change of a
+// device's reclaiming flag, by MarkRulesDirty (duet-bridge: the nodes whose
+// DRA mapping changed) and by the RuleWriter's drift reports (the Lender is
+// its RuleDriftListener: a rule deleted or edited behind duet's back marks
+// the node of the device it selected). ReconcileRules takes the dirty set
+// and, per node, compares the node's wanted rules with the writer's view of
+// that node's pool (RuleWriter::ResyncPool): with nothing dirty it calls
+// nothing. A full reconcile (Resync: every lendable node's devices against
+// every rule duet owns) runs when ReconcileRules finds one due: at the first
+// pass, after the writer relisted its rules (OnRulesRelisted), after a
+// failed full pass; duet-bridge also runs one every kFullRuleResync as a
+// safety net. A node's pass takes the node off the dirty set before it reads
+// the ledger, so a change during the pass marks it again.
+//
 // Thread-safety: thread-safe. `mu_` guards the reclaiming and releasing
 // flags and the admissions in flight; a Review decides and rebinds under it
 // (so a device flagged reclaiming, or a claim flagged releasing, can never be
 // rebound), and waits for durability, taints, quorum reads and Slurm calls
 // happen outside it. `index_mu_` guards the index; the listener takes it
 // under the ledger's lock, and nothing calls into the ledger while holding
-// it. Lock order: `tick_mu_`, `mu_`, the ledger's, `index_mu_`.
+// it. `rules_mu_` serialises the rule passes (Resync, ReconcileRules). Lock
+// order: `rules_mu_`, `tick_mu_`, `mu_`, the ledger's, `index_mu_`.
 
 #include <cstdint>
 #include <functional>
@@ -101,7 +119,18 @@ struct LenderOptions {
   std::function<std::string(const std::string& node)> pool_of;
 };
 
-class Lender final : public AdmissionGate, private ChangeListener {
+// The safety net's period: duet-bridge runs a full rule reconcile (Resync)
+// this often, besides the first pass and each relist of the rules' watch.
+inline constexpr absl::Duration kFullRuleResync = absl::Minutes(10);
+
+// What the rule passes did (tests, benchmarks).
+struct RuleSyncStats {
+  uint64_t full = 0;          // full reconciles (Resync, or one ReconcileRules ran)
+  uint64_t incremental = 0;   // ReconcileRules passes that had dirty nodes
+  uint64_t nodes = 0;         // nodes those passes reconciled
+};
+
+class Lender final : public AdmissionGate, private ChangeListener, private RuleDriftListener {
  public:
   // Waits until the ledger change `seq` is durable (duet-bridge's journal).
   using DurableWait = std::function<absl::Status(uint64_t seq)>;
@@ -111,7 +140,7 @@ class Lender final : public AdmissionGate, private ChangeListener {
   Lender(Ledger* ledger, LendMaker* lends, const DeviceMapView* map, RuleWriter* rules,
          ClaimLister* claims, DurableWait durable, const Clock* clock, LenderOptions options,
          prometheus::Registry* registry = nullptr);
-  // Stops listening to the ledger.
+  // Stops listening to the ledger and to the RuleWriter's drift.
   ~Lender() override;
   Lender(const Lender&) = delete;
   Lender& operator=(const Lender&) = delete;
@@ -172,8 +201,24 @@ class Lender final : public AdmissionGate, private ChangeListener {
   // Every DRA device of a lendable node that must carry duet's rule: all but
   // the lent, free, unflagged ones and the ones a claim holds. Sorted.
   std::vector<DraDevice> DesiredTainted() const ABSL_LOCKS_EXCLUDED(mu_);
-  // RuleWriter::Resync(DesiredTainted()).
-  absl::Status Resync() ABSL_LOCKS_EXCLUDED(mu_);
+  // The full reconcile: RuleWriter::Resync(DesiredTainted()). Clears the
+  // dirty set first (everything is looked at); on failure the next
+  // ReconcileRules runs a full one again.
+  absl::Status Resync() ABSL_LOCKS_EXCLUDED(rules_mu_, mu_, index_mu_);
+  // The incremental reconcile: a full one when due (the first pass, after a
+  // relist of the rules, after a failed full one), else, for each node
+  // marked dirty since the last pass, RuleWriter::ResyncPool of its pools
+  // (the node's name, and the pool of each DRA device mapped on it) with
+  // the node's devices that must carry a rule. Nothing dirty: no call to the
+  // RuleWriter, the ledger or the map. A node whose pass fails stays dirty;
+  // returns the first error (the pass goes on past it).
+  absl::Status ReconcileRules() ABSL_LOCKS_EXCLUDED(rules_mu_, mu_, index_mu_);
+  // Marks nodes dirty for the next ReconcileRules (their DRA mapping
+  // changed).
+  void MarkRulesDirty(const std::vector<std::string>& nodes) ABSL_LOCKS_EXCLUDED(index_mu_);
+  RuleSyncStats rule_stats() const ABSL_LOCKS_EXCLUDED(index_mu_);
+  // The dirty nodes, sorted (tests).
+  std::vector<std::string> DirtyNodes() const ABSL_LOCKS_EXCLUDED(index_mu_);
 
   // Whether `device` is flagged reclaiming (tests, status).
   bool Reclaiming(const LedgerDevice& device) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -217,6 +262,18 @@ class Lender final : public AdmissionGate, private ChangeListener {
 
   // ChangeListener: under the ledger's lock.
   void OnChange(const Change& change) override ABSL_LOCKS_EXCLUDED(index_mu_);
+  // RuleDriftListener: on the RuleWriter's watch thread.
+  void OnRuleDrift(const DraDevice& device) override ABSL_LOCKS_EXCLUDED(index_mu_);
+  void OnRulesRelisted() override ABSL_LOCKS_EXCLUDED(index_mu_);
+  void MarkDirty(const std::string& node) ABSL_LOCKS_EXCLUDED(index_mu_);
+  // Resync's body, under rules_mu_.
+  absl::Status FullResyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rules_mu_);
+  // One dirty node's pass.
+  absl::Status ReconcileNode(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(rules_mu_);
+  // Appends the DRA devices of `view` (a lending, lendable node) that must
+  // carry a rule.
+  void AppendTaintedLocked(const NodeView& view, std::vector<DraDevice>* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `node`'s entry from `view` (null: the node left the ledger).
   void IndexNodeLocked(const std::string& node, const NodeView* view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu_);
@@ -282,6 +339,8 @@ class Lender final : public AdmissionGate, private ChangeListener {
   std::map<LedgerDevice, absl::Time> idle_since_ ABSL_GUARDED_BY(mu_);
   // Serialises Tick passes (a pass lends and reclaims outside mu_).
   absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // Serialises the rule passes.
+  absl::Mutex rules_mu_ ABSL_ACQUIRED_BEFORE(tick_mu_, mu_);
 
   // The index (see the class comment).
   mutable absl::Mutex index_mu_ ABSL_ACQUIRED_AFTER(mu_);
@@ -295,6 +354,10 @@ class Lender final : public AdmissionGate, private ChangeListener {
   // While the constructor builds the index: the nodes the listener already
   // set from a later view than the constructor's snapshot.
   bool building_ ABSL_GUARDED_BY(index_mu_) = true;
+  // The rules' reconcile: the nodes marked dirty, whether a full pass is due.
+  std::set<std::string> dirty_ ABSL_GUARDED_BY(index_mu_);
+  bool full_due_ ABSL_GUARDED_BY(index_mu_) = true;
+  RuleSyncStats rule_stats_ ABSL_GUARDED_BY(index_mu_);
   std::set<std::string> touched_ ABSL_GUARDED_BY(index_mu_);
   // Tick's cache of pool_of: each node's pool ("" none), and how many nodes
   // each pool has.

@@ -327,6 +327,10 @@ absl::Status DraMode::Init() {
   lender_ = std::make_unique<dra::Lender>(deps_.ledger, deps_.lends, map_.get(), rules_.get(),
                                           claims_.get(), deps_.durable, deps_.clock, lo,
                                           deps_.registry);
+  // The rules' cache: one LIST here, a watch from then on.
+  if (absl::Status s = rules_->StartWatch(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("dra: listing DeviceTaintRules: ", s.message()));
+  }
 
   slice_handler_ = std::make_unique<SliceHandler>();
   claim_handler_ = std::make_unique<ClaimHandler>();
@@ -356,7 +360,7 @@ absl::Status DraMode::Init() {
   }
   RebuildMap(/*force=*/true, /*read_inventory=*/true);
   if (absl::Status s = lender_->Resync(); !s.ok()) {
-    spdlog::warn("dra: the first DeviceTaintRule resync failed (retried every 30s): {}",
+    spdlog::warn("dra: the first DeviceTaintRule resync failed (retried at the next pass): {}",
                  s.ToString());
   }
   k8s_dra::WebhookOptions wo;
@@ -391,6 +395,7 @@ void DraMode::Stop() {
   for (auto* inf : {pod_informer_.get(), claim_informer_.get(), slice_informer_.get()}) {
     if (inf != nullptr) inf->Stop();
   }
+  if (rules_) rules_->StopWatch();
 }
 
 void DraMode::RebuildMap(bool force, bool read_inventory) {
@@ -416,10 +421,13 @@ void DraMode::RebuildMap(bool force, bool read_inventory) {
       slice_handler_->TakeIfChanged(force || inventory_changed);
   if (!slices) return;
   map_ledger_seq_ = fingerprint;
-  if (absl::Status s = map_->Update(*slices, inv); !s.ok()) {
+  std::vector<std::string> changed;
+  if (absl::Status s = map_->Update(*slices, inv, &changed); !s.ok()) {
     spdlog::error("dra: the device map was not rebuilt (kept as it was): {}", s.ToString());
     return;
   }
+  // Their rules may be wrong now (a node became lendable, or not).
+  if (lender_) lender_->MarkRulesDirty(changed);
   // Said when a node's reason appears or changes, not on every rebuild: a
   // log line and a DuetLendRefused Event on the Node.
   std::map<std::string, std::string> now_refused;
@@ -595,6 +603,7 @@ void DraMode::TickLoop() {
 
 void DraMode::Loop() {
   absl::Time last_resync = deps_.clock->Now();
+  absl::Time last_warn = absl::InfinitePast();
   absl::Time last_inventory = absl::InfinitePast();
   for (;;) {
     {
@@ -612,11 +621,19 @@ void DraMode::Loop() {
     if (inventory) last_inventory = now;
     RebuildMap(/*force=*/false, inventory);
     LendDemand();
-    if (now - last_resync >= absl::Seconds(30)) {
+    // The rules: the dirty nodes' (nothing when none is), or a full pass
+    // when one is due; a full pass every kFullRuleResync regardless.
+    absl::Status s;
+    if (now - last_resync >= dra::kFullRuleResync) {
       last_resync = now;
-      if (absl::Status s = lender_->Resync(); !s.ok()) {
-        spdlog::warn("dra: DeviceTaintRule resync: {}", s.ToString());
-      }
+      s = lender_->Resync();
+    } else {
+      s = lender_->ReconcileRules();
+    }
+    if (!s.ok() && now - last_warn >= absl::Seconds(30)) {
+      // A failing pass is retried each 200 ms; said at most every 30 s.
+      last_warn = now;
+      spdlog::warn("dra: DeviceTaintRule reconcile: {}", s.ToString());
     }
   }
 }

@@ -4,7 +4,8 @@
 // by Bridge::Start when dra.enabled. It owns
 //  - the DeviceMap, rebuilt from a ResourceSlice informer and the ledger's
 //    nodes of the lending pools;
-//  - the DeviceTaintRules writer (the rule API detected, or dra.kube_version);
+//  - the DeviceTaintRules writer (the rule API detected, or dra.kube_version),
+//    with its watch of duet's rules (a cache: no periodic LIST);
 //  - the quorum ResourceClaim reads reclaims and claim releases check
 //    (QuorumClaimLister);
 //  - the Lender (bridge/dra), with the placeholders as its LendMaker;
@@ -18,9 +19,12 @@
 //    asks for devices of a lent driver (claims' ExactCount requests, or an
 //    extended resource a DeviceClass serves) makes duet lend that many on
 //    the node placement picks among the lending nodes (LendDemand);
-//  - a loop thread: map rebuilds, demand, and Lender::Resync every 30 s
-//    (a pass every 200 ms, and at once when the pod informer sees a pod
-//    newly pending for devices, so a lend does not wait for the next pass); a
+//  - a loop thread: map rebuilds (the nodes whose mapping changed are marked
+//    dirty for the rules), demand, Lender::ReconcileRules each pass (200 ms,
+//    and at once when the pod informer sees a pod newly pending for devices,
+//    so a lend does not wait for the next pass: only the dirty nodes' rules,
+//    or a full reconcile after a relist of the rules' watch) and
+//    Lender::Resync every dra::kFullRuleResync; a
 //    thread for the claim releases (each waits out the claim's admission
 //    grace); and a thread for Lender::Tick every second (a reclaim waits out
 //    the admission grace there);

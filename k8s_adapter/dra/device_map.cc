@@ -102,7 +102,8 @@ DeviceMap::DeviceMap(std::vector<std::string> lending_drivers, prometheus::Regis
   }
 }
 
-absl::Status DeviceMap::Update(const std::vector<json>& slices, const LedgerInventory& ledger) {
+absl::Status DeviceMap::Update(const std::vector<json>& slices, const LedgerInventory& ledger,
+                              std::vector<std::string>* changed) {
   const std::set<std::string> lending(drivers_.begin(), drivers_.end());
   // Pass 1: check every slice and find each pool's newest generation.
   struct Pool {
@@ -295,10 +296,31 @@ absl::Status DeviceMap::Update(const std::vector<json>& slices, const LedgerInve
   for (const auto& [_, u] : snap->unmappable) ++counts[u.reason];
   for (const auto& [reason, gauge] : gauges_) gauge->Set(counts[reason]);
   std::shared_ptr<const Snapshot> old;
+  std::shared_ptr<const Snapshot> now = snap;
   {
     absl::MutexLock lock(&mu_);
     old = std::move(snapshot_);
     snapshot_ = std::move(snap);
+  }
+  if (changed != nullptr) {
+    // A merge of the two sorted node maps.
+    changed->clear();
+    static const std::map<std::string, std::vector<dra::DraDevice>> kNone;
+    const auto& a = old ? old->node_devices : kNone;
+    const auto& b = now->node_devices;
+    auto i = a.begin();
+    auto j = b.begin();
+    while (i != a.end() || j != b.end()) {
+      if (j == b.end() || (i != a.end() && i->first < j->first)) {
+        changed->push_back((i++)->first);
+      } else if (i == a.end() || j->first < i->first) {
+        changed->push_back((j++)->first);
+      } else {
+        if (i->second != j->second) changed->push_back(i->first);
+        ++i;
+        ++j;
+      }
+    }
   }
   return absl::OkStatus();  // `old` goes here, outside the lock
 }

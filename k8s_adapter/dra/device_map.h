@@ -88,8 +88,11 @@ class DeviceMap : public dra::DeviceMapView {
   // a LIST or watch gives them; v1 or v1beta2) and `ledger`. A slice that is
   // not a ResourceSlice or lacks spec.driver / spec.pool.name /
   // spec.pool.generation / spec.pool.resourceSliceCount is INVALID_ARGUMENT
-  // naming it, and the map stays as it was.
-  absl::Status Update(const std::vector<nlohmann::json>& slices, const LedgerInventory& ledger);
+  // naming it, and the map stays as it was. `changed` (when not null) gets
+  // the nodes, sorted, whose lendability or mapped devices differ from the
+  // map before (the nodes whose DeviceTaintRules may need a look).
+  absl::Status Update(const std::vector<nlohmann::json>& slices, const LedgerInventory& ledger,
+                      std::vector<std::string>* changed = nullptr);
 
   std::optional<dra::LedgerDevice> ToLedger(const dra::DraDevice& device) const override;
   std::optional<dra::DraDevice> ToDra(const dra::LedgerDevice& device) const override;

@@ -95,6 +95,138 @@ TaintRules::TaintRules(k8s::KubeClient* kube, TaintRulesOptions options)
   }
 }
 
+// The informer's handler: feeds the cache, reports drift.
+class TaintRules::Watcher final : public k8s::InformerHandler {
+ public:
+  explicit Watcher(TaintRules* rules) : rules_(rules) {}
+  void OnUpsert(const json& object) override {
+    const std::string name = object.value("/metadata/name"_json_pointer, "");
+    if (name.empty()) return;
+    const Cached c = rules_->Parse(object);
+    std::vector<dra::DraDevice> drift;
+    {
+      absl::MutexLock lock(&rules_->cache_mu_);
+      auto it = rules_->cache_.find(name);
+      if (it != rules_->cache_.end() && !it->second.uid.empty() && !c.uid.empty() &&
+          it->second.uid != c.uid) {
+        return;  // an older rule of that name
+      }
+      if (it != rules_->cache_.end() && it->second == c) {
+        it->second.uid = c.uid;
+        return;  // as duet's write left it
+      }
+      if (it != rules_->cache_.end() && it->second.device != c.device) {
+        drift.push_back(it->second.device);
+      }
+      drift.push_back(c.device);
+      rules_->CachePutLocked(name, c);
+      // The first list: OnRulesRelisted covers everything at once.
+      if (!rules_->cache_valid_) return;
+    }
+    rules_->ReportDrift(drift, false);
+  }
+  void OnDelete(const std::string& key, const json* last) override {
+    dra::DraDevice was;
+    const std::string uid = last != nullptr ? last->value("/metadata/uid"_json_pointer, "") : "";
+    {
+      absl::MutexLock lock(&rules_->cache_mu_);
+      auto it = rules_->cache_.find(key);
+      if (it == rules_->cache_.end()) return;  // duet deleted it (or never saw it)
+      if (!uid.empty() && !it->second.uid.empty() && uid != it->second.uid) {
+        return;  // an older rule of that name; duet made this one since
+      }
+      was = it->second.device;
+      rules_->CacheEraseLocked(key);
+      if (!rules_->cache_valid_) return;
+    }
+    rules_->ReportDrift({was}, false);
+  }
+  void OnSynced() override {
+    {
+      absl::MutexLock lock(&rules_->cache_mu_);
+      rules_->cache_valid_ = true;
+    }
+    rules_->ReportDrift({}, true);
+  }
+
+ private:
+  TaintRules* const rules_;
+};
+
+TaintRules::~TaintRules() { StopWatch(); }
+
+absl::Status TaintRules::StartWatch() {
+  if (informer_ != nullptr) return absl::FailedPreconditionError("TaintRules: already watching");
+  k8s::InformerOptions o;
+  o.path = Collection();
+  o.label_selector = absl::StrCat(kManagedByLabel, "=", kManagedByValue);
+  watcher_ = std::make_unique<Watcher>(this);
+  {
+    // From the first list on, the cache is the watch's (Resync lists no more).
+    absl::MutexLock lock(&cache_mu_);
+    watching_ = true;
+  }
+  informer_ = std::make_unique<k8s::Informer>(kube_, o, watcher_.get());
+  if (absl::Status s = informer_->Start(); !s.ok()) {
+    informer_.reset();
+    absl::MutexLock lock(&cache_mu_);
+    watching_ = false;
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+void TaintRules::StopWatch() {
+  if (informer_ != nullptr) informer_->Stop();
+}
+
+void TaintRules::SetDriftListener(dra::RuleDriftListener* listener) {
+  absl::MutexLock lock(&listener_mu_);
+  listener_ = listener;
+}
+
+void TaintRules::ReportDrift(const std::vector<dra::DraDevice>& devices, bool relisted) {
+  absl::MutexLock lock(&listener_mu_);
+  if (listener_ == nullptr) return;
+  for (const dra::DraDevice& d : devices) listener_->OnRuleDrift(d);
+  if (relisted) listener_->OnRulesRelisted();
+}
+
+size_t TaintRules::cached() const {
+  absl::MutexLock lock(&cache_mu_);
+  return cache_.size();
+}
+
+void TaintRules::CachePutLocked(const std::string& name, const Cached& c) {
+  CacheEraseLocked(name);
+  cache_[name] = c;
+  by_pool_[c.device.pool].insert(name);
+}
+
+void TaintRules::CacheEraseLocked(const std::string& name) {
+  auto it = cache_.find(name);
+  if (it == cache_.end()) return;
+  auto p = by_pool_.find(it->second.device.pool);
+  if (p != by_pool_.end()) {
+    p->second.erase(name);
+    if (p->second.empty()) by_pool_.erase(p);
+  }
+  cache_.erase(it);
+}
+
+TaintRules::Cached TaintRules::Parse(const json& rule) const {
+  Cached c;
+  c.device = SelectedDevice(rule);
+  const json taint = rule.contains("spec") && rule["spec"].is_object()
+                         ? rule["spec"].value("taint", json())
+                         : json();
+  c.uid = rule.value("/metadata/uid"_json_pointer, "");
+  c.exact = !c.device.driver.empty() && !c.device.pool.empty() && !c.device.device.empty() &&
+            taint.is_object() && taint.value("key", "") == options_.taint_key &&
+            taint.value("effect", "") == "NoSchedule" && taint.value("value", "").empty();
+  return c;
+}
+
 std::string TaintRules::RuleName(const dra::DraDevice& device) {
   const std::string raw = absl::StrCat("duet-", device.pool, "-", device.device);
   std::string name;
@@ -139,6 +271,11 @@ absl::Status TaintRules::Create(const dra::DraDevice& device) {
   if (r.ok()) {
     ++creates_;
     if (create_counter_ != nullptr) create_counter_->Increment();
+    json made = json::parse(*r, nullptr, /*allow_exceptions=*/false);
+    Cached c{device, true, ""};
+    if (made.is_object()) c.uid = made.value("/metadata/uid"_json_pointer, "");
+    absl::MutexLock lock(&cache_mu_);
+    CachePutLocked(rule["metadata"]["name"], c);
     return absl::OkStatus();
   }
   if (!absl::IsAlreadyExists(r.status())) return r.status();
@@ -148,9 +285,17 @@ absl::Status TaintRules::Create(const dra::DraDevice& device) {
   if (!got.ok()) return got.status();
   absl::StatusOr<json> existing = ParseJson(*got, absl::StrCat("DeviceTaintRule ", name));
   if (!existing.ok()) return existing.status();
-  if (SelectedDevice(*existing) != device) {
+  const Cached c = Parse(*existing);
+  {
+    absl::MutexLock lock(&cache_mu_);
+    if (existing->value("/metadata/labels"_json_pointer, json::object())
+            .value(kManagedByLabel, "") == kManagedByValue) {
+      CachePutLocked(name, c);
+    }
+  }
+  if (c.device != device) {
     return absl::AlreadyExistsError(absl::StrCat(
-        "DeviceTaintRule ", name, " exists but selects \"", SelectedDevice(*existing).ToString(),
+        "DeviceTaintRule ", name, " exists but selects \"", c.device.ToString(),
         "\", not \"", device.ToString(), "\""));
   }
   return absl::OkStatus();
@@ -158,10 +303,13 @@ absl::Status TaintRules::Create(const dra::DraDevice& device) {
 
 absl::Status TaintRules::Remove(const std::string& name) {
   absl::StatusOr<std::string> r = kube_->Delete(absl::StrCat(Collection(), "/", name));
-  if (absl::IsNotFound(r.status())) return absl::OkStatus();
-  if (!r.ok()) return r.status();
-  ++deletes_;
-  if (delete_counter_ != nullptr) delete_counter_->Increment();
+  if (!r.ok() && !absl::IsNotFound(r.status())) return r.status();
+  if (r.ok()) {
+    ++deletes_;
+    if (delete_counter_ != nullptr) delete_counter_->Increment();
+  }
+  absl::MutexLock lock(&cache_mu_);
+  CacheEraseLocked(name);
   return absl::OkStatus();
 }
 
@@ -181,51 +329,100 @@ absl::Status TaintRules::Untaint(const std::vector<dra::DraDevice>& devices) {
   return absl::OkStatus();
 }
 
-absl::Status TaintRules::Resync(const std::vector<dra::DraDevice>& tainted) {
-  if (absl::Status s = CheckDevices(tainted); !s.ok()) return s;
-  std::map<std::string, dra::DraDevice> want;
-  for (const dra::DraDevice& d : tainted) want.emplace(RuleName(d), d);
-  // duet's rules as they are (paged).
-  std::map<std::string, json> have;
-  std::string cont;
-  do {
-    std::string path = absl::StrCat(Collection(), "?labelSelector=",
-                                     k8s::QueryEscape(absl::StrCat(kManagedByLabel, "=",
-                                                                   kManagedByValue)),
-                                     "&limit=500");
-    if (!cont.empty()) absl::StrAppend(&path, "&continue=", k8s::QueryEscape(cont));
-    absl::StatusOr<std::string> body = kube_->Get(path);
-    if (!body.ok()) return body.status();
-    absl::StatusOr<json> list = ParseJson(*body, "DeviceTaintRule list");
-    if (!list.ok()) return list.status();
-    if (list->contains("items") && (*list)["items"].is_array()) {
-      for (json& item : (*list)["items"]) {
-        const std::string name = item.value("/metadata/name"_json_pointer, "");
-        if (!name.empty()) have.emplace(name, std::move(item));
-      }
-    }
-    cont = list->value("/metadata/continue"_json_pointer, "");
-  } while (!cont.empty());
-
+absl::Status TaintRules::Converge(const std::map<std::string, Cached>& have,
+                                  std::map<std::string, dra::DraDevice> want) {
   for (const auto& [name, rule] : have) {
     auto w = want.find(name);
-    bool keep = false;
-    if (w != want.end()) {
-      const json& taint = rule.contains("spec") ? rule["spec"].value("taint", json()) : json();
-      keep = SelectedDevice(rule) == w->second && taint.is_object() &&
-             taint.value("key", "") == options_.taint_key &&
-             taint.value("effect", "") == "NoSchedule" && taint.value("value", "").empty();
-    }
-    if (keep) {
+    if (w != want.end() && rule.exact && rule.device == w->second) {
       want.erase(w);
     } else if (absl::Status s = Remove(name); !s.ok()) {
       return s;
     }
   }
-  for (const auto& [_, d] : want) {
+  for (const auto& [name, d] : want) {
+    bool elsewhere = false;
+    {
+      // The name may be held by a rule of another pool's device (the cache
+      // has it under that pool): out of the way first.
+      absl::MutexLock lock(&cache_mu_);
+      auto it = cache_.find(name);
+      elsewhere = it != cache_.end() && it->second.device != d;
+    }
+    if (elsewhere) {
+      if (absl::Status s = Remove(name); !s.ok()) return s;
+    }
     if (absl::Status s = Create(d); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status TaintRules::Resync(const std::vector<dra::DraDevice>& tainted) {
+  if (absl::Status s = CheckDevices(tainted); !s.ok()) return s;
+  std::map<std::string, dra::DraDevice> want;
+  for (const dra::DraDevice& d : tainted) want.emplace(RuleName(d), d);
+  std::map<std::string, Cached> have;
+  bool watching = false;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    watching = watching_;
+    if (watching) have = cache_;
+  }
+  if (!watching) {
+    // duet's rules as they are (paged).
+    std::string cont;
+    do {
+      std::string path = absl::StrCat(Collection(), "?labelSelector=",
+                                       k8s::QueryEscape(absl::StrCat(kManagedByLabel, "=",
+                                                                     kManagedByValue)),
+                                       "&limit=500");
+      if (!cont.empty()) absl::StrAppend(&path, "&continue=", k8s::QueryEscape(cont));
+      absl::StatusOr<std::string> body = kube_->Get(path);
+      if (!body.ok()) return body.status();
+      absl::StatusOr<json> list = ParseJson(*body, "DeviceTaintRule list");
+      if (!list.ok()) return list.status();
+      if (list->contains("items") && (*list)["items"].is_array()) {
+        for (const json& item : (*list)["items"]) {
+          const std::string name = item.value("/metadata/name"_json_pointer, "");
+          if (!name.empty()) have.emplace(name, Parse(item));
+        }
+      }
+      cont = list->value("/metadata/continue"_json_pointer, "");
+    } while (!cont.empty());
+    ++lists_;
+    absl::MutexLock lock(&cache_mu_);
+    cache_.clear();
+    by_pool_.clear();
+    for (const auto& [name, c] : have) CachePutLocked(name, c);
+    cache_valid_ = true;
+  }
+  return Converge(have, std::move(want));
+}
+
+absl::Status TaintRules::ResyncPool(const std::string& pool,
+                                    const std::vector<dra::DraDevice>& tainted) {
+  if (absl::Status s = CheckDevices(tainted); !s.ok()) return s;
+  std::map<std::string, dra::DraDevice> want;
+  for (const dra::DraDevice& d : tainted) {
+    if (d.pool != pool) {
+      return absl::InvalidArgumentError(absl::StrCat("ResyncPool(\"", pool, "\"): device \"",
+                                                     d.ToString(),
+                                                     "\" is of another pool; nothing was written"));
+    }
+    want.emplace(RuleName(d), d);
+  }
+  std::map<std::string, Cached> have;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    if (!cache_valid_) {
+      return absl::FailedPreconditionError(
+          "ResyncPool: no view of duet's DeviceTaintRules yet (no watch started, no Resync)");
+    }
+    auto p = by_pool_.find(pool);
+    if (p != by_pool_.end()) {
+      for (const std::string& name : p->second) have.emplace(name, cache_.at(name));
+    }
+  }
+  return Converge(have, std::move(want));
 }
 
 }  // namespace k8s_dra

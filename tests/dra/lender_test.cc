@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -66,6 +67,8 @@ class FakeMap : public DeviceMapView {
  public:
   std::map<std::string, std::pair<DeviceKind, uint32_t>> nodes;  // node -> kind, count
   std::map<std::string, std::string> unlendable;                 // node -> why
+  // Calls of ToDra, Lendable and NodeDevices (the per-node work).
+  mutable std::atomic<int> calls{0};
 
   std::optional<LedgerDevice> ToLedger(const DraDevice& d) const override {
     auto n = nodes.find(d.pool);
@@ -82,6 +85,7 @@ class FakeMap : public DeviceMapView {
     return LedgerDevice{d.pool, n->second.first, index};
   }
   std::optional<DraDevice> ToDra(const LedgerDevice& d) const override {
+    ++calls;
     auto n = nodes.find(d.node);
     if (n == nodes.end() || unlendable.count(d.node) || n->second.first != d.kind) {
       return std::nullopt;
@@ -89,6 +93,7 @@ class FakeMap : public DeviceMapView {
     return Dra(d);
   }
   bool Lendable(const std::string& node, std::string* why) const override {
+    ++calls;
     auto u = unlendable.find(node);
     if (u != unlendable.end()) {
       if (why != nullptr) *why = u->second;
@@ -97,6 +102,7 @@ class FakeMap : public DeviceMapView {
     return nodes.count(node) > 0;
   }
   std::vector<DraDevice> NodeDevices(const std::string& node) const override {
+    ++calls;
     std::vector<DraDevice> out;
     auto n = nodes.find(node);
     if (n == nodes.end() || unlendable.count(node)) return out;
@@ -109,27 +115,88 @@ class FakeMap : public DeviceMapView {
   }
 };
 
+// The rules as a set, with the calls that reached it counted; drift is
+// reported to the listener as a watch would.
 class FakeRules : public RuleWriter {
  public:
   explicit FakeRules(Events* events) : events_(events) {}
   absl::Status Taint(const std::vector<DraDevice>& devices) override {
-    return Record("taint", devices);
+    absl::Status s = Record("taint", devices);
+    absl::MutexLock lock(&mu_);
+    if (s.ok()) rules_.insert(devices.begin(), devices.end());
+    return s;
   }
   absl::Status Untaint(const std::vector<DraDevice>& devices) override {
-    return Record("untaint", devices);
+    absl::Status s = Record("untaint", devices);
+    absl::MutexLock lock(&mu_);
+    for (const DraDevice& d : devices) rules_.erase(d);
+    return s;
   }
   absl::Status Resync(const std::vector<DraDevice>& tainted) override {
     absl::MutexLock lock(&mu_);
+    ++resyncs_;
     resynced_ = tainted;
+    rules_ = std::set<DraDevice>(tainted.begin(), tainted.end());
     return absl::OkStatus();
+  }
+  absl::Status ResyncPool(const std::string& pool, const std::vector<DraDevice>& tainted) override {
+    absl::MutexLock lock(&mu_);
+    pools_.push_back(pool);
+    if (!pool_error_.ok()) return pool_error_;
+    for (auto it = rules_.begin(); it != rules_.end();) {
+      it = it->pool == pool ? rules_.erase(it) : std::next(it);
+    }
+    for (const DraDevice& d : tainted) {
+      EXPECT_EQ(d.pool, pool);
+      rules_.insert(d);
+    }
+    return absl::OkStatus();
+  }
+  void SetDriftListener(RuleDriftListener* listener) override {
+    absl::MutexLock lock(&mu_);
+    listener_ = listener;
+  }
+  // Someone deletes the rule of `d`; the watch reports it.
+  void DeleteBehindDuetsBack(const DraDevice& d) {
+    absl::MutexLock lock(&mu_);
+    rules_.erase(d);
+    if (listener_ != nullptr) listener_->OnRuleDrift(d);
+  }
+  // The watch relisted.
+  void Relist() {
+    absl::MutexLock lock(&mu_);
+    if (listener_ != nullptr) listener_->OnRulesRelisted();
+  }
+  void Put(const DraDevice& d) {
+    absl::MutexLock lock(&mu_);
+    rules_.insert(d);
   }
   void FailTaint(absl::Status s) {
     absl::MutexLock lock(&mu_);
     taint_error_ = std::move(s);
   }
+  void FailPools(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    pool_error_ = std::move(s);
+  }
   std::vector<DraDevice> resynced() const {
     absl::MutexLock lock(&mu_);
     return resynced_;
+  }
+  std::set<DraDevice> rules() const {
+    absl::MutexLock lock(&mu_);
+    return rules_;
+  }
+  int resyncs() const {
+    absl::MutexLock lock(&mu_);
+    return resyncs_;
+  }
+  // The pools ResyncPool was called for, in order; cleared.
+  std::vector<std::string> TakePools() {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> out;
+    out.swap(pools_);
+    return out;
   }
 
  private:
@@ -141,7 +208,12 @@ class FakeRules : public RuleWriter {
   Events* const events_;
   mutable absl::Mutex mu_;
   absl::Status taint_error_ ABSL_GUARDED_BY(mu_);
+  absl::Status pool_error_ ABSL_GUARDED_BY(mu_);
   std::vector<DraDevice> resynced_ ABSL_GUARDED_BY(mu_);
+  std::set<DraDevice> rules_ ABSL_GUARDED_BY(mu_);
+  int resyncs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> pools_ ABSL_GUARDED_BY(mu_);
+  RuleDriftListener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 class FakeClaims : public ClaimLister {
@@ -930,6 +1002,83 @@ TEST_F(LenderTest, DesiredTaintedIsEveryDeviceNotLentFreeAndNotAllocated) {
                                  "t1/accel1", "t1/accel2", "t1/accel3"));
   ASSERT_TRUE(lender().Resync().ok());
   EXPECT_EQ(rules_.resynced().size(), names.size());
+}
+
+// The rules' reconcile (docs/dra.md, "DeviceTaintRules"): the first pass is
+// a full one and fixes everything.
+TEST_F(LenderTest, TheFirstRulePassIsFullAndFixesEveryRule) {
+  rules_.Put(DraDevice{kGpuDriver, "n1", "gpu-9"});     // a stray rule
+  rules_.Put(DraDevice{kGpuDriver, "other", "gpu-0"});  // a node that does not lend
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 1).ok());  // n1/gpu-0 untainted
+  ASSERT_TRUE(lender().ReconcileRules().ok());
+  EXPECT_EQ(rules_.resyncs(), 1);
+  EXPECT_THAT(rules_.TakePools(), ElementsAre());
+  const std::vector<DraDevice> want = lender().DesiredTainted();
+  EXPECT_EQ(rules_.rules(), std::set<DraDevice>(want.begin(), want.end()));
+  EXPECT_EQ(rules_.rules().count(FakeMap::Dra({"n1", DeviceKind::kGpu, 0})), 0u);
+  EXPECT_EQ(lender().rule_stats().full, 1u);
+  EXPECT_THAT(lender().DirtyNodes(), ElementsAre());
+  // A relist of the rules' watch makes the next pass a full one again.
+  rules_.Relist();
+  ASSERT_TRUE(lender().ReconcileRules().ok());
+  EXPECT_EQ(rules_.resyncs(), 2);
+}
+
+// A rule deleted behind duet's back (the watch reports it) is made again by
+// the incremental pass, which looks at that node only.
+TEST_F(LenderTest, ARuleDeletedBehindDuetsBackIsRestoredByTheIncrementalPass) {
+  ASSERT_TRUE(lender().ReconcileRules().ok());  // the full one
+  const DraDevice gone = FakeMap::Dra({"n2", DeviceKind::kGpu, 1});
+  rules_.DeleteBehindDuetsBack(gone);
+  EXPECT_THAT(lender().DirtyNodes(), ElementsAre("n2"));
+  ASSERT_TRUE(lender().ReconcileRules().ok());
+  EXPECT_EQ(rules_.rules().count(gone), 1u);
+  EXPECT_THAT(rules_.TakePools(), ElementsAre("n2"));
+  EXPECT_EQ(rules_.resyncs(), 1);  // no full pass
+  EXPECT_EQ(lender().rule_stats().incremental, 1u);
+  EXPECT_EQ(lender().rule_stats().nodes, 1u);
+  const std::vector<DraDevice> want = lender().DesiredTainted();
+  EXPECT_EQ(rules_.rules(), std::set<DraDevice>(want.begin(), want.end()));
+}
+
+// With nothing dirty a pass calls nothing: no RuleWriter call, no look at
+// the map (the per-node work), whatever the cluster's size.
+TEST_F(LenderTest, ACleanRulePassCallsNothing) {
+  ASSERT_TRUE(lender().ReconcileRules().ok());  // the full one
+  ASSERT_TRUE(lender().ReconcileRules().ok());
+  rules_.TakePools();
+  const int resyncs = rules_.resyncs();
+  const int map_calls = map_.calls.load();
+  const std::vector<std::string> events = events_.Get();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(lender().ReconcileRules().ok());
+  EXPECT_THAT(rules_.TakePools(), ElementsAre());
+  EXPECT_EQ(rules_.resyncs(), resyncs);
+  EXPECT_EQ(map_.calls.load(), map_calls);
+  EXPECT_EQ(events_.Get(), events);
+  EXPECT_EQ(lender().rule_stats().incremental, 0u);
+}
+
+// Ledger changes (a lend, an admission), a reclaim's flag and MarkRulesDirty
+// mark exactly their nodes; a failed node pass keeps its node dirty.
+TEST_F(LenderTest, TheIncrementalPassFollowsLedgerChangesAndRetriesFailures) {
+  ASSERT_TRUE(lender().ReconcileRules().ok());
+  ASSERT_TRUE(lender().Lend("n1", DeviceKind::kGpu, 2).ok());
+  EXPECT_THAT(lender().DirtyNodes(), ElementsAre("n1"));
+  // A rule the lend deleted, made again by someone: the pass deletes it.
+  rules_.Put(FakeMap::Dra({"n1", DeviceKind::kGpu, 1}));
+  ASSERT_TRUE(lender().ReconcileRules().ok());
+  EXPECT_THAT(rules_.TakePools(), ElementsAre("n1"));
+  EXPECT_EQ(rules_.rules().count(FakeMap::Dra({"n1", DeviceKind::kGpu, 1})), 0u);
+  lender().MarkRulesDirty({"n2", "t1"});
+  rules_.FailPools(absl::UnavailableError("apiserver down"));
+  absl::Status s = lender().ReconcileRules();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(lender().DirtyNodes(), ElementsAre("n2", "t1"));
+  rules_.FailPools(absl::OkStatus());
+  ASSERT_TRUE(lender().ReconcileRules().ok());
+  EXPECT_THAT(lender().DirtyNodes(), ElementsAre());
+  const std::vector<DraDevice> want = lender().DesiredTainted();
+  EXPECT_EQ(rules_.rules(), std::set<DraDevice>(want.begin(), want.end()));
 }
 
 // ---------------------------------------------------------------------------

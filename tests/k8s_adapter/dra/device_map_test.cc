@@ -74,6 +74,33 @@ TEST(DeviceMapTest, WholeGpusMapByMinorBothWays) {
   EXPECT_TRUE(m.UnmappableNodes().empty());
 }
 
+// Update says which nodes' mapping changed (their DeviceTaintRules need a
+// look): a node that became lendable or not, or whose devices differ.
+TEST(DeviceMapTest, UpdateNamesTheNodesWhoseMappingChanged) {
+  DeviceMap m(kDrivers);
+  auto gpu = Slices("nvidia_2gpu.json");
+  auto tpu = Slices("tpu_4chip.json");
+  LedgerInventory inv = GpuNode(gpu[0], 2);
+  const std::string tpu_node = tpu[0]["spec"]["nodeName"];
+  for (uint32_t i = 0; i < 4; ++i) inv[tpu_node].push_back({DeviceKind::kTpu, i, ""});
+  std::vector<json> both = gpu;
+  both.insert(both.end(), tpu.begin(), tpu.end());
+  std::vector<std::string> changed;
+  ASSERT_TRUE(m.Update(both, inv, &changed).ok());
+  EXPECT_THAT(changed, ElementsAre("gpu-node-1", tpu_node));
+  // The same again: nothing changed.
+  ASSERT_TRUE(m.Update(both, inv, &changed).ok());
+  EXPECT_THAT(changed, ElementsAre());
+  // The GPU node's ids no longer match: it is no longer lendable.
+  LedgerInventory swapped = inv;
+  std::swap(swapped["gpu-node-1"][0].id, swapped["gpu-node-1"][1].id);
+  ASSERT_TRUE(m.Update(both, swapped, &changed).ok());
+  EXPECT_THAT(changed, ElementsAre("gpu-node-1"));
+  // The TPU node's slices gone.
+  ASSERT_TRUE(m.Update(gpu, inv, &changed).ok());
+  EXPECT_THAT(changed, ElementsAre("gpu-node-1", tpu_node));
+}
+
 TEST(DeviceMapTest, TheMinorNotTheOrderDecides) {
   // The ledger's GPU 0 is /dev/nvidia1 and GPU 1 /dev/nvidia0 on some hosts:
   // the inventory passes the minor as the index, so only the ids matter.

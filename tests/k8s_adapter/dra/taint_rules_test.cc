@@ -9,6 +9,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
+#include "absl/synchronization/mutex.h"
+#include "tests/fakes/wait.h"
 #include "tests/k8s_adapter/fake_server.h"
 
 namespace duet {
@@ -72,6 +74,9 @@ class TaintRulesTest : public ::testing::TestWithParam<const char*> {
     rules_ = std::make_unique<TaintRules>(api_->control(), o);
   }
   std::string version() const { return GetParam(); }
+  absl::StatusCode ResyncPoolOfAnotherPool() {
+    return rules_->ResyncPool("gpu-node-1", {kAccel0}).code();
+  }
 
   prometheus::Registry registry_;
   std::unique_ptr<FakeApiServer> api_;
@@ -173,6 +178,108 @@ TEST_P(TaintRulesTest, ANameHeldByAnotherDevicesRuleIsAnError) {
   absl::Status s = rules_->Taint({kGpu0});
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(std::string(s.message()), HasSubstr("gpu-1"));
+}
+
+// What the watch reported.
+class DriftLog : public dra::RuleDriftListener {
+ public:
+  void OnRuleDrift(const dra::DraDevice& device) override {
+    absl::MutexLock lock(&mu_);
+    drift_.push_back(device.ToString());
+  }
+  void OnRulesRelisted() override {
+    absl::MutexLock lock(&mu_);
+    ++relists_;
+  }
+  std::vector<std::string> drift() {
+    absl::MutexLock lock(&mu_);
+    return drift_;
+  }
+  int relists() {
+    absl::MutexLock lock(&mu_);
+    return relists_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> drift_ ABSL_GUARDED_BY(mu_);
+  int relists_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The API requests that are not the watch's, from request `from` on.
+std::vector<std::string> Requests(FakeApiServer& api, size_t from) {
+  std::vector<std::string> out;
+  const json all = api.Requests();
+  for (size_t i = from; i < all.size(); ++i) {
+    const std::string path = all[i].value("path", "");
+    if (path.find("watch=") != std::string::npos) continue;
+    out.push_back(all[i].value("method", "") + " " + path);
+  }
+  return out;
+}
+
+// The watch keeps the cache: a rule deleted or edited behind duet's back is
+// reported with its device, duet's own writes are not, and ResyncPool puts
+// the pool right from the cache, writing only the difference and listing
+// nothing.
+TEST_P(TaintRulesTest, TheWatchReportsDriftAndResyncPoolRestoresItWithoutAList) {
+  ASSERT_TRUE(rules_->Taint({kGpu0, kAccel0}).ok());
+  ASSERT_TRUE(rules_->Untaint({kAccel0}).ok());
+  DriftLog log;
+  rules_->SetDriftListener(&log);
+  ASSERT_TRUE(rules_->StartWatch().ok());
+  EXPECT_EQ(log.relists(), 1);
+  EXPECT_EQ(rules_->cached(), 1u);
+  ASSERT_TRUE(rules_->Taint({kGpu1}).ok());  // duet's own: no drift
+  const std::string coll = absl::StrCat("/apis/resource.k8s.io/", version(), "/devicetaintrules");
+  // Someone deletes gpu-0's rule and edits gpu-1's taint.
+  ASSERT_TRUE(api_->control()->Delete(absl::StrCat(coll, "/duet-gpu-node-1-gpu-0")).ok());
+  json edited = GetRule(*api_, version(), "duet-gpu-node-1-gpu-1");
+  edited["spec"]["taint"]["effect"] = "None";
+  ASSERT_TRUE(api_->control()->Put(absl::StrCat(coll, "/duet-gpu-node-1-gpu-1"), edited.dump()).ok());
+  // (Each reported once; the watch event of duet's own create of gpu-1 may
+  // race the cache's update and report gpu-1 once more, which is harmless.)
+  auto reported = [&] {
+    const std::vector<std::string> d = log.drift();
+    return std::set<std::string>(d.begin(), d.end());
+  };
+  ASSERT_TRUE(fakes::WaitFor([&] { return reported().size() >= 2; }));
+  EXPECT_EQ(reported(), (std::set<std::string>{kGpu0.ToString(), kGpu1.ToString()}));
+
+  const size_t before = api_->Requests().size();
+  ASSERT_TRUE(rules_->ResyncPool("gpu-node-1", {kGpu0, kGpu1}).ok());
+  // gpu-1 deleted and made again, gpu-0 made again; no LIST.
+  EXPECT_THAT(Requests(*api_, before),
+              ::testing::ElementsAre(absl::StrCat("DELETE ", coll, "/duet-gpu-node-1-gpu-1"),
+                                     absl::StrCat("POST ", coll), absl::StrCat("POST ", coll)));
+  EXPECT_THAT(RuleNames(*api_, version()),
+              UnorderedElementsAre("duet-gpu-node-1-gpu-0", "duet-gpu-node-1-gpu-1"));
+  EXPECT_EQ(GetRule(*api_, version(), "duet-gpu-node-1-gpu-1")["spec"]["taint"]["effect"],
+            "NoSchedule");
+  // In step: nothing to write, nothing sent; another pool is left alone.
+  const size_t after = api_->Requests().size();
+  ASSERT_TRUE(rules_->ResyncPool("gpu-node-1", {kGpu0, kGpu1}).ok());
+  ASSERT_TRUE(rules_->ResyncPool("tpu-node-1", {}).ok());
+  EXPECT_THAT(Requests(*api_, after), ::testing::ElementsAre());
+  // The full Resync reads the cache too: no LIST.
+  ASSERT_TRUE(rules_->Resync({kGpu0}).ok());
+  EXPECT_EQ(rules_->lists(), 0u);
+  EXPECT_THAT(RuleNames(*api_, version()), UnorderedElementsAre("duet-gpu-node-1-gpu-0"));
+  EXPECT_EQ(ResyncPoolOfAnotherPool(), absl::StatusCode::kInvalidArgument);
+  rules_->StopWatch();
+}
+
+// Without a watch, ResyncPool needs a view first (a Resync's LIST), and
+// then keeps it with its own writes.
+TEST_P(TaintRulesTest, WithoutAWatchResyncPoolWorksFromTheLastResync) {
+  EXPECT_EQ(rules_->ResyncPool("gpu-node-1", {kGpu0}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(RuleNames(*api_, version()).empty());
+  ASSERT_TRUE(rules_->Resync({kGpu0}).ok());
+  EXPECT_EQ(rules_->lists(), 1u);
+  ASSERT_TRUE(rules_->ResyncPool("gpu-node-1", {kGpu1}).ok());
+  EXPECT_THAT(RuleNames(*api_, version()), UnorderedElementsAre("duet-gpu-node-1-gpu-1"));
+  EXPECT_EQ(rules_->lists(), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, TaintRulesTest, ::testing::Values("v1", "v1beta2"));
