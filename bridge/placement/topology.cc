@@ -1,7 +1,6 @@
 #include "bridge/placement/topology.h"
 
 #include <algorithm>
-#include <array>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -18,18 +17,38 @@ constexpr char kSubblockLabel[] = "cloud.google.com/gce-topology-subblock";
 constexpr char kHostLabel[] = "cloud.google.com/gce-topology-host";
 constexpr char kCliqueLabel[] = "nvidia.com/gpu.clique";
 
-std::string Label(const NodeSpec& spec, const char* key) {
-  auto it = spec.labels.find(key);
-  return it == spec.labels.end() ? "" : it->second;
+// The label keys as strings made once: NodeSpec::labels' find() takes a
+// std::string, and these are too long for the small-string buffer.
+const std::string& Key(int i) {
+  static const std::string* const kKeys =
+      new std::string[4]{kBlockLabel, kSubblockLabel, kHostLabel, kCliqueLabel};
+  return kKeys[i];
+}
+
+void Label(const NodeSpec& spec, int key, std::string* out) {
+  auto it = spec.labels.find(Key(key));
+  if (it != spec.labels.end()) *out = it->second;
 }
 
 NodeTopology FromLabels(const NodeSpec& spec) {
   NodeTopology t;
-  t.block = Label(spec, kBlockLabel);
-  t.subblock = Label(spec, kSubblockLabel);
-  t.host = Label(spec, kHostLabel);
-  t.clique = Label(spec, kCliqueLabel);
+  if (spec.labels.empty()) return t;
+  Label(spec, 0, &t.block);
+  Label(spec, 1, &t.subblock);
+  Label(spec, 2, &t.host);
+  Label(spec, 3, &t.clique);
   return t;
+}
+
+// FNV-1a: a stable hash of a node name, so candidates that are equally full
+// are ordered the same in every process without comparing their names.
+uint64_t NameHash(absl::string_view name) {
+  uint64_t h = 14695981039346656037ULL;
+  for (unsigned char ch : name) {
+    h ^= ch;
+    h *= 1099511628211ULL;
+  }
+  return h;
 }
 
 void FillFrom(const Topology& d, NodeTopology* t) {
@@ -82,8 +101,8 @@ uint64_t Leftover(const GangCandidate& c, uint32_t per_node) {
 
 // The domain's best option: for each per-node count (largest first, so the
 // fewest nodes first), the fullest nodes that take it. `members_of` is in
-// the global order (fullest first, then by name).
-std::optional<Option> BestIn(const std::vector<uint32_t>& members_of,
+// the global order (fullest first, then by name hash).
+std::optional<Option> BestIn(absl::Span<const uint32_t> members_of,
                              const std::vector<GangCandidate>& c,
                              const std::vector<uint32_t>& per_node_counts, uint32_t members) {
   for (uint32_t m : per_node_counts) {
@@ -166,17 +185,28 @@ std::optional<GangPick> PickGangNodes(const std::vector<GangCandidate>& candidat
     return std::nullopt;
   }
   const std::vector<GangCandidate>& c = candidates;
-  // One order for everything: fullest first (least free), then by name, so
-  // every choice below is the same whatever the input order.
-  std::vector<uint32_t> order;
-  order.reserve(c.size());
+  // One order for everything: fullest first (least free), then by a stable
+  // hash of the name, then the name, so every choice below is the same
+  // whatever the input order (and in every process).
+  struct Ranked {
+    uint64_t free_milli;
+    uint64_t name_hash;
+    uint32_t index;
+  };
+  std::vector<Ranked> ranked;
+  ranked.reserve(c.size());
   for (uint32_t i = 0; i < c.size(); ++i) {
-    if (c[i].fits >= 1) order.push_back(i);
+    if (c[i].fits >= 1) ranked.push_back({c[i].free_milli, NameHash(c[i].node), i});
   }
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return std::tie(c[a].free_milli, c[a].node, c[a].pool, c[a].fits) <
-           std::tie(c[b].free_milli, c[b].node, c[b].pool, c[b].fits);
+  std::sort(ranked.begin(), ranked.end(), [&](const Ranked& a, const Ranked& b) {
+    if (a.free_milli != b.free_milli) return a.free_milli < b.free_milli;
+    if (a.name_hash != b.name_hash) return a.name_hash < b.name_hash;
+    return std::tie(c[a.index].node, c[a.index].pool, c[a.index].fits) <
+           std::tie(c[b.index].node, c[b.index].pool, c[b.index].fits);
   });
+  std::vector<uint32_t> order;
+  order.reserve(ranked.size());
+  for (const Ranked& r : ranked) order.push_back(r.index);
 
   auto done = [&](const std::vector<uint32_t>& picked, uint32_t per_node, DomainLevel level) {
     GangPick p;
@@ -198,26 +228,67 @@ std::optional<GangPick> PickGangNodes(const std::vector<GangCandidate>& candidat
     if (members % m == 0) per_node_counts.push_back(m);
   }
 
-  // Group by domain at every level in one pass; each group keeps `order`.
-  constexpr int kLevels = 4;  // clique, sub-block, block, pool
-  std::array<absl::flat_hash_map<DomainKey, std::vector<uint32_t>>, kLevels> groups;
-  for (uint32_t i : order) {
-    const GangCandidate& n = c[i];
-    const NodeTopology& t = n.topology;
-    if (!t.clique.empty()) groups[0][DomainKey{n.pool, t.clique, {}}].push_back(i);
-    if (!t.subblock.empty()) groups[1][DomainKey{n.pool, t.block, t.subblock}].push_back(i);
-    if (!t.block.empty()) groups[2][DomainKey{n.pool, t.block, {}}].push_back(i);
-    groups[3][DomainKey{n.pool, {}, {}}].push_back(i);
-  }
-  constexpr DomainLevel kLevelOf[kLevels] = {DomainLevel::kClique, DomainLevel::kSubblock,
-                                             DomainLevel::kBlock, DomainLevel::kPool};
-  for (int level = 0; level < kLevels; ++level) {
+  // Level by level, tightest first: group the candidates by domain (each
+  // group keeps `order`) and take the best domain's option. Most gangs are
+  // settled at the first level that holds them, so later levels are only
+  // grouped when needed.
+  constexpr DomainLevel kLevels[] = {DomainLevel::kClique, DomainLevel::kSubblock,
+                                     DomainLevel::kBlock, DomainLevel::kPool};
+  const uint32_t fewest = members / per_node_counts[per_node_counts.size() > 1 ? 1 : 0];
+  // Grouping without a vector per domain: each candidate gets its domain's
+  // id, then one counting sort lays the domains out side by side in one
+  // array, each in `order`.
+  absl::flat_hash_map<DomainKey, uint32_t> ids;
+  ids.reserve(order.size());
+  std::vector<uint32_t> domain_of(order.size());
+  std::vector<uint32_t> starts;
+  std::vector<uint32_t> flat(order.size());
+  constexpr uint32_t kNone = ~uint32_t{0};
+  for (DomainLevel level : kLevels) {
+    ids.clear();
+    for (size_t j = 0; j < order.size(); ++j) {
+      const GangCandidate& n = c[order[j]];
+      const NodeTopology& t = n.topology;
+      DomainKey key;
+      bool has = true;
+      switch (level) {
+        case DomainLevel::kClique:
+          has = !t.clique.empty();
+          key = DomainKey{n.pool, t.clique, {}};
+          break;
+        case DomainLevel::kSubblock:
+          has = !t.subblock.empty();
+          key = DomainKey{n.pool, t.block, t.subblock};
+          break;
+        case DomainLevel::kBlock:
+          has = !t.block.empty();
+          key = DomainKey{n.pool, t.block, {}};
+          break;
+        case DomainLevel::kNode:
+        case DomainLevel::kPool:
+          key = DomainKey{n.pool, {}, {}};
+          break;
+      }
+      domain_of[j] = has ? ids.try_emplace(key, static_cast<uint32_t>(ids.size())).first->second
+                         : kNone;
+    }
+    starts.assign(ids.size() + 1, 0);
+    for (uint32_t d : domain_of) {
+      if (d != kNone) ++starts[d + 1];
+    }
+    for (size_t d = 1; d < starts.size(); ++d) starts[d] += starts[d - 1];
+    std::vector<uint32_t> fill(starts.begin(), starts.end() - 1);
+    for (size_t j = 0; j < order.size(); ++j) {
+      if (domain_of[j] != kNone) flat[fill[domain_of[j]]++] = order[j];
+    }
     std::optional<Option> best;
-    for (const auto& [key, nodes] : groups[level]) {
+    for (size_t d = 0; d + 1 < starts.size(); ++d) {
+      const absl::Span<const uint32_t> nodes(flat.data() + starts[d], starts[d + 1] - starts[d]);
+      if (nodes.size() < fewest) continue;  // too few nodes at any count
       std::optional<Option> o = BestIn(nodes, c, per_node_counts, members);
       if (o.has_value() && (!best.has_value() || Better(*o, *best, c))) best = std::move(o);
     }
-    if (best.has_value()) return done(best->picked, best->per_node, kLevelOf[level]);
+    if (best.has_value()) return done(best->picked, best->per_node, level);
   }
   if (reason != nullptr) *reason = NoRoomReason(c, order, members);
   return std::nullopt;

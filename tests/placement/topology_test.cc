@@ -44,8 +44,13 @@ std::vector<GangCandidate> Fitting(std::vector<GangCandidate> v) {
 
 TEST(PickGangNodesTest, OneNodeWhenOneNodeHoldsAll) {
   // 4 members of 2 GPUs on 8-GPU nodes: one node.
-  std::vector<GangCandidate> c = {Cand("a", 8, 2, "b1"), Cand("b", 8, 2, "b1")};
-  auto p = PickGangNodes(c, 4);
+  // The fuller of two nodes that could.
+  std::vector<GangCandidate> c = {Cand("a", 8, 2, "b1"), Cand("b", 6, 2, "b1")};
+  auto p = PickGangNodes(c, 3);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_THAT(p->nodes, ElementsAre("b"));
+  EXPECT_EQ(p->per_node, 3u);
+  p = PickGangNodes(c, 4);
   ASSERT_TRUE(p.has_value());
   EXPECT_THAT(p->nodes, ElementsAre("a"));
   EXPECT_EQ(p->per_node, 4u);
@@ -58,7 +63,8 @@ TEST(PickGangNodesTest, FewestNodesWithTheSameCountEach) {
                                   Cand("c", 4, 2, "b1"), Cand("d", 4, 2, "b1")};
   auto p = PickGangNodes(c, 4);
   ASSERT_TRUE(p.has_value());
-  EXPECT_THAT(p->nodes, ElementsAre("a", "b"));
+  EXPECT_EQ(p->nodes.size(), 2u);  // which two of the four alike is fixed, not by name
+  EXPECT_TRUE(std::is_sorted(p->nodes.begin(), p->nodes.end()));
   EXPECT_EQ(p->per_node, 2u);
   EXPECT_EQ(p->level, DomainLevel::kBlock);
 }
@@ -67,10 +73,10 @@ TEST(PickGangNodesTest, OddGangTakesOnePerNode) {
   // 3 members of 2 GPUs on 4-GPU nodes: 2 per node cannot divide 3, so three
   // nodes x 1.
   std::vector<GangCandidate> c = {Cand("a", 4, 2), Cand("b", 4, 2), Cand("c", 4, 2),
-                                  Cand("d", 4, 2)};
+                                  Cand("d", 5, 2)};
   auto p = PickGangNodes(c, 3);
   ASSERT_TRUE(p.has_value());
-  EXPECT_THAT(p->nodes, ElementsAre("a", "b", "c"));
+  EXPECT_THAT(p->nodes, ElementsAre("a", "b", "c"));  // d is the roomiest: left out
   EXPECT_EQ(p->per_node, 1u);
   EXPECT_EQ(p->level, DomainLevel::kPool);
 }
