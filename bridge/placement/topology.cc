@@ -357,4 +357,34 @@ double DomainUsage::NodePacking(const std::string& node) const {
   return it == by_node_.end() ? 0 : it->second;
 }
 
+std::shared_ptr<const DomainUsage> DomainUsageCache::Get(
+    absl::Time now, const std::function<std::vector<std::shared_ptr<const NodeView>>()>& nodes) {
+  {
+    absl::MutexLock l(&mu_);
+    if (usage_ != nullptr && now - built_ < max_age_) return usage_;
+  }
+  if (!build_mu_.TryLock()) {
+    // Another caller is rebuilding: the previous answer will do, and the
+    // very first caller's is waited for.
+    {
+      absl::MutexLock l(&mu_);
+      if (usage_ != nullptr) return usage_;
+    }
+    build_mu_.Lock();
+  }
+  std::shared_ptr<const DomainUsage> out;
+  {
+    absl::MutexLock l(&mu_);
+    if (usage_ != nullptr && now - built_ < max_age_) out = usage_;
+  }
+  if (out == nullptr) {
+    out = std::make_shared<const DomainUsage>(DomainUsage::Of(nodes()));
+    absl::MutexLock l(&mu_);
+    usage_ = out;
+    built_ = now;
+  }
+  build_mu_.Unlock();
+  return out;
+}
+
 }  // namespace duet::placement

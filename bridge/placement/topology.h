@@ -15,12 +15,16 @@
 //                   already partly used, so whole domains stay free for gangs.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "bridge/ledger/types.h"
 
@@ -95,6 +99,31 @@ class DomainUsage {
 
  private:
   absl::flat_hash_map<std::string, double> by_node_;
+};
+
+// A DomainUsage of the whole cluster, rebuilt at most every `max_age`: the
+// extender's prioritize sees only the nodes that passed its filter (full
+// nodes, the strongest sign of a used domain, do not), and rebuilding over
+// every node on every call would cost a scan of the cluster per pod. Domain
+// packing is a tie-break, so an answer up to `max_age` old is good enough.
+// Thread-safe.
+class DomainUsageCache {
+ public:
+  explicit DomainUsageCache(absl::Duration max_age = absl::Seconds(1)) : max_age_(max_age) {}
+
+  // The cached usage, or, when it is older than max_age (or there is none),
+  // DomainUsage::Of(nodes()) as of `now`. One caller rebuilds at a time;
+  // the others meanwhile get the previous one (or wait for the first).
+  std::shared_ptr<const DomainUsage> Get(
+      absl::Time now, const std::function<std::vector<std::shared_ptr<const NodeView>>()>& nodes)
+      ABSL_LOCKS_EXCLUDED(mu_, build_mu_);
+
+ private:
+  const absl::Duration max_age_;
+  absl::Mutex build_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one rebuild at a time
+  absl::Mutex mu_;
+  std::shared_ptr<const DomainUsage> usage_ ABSL_GUARDED_BY(mu_);
+  absl::Time built_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 // A single pod's preference for `node`'s domains, in [0, 1]: for each of its
