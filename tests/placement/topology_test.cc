@@ -144,10 +144,12 @@ TEST(PickGangNodesTest, SplitsAcrossBlocksOnlyWhenItMust) {
 
 TEST(PickGangNodesTest, LeastStrandedBetweenEqualDomains) {
   // 4 members of 2 GPUs; no node takes all four. Cliques ka (6 free each)
-  // and kb (4 free each) both hold them as two nodes x 2; kb strands
-  // nothing, ka 2 GPUs per node, so kb wins although "a*" sorts first.
+  // and kb (4, 4 and 7 free) both hold them as two nodes x 2; kb strands
+  // nothing, ka 2 GPUs per node, so kb wins although "a*" sorts first and
+  // ka has less free in all (the next tie-break).
   std::vector<GangCandidate> c = {Cand("a1", 6, 2, "b", "s", "ka"), Cand("a2", 6, 2, "b", "s", "ka"),
-                                  Cand("b1", 4, 2, "b", "s", "kb"), Cand("b2", 4, 2, "b", "s", "kb")};
+                                  Cand("b1", 4, 2, "b", "s", "kb"), Cand("b2", 4, 2, "b", "s", "kb"),
+                                  Cand("b3", 7, 2, "b", "s", "kb")};
   auto p = PickGangNodes(c, 4);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->level, DomainLevel::kClique);
