@@ -452,7 +452,7 @@ slurm: {enabled: true, conf_path: /etc/slurm/slurm.conf, call_timeout: 2s, sync_
 TEST(ConfigTest, SlurmBlockTopology) {
   auto c = ParseConfig(R"(
 inventory: {source: file, file: n.yaml}
-slurm: {block_topology: default}
+slurm: {enabled: true, block_topology: default}
 )");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->slurm.block_topology, "default");
