@@ -38,6 +38,7 @@ void TopologyToProto(const Topology& t, v1::Topology* out) {
   for (const auto& s : t.tpu_subslice_shapes) out->add_tpu_subslice_shapes(s);
   out->set_block(t.block);
   out->set_subblock(t.subblock);
+  out->set_host(t.host);
 }
 
 Topology TopologyFromProto(const v1::Topology& t) {
@@ -48,6 +49,7 @@ Topology TopologyFromProto(const v1::Topology& t) {
   out.tpu_subslice_shapes.assign(t.tpu_subslice_shapes().begin(), t.tpu_subslice_shapes().end());
   out.block = t.block();
   out.subblock = t.subblock();
+  out.host = t.host();
   return out;
 }
 

@@ -163,6 +163,7 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.Bool("import_jobs", &c->slurm.import_jobs));
     DUET_YAML(s.String("node_addr_label", &c->slurm.node_addr_label));
     DUET_YAML(s.String("managed_feature", &c->slurm.managed_feature));
+    DUET_YAML(s.String("block_topology", &c->slurm.block_topology));
     DUET_YAML(s.Duration("release_grace", &c->slurm.release_grace));
     DUET_YAML(s.String("placeholder_partition", &c->slurm.placeholder_partition));
     DUET_YAML(s.String("placeholder_qos", &c->slurm.placeholder_qos));

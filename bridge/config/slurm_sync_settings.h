@@ -31,6 +31,13 @@ struct SlurmSyncSettings {
   std::string node_addr_label = "duet.dev/slurm-node-addr";
   // Feature that marks the Slurm nodes duet created; only those are deleted.
   std::string managed_feature = "duet";
+  // The Slurm topology (a topology.yaml name; "default" for topology.conf)
+  // whose topology/block blocks duet's created nodes join, named as their
+  // GKE block (`Topology=NAME:BLOCK` at creation, Slurm 25.05+; the blocks
+  // must be listed in slurmctld's topology, docs/slurm-versions.md). Empty:
+  // none; the block and sub-block reach Slurm as node features on every
+  // version either way.
+  std::string block_topology;
   // Holdings granted less than this before the job list was read are not
   // released by a job import.
   absl::Duration release_grace = absl::Seconds(5);
@@ -63,12 +70,17 @@ struct SlurmSyncSettings {
     }
     for (const auto& [key, value] : {std::pair<const char*, const std::string*>{
                                          "placeholder_partition", &placeholder_partition},
-                                     {"placeholder_qos", &placeholder_qos}}) {
+                                     {"placeholder_qos", &placeholder_qos},
+                                     {"block_topology", &block_topology}}) {
       if (value->find_first_of(" \t\n,=") != std::string::npos) {
         return absl::InvalidArgumentError(absl::StrCat(
             prefix, key, ": must be one Slurm name (no spaces, commas or '='), not \"", *value,
             "\""));
       }
+    }
+    if (block_topology.find(':') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "block_topology: a topology name has no ':', not \"", block_topology, "\""));
     }
     if (preemption != "protect" && preemption != "evict-pods") {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -87,6 +87,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string& path, NodeSpec* o
     DUET_YAML(t.Check());
     DUET_YAML(t.String("block", &topo.block));
     DUET_YAML(t.String("subblock", &topo.subblock));
+    DUET_YAML(t.String("host", &topo.host));
     DUET_YAML(t.Finish());
   }
   DUET_YAML(ParseDevices(s, "gpus", DeviceKind::kGpu, topo, out));

@@ -56,7 +56,7 @@ class LedgerInventorySink final : public InventorySink {
 //       zone: us-central1-a
 //       state: ready           # ready | cordoned | not-ready
 //       labels: {k: v}
-//       topology: {block: b1, subblock: s1}
+//       topology: {block: b1, subblock: s1, host: h1}
 //       gpus: {count: 8, model: nvidia-h100-80gb, nvlink_domain: d0, ids: [GPU-..]}
 //       tpus: {count: 4, model: tpu-v5-lite-podslice, host_bounds: 2x2,
 //              topology: 2x4, subslice_shapes: [1x1, 2x2]}

@@ -16,7 +16,7 @@ const char* NodeStateName(NodeState state) {
 bool Topology::operator==(const Topology& o) const {
   return nvlink_domain == o.nvlink_domain && tpu_host_bounds == o.tpu_host_bounds &&
          tpu_topology == o.tpu_topology && tpu_subslice_shapes == o.tpu_subslice_shapes &&
-         block == o.block && subblock == o.subblock;
+         block == o.block && subblock == o.subblock && host == o.host;
 }
 
 namespace {

@@ -25,6 +25,8 @@ struct Topology {
   std::vector<std::string> tpu_subslice_shapes;
   std::string block;
   std::string subblock;
+  // The physical host (cloud.google.com/gce-topology-host); may be empty.
+  std::string host;
 
   bool operator==(const Topology& o) const;
 };

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bridge/placement/node_free.h"
+#include "bridge/placement/topology.h"
 
 namespace duet::placement {
 namespace {
@@ -23,6 +24,10 @@ bool SameModel(const DeviceFree& a, const DeviceFree& b) {
 // placement) is worth in duet's score, in fragmented whole devices. Small: it
 // breaks ties between nodes whose fragmentation grows alike.
 constexpr double kDuetPackWeight = 0.05;
+// What a node's domain packing (DomainPacking, 0..1) is worth, in the same
+// units: a fifth of the node's own packing weight, so it mostly decides
+// between nodes that are otherwise alike (docs/gangs.md 4).
+constexpr double kDuetDomainWeight = 0.01;
 
 // Positions (into NodeFree::devices) of the devices a placement takes.
 using Picks = absl::InlinedVector<uint32_t, 8>;
@@ -326,7 +331,13 @@ bool Fits(const NodeView& view, const NodeLoad& load, const PodRequest& request,
   return CheckFits(view, internal::Summarize(view, load), request, reason);
 }
 
-Scorer::Scorer(Policy policy, const Workload* workload) : policy_(policy), workload_(workload) {}
+Scorer::Scorer(Policy policy, const Workload* workload, const DomainUsage* domains)
+    : policy_(policy), workload_(workload), domains_(domains) {}
+
+double Scorer::DomainTerm(const NodeView& view) const {
+  if (policy_ != Policy::kDuet || domains_ == nullptr) return 0;
+  return kDuetDomainWeight * domains_->NodePacking(view.spec.name);
+}
 
 std::optional<Placement> Scorer::Evaluate(const NodeView& view, const NodeLoad& load,
                                           const PodRequest& request, std::string* reason) const {
@@ -338,7 +349,7 @@ std::optional<Placement> Scorer::Evaluate(const NodeView& view, const NodeLoad& 
   Eval e = EvaluateFree(node, request, policy_, workload_);
   Placement p;
   p.devices = ToHeld(node, request, e.picks);
-  p.raw = e.raw;
+  p.raw = e.raw + DomainTerm(view);
   p.score = e.score;
   return p;
 }
@@ -399,6 +410,7 @@ std::optional<NodeChoice> SelectNode(absl::Span<const std::shared_ptr<const Node
     NodeFree node = internal::Summarize(*nodes[i], loads[i]);
     if (!CheckFits(*nodes[i], node, request, nullptr)) return;
     Eval e = EvaluateFree(node, request, scorer.policy(), scorer.workload());
+    e.raw += scorer.DomainTerm(*nodes[i]);
     if (best.has_value() && e.raw < best->placement.raw) return;
     if (best.has_value() && e.raw == best->placement.raw) {
       // Reservoir sampling: the k-th tied node replaces the choice with

@@ -32,6 +32,8 @@
 
 namespace duet::placement {
 
+class DomainUsage;  // bridge/placement/topology.h
+
 inline constexpr int kMaxScore = 100;
 // Slurm node weights that SlurmWeight returns lie in [1, kMaxSlurmWeight].
 inline constexpr uint32_t kMaxSlurmWeight = 10000;
@@ -104,10 +106,20 @@ class Scorer {
   // `workload` is used by kFgd and kDuet to measure fragmentation; without
   // one (null or empty), each request is measured against its own shape.
   // Not owned; must outlive the Scorer.
-  explicit Scorer(Policy policy, const Workload* workload = nullptr);
+  // `domains`, when non-null, adds kDuet's small preference for nodes whose
+  // clique, sub-block and block are already partly used (DomainPacking,
+  // docs/gangs.md 4) to `Placement::raw`; other policies ignore it. Not
+  // owned; must outlive the Scorer.
+  explicit Scorer(Policy policy, const Workload* workload = nullptr,
+                  const DomainUsage* domains = nullptr);
 
   Policy policy() const { return policy_; }
   const Workload* workload() const { return workload_; }
+  const DomainUsage* domains() const { return domains_; }
+
+  // The domain-packing term Evaluate adds to `raw` for `view` (0 unless
+  // kDuet with domains).
+  double DomainTerm(const NodeView& view) const;
 
   // Filter + score + device choice for one node. nullopt (and `reason` set
   // when non-null) when the request does not fit.
@@ -127,6 +139,7 @@ class Scorer {
  private:
   Policy policy_;
   const Workload* workload_;
+  const DomainUsage* domains_;
 };
 
 // Prioritize: 0..kMaxScore, higher is better; 0 also when it does not fit.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "bridge/placement/topology.h"
 #include "k8s_adapter/dra/demand.h"
 #include "k8s_adapter/dra/device_map.h"
 #include "k8s_adapter/dra/taint_rules.h"
@@ -561,7 +562,10 @@ void DraMode::LendDemand() {
       req.kind = kind;
       req.count = whole ? 1 : static_cast<uint32_t>(std::min<int64_t>(want.count, 1024));
       std::vector<placement::NodeLoad> loads(nodes.size());
-      placement::Scorer scorer(deps_.policy);
+      // Domain packing (docs/gangs.md 4): between lending nodes alike, the
+      // one whose clique/sub-block/block is already in use.
+      const placement::DomainUsage domains = placement::DomainUsage::Of(nodes);
+      placement::Scorer scorer(deps_.policy, nullptr, &domains);
       std::optional<placement::NodeChoice> pick = placement::SelectNode(nodes, loads, req, scorer);
       if (!pick) {
         spdlog::info("dra: pod {}/{} asks {} {} of {}: no lending node has room", ns, name,

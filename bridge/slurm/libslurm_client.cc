@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 
 #include "common/slurm/slurm_compat.h"
+#include "spdlog/spdlog.h"
 
 namespace duet {
 namespace {
@@ -100,6 +101,7 @@ SlurmNodeInfo ToNodeInfo(const node_info_t& n) {
   if (n.gres) info.gres = ParseGres(n.gres);
   info.features = SplitFeatures(n.features);
   info.weight = n.weight;
+  info.topology = slurm_compat::NodeTopology(n);
   if (n.reason) info.reason = n.reason;
   info.raw_state = n.node_state;
   const char* s = slurm_node_state_string(n.node_state);
@@ -254,9 +256,45 @@ std::string SlurmNodeLine(const SlurmNodeConfig& c) {
   if (!gres.empty()) absl::StrAppend(&line, " Gres=", gres);
   if (!c.features.empty()) absl::StrAppend(&line, " Feature=", absl::StrJoin(c.features, ","));
   if (c.weight != 0) absl::StrAppend(&line, " Weight=", c.weight);
+  if (slurm_compat::kNodeTopology && !c.topology.empty()) {
+    absl::StrAppend(&line, " Topology=", c.topology);
+  }
   absl::StrAppend(&line, " State=FUTURE");
   return line;
 }
+
+namespace {
+
+// slurm_create_node with the node line of `config`. A node line whose
+// Topology= slurmctld cannot place (no topology plugin that takes it, or a
+// block its topology.conf/yaml does not name) is refused whole; then the
+// node is created without it, so a block missing from the topology only
+// costs Slurm that block's locality (the features still name it).
+absl::Status CreateNodeLine(const SlurmNodeConfig& config) {
+  std::string line = SlurmNodeLine(config);
+  update_node_msg_t msg;
+  slurm_init_update_node_msg(&msg);
+  msg.extra = line.data();
+  if (slurm_create_node(&msg) == SLURM_SUCCESS) return absl::OkStatus();
+  const int e = slurm_compat::LastError();
+  if (slurm_compat::IsNodeAlreadyExists(e)) {
+    // Created by someone else since the check (24.11+ says so).
+    return absl::AlreadyExistsError(
+        absl::StrCat("create node ", config.name, ": already exists in Slurm"));
+  }
+  if (!config.topology.empty() && slurm_compat::kNodeTopology &&
+      slurm_compat::IsTopologyUnavailable(e)) {
+    spdlog::warn("slurm: node {}: slurmctld has no topology unit \"{}\" (topology.conf/yaml); "
+                 "creating it without Topology=",
+                 config.name, config.topology);
+    SlurmNodeConfig plain = config;
+    plain.topology.clear();
+    return CreateNodeLine(plain);
+  }
+  return SlurmError(absl::StrCat("create node \"", line, "\""));
+}
+
+}  // namespace
 
 LibSlurmClient::LibSlurmClient(LibSlurmClientOptions options)
     : options_(std::move(options)), stuck_(std::make_shared<std::atomic<int>>(0)) {
@@ -474,19 +512,7 @@ absl::Status LibSlurmClient::CreateNode(const SlurmNodeConfig& config) {
       return absl::AlreadyExistsError(
           absl::StrCat("create node ", config.name, ": already exists in Slurm"));
     }
-    std::string line = SlurmNodeLine(config);
-    update_node_msg_t msg;
-    slurm_init_update_node_msg(&msg);
-    msg.extra = line.data();
-    if (slurm_create_node(&msg) != SLURM_SUCCESS) {
-      if (slurm_compat::IsNodeAlreadyExists(slurm_compat::LastError())) {
-        // Created by someone else since the check (24.11+ says so).
-        return absl::AlreadyExistsError(
-            absl::StrCat("create node ", config.name, ": already exists in Slurm"));
-      }
-      return SlurmError(absl::StrCat("create node \"", line, "\""));
-    }
-    return absl::OkStatus();
+    return CreateNodeLine(config);
   });
 }
 

@@ -50,6 +50,12 @@ struct SlurmNodeConfig {
   std::vector<std::string> features;
   // Scheduling weight (lower is chosen first). 0: Slurm's default.
   uint32_t weight = 0;
+  // The node's place in a Slurm topology, "TOPOLOGY:UNIT" (e.g. "default:b1",
+  // block b1 of topology.conf's topology/block). Sent at creation where
+  // libslurm is 25.05 or newer (older releases know no Topology= and get
+  // only the features); when slurmctld has no such unit, the node is created
+  // without it. Empty: none. Not changed after creation.
+  std::string topology;
 };
 
 // A node as slurmctld reports it.
@@ -61,6 +67,7 @@ struct SlurmNodeInfo {
   std::vector<SlurmGres> gres;
   std::vector<std::string> features;  // available features, sorted
   uint32_t weight = 0;
+  std::string topology;               // Topology= (25.05+), may be empty
   std::string reason;                 // drain/down reason, may be empty
   uint32_t raw_state = 0;             // enum node_states with flags
   std::string state;                  // "IDLE+DRAIN", for messages

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "bridge/placement/placement.h"
+#include "bridge/placement/topology.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholder_policy.h"
 #include "bridge/slurm/placeholders.h"
@@ -104,12 +105,6 @@ SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& optio
     const std::string name = d.spec.kind == DeviceKind::kGpu ? "gpu" : "tpu";
     ++gres[{name, SanitizeFeature(d.spec.model)}];
     if (!d.spec.model.empty()) features.insert(SanitizeFeature(d.spec.model));
-    if (!d.spec.topology.block.empty()) {
-      features.insert(SanitizeFeature("block-" + d.spec.topology.block));
-    }
-    if (!d.spec.topology.subblock.empty()) {
-      features.insert(SanitizeFeature("subblock-" + d.spec.topology.subblock));
-    }
     if (!d.spec.topology.tpu_topology.empty()) {
       features.insert(SanitizeFeature("tpu-topology-" + d.spec.topology.tpu_topology));
     }
@@ -120,13 +115,27 @@ SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& optio
         Label(spec, "cloud.google.com/gke-tpu-accelerator")}) {
     if (!v.empty()) features.insert(SanitizeFeature(v));
   }
-  for (const char* key : {"cloud.google.com/gce-topology-block"}) {
-    const std::string v = Label(spec, key);
-    if (!v.empty()) features.insert(SanitizeFeature(std::string("block-") + v));
-  }
+  // The block and sub-block as features, on every Slurm version (from 25.05
+  // the block can also be the node's Topology=, SlurmTopologyFor): labels
+  // first, then the devices' topology (placement::TopologyOf).
+  const placement::NodeTopology topo = placement::TopologyOf(view);
+  if (!topo.block.empty()) features.insert(SanitizeFeature("block-" + topo.block));
+  if (!topo.subblock.empty()) features.insert(SanitizeFeature("subblock-" + topo.subblock));
   c.features.assign(features.begin(), features.end());
   c.weight = SlurmWeightFor(view, options);
+  c.topology = SlurmTopologyFor(view, options);
   return c;
+}
+
+std::string SlurmTopologyFor(const NodeView& view, const SlurmSyncOptions& options) {
+  // Only a node duet creates: a node slurmd registers (adopt) takes its
+  // Topology= from its own --conf, as the operator set it.
+  if (options.block_topology.empty() || options.node_mode != SlurmNodeMode::kCreate) return "";
+  const std::string block = placement::TopologyOf(view).block;
+  if (block.empty()) return "";
+  // The unit as the features spell it (lower case, [a-z0-9._-]): the name
+  // the operator lists in topology.conf (BlockName=) or topology.yaml.
+  return absl::StrCat(options.block_topology, ":", SanitizeFeature(block));
 }
 
 uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options) {

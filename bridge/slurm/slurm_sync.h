@@ -279,6 +279,12 @@ SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& optio
 // options.policy), the same code that scores pods. Lower is preferred.
 uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options);
 
+// The node's Slurm Topology= ("TOPOLOGY:BLOCK", SlurmNodeConfig::topology):
+// options.block_topology and the node's GKE block (placement::TopologyOf),
+// the block spelled as its feature is (SanitizeFeature). Empty without
+// block_topology, without a block, or in adopt mode.
+std::string SlurmTopologyFor(const NodeView& view, const SlurmSyncOptions& options);
+
 class SlurmSync {
  public:
   // Nothing is owned; all must outlive this object.

@@ -16,7 +16,9 @@
 //          exported as slurm_job_state_reason_string; duplicate node creation
 //          fails with ESLURM_NODE_ALREADY_EXISTS.
 //   25.05  node_info_t.alloc_cpus / alloc_memory replace the select plugin's
-//          node data (select_nodeinfo, slurm_get_select_nodeinfo).
+//          node data (select_nodeinfo, slurm_get_select_nodeinfo); node
+//          lines (slurm_create_node, slurm.conf) take Topology=TOPO:UNIT and
+//          node_info_t.topology_str reports it (docs/slurm-versions.md).
 //   25.11  resource_allocation_response_msg_t.job_id moves to .step_id.job_id.
 //   26.05  slurm_load_job / slurm_kill_job take a slurm_step_id_t (their
 //          SLURM_BACKWARD_COMPAT wrappers use C11 _Generic, not C++);
@@ -92,6 +94,34 @@ inline bool IsCommError(int e) {
 inline bool IsNodeAlreadyExists(int e) {
 #if DUET_SLURM_AT_LEAST(24, 11)
   return e == ESLURM_NODE_ALREADY_EXISTS;
+#else
+  (void)e;
+  return false;
+#endif
+}
+
+// Whether a node line may carry Topology=TOPOLOGY:UNIT (a dynamic node's
+// block in topology/block, or its leaf switch in topology/tree): 25.05's
+// read_config.c added the node parameter and create_nodes passes it to the
+// topology plugin; older releases refuse the unknown key.
+inline constexpr bool kNodeTopology = DUET_SLURM_AT_LEAST(25, 5);
+
+// The node's Topology= as slurmctld reports it; empty before 25.05 or when
+// the node has none.
+inline std::string NodeTopology(const node_info_t& n) {
+#if DUET_SLURM_AT_LEAST(25, 5)
+  return n.topology_str != nullptr ? n.topology_str : "";
+#else
+  (void)n;
+  return "";
+#endif
+}
+
+// Whether `e` says the topology a node line named is not configured in
+// slurmctld (no such block, or no topology plugin that takes it).
+inline bool IsTopologyUnavailable(int e) {
+#if DUET_SLURM_AT_LEAST(25, 5)
+  return e == ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE;
 #else
   (void)e;
   return false;

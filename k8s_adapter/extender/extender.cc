@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/device/device.h"
 #include "k8s_adapter/common/pod_request.h"
 #include "spdlog/spdlog.h"
@@ -198,7 +199,14 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
   const std::vector<std::shared_ptr<const NodeView>> views = ledger_->GetNodes(args.node_names);
   const std::shared_ptr<const placement::Workload> workload =
       options_.workload ? options_.workload() : nullptr;
-  const placement::Scorer scorer(options_.policy, workload.get());
+  // Domain packing over the whole ledger, at most a second old (docs/gangs.md
+  // 4): kDuet's tie-break toward nodes whose clique/sub-block/block is
+  // already in use. Only kDuet reads it.
+  std::shared_ptr<const placement::DomainUsage> domains;
+  if (options_.policy == placement::Policy::kDuet) {
+    domains = domains_.Get(absl::Now(), [this] { return ledger_->Snapshot().nodes; });
+  }
+  const placement::Scorer scorer(options_.policy, workload.get(), domains.get());
   for (size_t i = 0; i < out.size(); ++i) {
     const NodeView* view = views[i].get();
     if (view == nullptr) continue;

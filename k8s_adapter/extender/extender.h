@@ -58,8 +58,8 @@
 // load is taken as zero, so the check is against the node's capacity only.
 //
 // Thread-safety: every method may be called concurrently (the ledger
-// serialises holds, the GangRegistry gangs; the extender keeps no other
-// mutable state).
+// serialises holds, the GangRegistry gangs; the extender's only other
+// mutable state is the domain usage cache, which is thread-safe).
 
 #include <atomic>
 #include <cstdint>
@@ -74,6 +74,7 @@
 #include "bridge/gang/registry.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/placement.h"
+#include "bridge/placement/topology.h"
 #include "bridge/pods/pod_holds.h"
 #include "k8s_adapter/extender/types.h"
 #include "k8s_adapter/kube_api.h"
@@ -194,6 +195,8 @@ class Extender {
   PodApi* const api_;
   const ExtenderOptions options_;
   pods::PodHolds holds_;
+  // Prioritize's domain packing (kDuet), over every ledger node.
+  mutable placement::DomainUsageCache domains_;
 
   std::atomic<uint64_t> bound_{0};
   std::atomic<uint64_t> refused_{0};

@@ -28,6 +28,7 @@ constexpr char kTpuTopologyLabel[] = "cloud.google.com/gke-tpu-topology";
 constexpr char kPoolLabel[] = "cloud.google.com/gke-nodepool";
 constexpr char kBlockLabel[] = "cloud.google.com/gce-topology-block";
 constexpr char kSubblockLabel[] = "cloud.google.com/gce-topology-subblock";
+constexpr char kHostLabel[] = "cloud.google.com/gce-topology-host";
 constexpr char kSlinkyHostnameOverride[] = "nodeset.slinky.slurm.net/hostname-override";
 const char* const kZoneLabels[] = {"topology.kubernetes.io/zone", "topology.gke.io/zone",
                                    "failure-domain.beta.kubernetes.io/zone"};
@@ -201,6 +202,7 @@ absl::StatusOr<NodeSpec> NodeSpecFromNodeOrThrow(const nlohmann::json& node, con
   Topology topo;
   topo.block = Label(out.labels, kBlockLabel);
   topo.subblock = Label(out.labels, kSubblockLabel);
+  topo.host = Label(out.labels, kHostLabel);
 
   // (index, id) of each GPU.
   std::vector<std::pair<uint32_t, std::string>> gpu_list;

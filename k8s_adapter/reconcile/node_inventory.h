@@ -9,7 +9,7 @@
 //         slice topology cloud.google.com/gke-tpu-topology; host bounds and
 //         sub-slice shapes from the chips per host
 //   pool  cloud.google.com/gke-nodepool; zone topology.kubernetes.io/zone;
-//         block/sub-block cloud.google.com/gce-topology-{block,subblock}
+//         block/sub-block/host cloud.google.com/gce-topology-{block,subblock,host}
 //   cpus/memory from allocatable
 //   state spec.unschedulable → cordoned; Ready False/Unknown/missing →
 //         not-ready (wins over cordoned); a deletionTimestamp → cordoned;

@@ -449,6 +449,20 @@ slurm: {enabled: true, conf_path: /etc/slurm/slurm.conf, call_timeout: 2s, sync_
               HasSubstr("slurm.enable: unknown key"));
 }
 
+TEST(ConfigTest, SlurmBlockTopology) {
+  auto c = ParseConfig(R"(
+inventory: {source: file, file: n.yaml}
+slurm: {enabled: true, block_topology: default}
+)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->slurm.block_topology, "default");
+  EXPECT_TRUE(ValidateConfig(*c).ok());
+  c->slurm.block_topology = "default:b1";
+  EXPECT_THAT(ValidateConfig(*c).message(), HasSubstr("slurm.block_topology"));
+  c->slurm.block_topology = "two words";
+  EXPECT_THAT(ValidateConfig(*c).message(), HasSubstr("slurm.block_topology"));
+}
+
 TEST(ConfigTest, SlurmNodesCreateOrAdopt) {
   const std::string base = "inventory: {source: file, file: n.yaml}\n";
   auto c = ParseConfig(base + "slurm: {enabled: true}");

@@ -9,7 +9,9 @@
 #
 #   ROOT=$(slurm_cluster.sh init [--spank SO[:ARGS]] [--max-nodes N] [--lifetime S]
 #                                [--auth munge|slurm] [--configless] [--isolated]
-#                                [--extra-conf LINES])
+#                                [--extra-conf LINES] [--topology-conf LINES])
+#                                       # --topology-conf: topology.conf beside slurm.conf (with
+#                                       # "TopologyPlugin=topology/block" in --extra-conf)
 #                                       # --extra-conf: lines appended to slurm.conf (partitions,
 #                                       # preemption; "PartitionName=duet ..." replaces the
 #                                       # default partition line)
@@ -146,6 +148,7 @@ kill_pidfile() {  # kill_pidfile FILE: SIGTERM, wait up to 5 s, then SIGKILL
 
 cmd_init() {
   local spank="" max_nodes=64 lifetime=900 auth=${DUET_SLURM_AUTH:-} ctld_params="" extra=""
+  local topology=""
   local isolated=0
   [[ ${DUET_SLURM_ISOLATED:-} == 1 ]] && isolated=1
   while (($#)); do
@@ -159,6 +162,7 @@ cmd_init() {
       # cluster stays as it was.
       --configless) ctld_params="SlurmctldParameters=enable_configless,reconfig_on_restart"; shift ;;
       --extra-conf) extra=$2; shift 2 ;;
+      --topology-conf) topology=$2; shift 2 ;;
       --isolated) isolated=1; shift ;;
       *) die "init: unknown argument $1" ;;
     esac
@@ -260,6 +264,7 @@ EOF
       >>"$ROOT/etc/slurm.conf"
   fi
   if [[ -n $extra ]]; then printf '%s\n' "$extra" >>"$ROOT/etc/slurm.conf"; fi
+  if [[ -n $topology ]]; then printf '%s\n' "$topology" >"$ROOT/etc/topology.conf"; fi
   echo "AutoDetect=off" >"$ROOT/etc/gres.conf"
   : >"$ROOT/etc/plugstack.conf"
   if [[ -n $spank ]]; then

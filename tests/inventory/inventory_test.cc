@@ -17,7 +17,7 @@ TEST(InventoryTest, ParsesGpusTpusAndTopology) {
     zone: z
     state: cordoned
     labels: {k: v}
-    topology: {block: b1, subblock: s1}
+    topology: {block: b1, subblock: s1, host: h1}
     gpus: {count: 2, model: h100, nvlink_domain: d, ids: [GPU-0, GPU-1]}
   - name: t
     tpus: {count: 4, model: v5e, host_bounds: 2x2, topology: 2x4, subslice_shapes: [1x1, 2x2]}
@@ -31,6 +31,7 @@ TEST(InventoryTest, ParsesGpusTpusAndTopology) {
   EXPECT_EQ(a.devices[1].id, "GPU-1");
   EXPECT_EQ(a.devices[1].topology.nvlink_domain, "d");
   EXPECT_EQ(a.devices[1].topology.block, "b1");
+  EXPECT_EQ(a.devices[1].topology.host, "h1");
   const NodeSpec& t = (*nodes)[1];
   ASSERT_EQ(t.devices.size(), 4u);
   EXPECT_EQ(t.devices[3].kind, DeviceKind::kTpu);

@@ -77,6 +77,9 @@ struct TestSlurmClusterOptions {
   // Lines appended to slurm.conf (partitions, preemption); a
   // "PartitionName=duet ..." line replaces the default users' partition.
   std::string extra_conf;
+  // topology.conf beside slurm.conf (e.g. "BlockName=b1\nBlockSizes=1", with
+  // "TopologyPlugin=topology/block" in extra_conf); empty: none.
+  std::string topology_conf;
 };
 
 class TestSlurmCluster {
@@ -272,6 +275,17 @@ class TestSlurmCluster {
       }
       close(fd);
       absl::StrAppend(&init, " --extra-conf \"$(cat ", path, ")\"");
+    }
+    if (!options.topology_conf.empty()) {
+      char path[] = "/tmp/duet-topology-conf.XXXXXX";
+      const int fd = mkstemp(path);
+      if (fd < 0 || write(fd, options.topology_conf.data(), options.topology_conf.size()) !=
+                        static_cast<ssize_t>(options.topology_conf.size())) {
+        ADD_FAILURE() << "cannot write topology.conf";
+        return;
+      }
+      close(fd);
+      absl::StrAppend(&init, " --topology-conf \"$(cat ", path, ")\"");
     }
     CmdResult r = RunCmd(Script(init), /*merge_stderr=*/false);
     root_ = std::string(absl::StripAsciiWhitespace(r.out));

@@ -242,6 +242,36 @@ TEST_F(ExtenderTest, PrioritizeGoldenPrefersTheNodeThePodFillsAndAvoidsStranding
   ExpectGolden(PriorityListJson(p), "prioritize_result.json");
 }
 
+// Domain packing (docs/gangs.md 4): two empty nodes alike but for their
+// block; the one whose block already has a busy node wins, so block B stays
+// whole for a gang.
+TEST(ExtenderDomainTest, PrioritizePrefersTheNodeInAPartlyUsedBlock) {
+  Ledger ledger;
+  const char* blocks[] = {"A", "A", "B"};
+  for (int i = 0; i < 3; ++i) {
+    NodeSpec spec = bench::H100Node(10 + i);
+    spec.labels["cloud.google.com/gce-topology-block"] = blocks[i];
+    ASSERT_TRUE(ledger.UpsertNode(spec).ok());
+  }
+  testing::HoldSlurm(ledger, bench::H100NodeName(10), 101, 0, 6);
+  NoApi api;
+  Extender extender(&ledger, nullptr, &api, ExtenderOptions{});
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(TestdataJson("filter_args.json"));
+  ASSERT_TRUE(args.ok());
+  args->node_names = {bench::H100NodeName(11), bench::H100NodeName(12)};
+  std::vector<HostPriority> p = extender.Prioritize(*args);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].score, kMaxExtenderPriority);  // block A, partly used
+  EXPECT_LT(p[1].score, p[0].score);            // block B, untouched
+  // The domains are measured over the whole ledger, not only the nodes
+  // asked about (the busy node fails the filter and is never among them);
+  // with it among them the order is the same.
+  args->node_names = {bench::H100NodeName(12), bench::H100NodeName(11), bench::H100NodeName(10)};
+  p = extender.Prioritize(*args);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_GT(p[1].score, p[0].score);
+}
+
 TEST_F(ExtenderTest, OtherPoliciesOrderAsTheyShould) {
   ExtenderOptions packing;
   packing.policy = placement::Policy::kMostAllocated;

@@ -44,6 +44,7 @@ TEST(NodeSpecFromNodeTest, GkeA3H100) {
   EXPECT_EQ(d.capacity_milli, kWholeDevice);
   EXPECT_EQ(d.topology.block, "a1b2c3d4e5f60718293a4b5c6d7e8f90");
   EXPECT_EQ(d.topology.subblock, "9a8b7c6d5e4f30211203f4e5d6c7b8a9");
+  EXPECT_EQ(d.topology.host, "0f1e2d3c4b5a69788796a5b4c3d2e1f0");
   EXPECT_EQ(d.topology.nvlink_domain, "");
 }
 
