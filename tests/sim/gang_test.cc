@@ -3,7 +3,7 @@
 // most once, no device held twice), and duet's all-or-nothing policy never
 // leaves part of a gang holding devices, where the per-pod policy does.
 // Also PickGangNodes' contract (docs/gangs.md 4), whichever definition
-// duet-sim links (the simulator's stand-in, or bridge/placement's own).
+// duet-sim links (bridge/placement's own).
 
 #include "bench/sim/gang.h"
 
