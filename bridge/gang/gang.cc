@@ -37,8 +37,8 @@ absl::StatusOr<GangKey> GangKey::Parse(const std::string& text) {
   const absl::string_view source = t.substr(0, a);
   GangKey key;
   bool known = false;
-  for (GangSource s : {GangSource::kPodGroup, GangSource::kJobSet, GangSource::kLws,
-                       GangSource::kWorkload}) {
+  for (GangSource s :
+       {GangSource::kPodGroup, GangSource::kJobSet, GangSource::kLws, GangSource::kWorkload}) {
     if (source == GangSourceName(s)) {
       key.source = s;
       known = true;

@@ -50,9 +50,8 @@ TEST(GangKeyTest, TextFormRoundTripsAndRefusesAnythingElse) {
   EXPECT_EQ(Key().ToString(), kGang);
   const gang::GangKey js{"ns", gang::GangSource::kJobSet, "js/workers"};
   EXPECT_EQ(js.ToString(), "jobset/ns/js/workers");
-  for (const gang::GangKey& k :
-       {Key(), js, gang::GangKey{"a", gang::GangSource::kLws, "lws/3"},
-        gang::GangKey{"b", gang::GangSource::kWorkload, "w/pg/r1"}}) {
+  for (const gang::GangKey& k : {Key(), js, gang::GangKey{"a", gang::GangSource::kLws, "lws/3"},
+                                 gang::GangKey{"b", gang::GangSource::kWorkload, "w/pg/r1"}}) {
     absl::StatusOr<gang::GangKey> back = gang::GangKey::Parse(k.ToString());
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, k);
@@ -188,8 +187,8 @@ TEST_F(GangJobsTest, CancelEndsTheJobAndReleasesEverySlotAndMember) {
       ledger_.Rebind("n1", Owner::GangSlot(5000, kGang, 0), Owner::Placeholder(5000, "uid-a"))
           .ok());
   // Another pod's placeholder (another job) stays.
-  absl::StatusOr<Holding> other = placeholders_.Create(Owner::Pod("uid-z", "ml", "z"), "n1", 1, 0,
-                                                       1, 0);
+  absl::StatusOr<Holding> other =
+      placeholders_.Create(Owner::Pod("uid-z", "ml", "z"), "n1", 1, 0, 1, 0);
   ASSERT_TRUE(other.ok()) << other.status();
   ASSERT_TRUE(maker_.Cancel(Key(), a->job_id).ok());
   EXPECT_THAT(slurm_.killed(), ElementsAre(5000));
@@ -265,7 +264,7 @@ TEST_F(GangSyncTest, AGoneGangJobsSlotsAreReleasedAndItsRunningMembersKept) {
       ledger_.Rebind("n2", Owner::GangSlot(5000, kGang, 2), Owner::Placeholder(5000, "uid-c"))
           .ok());
   ASSERT_TRUE(slurm_.KillJob(5000).ok());  // scancel: not listed any more
-  clock_.Advance(absl::Seconds(1));  // the list is read after the grants
+  clock_.Advance(absl::Seconds(1));        // the list is read after the grants
   ASSERT_TRUE(Sync().RunOnce().ok());
   for (const Holding& h : ledger_.ListHoldings()) {
     EXPECT_NE(h.owner.kind, OwnerKind::kGangSlot) << h.owner.ToString();
