@@ -24,8 +24,8 @@
 # and no file of theirs includes a yaml-cpp header. Kubeconfig files are
 # kube_config's, which only duet-bridge links; duet-node reads no YAML.
 #   proto          proto/
-# Everything else (bridge/server, bridge/slurm, bridge/pods, bridge/gang (gangs:
-# the GangRegistry, over GangMaker and a planner), bridge/dra (the
+# Everything else (bridge/server, bridge/slurm, bridge/pods, bridge/gang (the
+# gangs' vocabulary and registry, docs/gangs.md), bridge/dra (the
 # DRA lending mode's Lender), the extender, k8s_adapter/reconcile,
 # k8s_adapter/http (the HTTP(S) server the extender and the DRA webhook
 # share), k8s_adapter/dra (the lending mode's Kubernetes side, which reaches

@@ -33,6 +33,7 @@ HolderClass ClassOf(const v1::Owner& owner) {
     case v1::Owner::kPlaceholder:
     case v1::Owner::kClaim:
     case v1::Owner::kLend:
+    case v1::Owner::kGangSlot:
       return HolderClass::kPods;
     case v1::Owner::KIND_NOT_SET:
       break;
@@ -195,6 +196,12 @@ Json OwnerJson(const v1::Owner& owner) {
       j["kind"] = "lend";
       j["job_id"] = owner.lend().job_id();
       j["node"] = owner.lend().node();
+      break;
+    case v1::Owner::kGangSlot:
+      j["kind"] = "gang_slot";
+      j["job_id"] = owner.gang_slot().job_id();
+      j["gang"] = owner.gang_slot().gang();
+      j["slot"] = owner.gang_slot().slot();
       break;
     case v1::Owner::KIND_NOT_SET:
       j["kind"] = "unknown";
@@ -378,6 +385,9 @@ std::string OwnerText(const v1::Owner& owner, const std::string& pod_name) {
     }
     case v1::Owner::kLend:
       return absl::StrCat("lent to kubernetes (lend job ", owner.lend().job_id(), ")");
+    case v1::Owner::kGangSlot:
+      return absl::StrCat("gang ", owner.gang_slot().gang(), " slot ", owner.gang_slot().slot(),
+                          " (gang job ", owner.gang_slot().job_id(), ")");
     case v1::Owner::KIND_NOT_SET:
       break;
   }

@@ -44,6 +44,9 @@ std::string OwnerName(const v1::Owner& o) {
                           " (lend job ", o.claim().job_id(), ")");
     case v1::Owner::kLend:
       return absl::StrCat("lend job ", o.lend().job_id(), " (devices lent to kubernetes)");
+    case v1::Owner::kGangSlot:
+      return absl::StrCat("gang ", o.gang_slot().gang(), " slot ", o.gang_slot().slot(),
+                          " (gang job ", o.gang_slot().job_id(), ", reserved for kubernetes)");
     case v1::Owner::kSlurmJob:
       return absl::StrCat("slurm job ", o.slurm_job().job_id());
     case v1::Owner::kSlurmStep:

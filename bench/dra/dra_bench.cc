@@ -229,6 +229,10 @@ class SlowSlurm final : public SlurmClient {
     Rpc();
     return fake_.AllocatePlaceholder(r);
   }
+  absl::StatusOr<SlurmGangAllocation> AllocateGang(const SlurmGangRequest& r) override {
+    Rpc();
+    return fake_.AllocateGang(r);
+  }
   absl::Status KillJob(uint32_t job) override {
     Rpc();
     return fake_.KillJob(job);

@@ -136,6 +136,17 @@ void ToProto(const Owner& owner, v1::Owner* out) {
       out->mutable_lend()->set_node(std::string(node));
       break;
     }
+    case OwnerKind::kGangSlot: {
+      std::string gang;
+      uint32_t slot = 0;
+      // A malformed slot uid never reaches the ledger (ValidateOwner); the
+      // whole uid is shown then rather than nothing.
+      if (!ParseGangSlotUid(owner.pod_uid, &gang, &slot)) gang = owner.pod_uid;
+      out->mutable_gang_slot()->set_job_id(owner.job_id);
+      out->mutable_gang_slot()->set_gang(gang);
+      out->mutable_gang_slot()->set_slot(slot);
+      break;
+    }
   }
 }
 
@@ -157,11 +168,17 @@ absl::StatusOr<Owner> FromProto(const v1::Owner& owner) {
         return absl::InvalidArgumentError("owner.lend.node: must be set");
       }
       return Owner::Lend(owner.lend().job_id(), owner.lend().node());
+    case v1::Owner::kGangSlot:
+      if (owner.gang_slot().gang().empty()) {
+        return absl::InvalidArgumentError("owner.gang_slot.gang: must be set");
+      }
+      return Owner::GangSlot(owner.gang_slot().job_id(), owner.gang_slot().gang(),
+                             owner.gang_slot().slot());
     case v1::Owner::KIND_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
-      "owner: must be one of slurm_job, slurm_step, pod, placeholder, claim, lend");
+      "owner: must be one of slurm_job, slurm_step, pod, placeholder, claim, lend, gang_slot");
 }
 
 void ToProto(const Holding& holding, v1::Holding* out) { ToProto(holding, nullptr, out); }

@@ -131,6 +131,12 @@ absl::Status CheckOwnerStrings(const Owner& owner) {
           "owner: ", owner.kind == OwnerKind::kClaim ? "claim" : "lend",
           " owners are duet-bridge's own (the DRA lending mode); no caller may hold or release "
           "them"));
+    case OwnerKind::kGangSlot:
+      // A gang's slots are made and ended by duet-bridge's gang registry
+      // (docs/gangs.md), never by a caller.
+      return absl::InvalidArgumentError(
+          "owner: gang_slot owners are duet-bridge's own (gangs); no caller may hold or release "
+          "them");
     case OwnerKind::kPod:
       break;
   }

@@ -143,6 +143,27 @@ absl::Status ValidateOwner(const Owner& owner) {
         return absl::InvalidArgumentError("owner: a lend owner carries no namespace or name");
       }
       return absl::OkStatus();
+    case OwnerKind::kGangSlot: {
+      if (owner.job_id == 0) return absl::InvalidArgumentError("owner: gang job_id must be set");
+      if (owner.pod_uid.size() > kMaxGangSlotUidLength) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "owner: gang slot is ", owner.pod_uid.size(), " bytes; max ", kMaxGangSlotUidLength));
+      }
+      std::string gang;
+      uint32_t slot = 0;
+      if (!ParseGangSlotUid(owner.pod_uid, &gang, &slot)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("owner: gang slot must be \"gang:KEY#SLOT\", not \"", owner.pod_uid,
+                         "\""));
+      }
+      if (!owner.pod_namespace.empty() || !owner.pod_name.empty()) {
+        return absl::InvalidArgumentError("owner: a gang slot owner carries no namespace or name");
+      }
+      if (owner.step_id != 0) {
+        return absl::InvalidArgumentError("owner: a gang slot owner carries no step id");
+      }
+      return absl::OkStatus();
+    }
   }
   return absl::InvalidArgumentError("owner: kind must be set");
 }

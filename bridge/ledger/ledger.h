@@ -245,6 +245,10 @@ inline constexpr size_t kMaxNameLength = 253;   // a DNS subdomain, like a Node 
 inline constexpr size_t kMaxUidLength = 128;
 // A lend owner's group is "lend:" + a node name.
 inline constexpr size_t kMaxLendUidLength = 5 + kMaxNameLength;
+// A gang slot owner's group is "gang:" + a gang key ("workload/NS/WORKLOAD/
+// PODGROUP/REPLICA-KEY" at most: a source, a namespace and three names) +
+// "#" + a slot number.
+inline constexpr size_t kMaxGangSlotUidLength = 5 + 9 + 64 + 3 * (kMaxNameLength + 1) + 11;
 inline constexpr size_t kMaxDevicesPerNode = 1024;
 
 }  // namespace duet

@@ -1,6 +1,10 @@
 #include "bridge/ledger/types.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
@@ -107,6 +111,29 @@ Owner Owner::Lend(uint32_t job_id, const std::string& node) {
   return o;
 }
 
+Owner Owner::GangSlot(uint32_t job_id, const std::string& gang, uint32_t slot) {
+  Owner o;
+  o.kind = OwnerKind::kGangSlot;
+  o.job_id = job_id;
+  o.pod_uid = absl::StrCat(kGangSlotGroupPrefix, gang, "#", slot);
+  return o;
+}
+
+bool ParseGangSlotUid(absl::string_view uid, std::string* gang, uint32_t* slot) {
+  if (!absl::ConsumePrefix(&uid, kGangSlotGroupPrefix)) return false;
+  const size_t hash = uid.rfind('#');
+  if (hash == absl::string_view::npos || hash == 0) return false;
+  const absl::string_view digits = uid.substr(hash + 1);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit)) {
+    return false;
+  }
+  uint32_t n = 0;
+  if (!absl::SimpleAtoi(digits, &n)) return false;
+  *gang = std::string(uid.substr(0, hash));
+  *slot = n;
+  return true;
+}
+
 bool Owner::SameGroup(const Owner& o) const {
   if (holder_class() != o.holder_class()) return false;
   if (holder_class() == HolderClass::kSlurm) return job_id == o.job_id;
@@ -147,6 +174,14 @@ std::string Owner::ToString() const {
       absl::string_view node = pod_uid;
       absl::ConsumePrefix(&node, kLendGroupPrefix);
       return absl::StrCat("lend job ", job_id, " on node ", node);
+    }
+    case OwnerKind::kGangSlot: {
+      std::string gang;
+      uint32_t slot = 0;
+      if (!ParseGangSlotUid(pod_uid, &gang, &slot)) {
+        return absl::StrCat("gang job ", job_id, " slot ", pod_uid);
+      }
+      return absl::StrCat("gang ", gang, " slot ", slot, " (gang job ", job_id, ")");
     }
   }
   return "unknown owner";

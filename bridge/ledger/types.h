@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/hash/hash.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/device/device.h"  // DeviceKind, DeviceKindName
 
@@ -75,12 +76,16 @@ struct NodeSpec {
 
 // The pod_uid of every Owner::Lend on a node: "lend:NODE".
 inline constexpr char kLendGroupPrefix[] = "lend:";
+// The pod_uid of an Owner::GangSlot: "gang:KEY#SLOT" (docs/gangs.md; KEY is
+// gang::GangKey::ToString, which the ledger does not depend on).
+inline constexpr char kGangSlotGroupPrefix[] = "gang:";
 
 // Slurm-side or Kubernetes-side: the holder classes operators see.
 enum class HolderClass : uint8_t { kSlurm, kPod };
 
-// kClaim and kLend are the DRA lending mode's (docs/dra.md): only the bridge
-// itself makes them, never a gRPC caller.
+// kClaim and kLend are the DRA lending mode's (docs/dra.md), kGangSlot the
+// gangs' (docs/gangs.md): only the bridge itself makes them, never a gRPC
+// caller.
 enum class OwnerKind : uint8_t {
   kSlurmJob = 1,
   kSlurmStep = 2,
@@ -88,6 +93,7 @@ enum class OwnerKind : uint8_t {
   kPlaceholder = 4,
   kClaim = 5,
   kLend = 6,
+  kGangSlot = 7,
 };
 
 // Who holds devices. Identity is (kind, job_id, step_id, pod_uid); a pod's
@@ -102,6 +108,10 @@ enum class OwnerKind : uint8_t {
 // node is one group); Claim{job J, claim uid} is a ResourceClaim that was
 // allocated a device lent by job J (pod_uid the claim's uid: one group per
 // claim, whatever lend jobs its devices came from).
+//
+// A gang's reserved slot is pod-side too: GangSlot{job J, "gang:KEY#SLOT"}
+// holds slot SLOT's devices under the gang's Slurm job J until a member's
+// bind rebinds them to Placeholder{J, member uid} (one group per slot).
 struct Owner {
   OwnerKind kind = OwnerKind::kSlurmJob;
   uint32_t job_id = 0;
@@ -117,6 +127,8 @@ struct Owner {
   static Owner Claim(uint32_t job_id, std::string claim_uid, std::string ns = "",
                      std::string name = "");
   static Owner Lend(uint32_t job_id, const std::string& node);
+  // `gang` is the gang's key as text (gang::GangKey::ToString).
+  static Owner GangSlot(uint32_t job_id, const std::string& gang, uint32_t slot);
 
   HolderClass holder_class() const {
     return kind == OwnerKind::kSlurmJob || kind == OwnerKind::kSlurmStep ? HolderClass::kSlurm
@@ -136,6 +148,10 @@ struct Owner {
     return H::combine(std::move(h), o.kind, o.job_id, o.step_id, o.pod_uid);
   }
 };
+
+// Splits a GangSlot owner's pod_uid "gang:KEY#SLOT" into KEY and SLOT;
+// false when `uid` is not of that form.
+bool ParseGangSlotUid(absl::string_view uid, std::string* gang, uint32_t* slot);
 
 struct HeldDevice {
   DeviceKind kind = DeviceKind::kGpu;

@@ -554,6 +554,16 @@ absl::Status Bridge::StartGangs() {
   };
   const pods::PodHoldsOptions holds = MakePodHoldsOptions(policy_);
   d.load = holds.load;
+  if (slurm_ != nullptr) {
+    // At recovery, a job whose every slot a member holds is known as a gang
+    // by its Slurm name (duet-gang:KEY).
+    SlurmClient* slurm = slurm_.get();
+    d.job_gang = [slurm](uint32_t job_id) -> std::optional<gang::GangKey> {
+      absl::StatusOr<std::optional<SlurmJobInfo>> job = slurm->GetJob(job_id);
+      if (!job.ok() || !job->has_value()) return std::nullopt;
+      return ParseGangJobName((*job)->name);
+    };
+  }
   if (slurm_loads_ != nullptr) {
     SlurmNodeLoads* loads = slurm_loads_.get();
     d.unusable = [loads](const std::string& node) { return loads->Unusable(node); };

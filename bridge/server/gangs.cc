@@ -49,6 +49,10 @@ BridgeGangs::BridgeGangs(BridgeGangsDeps deps) : deps_(std::move(deps)) {
   o.unusable = deps_.unusable;
   o.wait_durable = deps_.wait_durable;
   o.job_gang = deps_.job_gang;
+  // What Placeholders (the GangMaker) records for each slot.
+  o.slot_owner = [](uint32_t job, const gang::GangKey& key, uint32_t slot) {
+    return Owner::GangSlot(job, key.ToString(), slot);
+  };
   o.reserve_timeout = deps_.config->reserve_timeout;
   o.idle_release = deps_.config->idle_release;
   o.clock = deps_.clock;

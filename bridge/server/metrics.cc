@@ -18,7 +18,7 @@ namespace {
 
 const char* OwnerKindLabel(const Owner& o) {
   static constexpr const char* kNames[] = {nullptr, "slurm_job", "slurm_step", "pod",
-                                           "placeholder", "claim", "lend"};
+                                           "placeholder", "claim", "lend", "gang_slot"};
   return EnumName(o.kind, kNames);
 }
 

@@ -661,6 +661,115 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
   });
 }
 
+absl::StatusOr<SlurmGangAllocation> LibSlurmClient::AllocateGang(const SlurmGangRequest& request) {
+  if (request.nodes.empty()) return absl::InvalidArgumentError("allocate gang: no nodes");
+  for (size_t i = 0; i < request.nodes.size(); ++i) {
+    if (request.nodes[i].empty()) return absl::InvalidArgumentError("allocate gang: empty node");
+    if (std::find(request.nodes.begin(), request.nodes.begin() + i, request.nodes[i]) !=
+        request.nodes.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("allocate gang: node ", request.nodes[i], " is listed twice"));
+    }
+  }
+  if (request.gpus_per_node == 0 && request.tpus_per_node == 0) {
+    return absl::InvalidArgumentError("allocate gang: no GPUs or TPUs requested");
+  }
+  const uid_t uid = options_.job_uid >= 0 ? static_cast<uid_t>(options_.job_uid) : getuid();
+  const gid_t gid = options_.job_gid >= 0 ? static_cast<gid_t>(options_.job_gid) : getgid();
+  return Run<SlurmGangAllocation>("allocate gang", [request, uid,
+                                                    gid]() -> absl::StatusOr<SlurmGangAllocation> {
+    std::vector<std::string> tres;
+    if (request.gpus_per_node) tres.push_back(absl::StrCat("gres:gpu:", request.gpus_per_node));
+    if (request.tpus_per_node) tres.push_back(absl::StrCat("gres:tpu:", request.tpus_per_node));
+    std::string tres_per_node = absl::StrJoin(tres, ",");
+    std::string node_list = absl::StrJoin(request.nodes, ",");
+    std::string name = request.job_name;
+    std::string comment = request.comment;
+    std::string work_dir = "/";
+    std::string partition = request.partition;
+    std::string qos = request.qos;
+    std::vector<std::string> env = request.spank_env;
+    std::vector<char*> env_ptrs;
+    for (std::string& e : env) env_ptrs.push_back(e.data());
+    env_ptrs.push_back(nullptr);
+    const uint32_t n = static_cast<uint32_t>(request.nodes.size());
+    const uint32_t cpus = std::max<uint32_t>(1, request.cpus_per_node);
+
+    // As AllocatePlaceholder's job (see the reasons there), over exactly
+    // `nodes` (-w NODES -N n): one task per node with the node's CPUs, the
+    // same GRES and memory per node.
+    job_desc_msg_t desc;
+    slurm_init_job_desc_msg(&desc);
+    desc.name = name.data();
+    desc.comment = comment.data();
+    desc.req_nodes = node_list.data();
+    desc.min_nodes = n;
+    desc.max_nodes = n;
+    desc.num_tasks = n;
+    desc.ntasks_per_node = 1;
+    desc.min_cpus = n * cpus;
+    desc.cpus_per_task = static_cast<uint16_t>(cpus);
+    if (request.memory_mib_per_node > 0) desc.pn_min_memory = request.memory_mib_per_node;
+    desc.tres_per_node = tres_per_node.data();
+    desc.immediate = 1;
+    desc.priority = kPlaceholderPriority;
+    desc.time_limit = INFINITE;
+    desc.requeue = 0;
+    if (!partition.empty()) desc.partition = partition.data();
+    if (!qos.empty()) desc.qos = qos.data();
+    desc.work_dir = work_dir.data();
+    desc.user_id = uid;
+    desc.group_id = gid;
+    if (!env.empty()) {
+      desc.spank_job_env = env_ptrs.data();
+      desc.spank_job_env_size = static_cast<uint32_t>(env.size());
+    }
+    resource_allocation_response_msg_t* resp = nullptr;
+    if (slurm_allocate_resources(&desc, &resp) != SLURM_SUCCESS || resp == nullptr) {
+      return SlurmError(absl::StrCat("allocate gang ", tres_per_node, " per node on ", node_list));
+    }
+    SlurmGangAllocation alloc;
+    alloc.job_id = slurm_compat::AllocationJobId(*resp);
+    std::vector<std::string> granted = slurm_compat::ExpandHostlist(resp->node_list);
+    slurm_free_resource_allocation_response_msg(resp);
+    std::vector<std::string> wanted = request.nodes;
+    std::sort(granted.begin(), granted.end());
+    std::sort(wanted.begin(), wanted.end());
+    if (granted != wanted) {
+      // Not granted at once (queued), or not on exactly these nodes: no job
+      // may linger.
+      slurm_compat::KillJob(alloc.job_id, SIGKILL, 0);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no room: allocate gang on ", node_list, ": not granted at once on exactly those nodes"));
+    }
+    auto job = LoadJob(alloc.job_id);
+    if (!job.ok() || !job->has_value()) {
+      slurm_compat::KillJob(alloc.job_id, SIGKILL, 0);
+      return absl::UnavailableError(absl::StrCat("allocate gang on ", node_list, ": job ",
+                                                 alloc.job_id, " granted but its devices could not "
+                                                 "be read back; cancelled"));
+    }
+    for (const std::string& node : request.nodes) {
+      auto it = std::find_if((*job)->devices.begin(), (*job)->devices.end(),
+                             [&node](const SlurmJobNodeDevices& d) { return d.node == node; });
+      if (it == (*job)->devices.end() || it->gpus.size() != request.gpus_per_node ||
+          it->tpus.size() != request.tpus_per_node) {
+        slurm_compat::KillJob(alloc.job_id, SIGKILL, 0);
+        return absl::InternalError(absl::StrCat(
+            "allocate gang: job ", alloc.job_id, " on ", node, " got ",
+            it == (*job)->devices.end()
+                ? std::string("no devices")
+                : absl::StrCat("gpus [", FormatIndexList(it->gpus), "] tpus [",
+                               FormatIndexList(it->tpus), "]"),
+            ", asked ", request.gpus_per_node, "/", request.tpus_per_node,
+            " per node (does gres.conf list File= for each device?); cancelled"));
+      }
+      alloc.nodes.push_back(*it);
+    }
+    return alloc;
+  });
+}
+
 absl::Status LibSlurmClient::KillJob(uint32_t job_id) {
   return RunStatus("kill job", [job_id] {
     if (slurm_compat::KillJob(job_id, SIGKILL, 0) != SLURM_SUCCESS) {

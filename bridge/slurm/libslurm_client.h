@@ -80,6 +80,7 @@ class LibSlurmClient final : public SlurmClient {
   absl::Status UpdateNode(const SlurmNodeUpdate& update) override;
   absl::Status DeleteNode(const std::string& name) override;
   absl::StatusOr<SlurmAllocation> AllocatePlaceholder(const SlurmAllocRequest& request) override;
+  absl::StatusOr<SlurmGangAllocation> AllocateGang(const SlurmGangRequest& request) override;
   absl::Status KillJob(uint32_t job_id) override;
   absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() override;
   absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t job_id) override;

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -43,6 +44,18 @@ std::optional<std::string> ParseLendComment(const std::string& comment) {
 
 std::string LendComment(const std::string& node) {
   return absl::StrCat(kLendCommentPrefix, "node=", node);
+}
+
+std::optional<gang::GangKey> ParseGangJobName(const std::string& job_name) {
+  absl::string_view text = job_name;
+  if (!absl::ConsumePrefix(&text, gang::kGangJobPrefix)) return std::nullopt;
+  absl::StatusOr<gang::GangKey> key = gang::GangKey::Parse(std::string(text));
+  if (!key.ok()) return std::nullopt;
+  return *std::move(key);
+}
+
+std::string GangComment(const gang::GangKey& key, uint32_t slots) {
+  return absl::StrCat(kGangCommentPrefix, "key=", key.ToString(), " slots=", slots);
 }
 
 Placeholders::Placeholders(Ledger* ledger, SlurmClient* slurm, PlaceholderJobOptions job_options)
@@ -158,6 +171,125 @@ absl::Status Placeholders::CancelLend(const std::string& node, uint32_t job_id) 
   }
   DUET_RETURN_IF_ERROR(slurm_->KillJob(job_id));
   return ledger_->Release(node, Owner::Lend(job_id, node)).status();
+}
+
+absl::StatusOr<gang::GangAllocation> Placeholders::Create(const gang::GangKey& key,
+                                                         const gang::GangSpec& spec,
+                                                         const std::vector<gang::GangNode>& nodes) {
+  const std::string gang = key.ToString();
+  auto refuse = [&gang](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("gang ", gang, ": ", why));
+  };
+  const placement::PodRequest& member = spec.member;
+  if (member.count == 0) return refuse("a member asks no device");
+  if (member.milli != kWholeDevice) return refuse("a member asks a share of a device");
+  if (member.kind != DeviceKind::kGpu && member.kind != DeviceKind::kTpu) {
+    return refuse("a member asks neither GPUs nor TPUs");
+  }
+  if (nodes.empty()) return refuse("no nodes");
+  const uint32_t per_node = nodes.front().members;
+  uint64_t slots = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const gang::GangNode& n = nodes[i];
+    if (n.members == 0 || n.members != per_node) {
+      // One Slurm job asks the same GRES on every node (docs/gangs.md 3).
+      return refuse(absl::StrCat("every node must get the same number of members (", nodes[0].node,
+                                 " gets ", per_node, ", ", n.node, " gets ", n.members, ")"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (nodes[j].node == n.node) return refuse(absl::StrCat("node ", n.node, " is listed twice"));
+    }
+    slots += n.members;
+  }
+  if (slots != spec.min_member) {
+    return refuse(absl::StrCat(slots, " slots placed for ", spec.min_member, " members"));
+  }
+  for (const gang::GangNode& n : nodes) {
+    auto view = ledger_->GetNode(n.node);
+    if (!view) return absl::NotFoundError(absl::StrCat("node ", n.node, " is not in the ledger"));
+    if (view->spec.state != NodeState::kReady) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node not usable: ", n.node, " is ", NodeStateName(view->spec.state), " in the ledger"));
+    }
+  }
+
+  SlurmGangRequest req;
+  for (const gang::GangNode& n : nodes) req.nodes.push_back(n.node);
+  req.job_name = absl::StrCat(gang::kGangJobPrefix, gang);
+  req.comment = GangComment(key, static_cast<uint32_t>(slots));
+  (member.kind == DeviceKind::kGpu ? req.gpus_per_node : req.tpus_per_node) =
+      per_node * member.count;
+  req.cpus_per_node = static_cast<uint32_t>(
+      std::max<uint64_t>(1, (uint64_t{per_node} * member.cpu_milli + 999) / 1000));
+  req.memory_mib_per_node = uint64_t{per_node} * member.memory_mib;
+  req.spank_env = {absl::StrCat("DUET_GANG=", gang)};
+  req.partition = job_options_.partition;
+  req.qos = job_options_.qos;
+  absl::StatusOr<SlurmGangAllocation> alloc = slurm_->AllocateGang(req);
+  if (!alloc.ok()) return alloc.status();
+
+  gang::GangAllocation out;
+  out.job_id = alloc->job_id;
+  // Undoes everything: the slots recorded so far, then the job.
+  auto roll_back = [&](const absl::Status& why) {
+    for (const Holding& h : out.slots) (void)ledger_->Release(h.node, h.owner);
+    absl::Status k = slurm_->KillJob(alloc->job_id);
+    spdlog::warn("gang job {} of {}: {}; slots released, cancel: {}", alloc->job_id, gang,
+                 why.ToString(), k.ToString());
+    return absl::Status(why.code(), absl::StrCat("gang ", gang, ": ", why.message()));
+  };
+  uint32_t slot = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const SlurmJobNodeDevices* got = nullptr;
+    for (const SlurmJobNodeDevices& d : alloc->nodes) {
+      if (d.node == nodes[i].node) got = &d;
+    }
+    std::vector<uint32_t> indices;
+    if (got != nullptr) indices = member.kind == DeviceKind::kGpu ? got->gpus : got->tpus;
+    std::sort(indices.begin(), indices.end());
+    if (indices.size() != uint64_t{per_node} * member.count) {
+      return roll_back(absl::InternalError(absl::StrCat(
+          "Slurm gave job ", alloc->job_id, " ", DeviceKindName(member.kind), " [",
+          FormatIndexList(indices), "] on ", nodes[i].node, ", asked ", per_node * member.count)));
+    }
+    for (uint32_t m = 0; m < per_node; ++m, ++slot) {
+      HoldRequest hold;
+      hold.node = nodes[i].node;
+      hold.owner = Owner::GangSlot(alloc->job_id, gang, slot);
+      for (uint32_t k = 0; k < member.count; ++k) {
+        hold.devices.push_back({member.kind, indices[m * member.count + k], kWholeDevice});
+      }
+      absl::StatusOr<HoldResult> held = ledger_->Hold(hold);
+      if (!held.ok()) {
+        // Slurm and the ledger disagree (e.g. a step registered devices
+        // Slurm thinks are free): no slot the ledger cannot record.
+        return roll_back(absl::Status(
+            held.status().code(), absl::StrCat("slot ", slot, " on ", nodes[i].node, ": ",
+                                               held.status().message())));
+      }
+      out.seq = std::max(out.seq, held->seq);
+      out.slots.push_back(held->holding);
+    }
+  }
+  return out;
+}
+
+absl::Status Placeholders::Cancel(const gang::GangKey& key, uint32_t job_id) {
+  if (job_id == 0) return absl::InvalidArgumentError("gang cancel: job id 0");
+  const std::string name = absl::StrCat(gang::kGangJobPrefix, key.ToString());
+  DUET_ASSIGN_OR_RETURN(std::optional<SlurmJobInfo> job, slurm_->GetJob(job_id));
+  if (job.has_value() && job->live() && job->name != name) {
+    // Never end someone else's job on a wrong id.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang cancel: Slurm job ", job_id, " is \"", job->name, "\", not ", name));
+  }
+  DUET_RETURN_IF_ERROR(slurm_->KillJob(job_id));
+  for (const Holding& h : ledger_->ListHoldings()) {
+    if (h.owner.job_id != job_id) continue;
+    if (h.owner.kind != OwnerKind::kGangSlot && h.owner.kind != OwnerKind::kPlaceholder) continue;
+    DUET_RETURN_IF_ERROR(ledger_->Release(h.node, h.owner).status());
+  }
+  return absl::OkStatus();
 }
 
 namespace {

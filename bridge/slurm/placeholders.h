@@ -13,6 +13,13 @@
 // same way for devices to lend to Kubernetes, job name "duet-lend:NODE",
 // comment "duet-lend node=NODE", and records Owner::Lend{job_id, node}.
 //
+// Gangs (docs/gangs.md, gang::GangMaker): Create(key, spec, nodes) asks
+// Slurm for one immediate job over every node of the gang (the same GRES,
+// CPUs and memory on each), job name "duet-gang:KEY", comment "duet-gang
+// key=KEY slots=N", and records each slot's devices as
+// Owner::GangSlot{job, KEY, slot}; Cancel(key, job) ends the job and every
+// slot and member placeholder of it.
+//
 // Thread-safety: thread-safe (Ledger and SlurmClient are; no own state).
 
 #include <cstdint>
@@ -22,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "bridge/dra/lend_maker.h"
+#include "bridge/gang/gang.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/pods/pod_holds.h"
 #include "bridge/slurm/slurm_client.h"
@@ -48,6 +56,12 @@ inline constexpr char kLendCommentPrefix[] = "duet-lend ";
 std::optional<std::string> ParseLendComment(const std::string& comment);
 std::string LendComment(const std::string& node);
 
+inline constexpr char kGangCommentPrefix[] = "duet-gang ";
+// The gang a gang job belongs to, from its job name ("duet-gang:KEY");
+// nullopt when the job is not a duet gang job (or its key is malformed).
+std::optional<gang::GangKey> ParseGangJobName(const std::string& job_name);
+std::string GangComment(const gang::GangKey& key, uint32_t slots);
+
 // The Slurm side of pods::PodHolds (the core holds a pod's devices through
 // this interface and never depends on Slurm).
 // Where placeholder jobs go in Slurm (slurm.placeholder_partition,
@@ -57,7 +71,9 @@ struct PlaceholderJobOptions {
   std::string qos;
 };
 
-class Placeholders final : public pods::PlaceholderMaker, public dra::LendMaker {
+class Placeholders final : public pods::PlaceholderMaker,
+                           public dra::LendMaker,
+                           public gang::GangMaker {
  public:
   // Neither is owned; both must outlive this object.
   Placeholders(Ledger* ledger, SlurmClient* slurm, PlaceholderJobOptions job_options = {});
@@ -86,6 +102,19 @@ class Placeholders final : public pods::PlaceholderMaker, public dra::LendMaker 
   // UNAVAILABLE keeps the holding; FAILED_PRECONDITION, and nothing done,
   // while a claim holds the job's devices.
   absl::Status CancelLend(const std::string& node, uint32_t job_id) override;
+
+  // gang::GangMaker. Create: slot s falls on the node whose members it
+  // counts (nodes in the order given, `members` slots each) and takes the
+  // next `spec.member.count` of the devices Slurm chose there, in index
+  // order. Besides GangMaker's errors: INVALID_ARGUMENT for members whose
+  // sum is not spec.min_member, a node listed twice, a member asking no
+  // device or a share of one. A ledger refusal releases every slot recorded
+  // and cancels the job.
+  absl::StatusOr<gang::GangAllocation> Create(const gang::GangKey& key, const gang::GangSpec& spec,
+                                              const std::vector<gang::GangNode>& nodes) override;
+  // Refuses (FAILED_PRECONDITION, nothing done) a job that Slurm still runs
+  // under another name than "duet-gang:KEY".
+  absl::Status Cancel(const gang::GangKey& key, uint32_t job_id) override;
 
   // Re-creates the Slurm side of a placeholder whose Slurm job is gone
   // (scancel, node down, slurmctld lost it) while its pod still runs, for

@@ -113,6 +113,30 @@ struct SlurmAllocRequest {
   std::string qos;
 };
 
+// A gang's placeholder (docs/gangs.md 3): one immediate job over exactly
+// `nodes`, with the same GRES, CPUs and memory on every node.
+struct SlurmGangRequest {
+  // Distinct node names; the answer lists them in this order.
+  std::vector<std::string> nodes;
+  std::string job_name;
+  std::string comment;
+  uint32_t gpus_per_node = 0;
+  uint32_t tpus_per_node = 0;
+  uint32_t cpus_per_node = 1;
+  uint64_t memory_mib_per_node = 0;  // 0: the partition default
+  std::vector<std::string> spank_env;
+  // As SlurmAllocRequest's: the placeholder partition and QOS.
+  std::string partition;
+  std::string qos;
+};
+
+struct SlurmGangAllocation {
+  uint32_t job_id = 0;
+  // One entry per requested node, in the request's order: the device
+  // indices Slurm chose there.
+  std::vector<SlurmJobNodeDevices> nodes;
+};
+
 // What slurmctld's configuration says about preemption and device
 // confinement (`scontrol show config`).
 struct SlurmClusterConfig {
@@ -207,6 +231,10 @@ class SlurmClient {
   // Allocates now or fails (RESOURCE_EXHAUSTED: no room; FAILED_PRECONDITION:
   // node not usable). On success the devices Slurm chose are read back.
   virtual absl::StatusOr<SlurmAllocation> AllocatePlaceholder(const SlurmAllocRequest& request) = 0;
+  // One job over every node of `request` at once, or nothing (no job stays
+  // on any error). Errors as AllocatePlaceholder's; INVALID_ARGUMENT for no
+  // node, a node listed twice, or no device asked.
+  virtual absl::StatusOr<SlurmGangAllocation> AllocateGang(const SlurmGangRequest& request) = 0;
   // Cancels a job (SIGKILL through slurmctld). OK if it already ended.
   virtual absl::Status KillJob(uint32_t job_id) = 0;
 

@@ -9,7 +9,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
@@ -641,8 +644,8 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
     if (!job.live()) continue;
     if (std::optional<PlaceholderPod> pod = ParsePlaceholderComment(job.comment)) {
       placeholders_seen_[job.job_id] = {*pod, job.cpus, job.memory_mib};
-    } else if (ParseLendComment(job.comment)) {
-      // A lend job is duet's, not a user's job.
+    } else if (ParseLendComment(job.comment) || ParseGangJobName(job.name)) {
+      // A lend or gang job is duet's, not a user's job.
     } else if (options_.on_live_job) {
       options_.on_live_job(job);
     }
@@ -674,14 +677,18 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
       }
       continue;
     }
+    // A gang's slots (GangSlot{J}) and members (Placeholder{J}) go with
+    // their gang job J like a placeholder: slots are released, members whose
+    // pod may run are kept (HandleLost below).
     const bool slurm_side = h.owner.kind == OwnerKind::kSlurmJob ||
                             h.owner.kind == OwnerKind::kSlurmStep ||
                             h.owner.kind == OwnerKind::kPlaceholder ||
-                            h.owner.kind == OwnerKind::kLend;
+                            h.owner.kind == OwnerKind::kLend ||
+                            h.owner.kind == OwnerKind::kGangSlot;
     if (!slurm_side || live.contains(h.owner.job_id)) continue;
     if (!ended.contains(h.owner.job_id) && h.granted_at > listed_at - options_.release_grace) {
       if (h.owner.kind != OwnerKind::kPlaceholder && h.owner.kind != OwnerKind::kLend &&
-          h.granted_at <= listed_at) {
+          h.owner.kind != OwnerKind::kGangSlot && h.granted_at <= listed_at) {
         in_grace[h.node].push_back(h);
       }
       continue;
@@ -710,9 +717,16 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
     stats_.claims_without_lend_job = claims_without_lend_job;
   }
   if (options_.evictions != nullptr) options_.evictions->Retain(placeholder_pods);
+  // Gang jobs (duet-gang:KEY) are recorded by their slots and members, never
+  // as Slurm jobs.
+  const absl::flat_hash_set<uint32_t> gang_held = GangJobsHeld(*jobs);
   // Then record every live job (placeholders as such) the ledger lacks.
   for (const SlurmJobInfo& job : *jobs) {
     if (!job.live()) continue;
+    if (std::optional<gang::GangKey> key = ParseGangJobName(job.name)) {
+      if (!gang_held.contains(job.job_id)) ImportGangJob(job, *key, ledger_nodes, listed_at);
+      continue;
+    }
     const std::optional<PlaceholderPod> pod = ParsePlaceholderComment(job.comment);
     if (pod && PodOf(pod->uid) == PodLiveness::kGone) {
       absl::Status s = slurm_->KillJob(job.job_id);
@@ -780,6 +794,64 @@ absl::Status SlurmSync::ImportJobs(const LedgerSnapshot& snap,
     stats_.placeholders_fenced = fenced_.size();
   }
   return first;
+}
+
+absl::flat_hash_set<uint32_t> SlurmSync::GangJobsHeld(const std::vector<SlurmJobInfo>& jobs) const {
+  absl::flat_hash_set<uint32_t> out;
+  const bool any = std::any_of(jobs.begin(), jobs.end(), [](const SlurmJobInfo& j) {
+    return j.live() && ParseGangJobName(j.name).has_value();
+  });
+  if (!any) return out;
+  for (const Holding& h : ledger_->ListHoldings()) {
+    if (h.owner.kind == OwnerKind::kGangSlot || h.owner.kind == OwnerKind::kPlaceholder) {
+      out.insert(h.owner.job_id);
+    }
+  }
+  return out;
+}
+
+void SlurmSync::ImportGangJob(const SlurmJobInfo& job, const gang::GangKey& key,
+                              const absl::flat_hash_set<std::string>& ledger_nodes,
+                              absl::Time listed_at) {
+  // Placeholders::Create records the slots right after Slurm grants the
+  // job: a job this new may be on its way into the ledger.
+  if (job.start_time > listed_at - options_.release_grace) return;
+  // The slots per node the job was made for ("slots=N" in its comment, the
+  // same number on every node); one slot per node when it cannot be read.
+  uint32_t slots = 0;
+  for (absl::string_view kv : absl::StrSplit(job.comment, ' ', absl::SkipEmpty())) {
+    if (absl::ConsumePrefix(&kv, "slots=") && !absl::SimpleAtoi(kv, &slots)) slots = 0;
+  }
+  const size_t nodes = job.devices.size();
+  uint32_t per_node = nodes > 0 && slots > 0 && slots % nodes == 0
+                          ? static_cast<uint32_t>(slots / nodes)
+                          : 1;
+  for (const SlurmJobNodeDevices& d : job.devices) {
+    if (per_node > 1 && ToHeld(d).size() % per_node != 0) per_node = 1;
+  }
+  const std::string gang = key.ToString();
+  uint32_t slot = 0;
+  for (const SlurmJobNodeDevices& d : job.devices) {
+    const std::vector<HeldDevice> devices = ToHeld(d);  // sorted by (kind, index)
+    const size_t each = devices.size() / per_node;
+    for (uint32_t m = 0; m < per_node; ++m, ++slot) {
+      if (!ledger_nodes.contains(d.node) || each == 0) continue;
+      HoldRequest req;
+      req.node = d.node;
+      req.owner = Owner::GangSlot(job.job_id, gang, slot);
+      req.devices.assign(devices.begin() + m * each, devices.begin() + (m + 1) * each);
+      absl::StatusOr<HoldResult> held = ledger_->Hold(req);
+      if (held.ok()) {
+        Count(&SlurmSyncStats::holdings_imported);
+        spdlog::info("slurm sync: imported {} on {} (the ledger had nothing of gang job {})",
+                     req.owner.ToString(), d.node, job.job_id);
+      } else {
+        Count(&SlurmSyncStats::conflicts);
+        spdlog::error("slurm sync: cannot record {} on {} (Slurm runs it): {}",
+                      req.owner.ToString(), d.node, held.status().ToString());
+      }
+    }
+  }
 }
 
 int SlurmSync::ReleaseEndedHolders(const std::string& node, const std::vector<HeldDevice>& devices,

@@ -36,6 +36,15 @@
 //     released like a job's; a Claim holding whose lend job is gone is kept
 //     (Kubernetes still uses the device), logged once and counted
 //     (stats.claims_without_lend_job); the lend job is never re-made here.
+//     Gang jobs (job name "duet-gang:KEY", docs/gangs.md) are never recorded
+//     as Slurm jobs: the ledger's GangSlot{J} and Placeholder{J} holdings of a
+//     live gang job J stand for it (on every node of J). A live gang job the
+//     ledger has nothing of (a ledger that lost it) is imported, once older
+//     than `release_grace`, as GangSlot owners: per node, its devices in
+//     index order split among the node's slots (from the comment's
+//     "slots=N"). Once J is gone its GangSlot holdings are released like a
+//     job's, and each member's Placeholder{J} is lost like a placeholder
+//     (kept while its pod may run, repaired as a single-pod placeholder).
 //     With node_mode kAdopt (slurm.nodes: adopt) a slurmd registers its own
 //     dynamic node (`slurmd -Z --conf-server ...`, as Slinky's NodeSet pods
 //     do) and duet never creates, deletes or recreates a Slurm node: each
@@ -324,6 +333,16 @@ class SlurmSync {
   void HandleLost(const Holding& h, const std::vector<SlurmJobInfo>& jobs,
                   const std::vector<SlurmNodeInfo>& nodes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::Status SyncWeights(const LedgerSnapshot& snap, const std::vector<SlurmNodeInfo>& nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Gangs (see the top): the jobs of which the ledger holds something
+  // (GangSlot{J} or Placeholder{J}, on any node); empty when `jobs` has no
+  // live gang job.
+  absl::flat_hash_set<uint32_t> GangJobsHeld(
+      const std::vector<SlurmJobInfo>& jobs) const;
+  // Records live gang job `job`, of which the ledger holds nothing, as its
+  // GangSlot owners (see the top).
+  void ImportGangJob(const SlurmJobInfo& job, const gang::GangKey& key,
+                     const absl::flat_hash_set<std::string>& ledger_nodes, absl::Time listed_at)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Reads the preemption settings and partitions, and reports what could end
   // or block a placeholder (placeholder_policy.h): logged when it changes,

@@ -9,7 +9,8 @@ namespace {
 TEST(ConvertTest, OwnersRoundTrip) {
   for (const Owner& o : {Owner::SlurmJob(4), Owner::SlurmStep(4, 0xfffffffb),
                          Owner::Pod("uid-1", "ns", "name"), Owner::Placeholder(9, "uid-1"),
-                         Owner::Claim(9, "claim-uid", "ns", "c"), Owner::Lend(9, "node-a")}) {
+                         Owner::Claim(9, "claim-uid", "ns", "c"), Owner::Lend(9, "node-a"),
+                         Owner::GangSlot(9, "lws/ns/lws-a/3", 2)}) {
     v1::Owner p;
     ToProto(o, &p);
     auto back = FromProto(p);
@@ -23,6 +24,13 @@ TEST(ConvertTest, OwnersRoundTrip) {
   EXPECT_EQ(lend.lend().node(), "node-a");  // the node, not the group's "lend:" uid
   lend.mutable_lend()->clear_node();
   EXPECT_EQ(FromProto(lend).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::Owner slot;
+  ToProto(Owner::GangSlot(9, "lws/ns/lws-a/3", 2), &slot);
+  EXPECT_EQ(slot.gang_slot().job_id(), 9u);
+  EXPECT_EQ(slot.gang_slot().gang(), "lws/ns/lws-a/3");  // the key, not "gang:KEY#SLOT"
+  EXPECT_EQ(slot.gang_slot().slot(), 2u);
+  slot.mutable_gang_slot()->clear_gang();
+  EXPECT_EQ(FromProto(slot).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ConvertTest, NodeSpecRoundTrip) {

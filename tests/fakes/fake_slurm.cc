@@ -68,7 +68,35 @@ absl::StatusOr<SlurmAllocation> FakeSlurmClient::AllocatePlaceholder(const Slurm
   }
   a.job_id = next_job_++;
   for (uint32_t g : a.devices.gpus) used.insert(g);
-  jobs_[a.job_id] = a.devices;
+  jobs_[a.job_id] = {a.devices};
+  return a;
+}
+
+absl::StatusOr<SlurmGangAllocation> FakeSlurmClient::AllocateGang(const SlurmGangRequest& r) {
+  absl::MutexLock l(&mu_);
+  ++calls_;
+  asked_gangs_.push_back(r);
+  if (r.nodes.empty() || (r.gpus_per_node == 0 && r.tpus_per_node == 0)) {
+    return absl::InvalidArgumentError("allocate gang: no nodes or no devices");
+  }
+  SlurmGangAllocation a;
+  for (const std::string& node : r.nodes) {
+    const std::set<uint32_t>& used = used_[node];
+    SlurmJobNodeDevices d;
+    d.node = node;
+    for (uint32_t i = 0; i < gpus_per_node_ && d.gpus.size() < r.gpus_per_node; ++i) {
+      if (used.count(i) == 0) d.gpus.push_back(i);
+    }
+    if (d.gpus.size() < r.gpus_per_node || r.tpus_per_node > 0) {
+      return absl::ResourceExhaustedError("Requested node configuration is not available");
+    }
+    a.nodes.push_back(std::move(d));
+  }
+  a.job_id = next_job_++;
+  for (const SlurmJobNodeDevices& d : a.nodes) {
+    for (uint32_t g : d.gpus) used_[d.node].insert(g);
+  }
+  jobs_[a.job_id] = a.nodes;
   return a;
 }
 
@@ -78,7 +106,9 @@ absl::Status FakeSlurmClient::KillJob(uint32_t job_id) {
   killed_.push_back(job_id);
   auto it = jobs_.find(job_id);
   if (it != jobs_.end()) {
-    for (uint32_t g : it->second.gpus) used_[it->second.node].erase(g);
+    for (const SlurmJobNodeDevices& d : it->second) {
+      for (uint32_t g : d.gpus) used_[d.node].erase(g);
+    }
     jobs_.erase(it);
   }
   return absl::OkStatus();
@@ -136,6 +166,11 @@ size_t FakeSlurmClient::live_jobs() const {
 std::vector<SlurmAllocRequest> FakeSlurmClient::asked() const {
   absl::MutexLock l(&mu_);
   return asked_;
+}
+
+std::vector<SlurmGangRequest> FakeSlurmClient::asked_gangs() const {
+  absl::MutexLock l(&mu_);
+  return asked_gangs_;
 }
 
 std::vector<uint32_t> FakeSlurmClient::killed() const {

@@ -7,12 +7,13 @@
 //                 as select/cons_tres does on an idle node, or
 //                 RESOURCE_EXHAUSTED with Slurm's message; KillJob frees
 //                 them. Nodes have `gpus_per_node` GPUs; Use() marks GPUs
-//                 that other Slurm jobs hold.
+//                 that other Slurm jobs hold. AllocateGang does the same on
+//                 every node of the gang, all or none.
 //   scripts       set_allocation() makes every AllocatePlaceholder answer a
 //                 fixed result instead; set_ping() makes Ping fail (as a
 //                 slurmctld of another release does); set_next_job_id()
 //                 reuses a job id.
-//   records       what was asked (allocation requests, kills) and how many
+//   records       what was asked (allocation and gang requests, kills) and how many
 //                 calls other than Ping were made.
 //
 // Node and job tables are empty unless add_node() lists a node and add_job()
@@ -50,6 +51,8 @@ class FakeSlurmClient final : public SlurmClient {
   absl::Status DeleteNode(const std::string& name) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<SlurmAllocation> AllocatePlaceholder(const SlurmAllocRequest& request) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<SlurmGangAllocation> AllocateGang(const SlurmGangRequest& request) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status KillJob(uint32_t job_id) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t job_id) override
@@ -75,6 +78,8 @@ class FakeSlurmClient final : public SlurmClient {
   size_t live_jobs() const ABSL_LOCKS_EXCLUDED(mu_);
   // Every AllocatePlaceholder request, in order.
   std::vector<SlurmAllocRequest> asked() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every AllocateGang request, in order.
+  std::vector<SlurmGangRequest> asked_gangs() const ABSL_LOCKS_EXCLUDED(mu_);
   // Every KillJob's job id, in order.
   std::vector<uint32_t> killed() const ABSL_LOCKS_EXCLUDED(mu_);
   // Calls of any method but Ping.
@@ -87,10 +92,11 @@ class FakeSlurmClient final : public SlurmClient {
   absl::Status ping_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::StatusOr<SlurmAllocation>> allocation_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<uint32_t>> used_ ABSL_GUARDED_BY(mu_);  // by node
-  std::map<uint32_t, SlurmJobNodeDevices> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, std::vector<SlurmJobNodeDevices>> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, SlurmNodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, SlurmJobInfo> listed_jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<SlurmAllocRequest> asked_ ABSL_GUARDED_BY(mu_);
+  std::vector<SlurmGangRequest> asked_gangs_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> killed_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
 };

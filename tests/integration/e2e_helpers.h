@@ -121,6 +121,10 @@ inline LedgerHolding ToLedgerHolding(const v1::Holding& h) {
       l.kind = "lend";
       l.job_id = h.owner().lend().job_id();
       break;
+    case v1::Owner::kGangSlot:
+      l.kind = "gang_slot";
+      l.job_id = h.owner().gang_slot().job_id();
+      break;
     case v1::Owner::KIND_NOT_SET:
       break;
   }

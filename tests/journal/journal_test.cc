@@ -305,6 +305,35 @@ TEST(JournalTest, RebindReplaysAsAReleaseThenAHold) {
   EXPECT_TRUE(ledger.CheckInvariants().ok());
 }
 
+// Gangs: a slot, its rebind to a member's placeholder and another slot
+// replay exactly (the log carries GangSlot owners through the proto).
+TEST(JournalTest, GangSlotsAndTheirRebindsReplay) {
+  TempDir dir;
+  std::vector<std::string> before;
+  const Owner slot0 = Owner::GangSlot(21, "podgroup/ml/train", 0);
+  const Owner slot1 = Owner::GangSlot(21, "podgroup/ml/train", 1);
+  const Owner member = Owner::Placeholder(21, "uid-m");
+  {
+    Ledger ledger;
+    auto journal = MustOpen(Opts(dir.path()), &ledger);
+    ASSERT_NE(journal, nullptr);
+    AddNodes(&ledger, 1);
+    ASSERT_TRUE(ledger.Hold(HoldCount("node-0", slot0, 2)).ok());
+    ASSERT_TRUE(ledger.Hold(HoldCount("node-0", slot1, 2)).ok());
+    ASSERT_TRUE(ledger.Rebind("node-0", slot0, member).ok());
+    ASSERT_TRUE(journal->Flush().ok());
+    before = Dump(ledger, /*with_generation=*/true);
+  }
+  Ledger ledger;
+  auto journal = MustOpen(Opts(dir.path()), &ledger);
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(Dump(ledger, true), before);
+  EXPECT_FALSE(ledger.FindHolding("node-0", slot0).has_value());
+  EXPECT_TRUE(ledger.FindHolding("node-0", slot1).has_value());
+  EXPECT_TRUE(ledger.FindHolding("node-0", member).has_value());
+  EXPECT_TRUE(ledger.CheckInvariants().ok());
+}
+
 TEST(JournalTest, TornLastRecordIsDroppedAndLogged) {
   TempDir dir;
   {

@@ -413,6 +413,62 @@ TEST_F(LedgerTest, RebindMovesTheWholeHoldingAndKeepsTheDevicesHeld) {
   EXPECT_TRUE(ledger_.FindHolding("a", Owner::Lend(5, "a")).has_value());
 }
 
+// Gangs (docs/gangs.md): a reserved slot is a pod-side owner of its own
+// group, "gang:KEY#SLOT", under the gang's job.
+TEST(OwnerTest, GangSlotOwnersAreOneGroupPerSlot) {
+  const Owner s0 = Owner::GangSlot(7, "podgroup/ml/train", 0);
+  const Owner s1 = Owner::GangSlot(7, "podgroup/ml/train", 1);
+  EXPECT_EQ(s0.kind, OwnerKind::kGangSlot);
+  EXPECT_EQ(s0.job_id, 7u);
+  EXPECT_EQ(s0.pod_uid, "gang:podgroup/ml/train#0");
+  EXPECT_EQ(s0.holder_class(), HolderClass::kPod);
+  EXPECT_TRUE(s0.SameGroup(Owner::GangSlot(8, "podgroup/ml/train", 0)));
+  EXPECT_FALSE(s0.SameGroup(s1));
+  EXPECT_FALSE(s0.SameGroup(Owner::Placeholder(7, "uid-1")));
+  EXPECT_EQ(s1.ToString(), "gang podgroup/ml/train slot 1 (gang job 7)");
+  std::string gang;
+  uint32_t slot = 0;
+  ASSERT_TRUE(ParseGangSlotUid("gang:jobset/ns/js/workers#12", &gang, &slot));
+  EXPECT_EQ(gang, "jobset/ns/js/workers");
+  EXPECT_EQ(slot, 12u);
+  for (const char* bad : {"gang:x#", "gang:#1", "lend:x#1", "gang:x#1a", "gang:x"}) {
+    EXPECT_FALSE(ParseGangSlotUid(bad, &gang, &slot)) << bad;
+  }
+  EXPECT_TRUE(ValidateOwner(s0).ok());
+  EXPECT_FALSE(ValidateOwner(Owner::GangSlot(0, "podgroup/ml/train", 0)).ok());
+  Owner malformed = s0;
+  malformed.pod_uid = "gang:podgroup/ml/train";
+  EXPECT_FALSE(ValidateOwner(malformed).ok());
+  Owner named = s0;
+  named.pod_name = "p";
+  EXPECT_FALSE(ValidateOwner(named).ok());
+  EXPECT_FALSE(
+      ValidateOwner(Owner::GangSlot(7, std::string(kMaxGangSlotUidLength, 'x'), 0)).ok());
+}
+
+// A slot's devices move to the member's placeholder at bind and back when
+// the member ends: the devices stay held throughout.
+TEST_F(LedgerTest, GangSlotHoldsAndRebindsToAPlaceholderAndBack) {
+  const Owner slot = Owner::GangSlot(5, "podgroup/ml/train", 0);
+  ASSERT_TRUE(ledger_.Hold(Exact("a", slot, {1, 2})).ok());
+  EXPECT_EQ(ledger_.Hold(Exact("a", Owner::Pod("uid-x"), {1})).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  const Owner member = Owner::Placeholder(5, "uid-1");
+  absl::StatusOr<HoldResult> r = ledger_.Rebind("a", slot, member);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Indices(r->holding), (std::vector<uint32_t>{1, 2}));
+  EXPECT_FALSE(ledger_.FindHolding("a", slot).has_value());
+  EXPECT_EQ(ledger_.Hold(Exact("a", Owner::SlurmJob(9), {2})).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(ledger_.Rebind("a", member, slot).ok());
+  ASSERT_TRUE(ledger_.FindHolding("a", slot).has_value());
+  EXPECT_EQ(Indices(*ledger_.FindHolding("a", slot)), (std::vector<uint32_t>{1, 2}));
+  // Not to the Slurm side.
+  EXPECT_EQ(ledger_.Rebind("a", slot, Owner::SlurmJob(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ledger_.CheckInvariants().ok());
+}
+
 TEST_F(LedgerTest, RebindRefusalsChangeNothing) {
   ASSERT_TRUE(ledger_.Hold(Exact("a", Owner::Lend(5, "a"), {0})).ok());
   ASSERT_TRUE(ledger_.Hold(Exact("a", Owner::Claim(6, "uid-1"), {1})).ok());

@@ -398,6 +398,37 @@ TEST_F(ServiceLimitsTest, ClaimAndLendOwnersAreRefusedToCallers) {
   EXPECT_TRUE(ledger_.FindHolding("gke-a", lend.owner).has_value());
 }
 
+// A gang's slots are duet-bridge's own too (docs/gangs.md): no caller holds
+// or releases one.
+TEST_F(ServiceLimitsTest, GangSlotOwnersAreRefusedToCallers) {
+  Start();
+  HoldRequest held;
+  held.node = "gke-a";
+  held.owner = Owner::GangSlot(5, "podgroup/ml/train", 0);
+  held.devices = {{DeviceKind::kGpu, 0, 0}};
+  ASSERT_TRUE(ledger_.Hold(held).ok());
+  const std::string before = Holdings().SerializeAsString();
+  v1::HoldRequest hold = PodHold("gke-a", "ml", "train");
+  hold.mutable_owner()->mutable_gang_slot()->set_job_id(5);
+  hold.mutable_owner()->mutable_gang_slot()->set_gang("podgroup/ml/train");
+  hold.mutable_owner()->mutable_gang_slot()->set_slot(1);
+  grpc::Status s = Hold(hold);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("gang_slot owners are duet-bridge's own"));
+  v1::ReleaseRequest release;
+  release.set_node("gke-a");
+  release.mutable_owner()->mutable_gang_slot()->set_job_id(5);
+  release.mutable_owner()->mutable_gang_slot()->set_gang("podgroup/ml/train");
+  release.mutable_owner()->mutable_gang_slot()->set_slot(0);
+  grpc::ClientContext ctx;
+  v1::ReleaseResponse resp;
+  s = tcp_->Release(&ctx, release, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("gang_slot owners are duet-bridge's own"));
+  EXPECT_EQ(Holdings().SerializeAsString(), before);
+  EXPECT_TRUE(ledger_.FindHolding("gke-a", held.owner).has_value());
+}
+
 TEST_F(ServiceLimitsTest, PlacePodRefusesAmountsBeyondAnyNode) {
   Start();
   grpc::Status s = PlacePod(Place("uid-3", std::numeric_limits<uint64_t>::max()));

@@ -121,6 +121,77 @@ TEST_F(LibSlurmClientTest, DrainResumeWeightAndDelete) {
   cluster_->StopSlurmd("cl-b");
 }
 
+// Gangs (docs/gangs.md 3): one immediate job over exactly the nodes asked,
+// the same GRES on each, each node's indices read back.
+TEST_F(LibSlurmClientTest, GangOverTwoNodesIsOneJobWithEachNodesDevices) {
+  AddGpuNode("cl-g1", 17, 4);
+  AddGpuNode("cl-g2", 18, 4);
+  SlurmGangRequest req;
+  req.nodes = {"cl-g2", "cl-g1"};
+  req.job_name = "duet-gang:podgroup/ml/train";
+  req.comment = "duet-gang key=podgroup/ml/train slots=2";
+  req.gpus_per_node = 2;
+  req.cpus_per_node = 2;
+  req.memory_mib_per_node = 100;
+  // More GPUs per node than a node has: refused, and no job stays.
+  SlurmGangRequest big = req;
+  big.gpus_per_node = 5;
+  absl::StatusOr<SlurmGangAllocation> refused = client_->AllocateGang(big);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status()) ||
+              absl::IsFailedPrecondition(refused.status()))
+      << refused.status();
+  auto jobs = client_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  for (const SlurmJobInfo& j : *jobs) {
+    EXPECT_FALSE(j.name == req.job_name && j.live()) << "job " << j.job_id << " stayed";
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->AllocateGang(SlurmGangRequest{}).status()));
+  SlurmGangRequest twice = req;
+  twice.nodes = {"cl-g1", "cl-g1"};
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->AllocateGang(twice).status()));
+
+  absl::StatusOr<SlurmGangAllocation> a = client_->AllocateGang(req);
+  ASSERT_TRUE(a.ok()) << a.status() << cluster_->Log("slurmctld.log");
+  ASSERT_EQ(a->nodes.size(), 2u);
+  EXPECT_EQ(a->nodes[0].node, "cl-g2");  // the request's order
+  EXPECT_EQ(a->nodes[1].node, "cl-g1");
+  for (const SlurmJobNodeDevices& d : a->nodes) {
+    EXPECT_EQ(d.gpus.size(), 2u) << d.node;
+    EXPECT_TRUE(d.tpus.empty());
+  }
+  // The job as Slurm lists it: both nodes, the same devices.
+  auto job = client_->GetJob(a->job_id);
+  ASSERT_TRUE(job.ok() && job->has_value()) << job.status();
+  EXPECT_TRUE((*job)->live());
+  EXPECT_EQ((*job)->name, req.job_name);
+  EXPECT_EQ((*job)->comment, req.comment);
+  jobs = client_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  bool listed = false;
+  for (const SlurmJobInfo& j : *jobs) {
+    if (j.job_id != a->job_id) continue;
+    listed = true;
+    ASSERT_EQ(j.devices.size(), 2u);
+    for (const SlurmJobNodeDevices& d : j.devices) {
+      const SlurmJobNodeDevices& mine = d.node == "cl-g1" ? a->nodes[1] : a->nodes[0];
+      EXPECT_EQ(d.node, mine.node);
+      EXPECT_EQ(d.gpus, mine.gpus) << d.node;
+    }
+  }
+  EXPECT_TRUE(listed);
+  CmdResult r = cluster_->Cli(absl::StrCat("scontrol show job ", a->job_id));
+  EXPECT_NE(r.out.find("NumNodes=2"), std::string::npos) << r.out;
+  // The rest of each node is free for others; a second gang takes it.
+  absl::StatusOr<SlurmGangAllocation> b = client_->AllocateGang(req);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(b->nodes[0].gpus, a->nodes[0].gpus);
+  // And now neither node has room.
+  EXPECT_FALSE(client_->AllocateGang(req).ok());
+  ASSERT_TRUE(client_->KillJob(a->job_id).ok());
+  ASSERT_TRUE(client_->KillJob(b->job_id).ok());
+}
+
 TEST_F(LibSlurmClientTest, PlaceholderIsGrantedWhileSlurmJobsPend) {
   // Found by the soak (bench/soak): with any job pending in the partition,
   // every immediate placeholder was refused, "insufficient priority", on any

@@ -367,6 +367,82 @@ TEST_F(SlurmSyncTest, SlurmctldRestartWithLivePlaceholdersAndJobs) {
   client_->KillJob(job).IgnoreError();
 }
 
+// Gangs (docs/gangs.md 2.5): a gang's one job over two nodes; after a
+// bridge restart (a new ledger with the same holdings, as a replayed
+// journal gives, and a new sync) the job's slots and its bound member stay
+// as they are, nothing is imported as a Slurm job; Cancel then ends it all.
+TEST_F(SlurmSyncTest, GangJobsSlotsAndMembersSurviveABridgeRestart) {
+  AddNode("sy-m", 49, 4);
+  AddNode("sy-n", 50, 4);
+  const gang::GangKey key{"ml", gang::GangSource::kPodGroup, "train"};
+  gang::GangSpec spec;
+  spec.key = key;
+  spec.min_member = 4;
+  spec.member.count = 1;
+  spec.member.cpu_milli = 1000;
+  spec.member.memory_mib = 100;
+  absl::StatusOr<gang::GangAllocation> a =
+      placeholders_->Create(key, spec, {{"sy-m", 2}, {"sy-n", 2}});
+  ASSERT_TRUE(a.ok()) << a.status() << cluster_->Log("slurmctld.log");
+  ASSERT_EQ(a->slots.size(), 4u);
+  CmdResult r = cluster_->Cli(absl::StrCat("scontrol show job ", a->job_id));
+  EXPECT_NE(r.out.find("JobName=duet-gang:podgroup/ml/train"), std::string::npos) << r.out;
+  const Owner member = Owner::Placeholder(a->job_id, "uid-member-0");
+  ASSERT_TRUE(ledger_.Rebind("sy-m", a->slots[0].owner, member).ok());
+  ASSERT_TRUE(sync_->RunOnce().ok());
+  const std::vector<Holding> before = ledger_.ListHoldings();
+  ASSERT_EQ(before.size(), 4u);
+
+  // The restart.
+  Ledger ledger;
+  ASSERT_TRUE(ledger.UpsertNode(Spec("sy-m", 49, 4, 0)).ok());
+  ASSERT_TRUE(ledger.UpsertNode(Spec("sy-n", 50, 4, 0)).ok());
+  for (const Holding& h : before) {
+    HoldRequest req;
+    req.node = h.node;
+    req.owner = h.owner;
+    req.devices = h.devices;
+    ASSERT_TRUE(ledger.Hold(req).ok());
+  }
+  SlurmSyncOptions o;
+  o.release_grace = absl::ZeroDuration();
+  o.pod_liveness = [](const std::string&) { return PodLiveness::kLive; };
+  SlurmSync sync(o, &ledger, client_.get(), Clock::Real());
+  ASSERT_TRUE(sync.RunOnce().ok());
+  ASSERT_TRUE(sync.RunOnce().ok());
+  const std::vector<Holding> after = ledger.ListHoldings();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].owner, before[i].owner);
+    EXPECT_EQ(after[i].node, before[i].node);
+    EXPECT_EQ(after[i].devices, before[i].devices);
+  }
+  EXPECT_EQ(sync.stats().conflicts, 0u);
+  EXPECT_EQ(sync.stats().holdings_imported, 0u);
+  EXPECT_FALSE(ledger.FindHolding("sy-m", Owner::SlurmJob(a->job_id)).has_value());
+  // Slurm's devices of the job are exactly the ledger's slots and member.
+  auto job = client_->GetJob(a->job_id);
+  ASSERT_TRUE(job.ok() && job->has_value()) << job.status();
+  for (const SlurmJobNodeDevices& d : (*job)->devices) {
+    std::set<uint32_t> held;
+    for (const Holding& h : ledger.ListHoldings(d.node)) {
+      if (h.owner.job_id == a->job_id) {
+        for (const HeldDevice& x : h.devices) held.insert(x.index);
+      }
+    }
+    EXPECT_EQ(held, std::set<uint32_t>(d.gpus.begin(), d.gpus.end())) << d.node;
+  }
+
+  Placeholders placeholders(&ledger, client_.get());
+  // Never another gang's job.
+  EXPECT_TRUE(absl::IsFailedPrecondition(placeholders.Cancel(
+      gang::GangKey{"ml", gang::GangSource::kPodGroup, "other"}, a->job_id)));
+  EXPECT_EQ(ledger.ListHoldings().size(), 4u);
+  ASSERT_TRUE(placeholders.Cancel(key, a->job_id).ok());
+  EXPECT_TRUE(ledger.ListHoldings().empty());
+  EXPECT_TRUE(WaitJobOver(a->job_id));
+}
+
 // The inventory changes a node's GPU count: Slurm refuses GRES count changes
 // on a node with File= devices (F11), so the sync drains it while a job runs
 // and deletes and recreates it once empty, logging both.
