@@ -1,6 +1,7 @@
 #include "bridge/server/dra_mode.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <set>
@@ -120,6 +121,24 @@ absl::StatusOr<std::vector<dra::AllocatedClaim>> QuorumClaimLister::ListAllocate
 
 // ---------------------------------------------------------------------------
 // Informer handlers
+
+// Told by the ledger (under its lock) of every change: remembers that a
+// node's spec changed or a node left, so the loop reads the inventory only
+// then. Holds and releases are not inventory changes.
+class DraMode::InventoryListener final : public ChangeListener {
+ public:
+  void OnChange(const Change& change) override {
+    if (change.type == Change::Type::kUpsertNode || change.type == Change::Type::kRemoveNode ||
+        change.erased) {
+      changed_.store(true, std::memory_order_release);
+    }
+  }
+  // True once after any inventory change since the last call.
+  bool Take() { return changed_.exchange(false, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<bool> changed_{false};
+};
 
 class DraMode::SliceHandler final : public k8s::InformerHandler {
  public:
@@ -359,6 +378,8 @@ absl::Status DraMode::Init() {
       return absl::Status(s.code(), absl::StrCat("dra: listing ", what, ": ", s.message()));
     }
   }
+  inventory_listener_ = std::make_unique<InventoryListener>();
+  deps_.ledger->AddListener(inventory_listener_.get());
   RebuildMap(/*force=*/true, /*read_inventory=*/true);
   if (absl::Status s = lender_->Resync(); !s.ok()) {
     spdlog::warn("dra: the first DeviceTaintRule resync failed (retried at the next pass): {}",
@@ -397,6 +418,10 @@ void DraMode::Stop() {
     if (inf != nullptr) inf->Stop();
   }
   if (rules_) rules_->StopWatch();
+  if (inventory_listener_) {
+    deps_.ledger->RemoveListener(inventory_listener_.get());
+    inventory_listener_.reset();
+  }
 }
 
 void DraMode::RebuildMap(bool force, bool read_inventory) {
@@ -608,7 +633,6 @@ void DraMode::TickLoop() {
 void DraMode::Loop() {
   absl::Time last_resync = deps_.clock->Now();
   absl::Time last_warn = absl::InfinitePast();
-  absl::Time last_inventory = absl::InfinitePast();
   for (;;) {
     {
       // Every 200 ms (of deps_.clock, as the pass's own decisions), or at
@@ -620,10 +644,9 @@ void DraMode::Loop() {
       wake_ = false;
     }
     const absl::Time now = deps_.clock->Now();
-    // Slices at once; the ledger's inventory (a walk of every node) each second.
-    const bool inventory = now - last_inventory >= absl::Seconds(1);
-    if (inventory) last_inventory = now;
-    RebuildMap(/*force=*/false, inventory);
+    // Slices at once; the ledger's inventory (a walk of every node) only
+    // when the ledger said a node was added, changed or removed.
+    RebuildMap(/*force=*/false, inventory_listener_->Take());
     LendDemand();
     // The rules: the dirty nodes' (nothing when none is), or a full pass
     // when one is due; a full pass every kFullRuleResync regardless.

@@ -126,6 +126,7 @@ class DraMode {
   class SliceHandler;
   class ClaimHandler;
   class PodHandler;
+  class InventoryListener;
 
   explicit DraMode(DraModeDeps deps);
   absl::Status Init();
@@ -133,7 +134,9 @@ class DraMode {
   // Lender::Tick every second (warm buffer, idle reclaims).
   void TickLoop();
   // Rebuilds the map from the slices and the ledger's lending nodes when
-  // either changed (the ledger is read only with `read_inventory` or `force`).
+  // either changed (the ledger is read only with `read_inventory` or `force`:
+  // the loop passes it when the ledger told InventoryListener of a node
+  // added, changed or removed, so a quiet inventory costs no walk).
   void RebuildMap(bool force, bool read_inventory);
   // Lends for the pending pods that ask for devices.
   void LendDemand();
@@ -154,6 +157,7 @@ class DraMode {
   std::unique_ptr<SliceHandler> slice_handler_;
   std::unique_ptr<ClaimHandler> claim_handler_;
   std::unique_ptr<PodHandler> pod_handler_;
+  std::unique_ptr<InventoryListener> inventory_listener_;
   std::unique_ptr<k8s::Informer> slice_informer_;
   std::unique_ptr<k8s::Informer> claim_informer_;
   std::unique_ptr<k8s::Informer> pod_informer_;

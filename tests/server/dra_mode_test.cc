@@ -143,5 +143,23 @@ TEST_F(DraModeTest, APodMarkedUnschedulableIsLentAtOnceNotAtTheNextPass) {
   EXPECT_EQ(clock_.Now(), start);  // no 200 ms pass came
 }
 
+TEST_F(DraModeTest, AChangedNodeInTheLedgerRebuildsTheMapWithoutAnySliceChange) {
+  ASSERT_EQ(Rules(), 4);
+  // The inventory now says GPU 0 is another GPU than the one the driver
+  // publishes as gpu-0: the node no longer maps (uuid mismatch), so nothing
+  // of it may be lent and its rules go. No slice changes: only the ledger's
+  // change listener can tell the loop to read the inventory again.
+  NodeSpec spec = ledger_.GetNode(kNode)->spec;
+  for (const DeviceState& d : ledger_.GetNode(kNode)->devices) spec.devices.push_back(d.spec);
+  spec.devices[0].id = "GPU-ffffffff-4f1d-11ee-be56-0242ac120002";
+  ASSERT_TRUE(ledger_.UpsertNode(spec).ok());
+  ASSERT_TRUE(fakes::WaitFor(
+      [&] {
+        clock_.Advance(absl::Milliseconds(200));  // the loop's passes
+        return Rules() == 0;
+      },
+      fakes::kWaitTimeout, "the unmappable node's DeviceTaintRules gone"));
+}
+
 }  // namespace
 }  // namespace duet
