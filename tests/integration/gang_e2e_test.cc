@@ -269,7 +269,8 @@ class GangE2eTest : public ::testing::Test {
     for (const NodeDef& n : kNodes) {
       ASSERT_TRUE(WaitFor([&] {
         return c_->Cli(absl::StrCat("scontrol --future show node ", n.name)).rc == 0;
-      })) << n.name << " was not created by duet-bridge\n"
+      })) << n.name
+          << " was not created by duet-bridge\n"
           << w_->Log();
       c_->StartSlurmd(n.name, n.idx, 8, 16000, kGpusPerNode, kGpuModel);
     }
@@ -284,9 +285,11 @@ class GangE2eTest : public ::testing::Test {
   void TearDown() override {
     if (c_ == nullptr || !w_->ok()) return;
     if (HasFailure()) {
-      std::cerr << "== squeue\n" << c_->Cli("squeue").out << "== duetctl holds\n"
-                << w_->Ctl("holds").out << "== duet-bridge log\n" << w_->Log()
-                << "== slurmctld.log\n" << c_->Log("slurmctld.log");
+      std::cerr << "== squeue\n"
+                << c_->Cli("squeue").out << "== duetctl holds\n"
+                << w_->Ctl("holds").out << "== duet-bridge log\n"
+                << w_->Log() << "== slurmctld.log\n"
+                << c_->Log("slurmctld.log");
     }
   }
 
@@ -343,11 +346,11 @@ class GangE2eTest : public ::testing::Test {
   std::pair<int, json> Extender(const std::string& verb, const json& body) {
     const fs::path file = w_->dir() / ("req-" + verb + ".json");
     std::ofstream(file) << body.dump();
-    CmdResult r = RunCmd(absl::StrCat(
-                             "curl -sS -o - -w '\\n%{http_code}' -X POST -H 'Content-Type: "
-                             "application/json' --data-binary @",
-                             file.string(), " ", w_->extender_url(), "/", verb),
-                         /*merge_stderr=*/false);
+    CmdResult r =
+        RunCmd(absl::StrCat("curl -sS -o - -w '\\n%{http_code}' -X POST -H 'Content-Type: "
+                            "application/json' --data-binary @",
+                            file.string(), " ", w_->extender_url(), "/", verb),
+               /*merge_stderr=*/false);
     const size_t nl = r.out.rfind('\n');
     if (r.rc != 0 || nl == std::string::npos) return {0, json(r.out)};
     const int code = std::atoi(r.out.c_str() + nl + 1);
@@ -383,17 +386,16 @@ class GangE2eTest : public ::testing::Test {
   }
 
   json ApiPod(const std::string& name) {
-    CmdResult r = RunCmd(absl::StrCat("curl -sf ", w_->fake()->url(),
-                                      "/api/v1/namespaces/default/pods/", name),
-                         /*merge_stderr=*/false);
+    CmdResult r = RunCmd(
+        absl::StrCat("curl -sf ", w_->fake()->url(), "/api/v1/namespaces/default/pods/", name),
+        /*merge_stderr=*/false);
     if (r.rc != 0) return nullptr;
     return json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   }
 
   // Events in namespace default with `reason` (and `type`, unless empty)
   // about pod `name`.
-  int PodEvents(const std::string& name, const std::string& reason,
-                const std::string& type = "") {
+  int PodEvents(const std::string& name, const std::string& reason, const std::string& type = "") {
     auto body = w_->fake()->control()->Get("/api/v1/namespaces/default/events");
     if (!body.ok()) return -1;
     const json list = json::parse(*body, nullptr, /*allow_exceptions=*/false);
@@ -458,14 +460,13 @@ class GangE2eTest : public ::testing::Test {
     std::map<std::string, int> per_node;
     for (int i = 3; i >= 0; --i) {  // the last comer first, then the waiting ones again
       const json f = Filter(members[i].name);
-      const bool one = f.contains("NodeNames") && f["NodeNames"].is_array() &&
-                       f["NodeNames"].size() == 1;
+      const bool one =
+          f.contains("NodeNames") && f["NodeNames"].is_array() && f["NodeNames"].size() == 1;
       EXPECT_TRUE(one) << members[i].name << ": " << f.dump();
       if (!one) continue;
       members[i].node = f["NodeNames"][0].get<std::string>();
       ++per_node[members[i].node];
-      const std::string other =
-          members[i].node == kNodes[0].name ? kNodes[1].name : kNodes[0].name;
+      const std::string other = members[i].node == kNodes[0].name ? kNodes[1].name : kNodes[0].name;
       EXPECT_NE(Unresolvable(f, other).find("GANG_NODE"), std::string::npos) << f.dump();
     }
     EXPECT_EQ(per_node, (std::map<std::string, int>{{kNodes[0].name, 2}, {kNodes[1].name, 2}}));
@@ -475,10 +476,9 @@ class GangE2eTest : public ::testing::Test {
   // Binds every member to its node; each bind succeeds.
   void BindAll(const std::vector<Member>& members) {
     for (const Member& m : members) {
-      auto [code, b] = Extender("bind", {{"PodName", m.name},
-                                         {"PodNamespace", "default"},
-                                         {"PodUID", m.uid},
-                                         {"Node", m.node}});
+      auto [code, b] = Extender(
+          "bind",
+          {{"PodName", m.name}, {"PodNamespace", "default"}, {"PodUID", m.uid}, {"Node", m.node}});
       EXPECT_EQ(code, 200) << b.dump();
       EXPECT_TRUE(b["Error"].is_null() || b["Error"] == "") << m.name << ": " << b.dump();
       EXPECT_EQ(ApiPod(m.name)["spec"]["nodeName"], m.node);
@@ -498,8 +498,8 @@ class GangE2eTest : public ::testing::Test {
   // Each member's placeholder piece of `job` on its node: 2 GPUs, the
   // members' GPUs on a node disjoint and together Slurm's GPUs of the job
   // there. Returns uid -> GPUs.
-  std::map<std::string, std::set<uint32_t>> ExpectMemberPieces(
-      uint32_t job, const std::vector<Member>& members) {
+  std::map<std::string, std::set<uint32_t>> ExpectMemberPieces(uint32_t job,
+                                                               const std::vector<Member>& members) {
     std::map<std::string, NodeDevices> slurm = ::duet::testing::SlurmJobDevices(*c_, job);
     std::map<std::string, std::set<uint32_t>> pieces;
     std::map<std::string, std::set<uint32_t>> by_node;
@@ -589,8 +589,9 @@ TEST_F(GangE2eTest, GangThatDoesNotFitHoldsNothing) {
   for (const Member& m : members) w_->fake()->Put(MemberPod(m.name, m.uid, "big", 4));
   const json f = Filter(members[0].name);
   ExpectRefusedEverywhere(f, "GANG_NO_ROOM");
-  EXPECT_TRUE(WaitFor([&] { return PodEvents(members[0].name, "DuetGangUnplaceable", "Warning") >= 1; }))
-      << w_->fake()->control()->Get("/api/v1/namespaces/default/events").value_or("");
+  EXPECT_TRUE(WaitFor([&] {
+    return PodEvents(members[0].name, "DuetGangUnplaceable", "Warning") >= 1;
+  })) << w_->fake()->control()->Get("/api/v1/namespaces/default/events").value_or("");
   // Another member asks: the same answer, still nothing held.
   ExpectRefusedEverywhere(Filter(members[1].name), "GANG_NO_ROOM");
   EXPECT_TRUE(DuetJobs().empty()) << c_->Cli("squeue").out;
