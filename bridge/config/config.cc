@@ -256,6 +256,7 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.Bool("enabled", &c->gang.enabled));
     DUET_YAML(s.Duration("reserve_timeout", &c->gang.reserve_timeout));
     DUET_YAML(s.Duration("idle_release", &c->gang.idle_release));
+    DUET_YAML(s.Duration("tick_period", &c->gang.tick_period));
     DUET_YAML(s.Finish());
   }
   DUET_YAML(top.String("log_level", &c->log_level));
@@ -723,6 +724,9 @@ absl::Status ValidateConfig(const Config& c) {
   }
   if (c.gang.idle_release <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("gang.idle_release: must be positive");
+  }
+  if (c.gang.tick_period <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("gang.tick_period: must be positive");
   }
   if (!c.extender.listen.empty()) {
     // The extender's own settings: the struct says what it accepts.

@@ -310,6 +310,9 @@ struct GangConfig {
   absl::Duration reserve_timeout = absl::Seconds(300);
   // A complete gang with no member left for this long is released.
   absl::Duration idle_release = absl::Seconds(60);
+  // How often the registry checks its timeouts and whether the members of
+  // gathering gangs still exist (a GET of each such pod per period).
+  absl::Duration tick_period = absl::Seconds(5);
 };
 
 struct Config {

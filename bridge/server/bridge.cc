@@ -572,6 +572,7 @@ absl::Status Bridge::StartGangs() {
   d.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
   d.kube = kube_client_.get();
   d.events = events_.get();
+  d.tick_period = config_.gang.tick_period;
   DUET_ASSIGN_OR_RETURN(gangs_, BridgeGangs::Start(std::move(d)));
   gang::GangRegistry* registry = gangs_->registry();
   metrics_->AddCollector([registry] { return GangFamilies(registry->stats()); });

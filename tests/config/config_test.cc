@@ -702,12 +702,16 @@ TEST(ConfigTest, GangSection) {
   EXPECT_TRUE(d->gang.enabled);
   EXPECT_EQ(d->gang.reserve_timeout, absl::Seconds(300));
   EXPECT_EQ(d->gang.idle_release, absl::Seconds(60));
-  auto c = ParseConfig("gang: {enabled: false, reserve_timeout: 2m, idle_release: 90s}\n");
+  EXPECT_EQ(d->gang.tick_period, absl::Seconds(5));
+  auto c = ParseConfig(
+      "gang: {enabled: false, reserve_timeout: 2m, idle_release: 90s, tick_period: 250ms}\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(ValidateConfig(*c).message(), "");
   EXPECT_FALSE(c->gang.enabled);
   EXPECT_EQ(c->gang.reserve_timeout, absl::Minutes(2));
   EXPECT_EQ(c->gang.idle_release, absl::Seconds(90));
+  EXPECT_EQ(c->gang.tick_period, absl::Milliseconds(250));
+  EXPECT_THAT(message("gang: {tick_period: 0s}"), HasSubstr("gang.tick_period: must be positive"));
   EXPECT_THAT(message("gang: {reserve_timeout: 0s}"), HasSubstr("gang.reserve_timeout: must be positive"));
   EXPECT_THAT(message("gang: {idle_release: -1s}"), HasSubstr("gang.idle_release: must be positive"));
   EXPECT_THAT(message("gang: {reserve: 1s}"), HasSubstr("gang"));

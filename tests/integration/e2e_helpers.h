@@ -56,7 +56,9 @@ inline std::set<uint32_t> ExpandIdx(const std::string& s) {
 // A job's devices on one node, "gpu"/"tpu" -> indices.
 using NodeDevices = std::map<std::string, std::set<uint32_t>>;
 
-// The job's devices on each node per Slurm (`scontrol -d show job`).
+// The job's devices on each node per Slurm (`scontrol -d show job`). Slurm
+// writes nodes that got the same devices on one line, as a host list
+// ("Nodes=a,b" or "Nodes=n[1-2]"): each of them gets those devices.
 inline std::map<std::string, NodeDevices> SlurmJobDevices(const TestSlurmCluster& c,
                                                           uint32_t job) {
   std::map<std::string, NodeDevices> out;
@@ -67,11 +69,18 @@ inline std::map<std::string, NodeDevices> SlurmJobDevices(const TestSlurmCluster
     const std::string line(l);
     std::smatch m;
     if (!std::regex_search(line, m, line_re)) continue;
-    const std::string node = m[1];
+    const std::string list = m[1];
     const std::string gres = m[2];
-    for (auto it = std::sregex_iterator(gres.begin(), gres.end(), gres_re);
-         it != std::sregex_iterator(); ++it) {
-      for (uint32_t i : ExpandIdx((*it)[2])) out[node][(*it)[1]].insert(i);
+    std::vector<std::string> nodes = {list};
+    if (list.find_first_of(",[") != std::string::npos) {
+      nodes = absl::StrSplit(c.Cli(absl::StrCat("scontrol show hostnames ", list)).out, '\n',
+                             absl::SkipWhitespace());
+    }
+    for (const std::string& node : nodes) {
+      for (auto it = std::sregex_iterator(gres.begin(), gres.end(), gres_re);
+           it != std::sregex_iterator(); ++it) {
+        for (uint32_t i : ExpandIdx((*it)[2])) out[node][(*it)[1]].insert(i);
+      }
     }
   }
   return out;

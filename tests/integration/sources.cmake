@@ -91,3 +91,25 @@ target_link_libraries(dra_e2e_test PRIVATE duet::proto duet::k8s absl::strings a
 add_dependencies(dra_e2e_test duet-bridge duetctl spank_duet)
 gtest_discover_tests(dra_e2e_test DISCOVERY_TIMEOUT 60 TEST_PREFIX dra_e2e.
   PROPERTIES LABELS slurm TIMEOUT 180)
+
+# Gangs end to end (docs/gangs.md, issue 27): a PodGroup's members through
+# the real duet-bridge's extender (the fake apiserver with --gang-crds), one
+# Slurm job over both nodes of the real cluster; what cannot be placed holds
+# nothing; a member deleted while gathering, a bridge killed and restarted,
+# and a slurmctld restart.
+add_executable(gang_e2e_test ${CMAKE_CURRENT_LIST_DIR}/gang_e2e_test.cc
+               ${PROJECT_SOURCE_DIR}/tests/k8s_adapter/fake_server.cc)
+target_compile_options(gang_e2e_test PRIVATE ${DUET_WARNINGS})
+target_include_directories(gang_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(gang_e2e_test PRIVATE
+  DUET_BRIDGE_BIN="$<TARGET_FILE:duet-bridge>"
+  DUETCTL_BIN="$<TARGET_FILE:duetctl>"
+  DUET_SPANK_SO="$<TARGET_FILE:spank_duet>"
+  DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh"
+  DUET_K8S_TESTDATA="${PROJECT_SOURCE_DIR}/tests/k8s_adapter/testdata"
+  DUET_FAKE_APISERVER="${PROJECT_SOURCE_DIR}/tests/fakes/fake_apiserver.py")
+target_link_libraries(gang_e2e_test PRIVATE duet::proto duet::k8s absl::strings absl::time
+                      nlohmann_json::nlohmann_json GTest::gtest_main)
+add_dependencies(gang_e2e_test duet-bridge duetctl spank_duet)
+gtest_discover_tests(gang_e2e_test DISCOVERY_TIMEOUT 60 TEST_PREFIX gang_e2e.
+  PROPERTIES LABELS slurm TIMEOUT 120)
