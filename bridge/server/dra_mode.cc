@@ -589,9 +589,10 @@ void DraMode::LendDemand() {
         };
         lend_mu_.Await(absl::Condition(&room));
         // A lending node where the devices fit among the free ones
-        // (placement decides, as for every pod). The promises are read
-        // before the snapshot: a lend done in between counts twice (once
-        // held, once promised), never not at all.
+        // (placement decides, as for every pod). A lend's promise goes only
+        // once Lend returned (its devices are in the ledger) and never while
+        // this holds lend_mu_: a device counts twice at worst (held and
+        // promised), never not at all.
         LedgerSnapshot snap = deps_.ledger->Snapshot();
         std::vector<std::shared_ptr<const NodeView>> nodes;
         for (const std::shared_ptr<const NodeView>& v : snap.nodes) {
