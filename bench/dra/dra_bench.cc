@@ -57,12 +57,16 @@
 //                    (1.37) per run, --e2e_nodes H100 nodes of the lending pool
 //                    with NVIDIA slices and the DeviceClass serving
 //                    nvidia.com/gpu (KEP-5004), and Placeholders over the fake
-//                    slurmctld sleeping --slurm_ms per RPC. Each pod asks
+//                    slurmctld sleeping --slurm_ms per RPC (concurrent RPCs
+//                    side by side; --slurm_serial: one at a time, as a real
+//                    slurmctld's job write lock has them). Each pod asks
 //                    nvidia.com/gpu: N (--counts); it is created pending, then
 //                    after a random gap (--gap_ms) its PodScheduled=False /
 //                    Unschedulable condition is written as kube-scheduler
 //                    writes it, and the time runs until the benchmark's own
-//                    watch of DeviceTaintRules has seen N rule deletions.
+//                    watch of DeviceTaintRules has seen the pod's N rule
+//                    deletions (per node, each N deletions in order are one
+//                    pod's: exact for N = 1 and for pods of a node each).
 //                    --pods pods one at a time, then --pods in bursts of
 //                    --burst. After each sample the pods are deleted and the
 //                    lent devices reclaimed (Lender::Reclaim), so every sample
@@ -149,6 +153,7 @@ struct Flags {
   int pods = 50;      // pods one at a time, and again in bursts
   int burst = 10;
   double gap_ms = 250;  // random wait before each Unschedulable write
+  bool slurm_serial = false;  // the fake slurmctld answers one RPC at a time
   // churn: "incremental" (dra_mode now) or "full30" (the full Resync every
   // 30 s and nothing else, as dra_mode did before the incremental reconcile).
   std::string rule_pass = "incremental";
@@ -215,7 +220,10 @@ class SimClock final : public Clock {
 // libslurm RPC costs; 0: none).
 class SlowSlurm final : public SlurmClient {
  public:
-  explicit SlowSlurm(absl::Duration rpc) : rpc_(rpc) {}
+  // `serial`: one RPC at a time (a real slurmctld serialises job
+  // allocations and cancels under its job write lock); else concurrent RPCs
+  // each sleep their own time.
+  explicit SlowSlurm(absl::Duration rpc, bool serial = false) : rpc_(rpc), serial_(serial) {}
   fakes::FakeSlurmClient& fake() { return fake_; }
   absl::Status Ping() override { return fake_.Ping(); }
   absl::StatusOr<std::vector<SlurmNodeInfo>> ListNodes() override { return fake_.ListNodes(); }
@@ -244,9 +252,17 @@ class SlowSlurm final : public SlurmClient {
 
  private:
   void Rpc() {
-    if (rpc_ > absl::ZeroDuration()) absl::SleepFor(rpc_);
+    if (rpc_ <= absl::ZeroDuration()) return;
+    if (!serial_) {
+      absl::SleepFor(rpc_);
+      return;
+    }
+    absl::MutexLock lock(&serial_mu_);
+    absl::SleepFor(rpc_);
   }
   const absl::Duration rpc_;
+  const bool serial_;
+  absl::Mutex serial_mu_;
   fakes::FakeSlurmClient fake_{8, 5000};
 };
 
@@ -1018,12 +1034,23 @@ void RunChurn(const Flags& f) {
 
 // The benchmark's own watch of the DeviceTaintRules at the API server: when
 // each deletion reached it. Thread-safe (the informer's thread writes).
+// A deletion: when it was seen, and the pool (node) of the rule's device.
+struct RuleDeleted {
+  absl::Time at;
+  std::string pool;
+};
+
 class RuleWatch final : public k8s::InformerHandler {
  public:
   void OnUpsert(const json&) override {}
-  void OnDelete(const std::string&, const json*) override {
+  void OnDelete(const std::string&, const json* last) override {
+    const absl::Time now = absl::Now();
+    std::string pool;
+    if (last != nullptr) {
+      pool = last->value(json::json_pointer("/spec/deviceSelector/pool"), std::string());
+    }
     absl::MutexLock lock(&mu_);
-    deleted_.push_back(absl::Now());
+    deleted_.push_back({now, std::move(pool)});
   }
   void OnSynced() override {}
   size_t deleted() {
@@ -1032,7 +1059,7 @@ class RuleWatch final : public k8s::InformerHandler {
   }
   // The time of every deletion seen, once at least `n` were (empty after
   // `timeout`).
-  std::vector<absl::Time> AwaitDeleted(size_t n, absl::Duration timeout) {
+  std::vector<RuleDeleted> AwaitDeleted(size_t n, absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return deleted_.size() >= n; };
     if (!mu_.AwaitWithTimeout(absl::Condition(&enough), timeout)) return {};
@@ -1041,7 +1068,7 @@ class RuleWatch final : public k8s::InformerHandler {
 
  private:
   absl::Mutex mu_;
-  std::vector<absl::Time> deleted_ ABSL_GUARDED_BY(mu_);
+  std::vector<RuleDeleted> deleted_ ABSL_GUARDED_BY(mu_);
 };
 
 // duet-bridge's DRA wiring (DraMode, as Bridge::StartDra makes it) over a
@@ -1078,7 +1105,7 @@ class E2eWorld {
       }
       if (!post(absl::StrCat(kDraApi, "/resourceslices"), NvidiaSlice(spec))) return;
     }
-    slurm_ = std::make_unique<SlowSlurm>(slurm_rpc);
+    slurm_ = std::make_unique<SlowSlurm>(slurm_rpc, f.slurm_serial);
     lends_ = std::make_unique<Placeholders>(&ledger_, slurm_.get());
     config_.enabled = true;
     config_.pools = {kPool};
@@ -1222,9 +1249,9 @@ struct E2eFigures {
 // --burst. Each sample: create the pending pod(s), wait a random gap (so the
 // condition lands at a random phase of dra_mode's loop), then time from just
 // before the Unschedulable write until the rule watch has seen the deletion
-// of the devices lent for it. In a burst the k-th group of `gpus` deletions
-// is the k-th pod served, timed from just before the burst's first write (an
-// upper bound for the pods written later). Then the pods are deleted and
+// of the devices lent for it. In a burst each pod is timed from just before
+// the burst's first write (an upper bound for the pods written later) to
+// the last deletion of its group of `gpus` on its node (below). Then the pods are deleted and
 // every lent device reclaimed (rules back, lend jobs cancelled).
 E2eFigures E2eLend(const Flags& f, double slurm_ms, int gpus, int rep,
                    const k8s::testing::TlsFiles& tls) {
@@ -1247,17 +1274,29 @@ E2eFigures E2eLend(const Flags& f, double slurm_ms, int gpus, int rep,
       if (!w.MarkUnschedulable(p)) return false;
     }
     const size_t want = static_cast<size_t>(pods) * static_cast<size_t>(gpus);
-    std::vector<absl::Time> seen = w.rules_seen().AwaitDeleted(base + want, absl::Seconds(30));
+    std::vector<RuleDeleted> seen =
+        w.rules_seen().AwaitDeleted(base + want, absl::Seconds(30));
     if (seen.empty()) {
       Fail(absl::StrCat(pods, " pod(s) asking ", gpus, " GPU(s): ",
                         w.rules_seen().deleted() - base, " of ", want,
                         " rule deletions seen in 30 s"));
       return false;
     }
-    for (int k = 1; k <= pods; ++k) {
-      into->push_back(
-          absl::ToDoubleMilliseconds(seen[base + static_cast<size_t>(k * gpus) - 1] - t0));
+    // A pod's devices are on one node: per node, each `gpus` deletions in
+    // the order seen are one pod's, done at the last of them. Exact for 1
+    // GPU and for pods that each take a node of their own (8 GPUs here),
+    // whether pods are lent one after another or at once; pods of several
+    // GPUs sharing a node, lent at once, may interleave there (then a
+    // pod's figure may be early). A remainder (a deletion without its
+    // pool) counts as done at the burst's last deletion.
+    std::map<std::string, size_t> per_node;
+    std::vector<absl::Time> done;
+    for (size_t i = base; i < base + want; ++i) {
+      if (++per_node[seen[i].pool] % static_cast<size_t>(gpus) == 0) done.push_back(seen[i].at);
     }
+    std::sort(done.begin(), done.end());
+    while (done.size() < static_cast<size_t>(pods)) done.push_back(seen[base + want - 1].at);
+    for (int k = 0; k < pods; ++k) into->push_back(absl::ToDoubleMilliseconds(done[k] - t0));
     // Exactly what was asked was lent: no pod served twice, none short.
     const size_t lent = w.Lent().size();
     if (lent != want) {
@@ -1298,6 +1337,7 @@ void RunE2eLend(const Flags& f) {
         };
         json line = {{"mode", "e2e-lend"},
                      {"slurm_ms", ms},
+                     {"slurm_serial", f.slurm_serial},
                      {"gpus", gpus},
                      {"rep", rep},
                      {"sequential_p50_ms", Pct(r.sequential_ms, 0.5)},
@@ -1364,6 +1404,9 @@ int Main(int argc, char** argv) {
                  "e2e-lend: the random wait before each Unschedulable write is uniform in "
                  "[0, gap_ms) (0: none)")
       ->check(CLI::Range(0.0, 60000.0));
+  app.add_flag("--slurm_serial", f.slurm_serial,
+               "e2e-lend: the fake slurmctld answers one RPC at a time, as a real one "
+               "serialises job allocations (default: concurrent RPCs sleep side by side)");
   app.add_option("--rule_pass", f.rule_pass,
                  "churn: incremental (ReconcileRules each s, full Resync each 10 min) or full30 "
                  "(the former schedule: Resync each 30 s)")

@@ -5,6 +5,11 @@
 //                                          (allocate + IDX read-back), each
 //                                          cancelled before the next; prints
 //                                          one latency in ms per line
+//   slurm_bench_tool lendburst NODE N ROUNDS
+//                                          N one-GPU lend-job allocations
+//                                          one after the other vs N at once
+//                                          (a thread each), per round; prints
+//                                          "sequential_ms concurrent_ms"
 //   slurm_bench_tool nodesync N PREFIX     N ledger nodes -> SlurmSync.RunOnce
 //                                          until all N are visible in Slurm;
 //                                          prints seconds
@@ -28,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -83,6 +89,67 @@ int PlaceholderGrants(const std::string& node, int n) {
       if (j.ok() && (!j->has_value() || !(*j)->live())) break;
       absl::SleepFor(absl::Milliseconds(5));
     }
+  }
+  return 0;
+}
+
+// Waits until job `id` is neither running nor completing (the next
+// allocation starts from a free node).
+void AwaitGone(LibSlurmClient* client, uint32_t id) {
+  for (int k = 0; k < 1000; ++k) {
+    auto j = client->GetJob(id);
+    if (j.ok() && (!j->has_value() || !(*j)->live())) return;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+}
+
+// Lender::Lend's lend jobs on a real slurmctld: N one-GPU allocations on
+// NODE made one after the other, then N at once (a thread each, as
+// Lender::Lend asks them), ROUNDS times; each round cancels them and waits
+// them out between the two. Prints "sequential_ms concurrent_ms" per round:
+// the wall time from the first ask to the last grant.
+int LendBurst(const std::string& node, int n, int rounds) {
+  LibSlurmClient client;
+  auto ask = [&](int i) {
+    SlurmAllocRequest req;
+    req.node = node;
+    req.gpus = 1;
+    req.cpus = 1;
+    req.memory_mib = 1;
+    req.job_name = absl::StrCat("duet-lend:", node);
+    req.comment = absl::StrCat("duet-lend node=", node, " bench=", i);
+    return client.AllocatePlaceholder(req);
+  };
+  auto done = [&](const std::vector<absl::StatusOr<SlurmAllocation>>& made) {
+    bool ok = true;
+    for (const auto& a : made) {
+      if (!a.ok()) {
+        fprintf(stderr, "allocate: %s\n", a.status().ToString().c_str());
+        ok = false;
+        continue;
+      }
+      (void)client.KillJob(a->job_id);
+    }
+    for (const auto& a : made) {
+      if (a.ok()) AwaitGone(&client, a->job_id);
+    }
+    return ok;
+  };
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<absl::StatusOr<SlurmAllocation>> made;
+    absl::Time start = absl::Now();
+    for (int i = 0; i < n; ++i) made.push_back(ask(i));
+    const double seq = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (!done(made)) return 1;
+    made.assign(n, absl::UnknownError("not asked"));
+    std::vector<std::thread> threads;
+    start = absl::Now();
+    for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { made[i] = ask(i); });
+    for (std::thread& t : threads) t.join();
+    const double conc = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (!done(made)) return 1;
+    printf("%.3f %.3f\n", seq, conc);
+    fflush(stdout);
   }
   return 0;
 }
@@ -209,6 +276,9 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "placeholders" && argc == 4) return duet::PlaceholderGrants(argv[2], atoi(argv[3]));
+  if (mode == "lendburst" && argc == 5) {
+    return duet::LendBurst(argv[2], atoi(argv[3]), atoi(argv[4]));
+  }
   if (mode == "nodesync" && argc == 4) return duet::NodeSync(atoi(argv[2]), argv[3]);
   if (mode == "serve" && argc >= 3) return duet::Serve(argv[2], argc - 3, argv + 3);
   if (mode == "client" && (argc == 6 || argc == 7)) {

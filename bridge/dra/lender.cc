@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -555,15 +557,34 @@ absl::StatusOr<std::vector<LedgerDevice>> Lender::Lend(const std::string& node, 
   }
   std::vector<LedgerDevice> lent;
   absl::Status failed;
-  for (uint32_t n : jobs) {
-    absl::StatusOr<Holding> h = lends_->CreateLend(node, kind, n);
-    if (!h.ok()) {
-      failed = h.status();
-      break;
+  // The lend jobs, up to kLendJobsInFlight at once: a thread for each but
+  // the first of a wave, which runs here; all joined before the next wave.
+  // A wave with a failure is the last: what its other jobs lent stays lent,
+  // as the jobs before the failure did when they ran one at a time. No lock
+  // is held here (CreateLend is thread-safe; the ledger's holdings reach the
+  // index through the listener).
+  for (size_t begin = 0; begin < jobs.size() && failed.ok(); begin += kLendJobsInFlight) {
+    const size_t end = std::min(jobs.size(), begin + kLendJobsInFlight);
+    std::vector<absl::StatusOr<Holding>> made(end - begin, absl::UnknownError("not asked"));
+    std::vector<std::thread> threads;
+    threads.reserve(end - begin - 1);
+    for (size_t i = begin + 1; i < end; ++i) {
+      threads.emplace_back([this, &node, kind, n = jobs[i], h = &made[i - begin]] {
+        *h = lends_->CreateLend(node, kind, n);
+      });
     }
-    for (const LedgerDevice& d : DevicesOf(*h)) lent.push_back(d);
+    made[0] = lends_->CreateLend(node, kind, jobs[begin]);
+    for (std::thread& t : threads) t.join();
+    for (absl::StatusOr<Holding>& h : made) {
+      if (!h.ok()) {
+        if (failed.ok()) failed = h.status();
+        continue;
+      }
+      for (const LedgerDevice& d : DevicesOf(*h)) lent.push_back(d);
+    }
   }
   if (lent.empty()) return failed;
+  std::sort(lent.begin(), lent.end());  // whichever job answered first
   if (!failed.ok()) {
     spdlog::info("dra: lent {} of {} {} on {}: {}", lent.size(), jobs.size(),
                  DeviceKindName(kind), node, failed.ToString());

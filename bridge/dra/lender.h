@@ -60,8 +60,12 @@
 // happen outside it. `index_mu_` guards the index; the listener takes it
 // under the ledger's lock, and nothing calls into the ledger while holding
 // it. `rules_mu_` serialises the rule passes (Resync, ReconcileRules). Lock
-// order: `rules_mu_`, `tick_mu_`, `mu_`, the ledger's, `index_mu_`.
+// order: `rules_mu_`, `tick_mu_`, `mu_`, the ledger's, `index_mu_`. Lend's
+// lend jobs run on threads of their own, joined before it returns; they
+// call only the LendMaker and take none of these locks (a Tick that lends
+// holds `tick_mu_` meanwhile, as it did while they ran one at a time).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -119,6 +123,9 @@ struct LenderOptions {
   std::function<std::string(const std::string& node)> pool_of;
 };
 
+// Lender::Lend's lend jobs in flight at once (one Slurm RPC each).
+inline constexpr size_t kLendJobsInFlight = 8;
+
 // The safety net's period: duet-bridge runs a full rule reconcile (Resync)
 // this often, besides the first pass and each relist of the rules' watch.
 inline constexpr absl::Duration kFullRuleResync = absl::Minutes(10);
@@ -173,8 +180,11 @@ class Lender final : public AdmissionGate, private ChangeListener, private RuleD
 
   // Lends devices of `kind` on `node`: GPUs as `count` lend jobs of one GPU
   // each, TPUs as one job with every chip of the host (`count` ignored), then
-  // deletes their DeviceTaintRules. Returns the devices lent (fewer than
-  // `count` GPUs when Slurm had room for fewer; an error when none).
+  // deletes their DeviceTaintRules. The lend jobs are asked for concurrently,
+  // up to kLendJobsInFlight at once (LendMaker::CreateLend on a thread each);
+  // after a group of them with a failure no more are asked for, and what the
+  // others lent stays lent. Returns the devices lent, sorted (fewer than
+  // `count` GPUs when Slurm had room for fewer; the first failure when none).
   // FAILED_PRECONDITION (with why) on a node that is not lendable. When the
   // rules cannot be deleted the devices stay lent (the webhook admits them;
   // Resync deletes the rules) and the error is returned.

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <map>
 #include <set>
 #include <utility>
@@ -25,6 +27,8 @@ namespace {
 
 constexpr char kTpuDriver[] = "tpu.google.com";
 constexpr char kDra[] = "/apis/resource.k8s.io/v1";
+// LendDemand's lends under way at once (a thread each).
+constexpr int kDemandLendsInFlight = 4;
 // A pod asking again is served again after this long (its lend may have
 // gone to another pod first, or the scheduler may still be catching up).
 constexpr absl::Duration kDemandRetry = absl::Seconds(5);
@@ -43,6 +47,22 @@ const nlohmann::json* Path(const nlohmann::json& j, std::initializer_list<const 
 std::string Str(const nlohmann::json& j, std::initializer_list<const char*> keys) {
   const nlohmann::json* v = Path(j, keys);
   return v != nullptr && v->is_string() ? v->get<std::string>() : "";
+}
+
+// `view` with the `n` lowest free devices of each kind promised to lends
+// under way marked used, as a pick must see it (Slurm gives a lend job the
+// lowest free devices).
+std::shared_ptr<const NodeView> WithPromised(const NodeView& view,
+                                             const std::map<DeviceKind, uint32_t>& promised) {
+  auto out = std::make_shared<NodeView>(view);
+  std::map<DeviceKind, uint32_t> left = promised;
+  for (DeviceState& d : out->devices) {
+    uint32_t& n = left[d.spec.kind];
+    if (n == 0 || d.used_milli != 0) continue;
+    d.used_milli = d.spec.capacity_milli;
+    --n;
+  }
+  return out;
 }
 
 }  // namespace
@@ -412,6 +432,7 @@ void DraMode::Stop() {
     stopping_ = true;
   }
   if (loop_.joinable()) loop_.join();
+  ReapLends(/*all=*/true);  // the loop's lends under way
   if (release_.joinable()) release_.join();
   if (tick_.joinable()) tick_.join();
   for (auto* inf : {pod_informer_.get(), claim_informer_.get(), slice_informer_.get()}) {
@@ -524,6 +545,7 @@ void DraMode::ReleaseLoop() {
 }
 
 void DraMode::LendDemand() {
+  ReapLends(/*all=*/false);
   std::vector<nlohmann::json> pending = pod_handler_->Pending();
   if (pending.empty()) return;
   std::map<std::string, absl::Time>& served = served_;
@@ -549,6 +571,11 @@ void DraMode::LendDemand() {
     const std::string name = Str(pod, {"metadata", "name"});
     auto s = served.find(uid);
     if (s != served.end() && now - s->second < kDemandRetry) continue;
+    {
+      // A pod whose lend is under way is not served again meanwhile.
+      absl::MutexLock lock(&lend_mu_);
+      if (lending_pods_.count(uid)) continue;
+    }
     // The claims and templates the pod names, read now (a claim may have
     // been made or allocated since the pod was seen).
     for (const char* what : {"resourceclaims", "resourceclaimtemplates"}) {
@@ -573,46 +600,96 @@ void DraMode::LendDemand() {
       const bool whole = kind == DeviceKind::kTpu || want.all;
       if (!whole && want.count <= 0) continue;
       served[uid] = now;
-      // A lending node where the devices fit among the free ones (placement
-      // decides, as for every pod).
-      LedgerSnapshot snap = deps_.ledger->Snapshot();
-      std::vector<std::shared_ptr<const NodeView>> nodes;
-      for (const std::shared_ptr<const NodeView>& v : snap.nodes) {
-        if (!PoolOf(v->spec.name).empty() && map_->Lendable(v->spec.name, nullptr)) {
-          nodes.push_back(v);
+      DemandLend l;
+      l.pod_uid = uid;
+      l.pod = absl::StrCat(ns, "/", name);
+      l.kind = kind;
+      {
+        // The pick, and its devices promised, under lend_mu_: a pick counts
+        // the devices of the lends under way as taken (they are, or will be
+        // when Slurm answers), so two pods never pick the same free ones.
+        absl::MutexLock lock(&lend_mu_);
+        auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lend_mu_) {
+          return lends_in_flight_ < kDemandLendsInFlight;
+        };
+        lend_mu_.Await(absl::Condition(&room));
+        // A lending node where the devices fit among the free ones
+        // (placement decides, as for every pod). A lend's promise goes only
+        // once Lend returned (its devices are in the ledger) and never while
+        // this holds lend_mu_: a device counts twice at worst (held and
+        // promised), never not at all.
+        LedgerSnapshot snap = deps_.ledger->Snapshot();
+        std::vector<std::shared_ptr<const NodeView>> nodes;
+        for (const std::shared_ptr<const NodeView>& v : snap.nodes) {
+          if (!PoolOf(v->spec.name).empty() && map_->Lendable(v->spec.name, nullptr)) {
+            auto p = promised_.find(v->spec.name);
+            nodes.push_back(p == promised_.end() ? v : WithPromised(*v, p->second));
+          }
         }
+        if (nodes.empty()) continue;
+        placement::PodRequest req;
+        req.kind = kind;
+        req.count = whole ? 1 : static_cast<uint32_t>(std::min<int64_t>(want.count, 1024));
+        std::vector<placement::NodeLoad> loads(nodes.size());
+        // Domain packing (docs/gangs.md 4): between lending nodes alike, the
+        // one whose clique/sub-block/block is already in use.
+        const placement::DomainUsage domains = placement::DomainUsage::Of(nodes);
+        placement::Scorer scorer(deps_.policy, nullptr, &domains);
+        std::optional<placement::NodeChoice> pick =
+            placement::SelectNode(nodes, loads, req, scorer);
+        if (!pick) {
+          spdlog::info("dra: pod {}/{} asks {} {} of {}: no lending node has room", ns, name,
+                       whole ? "a host of" : absl::StrCat(want.count), DeviceKindName(kind),
+                       driver);
+          continue;
+        }
+        const NodeView& node = *nodes[pick->node];
+        l.node = node.spec.name;
+        l.count = req.count;
+        if (whole) {
+          l.count = 0;
+          for (const DeviceState& d : node.devices) l.count += d.spec.kind == kind ? 1 : 0;
+        }
+        promised_[l.node][kind] += l.count;
+        ++lends_in_flight_;
+        ++lending_pods_[uid];
       }
-      if (nodes.empty()) continue;
-      placement::PodRequest req;
-      req.kind = kind;
-      req.count = whole ? 1 : static_cast<uint32_t>(std::min<int64_t>(want.count, 1024));
-      std::vector<placement::NodeLoad> loads(nodes.size());
-      // Domain packing (docs/gangs.md 4): between lending nodes alike, the
-      // one whose clique/sub-block/block is already in use.
-      const placement::DomainUsage domains = placement::DomainUsage::Of(nodes);
-      placement::Scorer scorer(deps_.policy, nullptr, &domains);
-      std::optional<placement::NodeChoice> pick = placement::SelectNode(nodes, loads, req, scorer);
-      if (!pick) {
-        spdlog::info("dra: pod {}/{} asks {} {} of {}: no lending node has room", ns, name,
-                     whole ? "a host of" : absl::StrCat(want.count), DeviceKindName(kind), driver);
-        continue;
-      }
-      const NodeView& node = *nodes[pick->node];
-      uint32_t count = req.count;
-      if (whole) {
-        count = 0;
-        for (const DeviceState& d : node.devices) count += d.spec.kind == kind ? 1 : 0;
-      }
-      absl::StatusOr<std::vector<dra::LedgerDevice>> lent =
-          lender_->Lend(node.spec.name, kind, count);
-      if (!lent.ok()) {
-        spdlog::warn("dra: lending {} {} on {} for pod {}/{}: {}", count, DeviceKindName(kind),
-                     node.spec.name, ns, name, lent.status().ToString());
-        continue;
-      }
-      spdlog::info("dra: lent {} {} on {} for pod {}/{}", lent->size(), DeviceKindName(kind),
-                   node.spec.name, ns, name);
+      // Its own thread: up to kDemandLendsInFlight lends at once, and the
+      // loop goes on (the next pass may start more).
+      lends_.push_back(std::async(std::launch::async, [this, l] { RunLend(l); }));
     }
+  }
+}
+
+void DraMode::RunLend(const DemandLend& l) {
+  absl::StatusOr<std::vector<dra::LedgerDevice>> lent = lender_->Lend(l.node, l.kind, l.count);
+  if (!lent.ok()) {
+    spdlog::warn("dra: lending {} {} on {} for pod {}: {}", l.count, DeviceKindName(l.kind),
+                 l.node, l.pod, lent.status().ToString());
+  } else {
+    spdlog::info("dra: lent {} {} on {} for pod {}", lent->size(), DeviceKindName(l.kind), l.node,
+                 l.pod);
+  }
+  // The ledger has what it lent by now (or it lent nothing): the promise
+  // goes.
+  absl::MutexLock lock(&lend_mu_);
+  auto p = promised_.find(l.node);
+  if (p != promised_.end()) {
+    uint32_t& n = p->second[l.kind];
+    n -= std::min(n, l.count);
+    if (n == 0) p->second.erase(l.kind);
+    if (p->second.empty()) promised_.erase(p);
+  }
+  --lends_in_flight_;
+  auto pod = lending_pods_.find(l.pod_uid);
+  if (pod != lending_pods_.end() && --pod->second <= 0) lending_pods_.erase(pod);
+}
+
+void DraMode::ReapLends(bool all) {
+  for (auto it = lends_.begin(); it != lends_.end();) {
+    if (all) it->wait();
+    const bool done = it->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    it = done ? lends_.erase(it) : std::next(it);
   }
 }
 

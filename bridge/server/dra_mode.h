@@ -18,7 +18,11 @@
 //  - a pending-pod informer: a pod kube-scheduler marked Unschedulable that
 //    asks for devices of a lent driver (claims' ExactCount requests, or an
 //    extended resource a DeviceClass serves) makes duet lend that many on
-//    the node placement picks among the lending nodes (LendDemand);
+//    the node placement picks among the lending nodes (LendDemand). The
+//    picks are made one at a time on the loop thread, each counting the
+//    devices promised to the lends under way as taken; the lends run on a
+//    thread each, up to 4 at once, and the loop goes on meanwhile (a pod
+//    whose lend is under way is not served again);
 //  - a loop thread: map rebuilds (the nodes whose mapping changed are marked
 //    dirty for the rules), demand, Lender::ReconcileRules each pass (200 ms,
 //    and at once when the pod informer sees a pod newly pending for devices,
@@ -34,6 +38,7 @@
 // Thread-safety: Start/Stop from one owner thread; the rest is internal.
 
 #include <atomic>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -138,8 +143,23 @@ class DraMode {
   // the loop passes it when the ledger told InventoryListener of a node
   // added, changed or removed, so a quiet inventory costs no walk).
   void RebuildMap(bool force, bool read_inventory);
-  // Lends for the pending pods that ask for devices.
+  // One lend LendDemand decided: `count` devices of `kind` on `node` for
+  // the pod of uid `pod_uid` (`pod`: ns/name, for the log).
+  struct DemandLend {
+    std::string pod_uid;
+    std::string pod;
+    std::string node;
+    DeviceKind kind = DeviceKind::kGpu;
+    uint32_t count = 0;
+  };
+  // Lends for the pending pods that ask for devices: picks a node for each
+  // (under lend_mu_) and starts its lend (RunLend, on a thread of its own),
+  // waiting while kDemandLendsInFlight are under way.
   void LendDemand();
+  // Lender::Lend, then takes back the lend's promise.
+  void RunLend(const DemandLend& l) ABSL_LOCKS_EXCLUDED(lend_mu_);
+  // Forgets the lend threads that are done; `all`: waits for every one.
+  void ReapLends(bool all);
   // Starts the fenced release of the claims deleted, seen deallocated, or
   // (sweep) held but not allocated in the informer's view.
   void ReleaseClaims();
@@ -170,6 +190,17 @@ class DraMode {
   std::map<std::string, absl::Time> served_;
   // The lending nodes that cannot lend, with the reason last said.
   std::map<std::string, std::string> refused_;
+
+  // LendDemand's lends under way: how many, the devices promised to them
+  // per node and kind (released once the lend is done: the ledger holds
+  // what it lent), and the pods they serve (uid -> lends). Lock order:
+  // lend_mu_, then the ledger's.
+  absl::Mutex lend_mu_;
+  int lends_in_flight_ ABSL_GUARDED_BY(lend_mu_) = 0;
+  std::map<std::string, std::map<DeviceKind, uint32_t>> promised_ ABSL_GUARDED_BY(lend_mu_);
+  std::map<std::string, int> lending_pods_ ABSL_GUARDED_BY(lend_mu_);
+  // The lend threads (loop thread only; Stop after the loop ended).
+  std::vector<std::future<void>> lends_;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

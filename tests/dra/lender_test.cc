@@ -20,6 +20,7 @@
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "tests/fakes/fake_clock.h"
+#include "tests/fakes/gate.h"
 #include "tests/fakes/wait.h"
 
 namespace duet {
@@ -265,8 +266,17 @@ class FakeClaims : public ClaimLister {
 class FakeLends : public LendMaker {
  public:
   FakeLends(Ledger* ledger, Events* events) : ledger_(ledger), events_(events) {}
+  // Runs first in each CreateLend, outside any lock (a test's gate); an
+  // error fails that call as Slurm's refusal would. Set before any Lend.
+  std::function<absl::Status()> on_create;
+
   absl::StatusOr<Holding> CreateLend(const std::string& node, DeviceKind kind,
                                      uint32_t count) override {
+    if (on_create) {
+      if (absl::Status s = on_create(); !s.ok()) return s;
+    }
+    // One job at a time, as slurmctld's job lock has them.
+    absl::MutexLock lock(&mu_);
     const uint32_t job = next_job_++;
     HoldRequest r;
     r.node = node;
@@ -292,7 +302,8 @@ class FakeLends : public LendMaker {
  private:
   Ledger* const ledger_;
   Events* const events_;
-  std::atomic<uint32_t> next_job_{100};
+  absl::Mutex mu_;
+  uint32_t next_job_ ABSL_GUARDED_BY(mu_) = 100;
 };
 
 NodeSpec Node(const std::string& name, DeviceKind kind, uint32_t count) {
@@ -711,6 +722,77 @@ TEST_F(LenderTest, LendMakesOneJobPerGpuThenDeletesTheirRules) {
   EXPECT_THAT(events_.Get(), ElementsAre("lend 100", "lend 101", "untaint n1/gpu-0",
                                          "untaint n1/gpu-1"));
   EXPECT_THAT(Metrics(), HasSubstr("duet_dra_lends_total 2"));
+}
+
+// An 8-GPU node of its own pool for the concurrency cases (`gpus` GPUs).
+void AddBigNode(Ledger* ledger, FakeMap* map, LenderOptions* options, uint32_t gpus) {
+  map->nodes["big"] = {DeviceKind::kGpu, gpus};
+  ASSERT_TRUE(ledger->UpsertNode(Node("big", DeviceKind::kGpu, gpus)).ok());
+  options->pool_of = [](const std::string& node) -> std::string {
+    return node == "big" ? "big-pool" : "";
+  };
+}
+
+TEST_F(LenderTest, LendAsksForItsLendJobsAtOnce) {
+  AddBigNode(&ledger_, &map_, &options_, 8);
+  // Each CreateLend waits until all 8 are in flight: one at a time, the
+  // first would wait for the others until the gate's timeout.
+  fakes::Gate gate(8);
+  lends_.on_create = [&gate] {
+    gate.Arrive();
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::vector<LedgerDevice>> lent = lender().Lend("big", DeviceKind::kGpu, 8);
+  EXPECT_FALSE(gate.timed_out()) << "the 8 lend jobs were not asked for at once";
+  ASSERT_TRUE(lent.ok()) << lent.status();
+  ASSERT_EQ(lent->size(), 8u);
+  for (uint32_t i = 0; i < 8; ++i) {
+    EXPECT_EQ((*lent)[i], (LedgerDevice{"big", DeviceKind::kGpu, i}));  // sorted
+    EXPECT_EQ(HolderOf("big", DeviceKind::kGpu, i), "lend");
+    EXPECT_EQ(rules_.rules().count(FakeMap::Dra({"big", DeviceKind::kGpu, i})), 0u);
+  }
+  EXPECT_EQ(ledger_.ListHoldings("big").size(), 8u);  // one lend job per GPU
+  EXPECT_THAT(Metrics(), HasSubstr("duet_dra_lends_total 8"));
+}
+
+TEST_F(LenderTest, LendKeepsWhatItsOtherJobsLentWhenOneFailsAndAsksNoMore) {
+  // 12 GPUs: a first group of 8 jobs at once, the third of which Slurm
+  // refuses; the other 7 stay lent (as the jobs before a failure did one at
+  // a time) and the remaining 4 are not asked for.
+  AddBigNode(&ledger_, &map_, &options_, 12);
+  for (uint32_t i = 0; i < 12; ++i) rules_.Put(FakeMap::Dra({"big", DeviceKind::kGpu, i}));
+  fakes::Gate gate(8);
+  lends_.on_create = [&gate] {
+    return gate.Arrive() == 3 ? absl::UnavailableError("slurmctld: try again") : absl::OkStatus();
+  };
+  absl::StatusOr<std::vector<LedgerDevice>> lent = lender().Lend("big", DeviceKind::kGpu, 12);
+  EXPECT_FALSE(gate.timed_out()) << "the first 8 lend jobs were not asked for at once";
+  EXPECT_EQ(gate.arrived(), 8);  // at most 8 at once; none after the failed group
+  ASSERT_TRUE(lent.ok()) << lent.status();
+  ASSERT_EQ(lent->size(), 7u);
+  std::set<LedgerDevice> held;
+  for (const Holding& h : ledger_.ListHoldings("big")) {
+    EXPECT_EQ(h.owner.kind, OwnerKind::kLend);
+    for (const HeldDevice& d : h.devices) held.insert({"big", d.kind, d.index});
+  }
+  EXPECT_EQ(held, std::set<LedgerDevice>(lent->begin(), lent->end()));
+  // The 7 lent devices' rules are gone; the other 5 keep theirs.
+  for (uint32_t i = 0; i < 12; ++i) {
+    const LedgerDevice d{"big", DeviceKind::kGpu, i};
+    EXPECT_EQ(rules_.rules().count(FakeMap::Dra(d)), held.count(d) ? 0u : 1u) << i;
+  }
+  EXPECT_THAT(Metrics(), HasSubstr("duet_dra_lends_total 7"));
+}
+
+TEST_F(LenderTest, LendWhoseJobsAllFailReturnsTheFailureAndLendsNothing) {
+  AddBigNode(&ledger_, &map_, &options_, 8);
+  for (uint32_t i = 0; i < 8; ++i) rules_.Put(FakeMap::Dra({"big", DeviceKind::kGpu, i}));
+  lends_.on_create = [] { return absl::UnavailableError("slurmctld unreachable"); };
+  absl::StatusOr<std::vector<LedgerDevice>> lent = lender().Lend("big", DeviceKind::kGpu, 8);
+  EXPECT_EQ(lent.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(ledger_.ListHoldings("big").empty());
+  EXPECT_EQ(rules_.rules().size(), 8u);
+  EXPECT_THAT(events_.Get(), ::testing::IsEmpty());
 }
 
 TEST_F(LenderTest, LendRefusesNodesThatDoNotLend) {

@@ -8,6 +8,7 @@
 
 #include "bridge/server/dra_mode.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_slurm.h"
+#include "tests/fakes/gate.h"
 #include "tests/fakes/wait.h"
 #include "tests/k8s_adapter/fake_server.h"
 
@@ -34,39 +36,63 @@ constexpr char kNode[] = "gpu-node-1";
 constexpr char kPool[] = "lend-h100";
 constexpr char kDra[] = "/apis/resource.k8s.io/v1";
 
+// The placeholders, with each lend job first passing the gate when one is
+// set (a test that lends run at once).
+class GatedLends final : public dra::LendMaker {
+ public:
+  explicit GatedLends(dra::LendMaker* lends) : lends_(lends) {}
+  void SetGate(fakes::Gate* gate) { gate_ = gate; }
+  absl::StatusOr<Holding> CreateLend(const std::string& node, DeviceKind kind,
+                                     uint32_t count) override {
+    if (fakes::Gate* g = gate_.load(); g != nullptr) g->Arrive();
+    return lends_->CreateLend(node, kind, count);
+  }
+  absl::Status CancelLend(const std::string& node, uint32_t job_id) override {
+    return lends_->CancelLend(node, job_id);
+  }
+
+ private:
+  dra::LendMaker* const lends_;
+  std::atomic<fakes::Gate*> gate_{nullptr};
+};
+
 class DraModeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(api_.ok());
     tmp_ = k8s::testing::MakeTempDir();
     tls_ = k8s::testing::MakeTestCerts(tmp_);
-    NodeSpec spec;
-    spec.name = kNode;
-    spec.pool = kPool;
-    json devices = json::array();
-    for (uint32_t g = 0; g < 4; ++g) {
-      DeviceSpec d;
-      d.index = g;
-      d.id = absl::StrCat("GPU-", g, "-4f1d-11ee-be56-0242ac120002");
-      spec.devices.push_back(d);
-      devices.push_back({{"name", absl::StrCat("gpu-", g)},
-                         {"attributes", {{"uuid", {{"string", d.id}}}}}});
-    }
-    ASSERT_TRUE(ledger_.UpsertNode(spec).ok());
     Post(absl::StrCat(kDra, "/deviceclasses"), json::parse(R"({
       "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
       "metadata": {"name": "gpu.nvidia.com"},
       "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.nvidia.com\""}}],
                "extendedResourceName": "nvidia.com/gpu"}})"));
-    Post(absl::StrCat(kDra, "/resourceslices"),
-         {{"apiVersion", "resource.k8s.io/v1"},
-          {"kind", "ResourceSlice"},
-          {"metadata", {{"name", absl::StrCat(kNode, "-gpu.nvidia.com")}}},
-          {"spec",
-           {{"driver", "gpu.nvidia.com"},
-            {"nodeName", kNode},
-            {"pool", {{"name", kNode}, {"generation", 1}, {"resourceSliceCount", 1}}},
-            {"devices", devices}}}});
+    // gpu-node-1 (kNode), gpu-node-2, ...: 4 GPUs each.
+    for (int n = 1; n <= nodes_; ++n) {
+      const std::string name = absl::StrCat("gpu-node-", n);
+      NodeSpec spec;
+      spec.name = name;
+      spec.pool = kPool;
+      json devices = json::array();
+      for (uint32_t g = 0; g < 4; ++g) {
+        DeviceSpec d;
+        d.index = g;
+        d.id = absl::StrCat("GPU-", g, "-4f1d-11ee-be56-0242ac12000", n);
+        spec.devices.push_back(d);
+        devices.push_back({{"name", absl::StrCat("gpu-", g)},
+                           {"attributes", {{"uuid", {{"string", d.id}}}}}});
+      }
+      ASSERT_TRUE(ledger_.UpsertNode(spec).ok());
+      Post(absl::StrCat(kDra, "/resourceslices"),
+           {{"apiVersion", "resource.k8s.io/v1"},
+            {"kind", "ResourceSlice"},
+            {"metadata", {{"name", absl::StrCat(name, "-gpu.nvidia.com")}}},
+            {"spec",
+             {{"driver", "gpu.nvidia.com"},
+              {"nodeName", name},
+              {"pool", {{"name", name}, {"generation", 1}, {"resourceSliceCount", 1}}},
+              {"devices", devices}}}});
+    }
     config_.enabled = true;
     config_.pools = {kPool};
     config_.drivers = {"gpu.nvidia.com"};
@@ -84,7 +110,7 @@ class DraModeTest : public ::testing::Test {
     d.config = &config_;
     d.ledger = &ledger_;
     d.kube = kube_.get();
-    d.lends = &lends_;
+    d.lends = &gated_;
     d.clock = &clock_;
     absl::StatusOr<std::unique_ptr<DraMode>> m = DraMode::Start(std::move(d));
     ASSERT_TRUE(m.ok()) << m.status();
@@ -104,14 +130,33 @@ class DraModeTest : public ::testing::Test {
     absl::StatusOr<std::string> r = api_.control()->Get(absl::StrCat(kDra, "/devicetaintrules"));
     return r.ok() ? static_cast<int>(json::parse(*r)["items"].size()) : -1;
   }
-  int Lent() {
+  int Lent(const std::string& node = kNode) {
     int n = 0;
-    for (const DeviceState& d : ledger_.GetNode(kNode)->devices) {
+    for (const DeviceState& d : ledger_.GetNode(node)->devices) {
       n += d.uses.size() == 1 && d.uses.front().owner->kind == OwnerKind::kLend ? 1 : 0;
     }
     return n;
   }
 
+  // A pending pod asking `gpus` of nvidia.com/gpu that kube-scheduler then
+  // marks Unschedulable (as tests/fakes/test_scheduler.py writes it).
+  void PendingPod(const std::string& name, int gpus) {
+    const std::string n = std::to_string(gpus);
+    json pod = Post("/api/v1/namespaces/default/pods", json::parse(absl::StrCat(R"({
+      "apiVersion": "v1", "kind": "Pod", "metadata": {"name": ")", name, R"(", "namespace": "default"},
+      "spec": {"containers": [{"name": "main", "image": "pytorch",
+        "resources": {"requests": {"nvidia.com/gpu": ")", n, R"("}, "limits": {"nvidia.com/gpu": ")", n, R"("}}}]}})")));
+    pod["status"]["conditions"] = json::array({{{"type", "PodScheduled"},
+                                                {"status", "False"},
+                                                {"reason", "Unschedulable"},
+                                                {"message", "no node has the devices"}}});
+    ASSERT_TRUE(api_.control()
+                    ->Put(absl::StrCat("/api/v1/namespaces/default/pods/", name, "/status"),
+                          pod.dump())
+                    .ok());
+  }
+
+  int nodes_ = 1;  // lending nodes of 4 GPUs (set before SetUp)
   FakeApiServer api_{std::vector<std::string>{"--kube-version", "1.37"}};
   std::string tmp_;
   k8s::testing::TlsFiles tls_;
@@ -119,6 +164,8 @@ class DraModeTest : public ::testing::Test {
   Ledger ledger_;
   fakes::FakeSlurmClient slurm_;
   Placeholders lends_{&ledger_, &slurm_};
+  GatedLends gated_{&lends_};
+  std::unique_ptr<fakes::Gate> gate_;  // outlives mode_ (a lend may still pass it)
   DraConfig config_;
   std::unique_ptr<k8s::KubeClient> kube_;
   std::unique_ptr<DraMode> mode_;
@@ -159,6 +206,50 @@ TEST_F(DraModeTest, AChangedNodeInTheLedgerRebuildsTheMapWithoutAnySliceChange) 
         return Rules() == 0;
       },
       fakes::kWaitTimeout, "the unmappable node's DeviceTaintRules gone"));
+}
+
+TEST_F(DraModeTest, TwoPodsPendingAtOnceAreLentConcurrently) {
+  ASSERT_EQ(Rules(), 4);
+  // Each lend job (one GPU per pod) waits until both are in flight: pods
+  // served one after the other would leave the first waiting for the gate's
+  // timeout.
+  gate_ = std::make_unique<fakes::Gate>(2);
+  gated_.SetGate(gate_.get());
+  PendingPod("a", 1);
+  PendingPod("b", 1);
+  ASSERT_TRUE(fakes::WaitFor([&] { return gate_->arrived() >= 2 && Lent() == 2 && Rules() == 2; },
+                             fakes::kWaitTimeout + absl::Seconds(10),
+                             "two GPUs lent, one per pod, and their DeviceTaintRules deleted"));
+  EXPECT_FALSE(gate_->timed_out()) << "the two pods' lends did not run at once";
+  EXPECT_EQ(gate_->arrived(), 2);  // one lend job per pod: neither pod was lent twice
+}
+
+class DraModeTwoNodesTest : public DraModeTest {
+ protected:
+  void SetUp() override {
+    nodes_ = 2;
+    DraModeTest::SetUp();
+  }
+};
+
+TEST_F(DraModeTwoNodesTest, PodsLentAtOnceNeverPickTheSameFreeDevices) {
+  ASSERT_EQ(Rules(), 8);
+  // Each pod asks 3 of a node's 4 GPUs, and its 3 lend jobs wait until both
+  // pods' 6 are in flight. The second pick must count the first pod's 3 as
+  // taken: on the same node only 1 would be left for it.
+  gate_ = std::make_unique<fakes::Gate>(6);
+  gated_.SetGate(gate_.get());
+  PendingPod("a", 3);
+  PendingPod("b", 3);
+  ASSERT_TRUE(fakes::WaitFor(
+      [&] { return gate_->arrived() >= 6 && Lent("gpu-node-1") + Lent("gpu-node-2") == 6; },
+      fakes::kWaitTimeout + absl::Seconds(10), "six GPUs lent, three per pod"));
+  EXPECT_FALSE(gate_->timed_out()) << "the two pods' lends did not run at once";
+  EXPECT_EQ(Lent("gpu-node-1"), 3);
+  EXPECT_EQ(Lent("gpu-node-2"), 3);
+  EXPECT_TRUE(fakes::WaitFor([&] { return Rules() == 2; }, fakes::kWaitTimeout,
+                             "the six lent GPUs' DeviceTaintRules deleted"));
+  EXPECT_EQ(gate_->arrived(), 6);
 }
 
 }  // namespace
