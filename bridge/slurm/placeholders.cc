@@ -1,6 +1,7 @@
 #include "bridge/slurm/placeholders.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -151,6 +152,42 @@ absl::StatusOr<Holding> Placeholders::CreateLend(const std::string& node, Device
       hold.devices.empty() ? absl::InternalError("Slurm gave the lend job no devices")
                            : ledger_->Hold(hold);
   if (!held.ok()) {
+    // SlurmSync imports lend jobs by name: a pass that ran between Slurm's
+    // answer and this hold may have recorded this very job already, and the
+    // webhook may even have admitted a claim on its device since (Rebind
+    // Lend -> Claim). Devices all held by this job's lend or by claims on it
+    // are this lend, made: cancelling the job would take a claim's device
+    // from under it.
+    const uint32_t job = alloc->job_id;
+    size_t ours = 0;
+    const std::vector<Holding> holdings = ledger_->ListHoldings(node);
+    for (const HeldDevice& d : hold.devices) {
+      for (const Holding& h : holdings) {
+        if (h.owner.job_id != job ||
+            (h.owner.kind != OwnerKind::kLend && h.owner.kind != OwnerKind::kClaim)) {
+          continue;
+        }
+        if (std::any_of(h.devices.begin(), h.devices.end(), [&d](const HeldDevice& x) {
+              return x.kind == d.kind && x.index == d.index;
+            })) {
+          ++ours;
+          break;
+        }
+      }
+    }
+    if (ours == hold.devices.size()) {
+      spdlog::info("lend job {} on {}: already recorded (by the Slurm sync, or claimed since)",
+                   job, node);
+      Holding made;
+      made.owner = hold.owner;
+      made.node = node;
+      made.devices = hold.devices;
+      std::sort(made.devices.begin(), made.devices.end(),
+                [](const HeldDevice& a, const HeldDevice& b) {
+                  return std::tie(a.kind, a.index) < std::tie(b.kind, b.index);
+                });
+      return made;
+    }
     absl::Status k = slurm_->KillJob(alloc->job_id);
     spdlog::warn("lend job {} on {}: ledger refused Slurm's devices ({}); cancel: {}",
                  alloc->job_id, node, held.status().ToString(), k.ToString());

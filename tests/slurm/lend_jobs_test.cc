@@ -78,6 +78,25 @@ TEST_F(LendJobsTest, CreateLendCancelsTheJobWhenTheLedgerRefusesSlurmsDevices) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(LendJobsTest, CreateLendKeepsItsJobWhenASyncImportAndAClaimGotThereFirst) {
+  // Between Slurm's answer and CreateLend's own hold, a sync pass imported
+  // lend job 5000 (gpu 0) and the webhook admitted a claim on it (Rebind
+  // Lend -> Claim): the lend is made, and its job must not be cancelled
+  // from under the claim.
+  HoldRequest claimed;
+  claimed.node = "n1";
+  claimed.owner = Owner::Claim(5000, "claim-uid-1", "default", "c1");
+  claimed.devices = {{DeviceKind::kGpu, 0, kWholeDevice}};
+  ASSERT_TRUE(ledger_.Hold(claimed).ok());
+  absl::StatusOr<Holding> a = placeholders_.CreateLend("n1", DeviceKind::kGpu, 1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->owner, Owner::Lend(5000, "n1"));
+  EXPECT_THAT(Gpus(*a), ElementsAre(0));
+  EXPECT_TRUE(slurm_.killed().empty());
+  ASSERT_EQ(ledger_.ListHoldings("n1").size(), 1u);
+  EXPECT_EQ(ledger_.ListHoldings("n1")[0].owner.kind, OwnerKind::kClaim);
+}
+
 TEST_F(LendJobsTest, CancelLendKillsTheJobAndReleasesButNeverUnderAClaim) {
   absl::StatusOr<Holding> a = placeholders_.CreateLend("n1", DeviceKind::kGpu, 1);
   absl::StatusOr<Holding> b = placeholders_.CreateLend("n1", DeviceKind::kGpu, 1);
