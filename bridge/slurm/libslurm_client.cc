@@ -565,6 +565,75 @@ absl::Status LibSlurmClient::DeleteNode(const std::string& name) {
   });
 }
 
+namespace {
+
+// What every placeholder job (a pod's, a lend's, a gang's) asks of Slurm
+// besides its nodes, CPUs and memory: its name, comment, GRES per node,
+// partition, QOS and SPANK environment, held here so the job description's
+// pointers stay valid; Apply sets them and the terms every placeholder shares.
+class PlaceholderJobText {
+ public:
+  PlaceholderJobText(const std::string& job_name, const std::string& comment,
+                     const std::string& partition, const std::string& qos,
+                     const std::vector<std::string>& spank_env, uint32_t gpus_per_node,
+                     uint32_t tpus_per_node)
+      : name_(job_name), comment_(comment), partition_(partition), qos_(qos), env_(spank_env) {
+    std::vector<std::string> tres;
+    if (gpus_per_node) tres.push_back(absl::StrCat("gres:gpu:", gpus_per_node));
+    if (tpus_per_node) tres.push_back(absl::StrCat("gres:tpu:", tpus_per_node));
+    tres_per_node_ = absl::StrJoin(tres, ",");
+    for (std::string& e : env_) env_ptrs_.push_back(e.data());
+    env_ptrs_.push_back(nullptr);
+  }
+  PlaceholderJobText(const PlaceholderJobText&) = delete;
+  PlaceholderJobText& operator=(const PlaceholderJobText&) = delete;
+
+  const std::string& tres_per_node() const { return tres_per_node_; }
+
+  void Apply(job_desc_msg_t* desc, uid_t uid, gid_t gid) {
+    desc->name = name_.data();
+    desc->comment = comment_.data();
+    desc->tres_per_node = tres_per_node_.data();
+    desc->immediate = 1;
+    // An immediate allocation that is not the partition's top priority is
+    // refused ("insufficient priority"), on any node, whenever any job
+    // pends in the partition: a pod could never be placed beside a Slurm
+    // queue. A placeholder runs at once or not at all (it never waits ahead
+    // of anyone), so it gets the highest priority short of Slurm's special
+    // values (NO_VAL, INFINITE); setting it needs an operator, which the
+    // bridge is (it creates nodes).
+    desc->priority = kPlaceholderPriority;
+    // A placeholder lasts as long as its pod: no time limit of its own (a
+    // partition whose MaxTime is finite refuses it; the start-up check,
+    // placeholder_policy.h, says so), never requeued (a preempted one must
+    // not come back later on other devices).
+    desc->time_limit = INFINITE;
+    desc->requeue = 0;
+    if (!partition_.empty()) desc->partition = partition_.data();
+    if (!qos_.empty()) desc->qos = qos_.data();
+    // Required from 24.11 (ESLURM_MISSING_WORK_DIR); a placeholder runs nothing.
+    desc->work_dir = work_dir_.data();
+    desc->user_id = uid;
+    desc->group_id = gid;
+    if (!env_.empty()) {
+      desc->spank_job_env = env_ptrs_.data();
+      desc->spank_job_env_size = static_cast<uint32_t>(env_.size());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::string comment_;
+  std::string partition_;
+  std::string qos_;
+  std::string work_dir_ = "/";
+  std::vector<std::string> env_;
+  std::vector<char*> env_ptrs_;
+  std::string tres_per_node_;
+};
+
+}  // namespace
+
 absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
     const SlurmAllocRequest& request) {
   if (request.node.empty()) return absl::InvalidArgumentError("allocate: node is empty");
@@ -574,25 +643,14 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
   const uid_t uid = options_.job_uid >= 0 ? static_cast<uid_t>(options_.job_uid) : getuid();
   const gid_t gid = options_.job_gid >= 0 ? static_cast<gid_t>(options_.job_gid) : getgid();
   return Run<SlurmAllocation>("allocate", [request, uid, gid]() -> absl::StatusOr<SlurmAllocation> {
-    std::vector<std::string> tres;
-    if (request.gpus) tres.push_back(absl::StrCat("gres:gpu:", request.gpus));
-    if (request.tpus) tres.push_back(absl::StrCat("gres:tpu:", request.tpus));
-    std::string tres_per_node = absl::StrJoin(tres, ",");
+    PlaceholderJobText text(request.job_name, request.comment, request.partition, request.qos,
+                            request.spank_env, request.gpus, request.tpus);
+    const std::string& tres_per_node = text.tres_per_node();
     std::string node = request.node;
-    std::string name = request.job_name;
-    std::string comment = request.comment;
-    std::string work_dir = "/";
-    std::string partition = request.partition;
-    std::string qos = request.qos;
-    std::vector<std::string> env = request.spank_env;
-    std::vector<char*> env_ptrs;
-    for (std::string& e : env) env_ptrs.push_back(e.data());
-    env_ptrs.push_back(nullptr);
 
     job_desc_msg_t desc;
     slurm_init_job_desc_msg(&desc);
-    desc.name = name.data();
-    desc.comment = comment.data();
+    text.Apply(&desc, uid, gid);
     desc.req_nodes = node.data();
     desc.min_nodes = 1;
     desc.max_nodes = 1;
@@ -600,32 +658,6 @@ absl::StatusOr<SlurmAllocation> LibSlurmClient::AllocatePlaceholder(
     desc.min_cpus = std::max<uint32_t>(1, request.cpus);
     desc.cpus_per_task = static_cast<uint16_t>(std::max<uint32_t>(1, request.cpus));
     if (request.memory_mib > 0) desc.pn_min_memory = request.memory_mib;
-    desc.tres_per_node = tres_per_node.data();
-    desc.immediate = 1;
-    // An immediate allocation that is not the partition's top priority is
-    // refused ("insufficient priority"), on any node, whenever any job
-    // pends in the partition: a pod could never be placed beside a Slurm
-    // queue. A placeholder runs at once or not at all (it never waits ahead
-    // of anyone), so it gets the highest priority short of Slurm's special
-    // values (NO_VAL, INFINITE); setting it needs an operator, which the
-    // bridge is (it creates nodes).
-    desc.priority = kPlaceholderPriority;
-    // A placeholder lasts as long as its pod: no time limit of its own (a
-    // partition whose MaxTime is finite refuses it; the start-up check,
-    // placeholder_policy.h, says so), never requeued (a preempted one must
-    // not come back later on other devices).
-    desc.time_limit = INFINITE;
-    desc.requeue = 0;
-    if (!partition.empty()) desc.partition = partition.data();
-    if (!qos.empty()) desc.qos = qos.data();
-    // Required from 24.11 (ESLURM_MISSING_WORK_DIR); a placeholder runs nothing.
-    desc.work_dir = work_dir.data();
-    desc.user_id = uid;
-    desc.group_id = gid;
-    if (!env.empty()) {
-      desc.spank_job_env = env_ptrs.data();
-      desc.spank_job_env_size = static_cast<uint32_t>(env.size());
-    }
     resource_allocation_response_msg_t* resp = nullptr;
     if (slurm_allocate_resources(&desc, &resp) != SLURM_SUCCESS || resp == nullptr) {
       return SlurmError(absl::StrCat("allocate ", tres_per_node, " on ", request.node));
@@ -678,30 +710,19 @@ absl::StatusOr<SlurmGangAllocation> LibSlurmClient::AllocateGang(const SlurmGang
   const gid_t gid = options_.job_gid >= 0 ? static_cast<gid_t>(options_.job_gid) : getgid();
   return Run<SlurmGangAllocation>("allocate gang", [request, uid,
                                                     gid]() -> absl::StatusOr<SlurmGangAllocation> {
-    std::vector<std::string> tres;
-    if (request.gpus_per_node) tres.push_back(absl::StrCat("gres:gpu:", request.gpus_per_node));
-    if (request.tpus_per_node) tres.push_back(absl::StrCat("gres:tpu:", request.tpus_per_node));
-    std::string tres_per_node = absl::StrJoin(tres, ",");
+    PlaceholderJobText text(request.job_name, request.comment, request.partition, request.qos,
+                            request.spank_env, request.gpus_per_node, request.tpus_per_node);
+    const std::string& tres_per_node = text.tres_per_node();
     std::string node_list = absl::StrJoin(request.nodes, ",");
-    std::string name = request.job_name;
-    std::string comment = request.comment;
-    std::string work_dir = "/";
-    std::string partition = request.partition;
-    std::string qos = request.qos;
-    std::vector<std::string> env = request.spank_env;
-    std::vector<char*> env_ptrs;
-    for (std::string& e : env) env_ptrs.push_back(e.data());
-    env_ptrs.push_back(nullptr);
     const uint32_t n = static_cast<uint32_t>(request.nodes.size());
     const uint32_t cpus = std::max<uint32_t>(1, request.cpus_per_node);
 
-    // As AllocatePlaceholder's job (see the reasons there), over exactly
+    // As AllocatePlaceholder's job (PlaceholderJobText), over exactly
     // `nodes` (-w NODES -N n): one task per node with the node's CPUs, the
     // same GRES and memory per node.
     job_desc_msg_t desc;
     slurm_init_job_desc_msg(&desc);
-    desc.name = name.data();
-    desc.comment = comment.data();
+    text.Apply(&desc, uid, gid);
     desc.req_nodes = node_list.data();
     desc.min_nodes = n;
     desc.max_nodes = n;
@@ -710,20 +731,6 @@ absl::StatusOr<SlurmGangAllocation> LibSlurmClient::AllocateGang(const SlurmGang
     desc.min_cpus = n * cpus;
     desc.cpus_per_task = static_cast<uint16_t>(cpus);
     if (request.memory_mib_per_node > 0) desc.pn_min_memory = request.memory_mib_per_node;
-    desc.tres_per_node = tres_per_node.data();
-    desc.immediate = 1;
-    desc.priority = kPlaceholderPriority;
-    desc.time_limit = INFINITE;
-    desc.requeue = 0;
-    if (!partition.empty()) desc.partition = partition.data();
-    if (!qos.empty()) desc.qos = qos.data();
-    desc.work_dir = work_dir.data();
-    desc.user_id = uid;
-    desc.group_id = gid;
-    if (!env.empty()) {
-      desc.spank_job_env = env_ptrs.data();
-      desc.spank_job_env_size = static_cast<uint32_t>(env.size());
-    }
     resource_allocation_response_msg_t* resp = nullptr;
     if (slurm_allocate_resources(&desc, &resp) != SLURM_SUCCESS || resp == nullptr) {
       return SlurmError(absl::StrCat("allocate gang ", tres_per_node, " per node on ", node_list));
