@@ -741,6 +741,13 @@ class DraChurn {
     fs::create_directories(marks);
     std::mt19937 rng(20261205);
     std::map<std::string, absl::Time> pods;  // name -> when to delete
+    // A Slurm job holds the two lowest GPUs for the whole churn: the devices
+    // a scheduler that ignores duet's taint picks first for the tolerating
+    // claim below. With the fence it is refused every time; without it, the
+    // overlap is certain, not left to the churn's timing.
+    const uint32_t holder = t_->RunningJob(absl::StrCat("-w ", kNode, " --gres=gpu:2"));
+    EXPECT_EQ(::duet::testing::SlurmJobDevices(*c_, holder)[kNode]["gpu"],
+              (std::set<uint32_t>{0, 1}));
     // The claim that tolerates duet's taint, and its pod: always there.
     t_->Api("POST", absl::StrCat(kDra, "/namespaces/default/resourceclaims"),
             json::parse(absl::StrCat(R"({
@@ -795,6 +802,7 @@ class DraChurn {
     }
     for (const auto& [name, when] : pods) EndPod(name);
     EndPod("tolerant", /*claim=*/"tolerant");
+    c_->Cli(absl::StrCat("scancel ", holder));
     r.refused_steps = static_cast<int>(
         std::distance(fs::directory_iterator(marks), fs::directory_iterator()));
     return r;
@@ -870,9 +878,10 @@ TEST_F(DraE2eTest, ChurnWithAStaleSlowSchedulerKeepsSlurmAndPodsApart) {
   EXPECT_GT(r.jobs, 5);
 }
 
-// The same churn with the webhook removed (not registered): the stale
-// scheduler and the tolerating claim put pods on devices Slurm's jobs hold.
-// Shows the sampler sees what the fence prevents.
+// The same churn with the webhook removed (not registered): the tolerating
+// claim lands on a GPU the holding Slurm job has (certain, not timing-bound:
+// CI on 24.11 once saw the churn alone miss for 60 s). Shows the sampler sees
+// what the fence prevents.
 TEST_F(DraE2eTest, ChurnWithoutTheWebhookPutsPodsOnSlurmsDevices) {
   w_->StartScheduler({"--stale-cache", "--refresh-every", "5", "--prebind-delay", "0.3"});
   DraChurn churn(this, w_, c_);
