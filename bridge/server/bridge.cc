@@ -29,6 +29,7 @@
 #include "bridge/server/sync_events.h"
 #include "bridge/server/unix_socket.h"
 #include "bridge/server/watch_metrics.h"
+#include "bridge/server/wiring.h"
 #include "bridge/server/workload.h"
 #include "bridge/slurm/munge_auth.h"
 #include "common/reason.h"
@@ -105,19 +106,11 @@ std::unique_ptr<auth::CallAuthorizer> NewCallAuthorizer(
     const AuthConfig& config, k8s::KubeClient* kube, const std::atomic<k8s::PodWatch*>* pods,
     Metrics* metrics) {
   // The pod watch's view first (no API call for a pod it knows), then the API.
-  auto view = [pods](const std::string& uid) -> std::optional<auth::PodBinding> {
-    k8s::PodWatch* watch = pods == nullptr ? nullptr : pods->load();
-    if (watch == nullptr) return std::nullopt;
-    k8s::PodSeen seen = watch->Lookup(uid);
-    if (seen.state != k8s::PodSeen::kRunning) return std::nullopt;
-    return auth::PodBinding{true, seen.node};
-  };
+  auto view = WatchedPodBinding(pods);
   auth::CallAuthorizer::Options o;
   o.config = config;
   if (metrics != nullptr) {
-    o.on_refusal = [metrics](const std::string& method, const std::string& why) {
-      metrics->CountAuthRefusal(method, why);
-    };
+    o.on_refusal = AuthRefusalsToMetrics(metrics);
   }
   return std::make_unique<auth::CallAuthorizer>(kube, auth::PodBindingFrom(view, kube),
                                                 std::move(o));
@@ -125,21 +118,7 @@ std::unique_ptr<auth::CallAuthorizer> NewCallAuthorizer(
 
 Bridge::Bridge(const Config& config) : config_(config) {}
 
-PodLivenessFn Bridge::PodLivenessFromWatch() {
-  return [this](const std::string& uid) {
-    k8s::PodWatch* watch = pod_view_.load();
-    if (watch == nullptr) return PodLiveness::kUnknown;
-    switch (watch->Lookup(uid).state) {
-      case k8s::PodSeen::kRunning:
-        return PodLiveness::kLive;
-      case k8s::PodSeen::kEnded:
-        return PodLiveness::kGone;
-      case k8s::PodSeen::kNotSeen:
-        return PodLiveness::kUnknown;
-    }
-    return PodLiveness::kUnknown;
-  };
-}
+PodLivenessFn Bridge::PodLivenessFromWatch() { return WatchedPodLiveness(&pod_view_); }
 
 absl::StatusOr<std::unique_ptr<Bridge>> Bridge::Start(const Config& config,
                                                       const BridgeStartOptions& options) {
@@ -226,13 +205,11 @@ absl::Status Bridge::OpenJournal() {
     spdlog::info("journal {}: recovered {} nodes and {} holdings", config_.journal.dir,
                  ledger_.node_count(), ledger_.holding_count());
   }
-  LedgerLog* j = journal_.get();
-  durability_ = NewWaitingDurability([j](uint64_t seq) { return j->WaitDurable(seq); });
+  durability_ = NewWaitingDurability(WaitDurableOn(journal_.get()));
 
   metrics_ = std::make_unique<Metrics>(&ledger_);
   Metrics* m = metrics_.get();
-  journal_->SetFsyncObserver(
-      [m](double seconds, size_t records, size_t bytes) { m->ObserveFsync(seconds, records, bytes); });
+  journal_->SetFsyncObserver(FsyncToMetrics(m));
   ledger_.AddListener(&hub_);
   // The learned workload: fed by the extender, the pod watch and the Slurm
   // sync, read by every scoring path.
@@ -318,34 +295,18 @@ absl::Status Bridge::StartSlurm() {
     so.on_placeholder_lost = PlaceholderLossEvents(events_.get());
   }
   so.pod_liveness = PodLivenessFromWatch();
-  so.pod_name = [this](const std::string& uid) -> std::optional<PlaceholderPod> {
-    k8s::PodWatch* watch = pod_view_.load();
-    if (watch == nullptr) return std::nullopt;
-    const k8s::PodSeen seen = watch->Lookup(uid);
-    if (seen.state == k8s::PodSeen::kNotSeen || seen.name.empty()) return std::nullopt;
-    return PlaceholderPod{uid, seen.ns, seen.name};
-  };
+  so.pod_name = WatchedPodName(&pod_view_);
   so.policy = policy_;
   so.workload = LearnedWorkload();
-  {
-    placement::WorkloadModel* model = workload_model_.get();
-    const Ledger* ledger = &ledger_;
-    so.on_live_job = [model, ledger](const SlurmJobInfo& job) {
-      ObserveSlurmJob(model, *ledger, job, absl::Now());
-    };
-  }
+  so.on_live_job = SlurmJobsToWorkload(workload_model_.get(), &ledger_);
   slurm_loads_ = std::make_unique<SlurmNodeLoads>();
   so.loads = slurm_loads_.get();
   if (config_.slurm.preemption == "evict-pods") {
     // ConnectKubernetes made the client for it.
     PodEvictionsOptions eo;
     eo.wait = config_.slurm.preemption_wait;
-    k8s::KubeClient* kube = kube_client_.get();
-    eo.evict = [kube](const PlaceholderPod& pod) {
-      return k8s::EvictPod(*kube, pod.ns, pod.name, pod.uid);
-    };
-    SlurmClient* slurm = slurm_.get();
-    eo.get_job = [slurm](uint32_t job_id) { return slurm->GetJob(job_id); };
+    eo.evict = EvictThroughKubernetes(kube_client_.get());
+    eo.get_job = SlurmJobLookup(slurm_.get());
     pod_evictions_ = std::make_unique<PodEvictions>(std::move(eo), Clock::Real());
     so.evictions = pod_evictions_.get();
     PodEvictions* ev = pod_evictions_.get();
@@ -383,8 +344,7 @@ absl::Status Bridge::StartGangs() {
     // PodGroup, JobSet, LeaderWorkerSet and Workload membership, read from
     // the pod and the object it names (cached, docs/gangs.md 1).
     gang_source_ = std::make_unique<k8s::GangSource>(kube_client_.get());
-    k8s::GangSource* source = gang_source_.get();
-    gang_of_ = [source](const nlohmann::json& pod) { return source->Recognise(pod); };
+    gang_of_ = GangOfPodFrom(gang_source_.get());
   }
   if (maker == nullptr || !gang_of_) {
     spdlog::warn("gang.enabled: gangs need Slurm's gang placeholders and gang recognition{}; "
@@ -396,31 +356,19 @@ absl::Status Bridge::StartGangs() {
   d.config = &config_.gang;
   d.ledger = &ledger_;
   d.maker = maker;
-  d.planner = [](const std::vector<placement::GangCandidate>& candidates, uint32_t members,
-                 std::string* reason) { return placement::PickGangNodes(candidates, members, reason); };
-  d.topology = [](const NodeView& v) {
-    NodeSpec spec = v.spec;
-    for (const DeviceState& dev : v.devices) spec.devices.push_back(dev.spec);
-    return placement::TopologyOf(spec);
-  };
+  d.planner = GangPlanner();
+  d.topology = GangTopology();
   const pods::PodHoldsOptions holds = MakePodHoldsOptions(policy_);
   d.load = holds.load;
   if (slurm_ != nullptr) {
     // At recovery, a job whose every slot a member holds is known as a gang
     // by its Slurm name (duet-gang:KEY).
-    SlurmClient* slurm = slurm_.get();
-    d.job_gang = [slurm](uint32_t job_id) -> std::optional<gang::GangKey> {
-      absl::StatusOr<std::optional<SlurmJobInfo>> job = slurm->GetJob(job_id);
-      if (!job.ok() || !job->has_value()) return std::nullopt;
-      return ParseGangJobName((*job)->name);
-    };
+    d.job_gang = GangOfSlurmJob(slurm_.get());
   }
   if (slurm_loads_ != nullptr) {
-    SlurmNodeLoads* loads = slurm_loads_.get();
-    d.unusable = [loads](const std::string& node) { return loads->Unusable(node); };
+    d.unusable = SlurmUnusable(slurm_loads_.get());
   }
-  LedgerLog* j = journal_.get();
-  d.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
+  d.wait_durable = WaitDurableOn(journal_.get());
   d.kube = kube_client_.get();
   d.events = events_.get();
   d.tick_period = config_.gang.tick_period;
@@ -442,13 +390,7 @@ absl::Status Bridge::StartPodWatch() {
     k8s::PodWatchOptions po;
     po.grace = kc.pod_release_grace;
     po.sweep_period = kc.pod_sweep_period;
-    {
-      placement::WorkloadModel* model = workload_model_.get();
-      const Ledger* ledger = &ledger_;
-      po.on_pod = [model, ledger](const nlohmann::json& pod) {
-        ObserveBoundPod(model, *ledger, pod, absl::Now());
-      };
-    }
+    po.on_pod = BoundPodsToWorkload(workload_model_.get(), &ledger_);
     k8s::PodReleaser* releaser = pod_releaser_.get();
     if (gangs_ != nullptr) {
       // A gang member's placeholder goes back to its slot, not to scancel.
@@ -490,12 +432,7 @@ LedgerService::Options Bridge::ServiceOptions() {
   // API server vouches for (bridge/auth/authz.h).
   if (config_.auth.mode == "token") {
     authorizer_ = NewCallAuthorizer(config_.auth, kube_client_.get(), &pod_view_, metrics_.get());
-    auth::CallAuthorizer* authz = authorizer_.get();
-    sopts.authorize_call = [authz](const grpc::CallbackServerContext& ctx, const char* method,
-                                   const std::string& node, const Owner& owner,
-                                   std::string* who) {
-      return authz->Check(auth::CallerFromContext(ctx), method, node, owner, who);
-    };
+    sopts.authorize_call = AuthorizeCallWith(authorizer_.get());
   }  // mode none: Start names every listener that leaves open (AnnounceOpenDoors)
   // Every successful mutation leaves one audit line (bridge/server/audit.h).
   AuditLog::Options audit;
@@ -512,28 +449,13 @@ LedgerService::Options Bridge::ServiceOptions() {
   // pod has ended, holds its devices in the ledger: if Slurm says that job
   // has ended (the ledger lags Slurm), release it and try once more.
   if (stale_holders_ != nullptr) {
-    StaleHolders* stale = stale_holders_.get();
-    sopts.resolve_slurm_conflict = [stale](const HoldRequest& r) {
-      if (r.devices.empty()) return false;
-      absl::StatusOr<int> n = stale->ReleaseEnded(r.node, r.owner, r.devices);
-      if (!n.ok()) {
-        spdlog::warn("hold for {} on {}: cannot check the placeholders that hold its devices: {}",
-                     r.owner.ToString(), r.node, n.status().ToString());
-        return false;
-      }
-      return *n > 0;
-    };
+    sopts.resolve_slurm_conflict = ResolveSlurmConflictWith(stale_holders_.get());
   }
   if (slurm_loads_ != nullptr) {
-    SlurmNodeLoads* loads = slurm_loads_.get();
-    sopts.slurm_state = [loads](const std::string& node) { return loads->State(node); };
+    sopts.slurm_state = SlurmStateOf(slurm_loads_.get());
   }
   if (pod_evictions_ != nullptr) {
-    PodEvictions* ev = pod_evictions_.get();
-    const Ledger* ledger = &ledger_;
-    sopts.pod_eviction_wait = [ev, ledger](const HoldRequest& r, bool ask_slurm) {
-      return PodEvictionWait(*ev, *ledger, r, absl::Now(), ask_slurm);
-    };
+    sopts.pod_eviction_wait = PodEvictionWaitFor(pod_evictions_.get(), &ledger_);
   }
   return sopts;
 }
@@ -543,16 +465,8 @@ Bridge::SlurmOwnerCheckFn Bridge::SlurmOwnerCheck() {
   // whether or not this bridge syncs with slurmctld (slurm.enabled): the SPANK
   // plugin on the Slurm nodes calls it either way, and an unchecked call can
   // release a running step's devices or hold every free one as a made-up job.
-  Metrics* m = metrics_.get();
   const std::string credential = config_.slurm.EffectiveCredential();
-  // A refusal's why (its CREDENTIAL_REFUSED metadata) is the metric's label;
-  // one without a reason is munged being unreachable.
-  auto count = [m](const char* kind, const absl::Status& s) {
-    if (s.ok()) return;
-    const auto meta = ReasonMetadata(s);
-    const auto why = meta.find("why");
-    m->CountCredentialRefusal(kind, why != meta.end() ? why->second : "unavailable");
-  };
+  const CredentialRefusalCounter count = CredentialRefusalsToMetrics(metrics_.get());
   if (credential == "munge") {
     MungeAuthOptions o;
     o.socket = config_.slurm.munge_socket;
@@ -563,23 +477,13 @@ Bridge::SlurmOwnerCheckFn Bridge::SlurmOwnerCheck() {
                  config_.slurm.munge_socket.empty() ? "/run/munge/munge.socket.2"
                                                     : config_.slurm.munge_socket,
                  absl::FormatDuration(CredentialMaxAge(config_)));
-    return [auth, count](const SlurmCallerCredentials& c, const slurm_munge::Binding& want,
-                         std::string* who) {
-      absl::Status s = auth->Check(c.munge, want, who);
-      count("munge", s);
-      return s;
-    };
+    return MungeOwnerCheck(std::move(auth), count);
   }
   if (credential == "slurm_key") {
     std::shared_ptr<SlurmKeyAuth> auth = key_auth_;  // LoadSlurmKey loaded it, or Start failed
     spdlog::info("Slurm owners' Hold/Release need a slurm.key credential (key {}, at most {} old)",
                  auth->key_file(), absl::FormatDuration(CredentialMaxAge(config_)));
-    return [auth, count](const SlurmCallerCredentials& c, const slurm_munge::Binding& want,
-                         std::string* who) {
-      absl::Status s = auth->Check(c.slurm_key, want, who);
-      count("slurm_key", s);
-      return s;
-    };
+    return SlurmKeyOwnerCheck(std::move(auth), count);
   }
   // "none", written on purpose (the default is munge): validation refused it
   // beyond loopback without grpc.allow_insecure, and Start names every
@@ -688,8 +592,7 @@ absl::Status Bridge::StartDra() {
   d.ledger = &ledger_;
   d.kube = kube_client_.get();
   d.lends = placeholders_.get();
-  LedgerLog* j = journal_.get();
-  d.durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
+  d.durable = WaitDurableOn(journal_.get());
   d.registry = metrics_->registry().get();
   d.policy = policy_;
   d.events = events_.get();
@@ -703,29 +606,21 @@ absl::Status Bridge::ServeExtender() {
   if (config_.extender.listen.empty()) return absl::OkStatus();
   pod_api_ = extender::NewKubePodApi(kube_client_.get());
   extender::ExtenderOptions eo;
-  LedgerLog* j = journal_.get();
-  eo.wait_durable = [j](uint64_t seq) { return j->WaitDurable(seq); };
+  eo.wait_durable = WaitDurableOn(journal_.get());
   // Holds as PlacePod does: the policy, and the CPU/memory that Slurm's
   // jobs and placeholders hold (each sync pass).
   const pods::PodHoldsOptions holds = MakePodHoldsOptions(policy_);
   eo.policy = holds.policy;
   eo.workload = holds.workload;
-  {
-    placement::WorkloadModel* model = workload_model_.get();
-    eo.observe = [model](const std::string& key, const placement::PodRequest& req) {
-      model->Observe(key, req, absl::Now());
-    };
-  }
+  eo.observe = FilteredPodsToWorkload(workload_model_.get());
   eo.load = holds.load;
   eo.on_placeholder = holds.on_placeholder;
   if (slurm_loads_ != nullptr) {
-    SlurmNodeLoads* loads = slurm_loads_.get();
-    eo.unusable = [loads](const std::string& node) { return loads->Unusable(node); };
+    eo.unusable = SlurmUnusable(slurm_loads_.get());
   }
   // Bind refusals become Warning Events on the pod (rate-limited, async).
   if (events_ != nullptr) {
-    k8s::EventRecorder* ev = events_.get();
-    eo.on_refusal = [ev](const k8s::EventSpec& e) { ev->Record(e); };
+    eo.on_refusal = ExtenderRefusalEvents(events_.get());
   }
   // /bind acts only for pods of duet's own scheduler profiles.
   eo.scheduler_names = config_.extender.scheduler_names;
@@ -748,16 +643,14 @@ pods::PodHoldsOptions Bridge::MakePodHoldsOptions(placement::Policy policy) cons
   o.policy = policy;
   o.workload = LearnedWorkload();
   if (slurm_loads_ != nullptr) {
-    SlurmNodeLoads* loads = slurm_loads_.get();
-    o.load = [loads](const NodeView& v) { return loads->Get(v.spec.name); };
-    o.on_placeholder = [loads](const std::string& node, const placement::NodeLoad& l) { loads->Add(node, l); };
+    o.load = SlurmLoadOf(slurm_loads_.get());
+    o.on_placeholder = PlaceholderLoadTo(slurm_loads_.get());
   }
   return o;
 }
 
 placement::WorkloadFn Bridge::LearnedWorkload() const {
-  const placement::WorkloadModel* model = workload_model_.get();
-  return [model] { return model->Current(absl::Now()); };
+  return WorkloadFrom(workload_model_.get());
 }
 
 int Bridge::extender_port() const {
