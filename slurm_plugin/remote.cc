@@ -141,6 +141,7 @@ void RemoteInitPostOpt(spank_t sp, const PluginConfig& config, RemoteState* st) 
     return;
   }
   st->job_tpus = LoadJobTpus(job_id);
+  if (auto node = NodeName(); node.ok()) st->tpu_slice = LoadTpuSliceFacts(job_id, *node);
 }
 
 absl::Status RemoteUserInit(spank_t sp, const PluginConfig& config, RemoteState* st) {
@@ -223,6 +224,15 @@ absl::Status RemoteUserInit(spank_t sp, const PluginConfig& config, RemoteState*
     // device cgroup); the TPU variables are ours.
     if (name == "CUDA_VISIBLE_DEVICES" && !cuda.empty()) continue;
     spank_setenv(sp, name.c_str(), value.c_str(), 1);
+  }
+  if (!devices.tpus.empty() && st->tpu_slice.has_value()) {
+    // A step on a multi-host TPU slice: TPU_WORKER_ID, TPU_WORKER_HOSTNAMES.
+    absl::Status s = st->tpu_slice->ok() ? ExportTpuSliceEnv(sp, st->node, **st->tpu_slice)
+                                         : st->tpu_slice->status();
+    if (!s.ok()) {
+      slurm_info("duet: step %s on %s: %s", step.c_str(), st->node.c_str(),
+                 std::string(s.message()).c_str());
+    }
   }
 
   if (st->show) {

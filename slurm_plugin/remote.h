@@ -28,6 +28,7 @@ extern "C" {
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "slurm_plugin/plugin_config.h"
+#include "slurm_plugin/tpu_slice_env.h"
 
 namespace duet::spank {
 
@@ -44,6 +45,9 @@ struct RemoteState {
   // The job's TPU indices per node, read in init_post_opt when TPUs are
   // probed; unset when no probe ran.
   std::optional<absl::StatusOr<JobTpus>> job_tpus;
+  // This node's TPU slice and the job's nodes (tpu_slice_env.h), read with
+  // job_tpus; unset when no probe ran.
+  std::optional<absl::StatusOr<TpuSliceFacts>> tpu_slice;
 };
 
 // Never fails by itself: a failed probe is kept in `state` and refuses the

@@ -38,6 +38,7 @@ add_library(duet_spank_core STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/plugin_args.c
   ${CMAKE_CURRENT_SOURCE_DIR}/plugin_config.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/step_devices.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tpu_slice_env.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/bridge_client.cc)
 add_library(duet::spank_core ALIAS duet_spank_core)
 set_target_properties(duet_spank_core PROPERTIES POSITION_INDEPENDENT_CODE ON)
@@ -81,6 +82,8 @@ add_library(duet_spank_client MODULE
   ${CMAKE_CURRENT_SOURCE_DIR}/plugin_args.c
   ${CMAKE_CURRENT_SOURCE_DIR}/plugin_config.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/step_devices.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tpu_slice_env.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tpu_slice_slurm.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/bridge_client.cc
   ${PROJECT_SOURCE_DIR}/common/slurm/slurm_format.cc
   ${PROJECT_SOURCE_DIR}/common/credential/slurm_key_cred.cc

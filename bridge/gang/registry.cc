@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
+#include "bridge/gang/slice.h"
+#include "bridge/placement/tpu_slice.h"
 #include "common/enum_name.h"
 #include "spdlog/spdlog.h"
 
@@ -77,6 +79,8 @@ std::vector<placement::GangCandidate> GangRegistry::Candidates(const placement::
   for (const std::shared_ptr<const NodeView>& view : snap.nodes) {
     if (view->spec.state != NodeState::kReady) continue;
     if (options_.unusable && !options_.unusable(view->spec.name).empty()) continue;
+    // A multi-host slice's hosts go to a gang that selects the slice, whole.
+    if (member.kind == DeviceKind::kTpu && placement::TpuSliceOf(*view).has_value()) continue;
     const placement::NodeLoad load = options_.load ? options_.load(*view) : placement::NodeLoad{};
     uint32_t fits = 0;
     while (fits < members && placement::Fits(*view, load, Times(member, fits + 1))) ++fits;
@@ -97,13 +101,19 @@ std::vector<placement::GangCandidate> GangRegistry::Candidates(const placement::
 
 absl::StatusOr<std::unique_ptr<GangRegistry::Gang>> GangRegistry::Reserve(const GangSpec& spec) {
   const uint32_t n = spec.min_member;
-  const std::vector<placement::GangCandidate> candidates = Candidates(spec.member, n);
-  if (candidates.empty()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("no node has room for one member (", RequestText(spec.member), ")"));
-  }
   std::string why;
-  std::optional<placement::GangPick> pick = options_.planner(candidates, n, &why);
+  std::optional<placement::GangPick> pick;
+  if (!spec.tpu_topology.empty()) {
+    // A multi-host TPU slice: every host of one slice pool (slice.h).
+    pick = PickGangSlice(ledger_->Snapshot(), spec, options_.load, options_.unusable, &why);
+  } else {
+    const std::vector<placement::GangCandidate> candidates = Candidates(spec.member, n);
+    if (candidates.empty()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no node has room for one member (", RequestText(spec.member), ")"));
+    }
+    pick = options_.planner(candidates, n, &why);
+  }
   if (!pick.has_value()) {
     return absl::ResourceExhaustedError(
         why.empty() ? absl::StrCat("no nodes of one pool hold ", n, " members of ",

@@ -11,6 +11,10 @@
 //            makes the one Slurm job and records each slot's devices under
 //            its slot owner. A gang that cannot be placed whole holds
 //            nothing (Admission::kNoRoom, Event DuetGangUnplaceable).
+//            A gang whose members select a multi-host TPU slice
+//            (GangSpec::tpu_topology) takes every host of one free slice
+//            pool instead, one member per host (slice.h); the hosts of
+//            multi-host slices are no candidates for any other TPU gang.
 //  Gather    each member takes a slot: the lowest free one; a member keeps
 //            its slot (by pod uid). A member asking something else than the
 //            gang's member request is refused (kMismatch). The gang is

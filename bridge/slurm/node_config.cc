@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "bridge/placement/placement.h"
 #include "bridge/placement/topology.h"
+#include "bridge/placement/tpu_slice.h"
 #include "bridge/slurm/libslurm_client.h"
 
 namespace duet {
@@ -74,6 +75,11 @@ SlurmNodeConfig SlurmNodeFor(const NodeView& view, const SlurmSyncOptions& optio
   // The block and sub-block as features, on every Slurm version (from 25.05
   // the block can also be the node's Topology=, SlurmTopologyFor): labels
   // first, then the devices' topology (placement::TopologyOf).
+  // A host of a multi-host TPU slice names its slice (the node pool), so a
+  // Slurm job can ask for one slice whole (docs/gangs.md 5).
+  if (auto slice = placement::TpuSliceOf(view)) {
+    features.insert(SanitizeFeature("tpu-slice-" + slice->pool));
+  }
   const placement::NodeTopology topo = placement::TopologyOf(view);
   if (!topo.block.empty()) features.insert(SanitizeFeature("block-" + topo.block));
   if (!topo.subblock.empty()) features.insert(SanitizeFeature("subblock-" + topo.subblock));

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "bridge/placement/tpu_slice.h"
 #include "common/device/device.h"
 #include "k8s_adapter/common/pod_request.h"
 #include "spdlog/spdlog.h"
@@ -127,6 +128,13 @@ FilterResult Extender::Filter(const ExtenderArgs& args) const {
       std::string why = options_.unusable(name);
       if (!why.empty()) {
         out.failed_unresolvable[name] = absl::StrCat("duet: node is ", why);
+        continue;
+      }
+    }
+    if (req->kind == DeviceKind::kTpu && req->count > 0) {
+      // A multi-host TPU slice is taken whole (docs/gangs.md 5).
+      if (std::optional<placement::TpuSliceHost> slice = placement::TpuSliceOf(*view)) {
+        out.failed_unresolvable[name] = absl::StrCat("duet: ", placement::SliceRefusal(name, *slice));
         continue;
       }
     }

@@ -13,7 +13,9 @@
 //             responding), with Slurm's reason; nodes without room are
 //             FailedNodes (preemption might). A pod that asks for no device
 //             passes every node except ledger nodes that are not ready or
-//             lack its CPU/memory.
+//             lack its CPU/memory. A pod that asks for TPUs and is no gang
+//             member fails every host of a multi-host TPU slice
+//             FailedAndUnresolvable (TPU_SLICE_WHOLE, docs/gangs.md 5).
 //  Prioritize the configured placement policy's preference (Placement::raw:
 //             packing counting Slurm and pods, fragmentation, model) for
 //             each node where the pod fits, min-max scaled over the

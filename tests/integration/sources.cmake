@@ -113,3 +113,22 @@ target_link_libraries(gang_e2e_test PRIVATE duet::proto duet::k8s absl::strings 
 add_dependencies(gang_e2e_test duet-bridge duetctl spank_duet)
 gtest_discover_tests(gang_e2e_test DISCOVERY_TIMEOUT 60 TEST_PREFIX gang_e2e.
   PROPERTIES LABELS slurm TIMEOUT 120)
+# Multi-host TPU slices end to end (docs/gangs.md 5): a Slurm job takes one
+# slice by feature (its step gets TPU_WORKER_ID/HOSTNAMES), a gang the other
+# whole; nothing more gets either slice.
+add_executable(tpu_slice_e2e_test ${CMAKE_CURRENT_LIST_DIR}/tpu_slice_e2e_test.cc
+               ${PROJECT_SOURCE_DIR}/tests/k8s_adapter/fake_server.cc)
+target_compile_options(tpu_slice_e2e_test PRIVATE ${DUET_WARNINGS})
+target_include_directories(tpu_slice_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(tpu_slice_e2e_test PRIVATE
+  DUET_BRIDGE_BIN="$<TARGET_FILE:duet-bridge>"
+  DUETCTL_BIN="$<TARGET_FILE:duetctl>"
+  DUET_SPANK_SO="$<TARGET_FILE:spank_duet>"
+  DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh"
+  DUET_K8S_TESTDATA="${PROJECT_SOURCE_DIR}/tests/k8s_adapter/testdata"
+  DUET_FAKE_APISERVER="${PROJECT_SOURCE_DIR}/tests/fakes/fake_apiserver.py")
+target_link_libraries(tpu_slice_e2e_test PRIVATE duet::proto duet::k8s absl::strings absl::time
+                      nlohmann_json::nlohmann_json GTest::gtest_main)
+add_dependencies(tpu_slice_e2e_test duet-bridge duetctl spank_duet)
+gtest_discover_tests(tpu_slice_e2e_test DISCOVERY_TIMEOUT 60 TEST_PREFIX tpu_slice_e2e.
+  PROPERTIES LABELS slurm TIMEOUT 120)

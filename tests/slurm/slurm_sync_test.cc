@@ -175,8 +175,11 @@ TEST_F(SlurmSyncTest, InventoryNodesAppearWithGresAndFeatures) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("sy-b|gpu:nvidia-h100-80gb:8|"), std::string::npos) << r.out;
+  // sy-t is one of the 2 hosts of a 2x4 slice (4 chips of 8): it names its
+  // slice, the pool (docs/gangs.md 5).
   EXPECT_NE(r.out.find("sy-t|tpu:tpu-v5-lite-podslice:4|block-b7,duet,shared-v5e,"
-                       "tpu-topology-2x4,tpu-v5-lite-podslice,us-central1-a|idle"),
+                       "tpu-slice-shared-v5e,tpu-topology-2x4,tpu-v5-lite-podslice,"
+                       "us-central1-a|idle"),
             std::string::npos)
       << r.out;
   r = cluster_->Cli("scontrol show node sy-a");

@@ -1,7 +1,8 @@
 #pragma once
 
 // The shared node the Slurm-side tests give the ledger: 8 CPUs, 16000 MiB,
-// `gpus` H100s (pool shared-h100) or `tpus` v5e chips (pool shared-v5e), its
+// `gpus` H100s (pool shared-h100) or `tpus` v5e chips (pool shared-v5e, of a
+// 2x4 slice: with 4 chips, a host of a 2-host slice, docs/gangs.md 5), its
 // slurmd's address 127.0.0.`idx` (slurm_cluster.sh), zone us-central1-a,
 // topology block b7.
 

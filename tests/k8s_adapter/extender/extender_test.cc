@@ -427,6 +427,44 @@ TEST_F(HandlerTest, BindRefusalIsAnErrorInTheResult) {
   EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("no API server"));
 }
 
+
+// docs/gangs.md 5: a single TPU pod never takes part of a multi-host slice;
+// a single-host TPU node of the same topology is any pod's.
+TEST(ExtenderSliceTest, ASingleTpuPodIsRefusedOnAMultiHostSlicesHosts) {
+  Ledger ledger;
+  auto tpu_node = [&](const std::string& name, const std::string& pool, uint32_t chips) {
+    NodeSpec n;
+    n.name = name;
+    n.pool = pool;
+    n.cpus = 64;
+    n.memory_mib = 256 * 1024;
+    for (uint32_t i = 0; i < chips; ++i) {
+      DeviceSpec d;
+      d.kind = DeviceKind::kTpu;
+      d.index = i;
+      d.model = "tpu-v5-lite-podslice";
+      d.topology.tpu_topology = "2x4";
+      n.devices.push_back(d);
+    }
+    ASSERT_TRUE(ledger.UpsertNode(n).ok());
+  };
+  tpu_node("slice-a-0", "slice-a", 4);  // one of 2 hosts of a 2x4 slice
+  tpu_node("single-0", "single", 8);    // a whole 2x4 slice on one host
+  NoApi api;
+  Extender extender{&ledger, nullptr, &api, ExtenderOptions{}};
+  ExtenderArgs args;
+  args.pod = PodWith({Container({{"google.com/tpu", "4"}})});
+  args.node_names = {"slice-a-0", "single-0"};
+  FilterResult r = extender.Filter(args);
+  EXPECT_THAT(r.node_names, ::testing::ElementsAre("single-0"));
+  EXPECT_THAT(r.failed_unresolvable["slice-a-0"],
+              HasSubstr("TPU_SLICE_WHOLE: node slice-a-0 is one of the 2 hosts of multi-host TPU "
+                        "slice slice-a (2x4)"));
+  // A pod that asks no TPU is not concerned.
+  args.pod = PodWith({Container({{"cpu", "1"}})});
+  EXPECT_THAT(extender.Filter(args).node_names, ::testing::ElementsAre("slice-a-0", "single-0"));
+}
+
 }  // namespace
 }  // namespace extender
 }  // namespace duet
