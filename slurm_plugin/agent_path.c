@@ -269,6 +269,12 @@ out:
 /* google.rpc.Code values the decision needs. */
 enum { CODE_DEADLINE_EXCEEDED = 4, CODE_UNAVAILABLE = 14 };
 
+static double mono_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
 /* Makes the credential and calls; the credential is fresh for each call (the
  * bridge refuses one presented twice). */
 static int call_with_credential(const struct duet_spank_args* a, const char* method,
@@ -276,9 +282,15 @@ static int call_with_credential(const struct duet_spank_args* a, const char* met
                                 char* err, size_t err_len) {
   char note[600];
   const uid_t prev = raise_root();
+  const double t0 = mono_s();
   attach_credential(a, method, r, note, sizeof(note));
+  const double t1 = mono_s();
   const int rc = call_agent(a, r, reply, err, err_len);
   restore_uid(prev);
+  /* SlurmdDebug=debug shows where the call's time goes. */
+  slurm_debug("duet: agent %s (auth %s): credential %.2f ms, agent and bridge %.2f ms", method,
+              a->auth == DUET_AUTH_SLURM_KEY ? "slurm_key" : a->auth == DUET_AUTH_NONE ? "none" : "munge",
+              (t1 - t0) * 1e3, (mono_s() - t1) * 1e3);
   memset(r->cred, 0, sizeof(r->cred));
   if (rc == CALL_ANSWERED && reply->code != 0 && note[0]) {
     const size_t len = strlen(reply->message);
@@ -322,11 +334,6 @@ static void export_gpus(spank_t sp, const uint32_t* gpus, uint32_t n) {
   spank_setenv(sp, "CUDA_VISIBLE_DEVICES", list, 1);
 }
 
-static double mono_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 int duet_agent_user_init(spank_t sp, const struct duet_spank_args* a, char* err,
                          size_t err_len) {

@@ -157,9 +157,13 @@ if [[ -n $NODE_BIN ]]; then
     "$ROOT/log/slurmd-bn.log" >"$out/agent_hold"
   sed -n "s/.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms.*/\1/p" \
     "$ROOT/log/slurmd-bn.log" >"$out/agent_release"
-  if [[ -s $out/agent_hold && -s $out/agent_release ]]; then
+  sed -n "s/.*duet: agent Hold (auth $CRED): credential \([0-9.]*\) ms, agent and bridge \([0-9.]*\) ms.*/\1 \2/p" \
+    "$ROOT/log/slurmd-bn.log" >"$out/agent_split"
+  if [[ -s $out/agent_hold && -s $out/agent_release && -s $out/agent_split ]]; then
     read -r a b n < <(pct "$out/agent_hold"); read -r e f k < <(pct "$out/agent_release")
-    echo "| in slurmstepd ($CRED, agent path), p50 / p99 ms (n=$n) | no module loaded; Hold (credential + agent + bridge): $a / $b; Release at exit: $e / $f | — |"
+    cut -d' ' -f1 "$out/agent_split" >"$out/agent_cred"; cut -d' ' -f2 "$out/agent_split" >"$out/agent_rt"
+    read -r g h m < <(pct "$out/agent_cred"); read -r x y m < <(pct "$out/agent_rt")
+    echo "| in slurmstepd ($CRED, agent path), p50 / p99 ms (n=$n) | no module loaded; Hold: $a / $b (credential $g / $h, agent and bridge $x / $y); Release at exit: $e / $f | — |"
   fi
 fi
 # Inside slurmstepd, per GPU step and credential (spank_duet.c's debug lines).

@@ -16,6 +16,7 @@ spank_err_t spank_getenv(spank_t, const char*, char*, int) { return ESPANK_ERROR
 spank_err_t spank_setenv(spank_t, const char*, const char*, int) { return ESPANK_ERROR; }
 spank_err_t spank_get_item(spank_t, spank_item_t, ...) { return ESPANK_ERROR; }
 void slurm_info(const char*, ...) {}
+void slurm_debug(const char*, ...) {}
 }
 
 namespace duet::spank {
