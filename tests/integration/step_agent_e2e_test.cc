@@ -378,6 +378,22 @@ TEST_F(StepAgentE2eTest, TheBridgeNotTheAgentJudgesTheCredential) {
       << r.out;
 }
 
+// A Slurm node the bridge does not know (not shared with Kubernetes): the
+// bridge answers NODE_NOT_SHARED through the agent, and the step runs
+// unregistered with its GPUs exported.
+TEST_F(StepAgentE2eTest, AStepOnANodeTheBridgeDoesNotKnowRuns) {
+  CmdResult r = RunCmd(c_->Script(absl::StrCat("create ", c_->root(),
+                                               " agent-plain 72 'CPUs=8 RealMemory=16000 "
+                                               "Gres=gpu:h100:2'")));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  c_->StartSlurmd("agent-plain", 72, 8, 16000, 2, "h100");
+  ASSERT_TRUE(c_->WaitNodeState("agent-plain", "IDLE")) << c_->Log("slurmctld.log");
+  r = c_->Cli("srun -w agent-plain --gres=gpu:2 sh -c 'echo RAN CVD=$CUDA_VISIBLE_DEVICES'");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("RAN CVD=0,1\n"), std::string::npos) << r.out;
+  EXPECT_TRUE(NoSlurmStep());
+}
+
 TEST_F(StepAgentE2eTest, WithTheAgentDownOnUnreachableDecides) {
   const std::string cmd = absl::StrCat("srun -w ", kNode, " --gres=gpu:1 echo RAN");
   // Killed outright: its socket file stays, nobody listens (ECONNREFUSED).
