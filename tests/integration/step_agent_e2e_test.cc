@@ -16,6 +16,8 @@
 //   forwarded);
 // - a credential the bridge does not accept refuses the step (the agent
 //   forwards, it does not vouch);
+// - a Slurm node the bridge does not know runs the step unregistered
+//   (NODE_NOT_SHARED, forwarded and decided on the reason);
 // - with duet-node down (its socket gone, or left behind by a killed agent),
 //   plugstack on_unreachable decides: fail refuses the step, allow runs it.
 //
