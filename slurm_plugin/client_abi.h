@@ -17,7 +17,7 @@ extern "C" {
 
 #include "slurm_plugin/plugin_args.h"
 
-#define DUET_SPANK_CLIENT_ABI 3u  /* 3: duet_spank_args.auth, .slurm_key */
+#define DUET_SPANK_CLIENT_ABI 4u  /* 3: duet_spank_args.auth, .slurm_key; 4: .agent */
 
 typedef unsigned (*duet_spank_client_abi_fn)(void);
 /* init_post_opt in slurmstepd (root, before the privilege drop), only when

@@ -52,6 +52,13 @@ int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_a
     if (KEY_IS("bridge")) {
       if (!*value) return bad(err, err_len, arg, "address is empty");
       if (copy_value(c->bridge, value)) return bad(err, err_len, arg, "too long");
+    } else if (KEY_IS("agent")) {
+      /* The path must fit a unix socket address (108 bytes with its NUL). */
+      if (strncmp(value, "unix:///", 8) != 0) {
+        return bad(err, err_len, arg, "must be unix:///absolute/path");
+      }
+      if (strlen(value) - 7 > 107) return bad(err, err_len, arg, "socket path over 107 bytes");
+      if (copy_value(c->agent, value)) return bad(err, err_len, arg, "too long");
     } else if (KEY_IS("timeout_ms")) {
       char* end = NULL;
       errno = 0;
@@ -100,7 +107,7 @@ int duet_spank_parse_args(int argc, const char* const* argv, struct duet_spank_a
       c->disabled = 1;
     } else {
       return bad(err, err_len, arg,
-                 "unknown key (known: bridge, timeout_ms, on_unreachable, tpu, client, auth, "
+                 "unknown key (known: bridge, agent, timeout_ms, on_unreachable, tpu, client, auth, "
                  "munge, munge_socket, slurm_key, disabled)");
     }
 #undef KEY_IS

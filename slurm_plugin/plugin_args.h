@@ -10,6 +10,12 @@
  * Keys:
  *   bridge=ADDR          gRPC target of duet-bridge: unix:///path or host:port
  *                        (default unix:///run/duet/bridge.sock)
+ *   agent=unix:///PATH   duet-node's step agent on this node (for example
+ *                        unix:///run/duet/agent.sock): GPU steps without
+ *                        --duet-show hold and release through it, with no
+ *                        gRPC in slurmstepd (agent_path.h); TPU steps and
+ *                        --duet-show still use bridge=. Default: none (every
+ *                        step uses bridge=).
  *   timeout_ms=N         deadline of each call to the bridge (default 2000, 1..60000)
  *   on_unreachable=fail|allow
  *                        what a step does when the bridge cannot be reached.
@@ -52,6 +58,7 @@ enum duet_auth { DUET_AUTH_MUNGE = 0, DUET_AUTH_SLURM_KEY = 1, DUET_AUTH_NONE = 
 
 struct duet_spank_args {
   char bridge[DUET_ARG_MAX];
+  char agent[DUET_ARG_MAX]; /* "" = no agent; else unix:///absolute/path */
   int timeout_ms;
   int on_unreachable; /* enum duet_on_unreachable */
   int tpu;            /* enum duet_tpu_probe */

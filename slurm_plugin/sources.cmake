@@ -54,11 +54,15 @@ target_link_libraries(duet_spank_core PUBLIC duet::common duet::slurm_format due
 # The plugin: C only, no C++ runtime, nothing but libc (and libdl's dlopen).
 add_library(spank_duet MODULE
   ${CMAKE_CURRENT_SOURCE_DIR}/spank_duet.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/plugin_args.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/plugin_args.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/agent_path.c
+  ${PROJECT_SOURCE_DIR}/common/step_agent/step_wire.c
+  ${PROJECT_SOURCE_DIR}/common/step_agent/step_cred.c)
 set_target_properties(spank_duet PROPERTIES PREFIX "" OUTPUT_NAME spank_duet
   LINKER_LANGUAGE C)  # exports: spank_duet.map
 target_include_directories(spank_duet PRIVATE ${PROJECT_SOURCE_DIR})
-target_include_directories(spank_duet SYSTEM PRIVATE ${SLURM_SPANK_INCLUDE_DIR})
+# munge.h for libmunge's types only: agent_path.c dlopens libmunge.so.2.
+target_include_directories(spank_duet SYSTEM PRIVATE ${SLURM_SPANK_INCLUDE_DIR} ${MUNGE_INCLUDE_DIR})
 target_compile_options(spank_duet PRIVATE ${DUET_WARNINGS})
 target_link_libraries(spank_duet PRIVATE ${CMAKE_DL_LIBS})
 target_link_options(spank_duet PRIVATE

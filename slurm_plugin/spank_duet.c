@@ -6,7 +6,9 @@
  * processes that never talk to duet-bridge (measured: bench/slurm/RESULTS.md).
  * The bridge client lives in duet_spank_client.so, which this plugin dlopens
  * in slurmstepd only when the step may need the bridge: it has GPUs, TPUs may
- * be probed (then already in init_post_opt), or --duet-show was given.
+ * be probed (then already in init_post_opt), or --duet-show was given. With
+ * plugstack agent= a GPU step (no TPU probe, no --duet-show) loads nothing:
+ * its Hold and Release go to duet-node's step agent (agent_path.h).
  *
  * Options, for srun/sbatch/salloc:
  *   --duet-show   print, when each step starts, the devices it got on each
@@ -22,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "slurm_plugin/agent_path.h"
 #include "slurm_plugin/client_abi.h"
 #include "slurm_plugin/plugin_args.h"
 
@@ -186,22 +189,29 @@ int slurm_spank_user_init(spank_t sp, int ac, char** av) {
   if (!step_needs_bridge(sp)) return 0;
   char err[sizeof(g_refusal) - 64];
   const double t0 = now_ms();
-  duet_spank_client_user_init_fn user_init = load_client(err, sizeof(err));
-  const double t1 = now_ms();
-  if (user_init == NULL) {
-    if (g_args.on_unreachable == DUET_UNREACHABLE_ALLOW) {
-      slurm_info("duet: step runs unregistered: %s", err);
-      return 0;
-    }
-    snprintf(g_refusal, sizeof(g_refusal), "step refused: %s; plugstack on_unreachable=fail",
-             err);
-  } else {
-    if (user_init(sp, &g_args, g_show, err, sizeof(err)) != 0) {
+  if (g_args.agent[0] && !g_show && !tpu_probe_on()) {
+    if (duet_agent_user_init(sp, &g_args, err, sizeof(err)) != 0) {
       snprintf(g_refusal, sizeof(g_refusal), "%s", err);
     }
-    /* SlurmdDebug=debug shows where a step's start-up time goes. */
-    slurm_debug("duet: user_init (auth %s): client module %.1f ms, bridge %.1f ms", auth_name(),
-                t1 - t0, now_ms() - t1);
+    slurm_debug("duet: user_init (auth %s): step agent %.1f ms", auth_name(), now_ms() - t0);
+  } else {
+    duet_spank_client_user_init_fn user_init = load_client(err, sizeof(err));
+    const double t1 = now_ms();
+    if (user_init == NULL) {
+      if (g_args.on_unreachable == DUET_UNREACHABLE_ALLOW) {
+        slurm_info("duet: step runs unregistered: %s", err);
+        return 0;
+      }
+      snprintf(g_refusal, sizeof(g_refusal), "step refused: %s; plugstack on_unreachable=fail",
+               err);
+    } else {
+      if (user_init(sp, &g_args, g_show, err, sizeof(err)) != 0) {
+        snprintf(g_refusal, sizeof(g_refusal), "%s", err);
+      }
+      /* SlurmdDebug=debug shows where a step's start-up time goes. */
+      slurm_debug("duet: user_init (auth %s): client module %.1f ms, bridge %.1f ms",
+                  auth_name(), t1 - t0, now_ms() - t1);
+    }
   }
   if (g_refusal[0]) {
     slurm_error("duet: %s", g_refusal);
@@ -244,7 +254,14 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char** av) {
 int slurm_spank_exit(spank_t sp, int ac, char** av) {
   (void)ac;
   (void)av;
-  if (!spank_remote(sp) || g_client_exit == NULL) return 0;
+  if (!spank_remote(sp)) return 0;
+  if (duet_agent_registered()) {
+    const double t0 = now_ms();
+    duet_agent_exit(sp, &g_args);
+    slurm_debug("duet: exit (auth %s): step agent %.1f ms", auth_name(), now_ms() - t0);
+    return 0;
+  }
+  if (g_client_exit == NULL) return 0;
   const double t0 = now_ms();
   g_client_exit(sp, &g_args);
   slurm_debug("duet: exit (auth %s): bridge %.1f ms", auth_name(), now_ms() - t0);

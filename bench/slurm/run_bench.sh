@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench/slurm/run_bench.sh [--quick] [--spank-only] SLURM_BENCH_TOOL SPANK_DUET_SO
+# bench/slurm/run_bench.sh [--quick] [--spank-only] SLURM_BENCH_TOOL SPANK_DUET_SO [DUET_NODE]
 #
 # Slurm-side figures, each against its CLI baseline in the same run on the
 # same private cluster (tests/integration/slurm_cluster.sh):
@@ -13,7 +13,10 @@
 #     ledger service) vs the same
 #     without the plugin; variants alternate within each round.
 #     DUET_BENCH_OLD_SPANK=path/to/spank_duet.so adds a previous build as a
-#     third variant (before/after in the same run).
+#     third variant (before/after in the same run). With DUET_NODE (the
+#     duet-node binary), the agent path runs as one more variant: duet-node
+#     --step-agent-socket forwarding to the same ledger service, plugstack
+#     agent= with the cluster's credential (no gRPC in slurmstepd).
 # Prints a markdown table. --quick: small counts (the ctest smoke run).
 set -euo pipefail
 quick=0 spank_only=0
@@ -25,7 +28,7 @@ while [[ ${1:-} == --* ]]; do
   esac
   shift
 done
-TOOL=$(readlink -f "$1"); SO=$(readlink -f "$2")
+TOOL=$(readlink -f "$1"); SO=$(readlink -f "$2"); NODE_BIN=${3:+$(readlink -f "$3")}
 HERE=$(cd "$(dirname "$0")" && pwd)
 CL=$HERE/../../tests/integration/slurm_cluster.sh
 if ((quick)); then NPH=10; NNODES=20; NSRUN=5; else NPH=200; NNODES=200; NSRUN=50; fi
@@ -33,8 +36,9 @@ if ((quick)); then NPH=10; NNODES=20; NSRUN=5; else NPH=200; NNODES=200; NSRUN=5
 ROOT=$("$CL" init --max-nodes $((2 * NNODES + 16)) --lifetime 900)
 export SLURM_CONF=$ROOT/etc/slurm.conf
 SOCK=$ROOT/run/bridge.sock
-SERVE_PID=
+SERVE_PID= NODE_PID=
 cleanup() {
+  [[ -n $NODE_PID ]] && kill "$NODE_PID" 2>/dev/null || true
   [[ -n $SERVE_PID ]] && kill "$SERVE_PID" 2>/dev/null || true
   "$CL" stop "$ROOT" || true
 }
@@ -103,6 +107,17 @@ fi
 SLURM_VER=$(srun --version | awk '{print $2}')
 variants=(none plugin other)
 declare -A line=([none]="" [plugin]="required $SO $ARGS" [other]="required $SO $OTHER_ARGS")
+if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the same ledger
+  AGENT=$ROOT/run/duet-agent.sock
+  "$NODE_BIN" --bridge "unix:$SOCK" --node-name bn --no-kubernetes --plugin-dir "$ROOT/run/dp" \
+    --pod-resources-socket "" --step-agent-socket "$AGENT" --log-level warn \
+    >"$ROOT/log/duet-node.log" 2>&1 &
+  NODE_PID=$!
+  for ((i = 0; i < 100; i++)); do [[ -S $AGENT ]] && break; sleep 0.05; done
+  [[ -S $AGENT ]] || { echo "duet-node did not serve $AGENT" >&2; exit 1; }
+  variants+=(agent)
+  line[agent]="required $SO agent=unix://$AGENT ${ARGS}"
+fi
 if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then  # a previous build, for before/after
   variants+=(old)
   line[old]="required $(readlink -f "$DUET_BENCH_OLD_SPANK") bridge=unix://$SOCK tpu=no"
@@ -130,9 +145,27 @@ fi
 read -r a b n < <(pct "$out/srun_plugin"); read -r c d m < <(pct "$out/srun_none")
 echo "| srun -n1 true, p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
 read -r a b n < <(pct "$out/srun_plugin_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
-echo "| srun -n1 --gres=gpu:1 true (Hold+Release, $CRED credential, Slurm $SLURM_VER), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+echo "| srun -n1 --gres=gpu:1 true (Hold+Release over gRPC, $CRED credential, Slurm $SLURM_VER), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
 read -r a b n < <(pct "$out/srun_other_gpu")
 echo "| the same with the $OTHER credential (same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+if [[ -n $NODE_BIN ]]; then
+  read -r a b n < <(pct "$out/srun_agent_gpu")
+  echo "| the same through duet-node's step agent (plugstack agent=, $CRED credential, same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
+  read -r a b n < <(pct "$out/srun_agent"); read -r c d m < <(pct "$out/srun_none")
+  echo "| srun -n1 true with plugstack agent=, p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+  sed -n "s/.*duet: user_init (auth $CRED): step agent \([0-9.]*\) ms.*/\1/p" \
+    "$ROOT/log/slurmd-bn.log" >"$out/agent_hold"
+  sed -n "s/.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms.*/\1/p" \
+    "$ROOT/log/slurmd-bn.log" >"$out/agent_release"
+  sed -n "s/.*duet: agent Hold (auth $CRED): credential \([0-9.]*\) ms, agent and bridge \([0-9.]*\) ms.*/\1 \2/p" \
+    "$ROOT/log/slurmd-bn.log" >"$out/agent_split"
+  if [[ -s $out/agent_hold && -s $out/agent_release && -s $out/agent_split ]]; then
+    read -r a b n < <(pct "$out/agent_hold"); read -r e f k < <(pct "$out/agent_release")
+    cut -d' ' -f1 "$out/agent_split" >"$out/agent_cred"; cut -d' ' -f2 "$out/agent_split" >"$out/agent_rt"
+    read -r g h m < <(pct "$out/agent_cred"); read -r x y m < <(pct "$out/agent_rt")
+    echo "| in slurmstepd ($CRED, agent path), p50 / p99 ms (n=$n) | no module loaded; Hold: $a / $b (credential $g / $h, agent and bridge $x / $y); Release at exit: $e / $f | — |"
+  fi
+fi
 # Inside slurmstepd, per GPU step and credential (spank_duet.c's debug lines).
 for cred in "$CRED" "$OTHER"; do
   sed -n "s/.*duet: user_init (auth $cred): client module \([0-9.]*\) ms, bridge \([0-9.]*\) ms.*/\1 \2/p" \

@@ -67,6 +67,19 @@ grpc::Status BridgeLink::PlacePod(const v1::PlacePodRequest& request, v1::Holdin
   return stub_->PlacePod(&ctx, request, placed);
 }
 
+grpc::Status BridgeLink::ForwardStep(const StepCall& call) const {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + call.timeout));
+  AddBridgeToken(&ctx);
+  if (!call.credential_key.empty()) ctx.AddMetadata(call.credential_key, call.credential);
+  if (call.hold) {
+    v1::HoldResponse resp;
+    return stub_->Hold(&ctx, call.hold_request, &resp);
+  }
+  v1::ReleaseResponse resp;
+  return stub_->Release(&ctx, call.release_request, &resp);
+}
+
 void BridgeLink::StartWatch(NodeCallback on_node) {
   on_node_ = std::move(on_node);
   watch_thread_ = std::thread([this] { WatchLoop(); });

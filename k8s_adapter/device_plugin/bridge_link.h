@@ -23,6 +23,7 @@
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpcpp/security/credentials.h"
 #include "k8s_adapter/device_plugin/node_options.h"
+#include "k8s_adapter/device_plugin/step_agent.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 
@@ -55,6 +56,9 @@ class BridgeLink {
   // A placeholder for a pod that bypassed the duet scheduler (may wait for
   // Slurm up to `bridge_timeout`).
   grpc::Status PlacePod(const v1::PlacePodRequest& request, v1::Holding* placed) const;
+  // A Slurm step's Hold or Release for the step agent (step_agent.h): the
+  // step's credential as the metadata it names, the call's own timeout.
+  grpc::Status ForwardStep(const StepCall& call) const;
 
   // Starts the watch thread; `on_node` runs on it for every node event.
   void StartWatch(NodeCallback on_node);

@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
                  "PEM CA of --kube-server's certificate (default: system roots)");
   app.add_flag("--no-kubernetes", kube_flags.disabled,
                "Do not use the Kubernetes API (no cross-check, no on-the-spot placeholders)");
+  app.add_option("--step-agent-socket", o.step_agent_socket,
+                 "Serve Slurm steps' Hold/Release on this unix socket (spank_duet plugstack "
+                 "agent=unix://PATH), forwarded to the bridge with the step's credential");
   app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics on host:port");
   app.add_option("--device-dir", o.device_dir, "Where nvidiaN/accelN device nodes live")
       ->capture_default_str();

@@ -31,6 +31,11 @@ absl::Status ValidateOptions(const NodePluginOptions& o) {
     return absl::InvalidArgumentError(
         "--bridge-token-file: the token would travel in clear: give --bridge-ca (TLS) too");
   }
+  if (!o.step_agent_socket.empty() &&
+      (o.step_agent_socket[0] != '/' || o.step_agent_socket.size() > 107)) {
+    return absl::InvalidArgumentError(
+        "--step-agent-socket: an absolute path of at most 107 bytes (a unix socket's limit)");
+  }
   if (o.device_dir.empty()) return absl::InvalidArgumentError("--device-dir: must be set");
   if (o.bridge_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("bridge_timeout: must be positive");

@@ -37,6 +37,9 @@ struct NodePluginOptions {
   // Read-only mounts for GPU containers, "HOST_PATH:CONTAINER_PATH" (e.g.
   // GKE's driver: /home/kubernetes/bin/nvidia:/usr/local/nvidia).
   std::vector<std::string> gpu_mounts;
+  // The step agent's unix socket (step_agent.h), for spank_duet's plugstack
+  // agent=unix://PATH; empty: no agent.
+  std::string step_agent_socket;
   // Prometheus /metrics on "host:port"; empty: none.
   std::string metrics_listen;
   // Timeouts of calls to the bridge (Allocate's PlacePod waits for Slurm).

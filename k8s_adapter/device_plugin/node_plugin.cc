@@ -67,6 +67,14 @@ absl::StatusOr<std::unique_ptr<NodePlugin>> NodePlugin::Start(const NodePluginOp
   }
   std::error_code ec;
   std::filesystem::create_directories(options.plugin_dir, ec);
+  if (!options.step_agent_socket.empty()) {
+    BridgeLink* link = p->bridge_.get();
+    auto agent = StepAgent::Start(
+        options.step_agent_socket, [link](const StepCall& c) { return link->ForwardStep(c); },
+        options.bridge_timeout);
+    if (!agent.ok()) return agent.status();
+    p->step_agent_ = *std::move(agent);
+  }
   SlotHealth* health = p->health_.get();
   p->bridge_->StartWatch([health](const v1::Node* node) { health->SetNode(node); });
   p->kubelet_->Start();
@@ -82,7 +90,9 @@ NodePlugin::~NodePlugin() { Shutdown(); }
 void NodePlugin::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  // Health first: it ends the ListAndWatch streams and the kubelet loop.
+  // The step agent first: its calls use the bridge link.
+  if (step_agent_ != nullptr) step_agent_->Stop();
+  // Health: it ends the ListAndWatch streams and the kubelet loop.
   health_->Stop();
   bridge_->Stop();
   kubelet_->Stop();

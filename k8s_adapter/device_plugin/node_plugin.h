@@ -77,6 +77,7 @@ class NodePlugin {
   std::unique_ptr<BridgeLink> bridge_;
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<KubeletSide> kubelet_;
+  std::unique_ptr<StepAgent> step_agent_;  // --step-agent-socket
 
   bool shut_down_ = false;
 };

@@ -1022,7 +1022,7 @@ class DashboardTest(unittest.TestCase):
 
 class PlugstackTest(unittest.TestCase):
     # spank_duet's arguments (slurm_plugin/plugin_config.h).
-    KEYS = {"bridge": None, "timeout_ms": None, "on_unreachable": {"fail", "allow"},
+    KEYS = {"bridge": None, "agent": None, "timeout_ms": None, "on_unreachable": {"fail", "allow"},
             "tpu": {"auto", "yes", "no"}, "auth": {"munge", "slurm_key", "none"},
             "slurm_key": None}
 

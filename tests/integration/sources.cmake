@@ -132,3 +132,22 @@ target_link_libraries(tpu_slice_e2e_test PRIVATE duet::proto duet::k8s absl::str
 add_dependencies(tpu_slice_e2e_test duet-bridge duetctl spank_duet)
 gtest_discover_tests(tpu_slice_e2e_test DISCOVERY_TIMEOUT 60 TEST_PREFIX tpu_slice_e2e.
   PROPERTIES LABELS slurm TIMEOUT 120)
+
+# The agent path (issue 28): spank_duet.so's plugstack agent= in real
+# slurmstepds, duet-node's step agent in its own mount namespace (pod_ns.sh)
+# sharing only /run/duet with slurmd, the real duet-bridge checking each
+# step's credential.
+add_executable(step_agent_e2e_test ${CMAKE_CURRENT_LIST_DIR}/step_agent_e2e_test.cc)
+target_compile_options(step_agent_e2e_test PRIVATE ${DUET_WARNINGS})
+target_include_directories(step_agent_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(step_agent_e2e_test PRIVATE
+  DUET_BRIDGE_BIN="$<TARGET_FILE:duet-bridge>"
+  DUET_NODE_BIN="$<TARGET_FILE:duet-node>"
+  DUET_SPANK_SO="$<TARGET_FILE:spank_duet>"
+  DUET_POD_NS_SH="${PROJECT_SOURCE_DIR}/tests/integration/pod_ns.sh"
+  DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh")
+target_link_libraries(step_agent_e2e_test PRIVATE duet::proto absl::strings absl::time
+                      GTest::gtest_main)
+add_dependencies(step_agent_e2e_test duet-bridge duet-node spank_duet)
+gtest_discover_tests(step_agent_e2e_test DISCOVERY_TIMEOUT 60
+  PROPERTIES LABELS slurm TIMEOUT 300)

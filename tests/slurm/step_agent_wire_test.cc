@@ -1,0 +1,265 @@
+// The step agent's wire codec (common/step_agent/step_wire.h) and the plain-C
+// credential (step_cred.h) against what the gRPC path and duet-bridge use:
+// request_digest.h, munge_payload.h, slurm_key_cred.h and OpenSSL.
+
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/credential/munge_payload.h"
+#include "common/credential/request_digest.h"
+#include "common/credential/slurm_key_cred.h"
+#include "common/step_agent/step_cred.h"
+#include "common/step_agent/step_wire.h"
+#include "gtest/gtest.h"
+
+namespace duet {
+namespace {
+
+std::string Bytes(const uint8_t* p, size_t n) { return std::string(reinterpret_cast<const char*>(p), n); }
+
+TEST(StepCredTest, Sha256AndHmacMatchOpenSslOnEveryLength) {
+  std::mt19937 rng(7);
+  for (size_t len = 0; len < 300; ++len) {
+    std::string data(len, '\0');
+    for (char& c : data) c = static_cast<char>(rng());
+    uint8_t ours[32], theirs[32];
+    duet_sha256(data.data(), data.size(), ours);
+    SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), theirs);
+    ASSERT_EQ(Bytes(ours, 32), Bytes(theirs, 32)) << "length " << len;
+    const std::string key = data.substr(0, len % 130);  // keys over 64 bytes are hashed
+    unsigned int n = 0;
+    HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+         reinterpret_cast<const unsigned char*>(data.data()), data.size(), theirs, &n);
+    duet_hmac_sha256(key.data(), key.size(), data.data(), data.size(), ours);
+    ASSERT_EQ(Bytes(ours, 32), Bytes(theirs, 32)) << "length " << len;
+  }
+}
+
+TEST(StepCredTest, PayloadIsTheGrpcPathsByteForByte) {
+  v1::HoldRequest hold;
+  hold.set_node("gke-a-1");
+  hold.mutable_owner()->mutable_slurm_step()->set_job_id(4242);
+  hold.mutable_owner()->mutable_slurm_step()->set_step_id(3);
+  const std::vector<uint32_t> gpus = {0, 3, 7};
+  for (uint32_t g : gpus) {
+    auto* d = hold.mutable_devices()->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(g);
+  }
+  char canonical[512], payload[1024];
+  ASSERT_EQ(duet_cred_canonical("Hold", "gke-a-1", 4242, 3, gpus.data(), gpus.size(), canonical,
+                                sizeof canonical),
+            0);
+  EXPECT_EQ(canonical, slurm_munge::CanonicalRequest(hold));
+  ASSERT_EQ(duet_cred_payload("Hold", "gke-a-1", 4242, 3, gpus.data(), gpus.size(), payload,
+                              sizeof payload),
+            0);
+  EXPECT_EQ(payload, slurm_munge::Payload(*slurm_munge::BindingOf(hold)));
+
+  v1::ReleaseRequest release;
+  release.set_node("gke-a-1");
+  release.mutable_owner()->mutable_slurm_step()->set_job_id(4242);
+  release.mutable_owner()->mutable_slurm_step()->set_step_id(0xfffffffb);  // the batch step
+  ASSERT_EQ(duet_cred_payload("Release", "gke-a-1", 4242, 0xfffffffb, nullptr, 0, payload,
+                              sizeof payload),
+            0);
+  EXPECT_EQ(payload, slurm_munge::Payload(*slurm_munge::BindingOf(release)));
+
+  release.mutable_owner()->mutable_slurm_job()->set_job_id(4242);
+  ASSERT_EQ(duet_cred_payload("Release", "gke-a-1", 4242, -1, nullptr, 0, payload, sizeof payload),
+            0);
+  EXPECT_EQ(payload, slurm_munge::Payload(*slurm_munge::BindingOf(release)));
+
+  EXPECT_EQ(duet_cred_payload("Steal", "n", 1, 0, nullptr, 0, payload, sizeof payload), -1);
+  EXPECT_EQ(duet_cred_payload("Hold", "n", 1, -1, nullptr, 0, payload, sizeof payload), -1);
+  EXPECT_EQ(duet_cred_payload("Hold", "n", 1, 0, gpus.data(), gpus.size(), payload, 20), -1);
+}
+
+TEST(StepCredTest, SlurmKeyCredentialIsOneTheBridgeAccepts) {
+  char dir[] = "/tmp/step_cred_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  for (size_t key_len : {16u, 64u, 65u, 5000u}) {
+    const std::string path = std::string(dir) + "/slurm.key";
+    std::string key(key_len, '\0');
+    for (size_t i = 0; i < key_len; ++i) key[i] = static_cast<char>(i * 31 + 7);
+    FILE* f = fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fwrite(key.data(), 1, key.size(), f);
+    fclose(f);
+    ASSERT_EQ(chmod(path.c_str(), 0640), 0);
+    uint8_t derived[32];
+    char err[256] = "";
+    ASSERT_EQ(duet_cred_slurm_key_derive(path.c_str(), derived, err, sizeof err), 0) << err;
+    auto theirs = slurm_key::LoadDerivedKey(path);
+    ASSERT_TRUE(theirs.ok());
+    EXPECT_EQ(Bytes(derived, 32), *theirs) << key_len;
+
+    const char* payload = "duet/v2 method=Hold node=n job=1 step=0 request=ab";
+    const uint8_t nonce[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 255};
+    char cred[2048];
+    ASSERT_EQ(duet_cred_slurm_key_make(derived, payload, 1700000000, nonce, cred, sizeof cred,
+                                       err, sizeof err),
+              0);
+    auto parsed = slurm_key::Parse(cred);
+    ASSERT_TRUE(parsed.ok()) << parsed.status() << " " << cred;
+    EXPECT_EQ(parsed->payload, payload);
+    EXPECT_EQ(parsed->unix_seconds, 1700000000);
+    EXPECT_TRUE(slurm_key::MacMatches(*theirs, *parsed));
+    EXPECT_FALSE(slurm_key::MacMatches(slurm_key::DeriveKey("another cluster's key"), *parsed));
+
+    ASSERT_EQ(chmod(path.c_str(), 0644), 0);  // others may read: refused, as Slurm does
+    EXPECT_EQ(duet_cred_slurm_key_derive(path.c_str(), derived, err, sizeof err), -1);
+    EXPECT_NE(std::string(err).find("insecure mode 0644"), std::string::npos) << err;
+    unlink(path.c_str());
+  }
+  char err[256] = "";
+  uint8_t derived[32];
+  EXPECT_EQ(duet_cred_slurm_key_derive("/nonexistent/slurm.key", derived, err, sizeof err), -1);
+  EXPECT_NE(std::string(err).find("/nonexistent/slurm.key"), std::string::npos);
+  rmdir(dir);
+}
+
+duet_wire_request Hold() {
+  duet_wire_request r{};
+  r.type = DUET_WIRE_HOLD_STEP;
+  strcpy(r.node, "gke-a-1");
+  r.job_id = 77;
+  r.step_id = 2;
+  r.n_gpus = 2;
+  r.gpus[0] = 1;
+  r.gpus[1] = 6;
+  r.cred_kind = DUET_WIRE_CRED_MUNGE;
+  strcpy(r.cred, "MUNGE:abc:");
+  r.timeout_ms = 2000;
+  return r;
+}
+
+std::vector<uint8_t> Encode(const duet_wire_request& r) {
+  std::vector<uint8_t> buf(DUET_WIRE_MAX_FRAME);
+  char err[256] = "";
+  long n = duet_wire_encode_request(&r, buf.data(), buf.size(), err, sizeof err);
+  EXPECT_GT(n, 0) << err;
+  buf.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return buf;
+}
+
+TEST(StepWireTest, RequestsRoundTrip) {
+  for (uint8_t type : {DUET_WIRE_HOLD_STEP, DUET_WIRE_RELEASE_STEP, DUET_WIRE_RELEASE_JOB}) {
+    duet_wire_request in = Hold();
+    in.type = type;
+    if (type != DUET_WIRE_HOLD_STEP) in.n_gpus = 0;
+    if (type == DUET_WIRE_RELEASE_JOB) in.step_id = 0;
+    std::vector<uint8_t> frame = Encode(in);
+    duet_wire_request out{};
+    char err[256] = "";
+    ASSERT_EQ(duet_wire_decode_request(frame.data(), frame.size(), &out, err, sizeof err), 0)
+        << err;
+    EXPECT_EQ(out.type, type);
+    EXPECT_STREQ(out.node, "gke-a-1");
+    EXPECT_EQ(out.job_id, 77u);
+    EXPECT_EQ(out.step_id, type == DUET_WIRE_RELEASE_JOB ? 0u : 2u);
+    EXPECT_EQ(out.n_gpus, type == DUET_WIRE_HOLD_STEP ? 2u : 0u);
+    EXPECT_EQ(out.cred_kind, DUET_WIRE_CRED_MUNGE);
+    EXPECT_STREQ(out.cred, "MUNGE:abc:");
+    EXPECT_EQ(out.timeout_ms, 2000u);
+  }
+}
+
+TEST(StepWireTest, RepliesRoundTripWithReasonAndMetadata) {
+  duet_wire_reply in{};
+  in.code = 9;  // FAILED_PRECONDITION
+  strcpy(in.reason, "POD_EVICTING");
+  strcpy(in.message, "pod default/web holds gpu 1");
+  in.n_meta = 2;
+  strcpy(in.meta[0].key, "wait_s");
+  strcpy(in.meta[0].value, "30");
+  strcpy(in.meta[1].key, "holder");
+  std::vector<uint8_t> buf(DUET_WIRE_MAX_FRAME);
+  char err[256] = "";
+  long n = duet_wire_encode_reply(&in, buf.data(), buf.size(), err, sizeof err);
+  ASSERT_GT(n, 0) << err;
+  duet_wire_reply out{};
+  ASSERT_EQ(duet_wire_decode_reply(buf.data(), static_cast<size_t>(n), &out, err, sizeof err), 0)
+      << err;
+  EXPECT_EQ(out.code, 9u);
+  EXPECT_STREQ(out.reason, "POD_EVICTING");
+  EXPECT_STREQ(out.message, "pod default/web holds gpu 1");
+  EXPECT_STREQ(duet_wire_reply_meta(&out, "wait_s"), "30");
+  EXPECT_STREQ(duet_wire_reply_meta(&out, "holder"), "");
+  EXPECT_EQ(duet_wire_reply_meta(&out, "device"), nullptr);
+  // A request frame is not a reply, nor the reverse.
+  std::vector<uint8_t> req = Encode(Hold());
+  EXPECT_EQ(duet_wire_decode_reply(req.data(), req.size(), &out, err, sizeof err), -1);
+  EXPECT_EQ(duet_wire_decode_request(buf.data(), static_cast<size_t>(n), nullptr, err, sizeof err),
+            -1);
+}
+
+// Each bad frame is refused with a message and leaves the output as it was.
+TEST(StepWireTest, BadFramesAreRefusedAndChangeNothing) {
+  const std::vector<uint8_t> good = Encode(Hold());
+  struct Case {
+    const char* name;
+    std::vector<uint8_t> frame;
+    const char* says;
+  };
+  std::vector<Case> cases;
+  auto with = [&](const char* name, auto edit, const char* says) {
+    std::vector<uint8_t> f = good;
+    edit(f);
+    cases.push_back({name, f, says});
+  };
+  with("empty", [](auto& f) { f.clear(); }, "shorter than its 8-byte header");
+  with("magic", [](auto& f) { f[0] = 'X'; }, "not a duet step agent frame");
+  with("version", [](auto& f) { f[1] = 2; }, "version 2, this build speaks 1");
+  with("reserved", [](auto& f) { f[3] = 1; }, "reserved header byte");
+  with("huge", [](auto& f) { f[4] = 0x7f; }, "body longer than 16384");
+  with("truncated", [](auto& f) { f.pop_back(); }, "length differs");
+  with("trailing", [](auto& f) { f.push_back(0); f[7]++; }, "runs past the body");
+  with("type", [](auto& f) { f[2] = 9; }, "not a request type");
+  with("unknown tag", [](auto& f) { f[8] = 42; }, "unknown field");
+  with("repeat", [](auto& f) {
+    f.insert(f.end(), {2, 0, 4, 0, 0, 0, 1});
+    f[7] += 7;
+  }, "a field repeats");
+  with("node NUL", [](auto& f) { f[8 + 3 + 2] = 0; }, "without NUL");
+  with("no gpus", [](auto& f) { f[2] = DUET_WIRE_RELEASE_STEP; }, "gpus are named by a hold only");
+  with("job without step", [](auto& f) { f[2] = DUET_WIRE_RELEASE_JOB; }, "step requests only");
+  for (const Case& c : cases) {
+    duet_wire_request out = Hold();
+    out.job_id = 12345;  // a marker the decoder must not touch
+    char err[256] = "";
+    EXPECT_EQ(duet_wire_decode_request(c.frame.data(), c.frame.size(), &out, err, sizeof err), -1)
+        << c.name;
+    EXPECT_NE(std::string(err).find(c.says), std::string::npos) << c.name << ": " << err;
+    EXPECT_NE(std::string(err).find("step agent frame refused"), std::string::npos) << c.name;
+    EXPECT_EQ(out.job_id, 12345u) << c.name;
+  }
+}
+
+TEST(StepWireTest, EncoderRefusesValuesOverTheirBounds) {
+  std::vector<uint8_t> buf(DUET_WIRE_MAX_FRAME);
+  char err[256] = "";
+  duet_wire_request r = Hold();
+  r.n_gpus = DUET_WIRE_MAX_DEVICES + 1;
+  EXPECT_EQ(duet_wire_encode_request(&r, buf.data(), buf.size(), err, sizeof err), -1);
+  r = Hold();
+  r.n_gpus = 0;
+  EXPECT_EQ(duet_wire_encode_request(&r, buf.data(), buf.size(), err, sizeof err), -1);
+  r = Hold();
+  r.node[0] = 0;
+  EXPECT_EQ(duet_wire_encode_request(&r, buf.data(), buf.size(), err, sizeof err), -1);
+  r = Hold();
+  memset(r.node, 'a', sizeof r.node);  // no terminator within the bound
+  EXPECT_EQ(duet_wire_encode_request(&r, buf.data(), buf.size(), err, sizeof err), -1);
+  r = Hold();
+  EXPECT_EQ(duet_wire_encode_request(&r, buf.data(), 20, err, sizeof err), -1);
+  EXPECT_NE(std::string(err).find("larger than the buffer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace duet
