@@ -1,6 +1,10 @@
 #include "common/step_agent/step_cred.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,136 +12,80 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* SHA-256 as FIPS 180-4 section 6.2 states it. */
-static const uint32_t kK[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-    0xc67178f2};
+/* SHA-256 and HMAC-SHA256 are the system libcrypto's (OpenSSL 3), opened
+ * with dlopen on first use, so spank_duet.so itself links libc only. In the
+ * slurmstepd of an auth/slurm cluster (Slinky, the GKE add-on) libcrypto is
+ * already mapped (auth_slurm.so links it through libjwt): opening it there
+ * finds it. Elsewhere (auth/munge) it is loaded once per step
+ * (bench/slurm/RESULTS.md, "Agent path"). The handle is kept: slurmstepd is
+ * short-lived and libcrypto is not unloaded under its other users. */
+typedef const void* (*evp_md_fn)(void);
+typedef int (*evp_digest_fn)(const void* data, size_t count, unsigned char* md,
+                             unsigned int* size, const void* type, void* impl);
+typedef unsigned char* (*hmac_fn)(const void* md, const void* key, int key_len,
+                                  const unsigned char* data, size_t data_len, unsigned char* out,
+                                  unsigned int* out_len);
 
-struct sha256 {
-  uint32_t h[8];
-  uint8_t block[64];
-  size_t fill;
-  uint64_t total;
-};
+static struct {
+  evp_md_fn sha256;
+  evp_digest_fn digest;
+  hmac_fn hmac;
+  char error[160];
+} crypto;
+static pthread_once_t crypto_once = PTHREAD_ONCE_INIT;
 
-static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-static void sha256_block(struct sha256* s, const uint8_t* p) {
-  uint32_t w[64];
-  for (int t = 0; t < 16; ++t) {
-    w[t] = ((uint32_t)p[4 * t] << 24) | ((uint32_t)p[4 * t + 1] << 16) |
-           ((uint32_t)p[4 * t + 2] << 8) | p[4 * t + 3];
+static void crypto_open(void) {
+  static const char* const kNames[] = {"libcrypto.so.3", "libcrypto.so"};
+  void* h = NULL;
+  for (size_t i = 0; h == NULL && i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
+    h = dlopen(kNames[i], RTLD_LAZY | RTLD_LOCAL);
   }
-  for (int t = 16; t < 64; ++t) {
-    const uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
-    const uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
-    w[t] = w[t - 16] + s0 + w[t - 7] + s1;
+  if (h == NULL) {
+    const char* why = dlerror();
+    snprintf(crypto.error, sizeof(crypto.error), "libcrypto (SHA-256) not loadable: %s",
+             why != NULL ? why : "not found");
+    return;
   }
-  uint32_t a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3];
-  uint32_t e = s->h[4], f = s->h[5], g = s->h[6], h = s->h[7];
-  for (int t = 0; t < 64; ++t) {
-    const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
-                        kK[t] + w[t];
-    const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  s->h[0] += a;
-  s->h[1] += b;
-  s->h[2] += c;
-  s->h[3] += d;
-  s->h[4] += e;
-  s->h[5] += f;
-  s->h[6] += g;
-  s->h[7] += h;
-}
-
-static void sha256_init(struct sha256* s) {
-  static const uint32_t kH0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                  0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  memcpy(s->h, kH0, sizeof(kH0));
-  s->fill = 0;
-  s->total = 0;
-}
-
-static void sha256_update(struct sha256* s, const void* data, size_t len) {
-  const uint8_t* p = (const uint8_t*)data;
-  s->total += len;
-  while (len > 0) {
-    size_t take = 64 - s->fill;
-    if (take > len) take = len;
-    memcpy(s->block + s->fill, p, take);
-    s->fill += take;
-    p += take;
-    len -= take;
-    if (s->fill == 64) {
-      sha256_block(s, s->block);
-      s->fill = 0;
-    }
+  crypto.sha256 = (evp_md_fn)dlsym(h, "EVP_sha256");
+  crypto.digest = (evp_digest_fn)dlsym(h, "EVP_Digest");
+  crypto.hmac = (hmac_fn)dlsym(h, "HMAC");
+  if (crypto.sha256 == NULL || crypto.digest == NULL || crypto.hmac == NULL) {
+    snprintf(crypto.error, sizeof(crypto.error),
+             "libcrypto lacks EVP_sha256, EVP_Digest or HMAC");
+    crypto.sha256 = NULL;
   }
 }
 
-static void sha256_final(struct sha256* s, uint8_t out[DUET_SHA256_BYTES]) {
-  const uint64_t bits = s->total * 8;
-  const uint8_t one = 0x80, zero = 0;
-  sha256_update(s, &one, 1);
-  while (s->fill != 56) sha256_update(s, &zero, 1);
-  uint8_t len_be[8];
-  for (int i = 0; i < 8; ++i) len_be[i] = (uint8_t)(bits >> (56 - 8 * i));
-  sha256_update(s, len_be, 8);
-  for (int i = 0; i < 8; ++i) {
-    out[4 * i] = (uint8_t)(s->h[i] >> 24);
-    out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
-    out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
-    out[4 * i + 3] = (uint8_t)s->h[i];
-  }
+static int crypto_ready(char* err, size_t err_len) {
+  pthread_once(&crypto_once, crypto_open);
+  if (crypto.sha256 != NULL) return 0;
+  if (err != NULL && err_len > 0) snprintf(err, err_len, "%s", crypto.error);
+  return -1;
 }
 
-void duet_sha256(const void* data, size_t len, uint8_t out[DUET_SHA256_BYTES]) {
-  struct sha256 s;
-  sha256_init(&s);
-  sha256_update(&s, data, len);
-  sha256_final(&s, out);
+int duet_sha256(const void* data, size_t len, uint8_t out[DUET_SHA256_BYTES], char* err,
+                size_t err_len) {
+  if (crypto_ready(err, err_len)) return -1;
+  unsigned int n = 0;
+  if (crypto.digest(data, len, out, &n, crypto.sha256(), NULL) != 1 || n != DUET_SHA256_BYTES) {
+    snprintf(err, err_len, "SHA-256 failed in libcrypto");
+    return -1;
+  }
+  return 0;
 }
 
-void duet_hmac_sha256(const void* key, size_t key_len, const void* data, size_t len,
-                      uint8_t out[DUET_SHA256_BYTES]) {
-  uint8_t k[64];
-  memset(k, 0, sizeof(k));
-  if (key_len > 64) {
-    duet_sha256(key, key_len, k);
-  } else if (key_len > 0) {
-    memcpy(k, key, key_len);
+int duet_hmac_sha256(const void* key, size_t key_len, const void* data, size_t len,
+                     uint8_t out[DUET_SHA256_BYTES], char* err, size_t err_len) {
+  if (crypto_ready(err, err_len)) return -1;
+  unsigned int n = 0;
+  if (key_len > (size_t)INT_MAX ||
+      crypto.hmac(crypto.sha256(), key, (int)key_len, (const unsigned char*)data, len, out, &n) ==
+          NULL ||
+      n != DUET_SHA256_BYTES) {
+    snprintf(err, err_len, "HMAC-SHA256 failed in libcrypto");
+    return -1;
   }
-  uint8_t pad[64];
-  uint8_t inner[DUET_SHA256_BYTES];
-  struct sha256 s;
-  for (int i = 0; i < 64; ++i) pad[i] = k[i] ^ 0x36;
-  sha256_init(&s);
-  sha256_update(&s, pad, 64);
-  sha256_update(&s, data, len);
-  sha256_final(&s, inner);
-  for (int i = 0; i < 64; ++i) pad[i] = k[i] ^ 0x5c;
-  sha256_init(&s);
-  sha256_update(&s, pad, 64);
-  sha256_update(&s, inner, sizeof(inner));
-  sha256_final(&s, out);
-  memset(k, 0, sizeof(k));
-  memset(pad, 0, sizeof(pad));
+  return 0;
 }
 
 static void to_hex(const uint8_t* b, size_t n, char* out) {
@@ -189,7 +137,8 @@ int duet_cred_payload(const char* method, const char* node, uint32_t job, int64_
     return -1;
   }
   uint8_t digest[DUET_SHA256_BYTES];
-  duet_sha256(canonical, strlen(canonical), digest);
+  char why[160];
+  if (duet_sha256(canonical, strlen(canonical), digest, why, sizeof(why))) return -1;
   char hex[2 * DUET_SHA256_BYTES + 1];
   to_hex(digest, sizeof(digest), hex);
   size_t len = 0;
@@ -229,41 +178,32 @@ int duet_cred_slurm_key_derive(const char* path, uint8_t out[DUET_SHA256_BYTES],
              kMin, kMax);
     return cred_fail(err, err_len, path, why);
   }
-  /* A key on the stack when small (the usual), else read in pieces into the
-   * HMAC's hashed form: keys over 64 bytes are hashed first (RFC 2104). */
+  /* The whole key in memory (at most 1 MiB), wiped after use. HMAC hashes
+   * a key over 64 bytes first (RFC 2104), as the gRPC client's does. */
   const size_t size = (size_t)st.st_size;
-  uint8_t small[64];
-  struct sha256 s;
-  sha256_init(&s);
+  uint8_t* key = malloc(size);
+  if (key == NULL) {
+    close(fd);
+    return cred_fail(err, err_len, path, "out of memory");
+  }
   size_t got = 0;
   while (got < size) {
-    uint8_t chunk[4096];
-    size_t want = size - got < sizeof(chunk) ? size - got : sizeof(chunk);
-    const ssize_t n = read(fd, chunk, want);
+    const ssize_t n = read(fd, key + got, size - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    if (size <= sizeof(small)) {
-      memcpy(small + got, chunk, (size_t)n);
-    } else {
-      sha256_update(&s, chunk, (size_t)n);
-    }
-    memset(chunk, 0, sizeof(chunk));
     got += (size_t)n;
   }
   close(fd);
-  if (got != size) return cred_fail(err, err_len, path, "short read");
   static const char kLabel[] = "duet spank step credential v1";
-  if (size <= sizeof(small)) {
-    duet_hmac_sha256(small, size, kLabel, sizeof(kLabel) - 1, out);
+  int rc = -1;
+  if (got != size) {
+    cred_fail(err, err_len, path, "short read");
   } else {
-    uint8_t hashed[DUET_SHA256_BYTES];
-    sha256_final(&s, hashed);
-    duet_hmac_sha256(hashed, sizeof(hashed), kLabel, sizeof(kLabel) - 1, out);
-    memset(hashed, 0, sizeof(hashed));
+    rc = duet_hmac_sha256(key, size, kLabel, sizeof(kLabel) - 1, out, err, err_len);
   }
-  memset(small, 0, sizeof(small));
-  memset(&s, 0, sizeof(s));
-  return 0;
+  explicit_bzero(key, size);
+  free(key);
+  return rc;
 }
 
 /* Web-safe base64 without padding (RFC 4648 section 5). */
@@ -307,7 +247,9 @@ int duet_cred_slurm_key_make(const uint8_t derived[DUET_SHA256_BYTES], const cha
   const int sn = snprintf(signed_text, sizeof(signed_text), "%s\n%" PRId64 "\n%s", payload,
                           unix_seconds, nonce_hex);
   uint8_t mac[DUET_SHA256_BYTES];
-  duet_hmac_sha256(derived, DUET_SHA256_BYTES, signed_text, (size_t)sn, mac);
+  if (duet_hmac_sha256(derived, DUET_SHA256_BYTES, signed_text, (size_t)sn, mac, err, err_len)) {
+    return -1;
+  }
   char mac_hex[2 * DUET_SHA256_BYTES + 1];
   to_hex(mac, sizeof(mac), mac_hex);
   char b64[(DUET_CRED_MAX_PAYLOAD + 2) / 3 * 4 + 1];

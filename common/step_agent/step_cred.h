@@ -10,12 +10,14 @@
  * The munge credential is munge_encode of the payload (libmunge, which
  * spank_duet.so dlopens: slurmstepd of an auth/munge cluster has it loaded).
  *
- * SHA-256 (FIPS 180-4) and HMAC (RFC 2104) are implemented here so that a
- * step loads no libcrypto (about 4 to 8 ms of dlopen in slurmstepd);
- * tests/slurm/step_agent_wire_test.cc checks both against OpenSSL.
+ * SHA-256 and HMAC-SHA256 are the system libcrypto's, opened with dlopen on
+ * first use (already mapped in slurmstepd on auth/slurm clusters, through
+ * auth_slurm.so; loaded once per step elsewhere), so that the plugin links
+ * libc only and carries no cryptography of its own.
  *
- * Libc only. Thread-safe (no state). Every function returns 0, or -1 with
- * `err` set, and writes nothing to `out` on failure unless said. */
+ * Libc (and libcrypto by dlopen) only. Thread-safe (libcrypto is opened once,
+ * under pthread_once). Every function returns 0, or -1 with `err` set, and
+ * writes nothing to `out` on failure unless said. */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -27,9 +29,11 @@ extern "C" {
 #define DUET_SHA256_BYTES 32u
 #define DUET_CRED_MAX_PAYLOAD 1024u
 
-void duet_sha256(const void* data, size_t len, uint8_t out[DUET_SHA256_BYTES]);
-void duet_hmac_sha256(const void* key, size_t key_len, const void* data, size_t len,
-                      uint8_t out[DUET_SHA256_BYTES]);
+/* -1 with `err` set when libcrypto cannot be opened. */
+int duet_sha256(const void* data, size_t len, uint8_t out[DUET_SHA256_BYTES], char* err,
+                size_t err_len);
+int duet_hmac_sha256(const void* key, size_t key_len, const void* data, size_t len,
+                     uint8_t out[DUET_SHA256_BYTES], char* err, size_t err_len);
 
 /* The canonical text of the request (request_digest.h's CanonicalRequest):
  *   Hold node=<n>:<node> owner=slurm_step:<job>.<step> devices=1:<gpu>:0,... generation=0
