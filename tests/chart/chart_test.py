@@ -626,6 +626,8 @@ class SchedulerConfigTest(unittest.TestCase):
         self.assertEqual(cfg["leaderElection"]["resourceNamespace"], NAMESPACE)
         self.assertEqual(cfg["leaderElection"]["resourceName"], "duet-scheduler")
         self.assertEqual([p["schedulerName"] for p in cfg["profiles"]], ["duet"])
+        # Every node is a candidate: a gang member must meet its reserved node.
+        self.assertEqual(cfg["percentageOfNodesToScore"], 100)
         self.assertEqual(len(cfg["extenders"]), 1)
         ext = cfg["extenders"][0]
         self.assertLessEqual(set(ext), self.EXTENDER)
@@ -1075,6 +1077,8 @@ class RefusalTest(unittest.TestCase):
          "bridge.config.inventory: set by the chart"),
         ("slurm without slurm.conf", "bridge: {slurm: {enabled: true}}\n",
          "bridge.slurm.confConfigMap: a ConfigMap with slurm.conf is required"),
+        ("share of nodes over 100", "scheduler: {percentageOfNodesToScore: 150}\n",
+         "scheduler.percentageOfNodesToScore: must be 0 (kube-scheduler's adaptive default) to 100"),
         ("bad plugstack value", "slurmPlugin: {onUnreachable: retry}\n",
          'slurmPlugin.onUnreachable: "retry" must be fail or allow'),
         ("zero weight", "extender: {weight: 0}\n", "extender.weight: must be at least 1"),
