@@ -329,8 +329,8 @@ class DraMode::PodHandler final : public k8s::InformerHandler {
                             "workloadRef"}) {
         if (object["spec"].contains(k)) keep["spec"][k] = object["spec"][k];
       }
-      if (const nlohmann::json* st = Path(object, {"status", "resourceClaimStatuses"})) {
-        keep["status"]["resourceClaimStatuses"] = *st;
+      for (const char* k : {"resourceClaimStatuses", "conditions"}) {
+        if (const nlohmann::json* st = Path(object, {"status", k})) keep["status"][k] = *st;
       }
       return pending_.insert_or_assign(key, std::move(keep)).second;
     }
@@ -662,6 +662,9 @@ void DraMode::LendDemand() {
       served[uid] = now;
       continue;  // a gang is lent for whole, or not at all
     }
+    // A single pod is lent for once kube-scheduler found it unschedulable
+    // (a pod kept only for its gang markers is not).
+    if (!k8s_dra::UnschedulablePod(pod)) continue;
     for (const auto& [driver, want] : *demand) {
       const DeviceKind kind = driver == kTpuDriver ? DeviceKind::kTpu : DeviceKind::kGpu;
       // TPUs are lent per host; an All request takes a whole node too.
