@@ -867,6 +867,10 @@ absl::Status Bridge::StartDra() {
   absl::StatusOr<std::unique_ptr<DraMode>> m = DraMode::Start(std::move(d));
   if (!m.ok()) return m.status();
   dra_ = *std::move(m);
+  if (gang::GangRegistry* g = dra_->gang_registry(); g != nullptr && gangs_ == nullptr) {
+    // duet_gang_* count the lending mode's gangs (the extender's when both run).
+    metrics_->AddCollector([g] { return GangFamilies(g->stats()); });
+  }
   return absl::OkStatus();
 }
 

@@ -145,6 +145,10 @@ class DraMode {
   int webhook_port() const;
   const std::string& rule_api() const { return rule_api_; }
   dra::Lender* lender() { return lender_.get(); }
+  // The lending mode's gangs (null when gangs are off).
+  gang::GangRegistry* gang_registry() {
+    return gang_registry_ ? gang_registry_->registry() : nullptr;
+  }
 
  private:
   class SliceHandler;
