@@ -93,6 +93,11 @@ struct AdmissionAsk {
   std::vector<AllocationResult> new_results;
   // The node of the new allocation's nodeSelector ("" when none).
   std::string node;
+  // The uids of the pods the claim is for: status.reservedFor's pods (the
+  // scheduler writes them with the allocation) and the pods among
+  // metadata.ownerReferences (a claim made from a template, or the
+  // extended-resource claim). The gang fence reads them.
+  std::vector<std::string> pods;
   // A dry run answers without recording anything.
   bool dry_run = false;
 };
@@ -100,7 +105,8 @@ struct AdmissionAsk {
 struct AdmissionVerdict {
   bool allowed = false;
   // Machine-readable reason when refused (NOT_LENT, RECLAIMING,
-  // HELD_BY_OTHER_CLAIM, PARTIAL_HOST, UNMAPPABLE_NODE, UNAVAILABLE).
+  // HELD_BY_OTHER_CLAIM, PARTIAL_HOST, UNMAPPABLE_NODE, UNAVAILABLE,
+  // GANG_MEMBERS_ONLY, GANG_WAITING).
   std::string reason;
   // For the user: which device and why.
   std::string message;

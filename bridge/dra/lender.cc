@@ -23,7 +23,7 @@ namespace dra {
 namespace {
 
 // Who holds one device of a lending node.
-enum class HeldBy { kNobody, kLend, kClaim, kOther };
+enum class HeldBy { kNobody, kLend, kClaim, kGangSlot, kOther };
 struct DeviceHolder {
   HeldBy by = HeldBy::kNobody;
   const Owner* owner = nullptr;  // the (first) holder; null when kNobody
@@ -36,6 +36,7 @@ DeviceHolder HolderOf(const DeviceState& d) {
   // is someone else's use.
   if (d.uses.size() == 1 && first->kind == OwnerKind::kLend) return {HeldBy::kLend, first};
   if (d.uses.size() == 1 && first->kind == OwnerKind::kClaim) return {HeldBy::kClaim, first};
+  if (d.uses.size() == 1 && first->kind == OwnerKind::kGangSlot) return {HeldBy::kGangSlot, first};
   return {HeldBy::kOther, first};
 }
 
@@ -252,14 +253,36 @@ absl::StatusOr<std::vector<DraDevice>> Lender::DraNames(
 // ---------------------------------------------------------------------------
 // Admission
 
+std::map<std::string, AdmissionVerdict> Lender::GangVerdicts(const AdmissionAsk& ask) const {
+  std::map<std::string, AdmissionVerdict> out;
+  if (!options_.gang_admit) return out;
+  std::map<std::string, Owner> slots;  // by the slot owner's uid
+  for (const AllocationResult& r : ask.new_results) {
+    if (r.admin_access) continue;
+    std::optional<LedgerDevice> ld = map_->ToLedger(r.device);
+    if (!ld) continue;
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(ld->node);
+    const DeviceState* ds = view ? FindDevice(*view, ld->kind, ld->index) : nullptr;
+    if (ds == nullptr) continue;
+    const DeviceHolder h = HolderOf(*ds);
+    if (h.by == HeldBy::kGangSlot) slots.emplace(h.owner->pod_uid, *h.owner);
+  }
+  for (const auto& [uid, slot] : slots) out.emplace(uid, options_.gang_admit(slot, ask.pods));
+  return out;
+}
+
 AdmissionVerdict Lender::Review(const AdmissionAsk& ask) {
   std::vector<LedgerDevice> touched;
   std::vector<Moved> moved;
   uint64_t seq = 0;
   AdmissionVerdict verdict;
+  // The gang fence is asked first, without the lock (it reads the gangs'
+  // registry, which a reservation holds across its Slurm call); only asks
+  // that touch a gang's slot pay for it.
+  const std::map<std::string, AdmissionVerdict> gangs = GangVerdicts(ask);
   {
     absl::MutexLock lock(&mu_);
-    verdict = DecideLocked(ask, &touched, &moved, &seq);
+    verdict = DecideLocked(ask, gangs, &touched, &moved, &seq);
     if (verdict.allowed && seq != 0 && !ask.dry_run) {
       for (const LedgerDevice& d : touched) {
         Admissions& a = admissions_[d];
@@ -289,7 +312,9 @@ AdmissionVerdict Lender::Review(const AdmissionAsk& ask) {
   return verdict;
 }
 
-AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<LedgerDevice>* touched,
+AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask,
+                                      const std::map<std::string, AdmissionVerdict>& gangs,
+                                      std::vector<LedgerDevice>* touched,
                                       std::vector<Moved>* moved, uint64_t* seq) {
   const ClaimRef& claim = ask.claim;
   if (claim.uid.empty()) return Refuse(kReasonNotLent, "the claim has no uid");
@@ -326,8 +351,9 @@ AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<Ledge
   // its holding still has: that holding may be on its way back to Lend.
   const bool releasing = releasing_.count(claim.uid) > 0;
 
-  // Decide every wanted device; collect the Lend holdings to rebind.
-  std::map<std::pair<std::string, uint32_t>, Owner> to_rebind;  // (node, job) -> Lend owner
+  // Decide every wanted device; collect the Lend (and gang slot) holdings
+  // to rebind: (node, job, owner uid) -> owner.
+  std::map<std::tuple<std::string, uint32_t, std::string>, Owner> to_rebind;
   bool already_held = false;
   for (const auto& [node, devices] : wanted) {
     std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
@@ -365,7 +391,35 @@ AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<Ledge
             return Refuse(kReasonReclaiming,
                           absl::StrCat(Describe(d), " is being taken back from Kubernetes"));
           }
-          to_rebind.emplace(std::make_pair(node, h.owner->job_id), *h.owner);
+          to_rebind.emplace(std::make_tuple(node, h.owner->job_id, h.owner->pod_uid), *h.owner);
+          break;
+        }
+        case HeldBy::kGangSlot: {
+          auto v = gangs.find(h.owner->pod_uid);
+          if (v == gangs.end()) {
+            // Not asked before the lock: the slot was made since, or there
+            // is no gang fence.
+            return Refuse(options_.gang_admit ? kReasonGangWaiting : kReasonNotLent,
+                          absl::StrCat(Describe(d), " is reserved for a gang (",
+                                       h.owner->ToString(), ")", options_.gang_admit ? "; ask again" : ""));
+          }
+          if (!v->second.allowed) return v->second;
+          if (releasing) {
+            return Refuse(kReasonReleasing,
+                          absl::StrCat(Describe(d), ": the claim's devices are being given "
+                                       "back; it is admitted nothing until that is done"));
+          }
+          // One slot per node: two would be one Claim{J} owner twice.
+          for (const auto& [key, other] : to_rebind) {
+            if (std::get<0>(key) == node && std::get<1>(key) == h.owner->job_id &&
+                other != *h.owner) {
+              return Refuse(kReasonPartialHost,
+                            absl::StrCat("node ", node, ": a claim takes one slot of gang job ",
+                                         h.owner->job_id, " per node; it asks ",
+                                         other.ToString(), " and ", h.owner->ToString()));
+            }
+          }
+          to_rebind.emplace(std::make_tuple(node, h.owner->job_id, h.owner->pod_uid), *h.owner);
           break;
         }
         case HeldBy::kNobody:
@@ -392,10 +446,11 @@ AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<Ledge
   }
   // A lend job's devices move together: the claim must take all of them.
   for (const auto& [key, lend] : to_rebind) {
-    std::optional<Holding> h = ledger_->FindHolding(key.first, lend);
+    const std::string& node = std::get<0>(key);
+    std::optional<Holding> h = ledger_->FindHolding(node, lend);
     if (!h) return Refuse(kReasonNotLent, absl::StrCat(lend.ToString(), " lends nothing now"));
     for (const LedgerDevice& d : DevicesOf(*h)) {
-      if (!wanted[key.first].count(d)) {
+      if (!wanted[node].count(d)) {
         return Refuse(kReasonPartialHost,
                       absl::StrCat(lend.ToString(), " lends its devices together; the claim "
                                    "leaves out ",
@@ -407,14 +462,15 @@ AdmissionVerdict Lender::DecideLocked(const AdmissionAsk& ask, std::vector<Ledge
 
   // Record: every Lend holding becomes the claim's.
   for (const auto& [key, lend] : to_rebind) {
+    const std::string& node = std::get<0>(key);
     const Owner to = Owner::Claim(lend.job_id, claim.uid, claim.ns, claim.name);
-    absl::StatusOr<HoldResult> r = ledger_->Rebind(key.first, lend, to);
+    absl::StatusOr<HoldResult> r = ledger_->Rebind(node, lend, to);
     if (!r.ok()) {
       UndoLocked(*moved);
       moved->clear();
-      return Refuse(kReasonNotLent, absl::StrCat("node ", key.first, ": ", r.status().message()));
+      return Refuse(kReasonNotLent, absl::StrCat("node ", node, ": ", r.status().message()));
     }
-    moved->push_back({key.first, lend, to});
+    moved->push_back({node, lend, to});
     *seq = r->seq;
   }
   // A retry: what the claim holds may still be on its way to disk.
@@ -479,6 +535,15 @@ absl::Status Lender::ReleaseClaimIfDeallocated(const std::string& claim_uid) {
       }
     }
   }
+  // Where each holding goes back to: a gang job's to one of its slots on
+  // that node (asked here, outside mu_), a lend job's to its Lend owner.
+  std::map<std::pair<std::string, uint32_t>, std::vector<Owner>> slots;
+  if (options_.gang_slots && read.ok()) {
+    for (const Holding& h : ClaimHoldings(claim_uid)) {
+      const auto key = std::make_pair(h.node, h.owner.job_id);
+      if (!slots.count(key)) slots[key] = options_.gang_slots(h.owner.job_id, h.node);
+    }
+  }
   absl::MutexLock lock(&mu_);
   releasing_.erase(claim_uid);
   if (!read.ok()) {
@@ -506,8 +571,28 @@ absl::Status Lender::ReleaseClaimIfDeallocated(const std::string& claim_uid) {
         continue;
       }
     }
-    absl::Status s =
-        ledger_->Rebind(h.node, h.owner, Owner::Lend(h.owner.job_id, h.node)).status();
+    Owner home = Owner::Lend(h.owner.job_id, h.node);
+    auto gang = slots.find(std::make_pair(h.node, h.owner.job_id));
+    if (gang != slots.end() && !gang->second.empty()) {
+      // A gang's claim: back to a slot of its node that holds nothing.
+      const Owner* vacant = nullptr;
+      for (const Owner& o : gang->second) {
+        if (!ledger_->FindHolding(h.node, o).has_value()) {
+          vacant = &o;
+          break;
+        }
+      }
+      if (vacant == nullptr) {
+        absl::Status s = absl::InternalError(
+            absl::StrCat("node ", h.node, ": every slot of gang job ", h.owner.job_id,
+                         " there holds already; the claim's devices stay held"));
+        spdlog::warn("dra: claim uid {}: {}", claim_uid, s.ToString());
+        if (first.ok()) first = s;
+        continue;
+      }
+      home = *vacant;
+    }
+    absl::Status s = ledger_->Rebind(h.node, h.owner, home).status();
     if (absl::IsFailedPrecondition(s)) {
       // The node is leaving the inventory: nothing to lend back to.
       s = ledger_->Release(h.node, h.owner).status();
@@ -869,6 +954,8 @@ void Lender::AppendTaintedLocked(const NodeView& view, std::vector<DraDevice>* o
     const DeviceHolder h = HolderOf(d);
     if (h.by == HeldBy::kClaim) continue;
     if (h.by == HeldBy::kLend && !reclaiming_.count(ld)) continue;
+    // A gang's slot is lent to the gang (the webhook fences it).
+    if (h.by == HeldBy::kGangSlot && options_.gang_admit) continue;
     std::optional<DraDevice> dra = map_->ToDra(ld);
     if (dra) out->push_back(*std::move(dra));
   }

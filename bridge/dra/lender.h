@@ -106,6 +106,10 @@ inline constexpr char kReasonHeldByOtherClaim[] = "HELD_BY_OTHER_CLAIM";
 inline constexpr char kReasonPartialHost[] = "PARTIAL_HOST";
 inline constexpr char kReasonUnmappableNode[] = "UNMAPPABLE_NODE";
 inline constexpr char kReasonUnavailable[] = "UNAVAILABLE";
+// A gang's slot (docs/dra.md, "Gangs"): the claim's pods are not the gang's
+// members, or the gang is not complete yet.
+inline constexpr char kReasonGangMembersOnly[] = "GANG_MEMBERS_ONLY";
+inline constexpr char kReasonGangWaiting[] = "GANG_WAITING";
 
 struct LenderOptions {
   // Reclaim step 3 and a claim release's step 2: how long after the last
@@ -121,6 +125,20 @@ struct LenderOptions {
   // The lending pool of a ledger node; "" when the node is not in one.
   // Unset: no node lends.
   std::function<std::string(const std::string& node)> pool_of;
+  // Gangs (docs/dra.md, "Gangs"). A device of a lending node held by a gang
+  // slot (Owner::GangSlot{J, "gang:KEY#S"}, one Slurm job J for the whole
+  // gang) is untainted and admitted only as `gang_admit` says for the
+  // claim's pods (AdmissionAsk::pods): allowed, or refused with its reason
+  // (GANG_MEMBERS_ONLY, GANG_WAITING). Admitting moves the slot's holding
+  // to Claim{J, claim uid}; the claim must take every device of the slot,
+  // and one slot per node. Called outside the Lender's locks. Null: gang
+  // slots are refused (NOT_LENT) and keep their rules.
+  std::function<AdmissionVerdict(const Owner& slot, const std::vector<std::string>& pods)>
+      gang_admit;
+  // The slot owners of gang job `job_id` on `node`: a released claim's
+  // Claim{J} holding goes back to one that holds nothing, not to Lend{J}.
+  // Empty (or null): J is a lend job.
+  std::function<std::vector<Owner>(uint32_t job_id, const std::string& node)> gang_slots;
 };
 
 // Lender::Lend's lend jobs in flight at once (one Slurm RPC each).
@@ -301,7 +319,11 @@ class Lender final : public AdmissionGate, private ChangeListener, private RuleD
 
   // Under mu_: decides the ask and, unless a dry run, rebinds. On refusal
   // undoes what it rebound. `seq` gets the seq to wait for (0: none).
-  AdmissionVerdict DecideLocked(const AdmissionAsk& ask, std::vector<LedgerDevice>* touched,
+  // `gangs`: gang_admit's verdict for each gang slot the ask touches (by
+  // the slot owner's pod uid), asked before the lock.
+  AdmissionVerdict DecideLocked(const AdmissionAsk& ask,
+                                const std::map<std::string, AdmissionVerdict>& gangs,
+                                std::vector<LedgerDevice>* touched,
                                 std::vector<Moved>* moved, uint64_t* seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UndoLocked(const std::vector<Moved>& moved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -320,6 +342,8 @@ class Lender final : public AdmissionGate, private ChangeListener, private RuleD
   void AwaitQuietLocked(const std::function<int()>& in_flight,
                         const std::function<absl::Time()>& last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // gang_admit's verdicts for the gang slots `ask` wants (outside mu_).
+  std::map<std::string, AdmissionVerdict> GangVerdicts(const AdmissionAsk& ask) const;
   // The DRA names of `devices` (an error when one does not map).
   absl::StatusOr<std::vector<DraDevice>> DraNames(const std::vector<LedgerDevice>& devices) const;
   bool Lending(const std::string& node) const;

@@ -78,6 +78,7 @@ std::vector<placement::GangCandidate> GangRegistry::Candidates(const placement::
   const LedgerSnapshot snap = ledger_->Snapshot();
   for (const std::shared_ptr<const NodeView>& view : snap.nodes) {
     if (view->spec.state != NodeState::kReady) continue;
+    if (options_.node_filter && !options_.node_filter(view->spec.name)) continue;
     if (options_.unusable && !options_.unusable(view->spec.name).empty()) continue;
     // A multi-host slice's hosts go to a gang that selects the slice, whole.
     if (member.kind == DeviceKind::kTpu && placement::TpuSliceOf(*view).has_value()) continue;
@@ -445,6 +446,22 @@ void GangRegistry::Tick() {
     absl::MutexLock lock(&mu_);
     const absl::Time now = options_.clock->Now();
     std::vector<std::pair<GangKey, ReleaseReason>> due;
+    if (options_.in_use) {
+      // The lending mode: a complete gang is idle while no claim holds any
+      // of its devices.
+      for (const auto& [key, gang] : gangs_) {
+        if (gang->state != GangState::kComplete) continue;
+        std::vector<std::string> nodes;
+        for (const Slot& s : gang->slots) {
+          if (nodes.empty() || nodes.back() != s.node) nodes.push_back(s.node);
+        }
+        if (options_.in_use(gang->job_id, nodes)) {
+          gang->idle_since = absl::InfinitePast();
+        } else if (gang->idle_since == absl::InfinitePast()) {
+          gang->idle_since = now;
+        }
+      }
+    }
     for (const auto& [key, gang] : gangs_) {
       if (gang->state == GangState::kGathering && now - gang->reserved_at >= options_.reserve_timeout) {
         due.emplace_back(key, ReleaseReason::kReserveTimeout);
@@ -474,9 +491,11 @@ absl::StatusOr<size_t> GangRegistry::Recover() {
     std::optional<GangKey> key;
     std::map<uint32_t, Holding> slots;
     std::vector<Holding> members;  // Placeholder{J, member uid}
+    std::vector<Holding> claims;   // Claim{J, claim uid} (with in_use)
   };
   std::map<uint32_t, Found> jobs;
   std::vector<Holding> placeholders;
+  std::vector<Holding> claims;
   for (Holding& h : ledger_->ListHoldings()) {
     if (absl::StartsWith(h.owner.pod_uid, kGangSlotPrefix)) {
       absl::StatusOr<std::pair<GangKey, uint32_t>> parsed = ParseSlotUid(h.owner.pod_uid);
@@ -490,18 +509,38 @@ absl::StatusOr<size_t> GangRegistry::Recover() {
       f.slots[parsed->second] = std::move(h);
     } else if (h.owner.kind == OwnerKind::kPlaceholder) {
       placeholders.push_back(std::move(h));
+    } else if (h.owner.kind == OwnerKind::kClaim && options_.in_use) {
+      claims.push_back(std::move(h));
     }
   }
+  // job_gang is asked once per job.
+  std::map<uint32_t, std::optional<GangKey>> asked;
+  auto gang_of_job = [&](uint32_t job) -> std::optional<GangKey> {
+    auto it = asked.find(job);
+    if (it != asked.end()) return it->second;
+    std::optional<GangKey> key = options_.job_gang ? options_.job_gang(job) : std::nullopt;
+    asked.emplace(job, key);
+    return key;
+  };
   for (Holding& h : placeholders) {
     auto it = jobs.find(h.owner.job_id);
     if (it == jobs.end()) {
-      std::optional<GangKey> key =
-          options_.job_gang ? options_.job_gang(h.owner.job_id) : std::nullopt;
+      std::optional<GangKey> key = gang_of_job(h.owner.job_id);
       if (!key.has_value()) continue;  // a single pod's placeholder
       it = jobs.emplace(h.owner.job_id, Found{}).first;
       it->second.key = *key;
     }
     it->second.members.push_back(std::move(h));
+  }
+  for (Holding& h : claims) {
+    auto it = jobs.find(h.owner.job_id);
+    if (it == jobs.end()) {
+      std::optional<GangKey> key = gang_of_job(h.owner.job_id);
+      if (!key.has_value()) continue;  // a claim on a lend job
+      it = jobs.emplace(h.owner.job_id, Found{}).first;
+      it->second.key = *key;
+    }
+    it->second.claims.push_back(std::move(h));
   }
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.clock->Now();
@@ -511,11 +550,17 @@ absl::StatusOr<size_t> GangRegistry::Recover() {
     std::set<std::string> node_set;
     for (const auto& [s, h] : f.slots) node_set.insert(h.node);
     for (const Holding& h : f.members) node_set.insert(h.node);
+    for (const Holding& h : f.claims) node_set.insert(h.node);
     const std::vector<std::string> nodes(node_set.begin(), node_set.end());
-    const uint32_t n = static_cast<uint32_t>(f.slots.size() + f.members.size());
+    const uint32_t n = static_cast<uint32_t>(f.slots.size() + f.members.size() + f.claims.size());
     const uint32_t per_node = static_cast<uint32_t>(n / nodes.size());
     std::string bad;
     if (gangs_.count(key) != 0) bad = "the gang is known already";
+    for (const std::string& node : nodes) {
+      if (bad.empty() && options_.node_filter && !options_.node_filter(node)) {
+        bad = absl::StrCat("node ", node, " is not this registry's");
+      }
+    }
     if (bad.empty() && per_node * nodes.size() != n) {
       bad = absl::StrCat(n, " holdings over ", nodes.size(), " nodes are uneven");
     }
@@ -537,7 +582,9 @@ absl::StatusOr<size_t> GangRegistry::Recover() {
     gang->member_known = false;
     gang->reserved_at = now;
     gang->slots.resize(n);
-    const Holding& any = f.slots.empty() ? f.members.front() : f.slots.begin()->second;
+    const Holding& any = !f.slots.empty()     ? f.slots.begin()->second
+                         : !f.members.empty() ? f.members.front()
+                                              : f.claims.front();
     gang->spec.member.count = static_cast<uint32_t>(any.devices.size());
     if (!any.devices.empty()) {
       gang->spec.member.kind = any.devices.front().kind;
@@ -566,13 +613,23 @@ absl::StatusOr<size_t> GangRegistry::Recover() {
         break;
       }
     }
+    // A claim's holding takes a free slot of its node too (no member).
+    std::vector<bool> claimed(n, false);
+    for (const Holding& h : f.claims) {
+      for (uint32_t s = 0; s < n; ++s) {
+        if (taken[s] || gang->slots[s].node != h.node) continue;
+        taken[s] = true;
+        claimed[s] = true;
+        break;
+      }
+    }
     // The slot owner of a bound slot (its holding is the member's now):
     // `slot_owner`, else a free slot's kind with the slot's own uid.
     const OwnerKind slot_kind = f.slots.empty() ? OwnerKind::kPlaceholder
                                                 : f.slots.begin()->second.owner.kind;
     for (uint32_t s = 0; s < n; ++s) {
       Slot& slot = gang->slots[s];
-      if (!slot.bound) continue;
+      if (!slot.bound && !claimed[s]) continue;
       if (options_.slot_owner) {
         slot.owner = options_.slot_owner(job, key, s);
         continue;
@@ -582,14 +639,41 @@ absl::StatusOr<size_t> GangRegistry::Recover() {
       slot.owner.job_id = job;
       slot.owner.pod_uid = SlotUid(key, s);
     }
-    gang->state = f.members.empty() ? GangState::kGathering : GangState::kComplete;
-    spdlog::info("gang recovery: gang {} (Slurm job {}): {} slots on {}, {} bound, {}",
+    gang->state = f.members.empty() && f.claims.empty() ? GangState::kGathering
+                                                        : GangState::kComplete;
+    spdlog::info("gang recovery: gang {} (Slurm job {}): {} slots on {}, {} bound, {} claimed, {}",
                  key.ToString(), job, n, absl::StrJoin(nodes, ","), f.members.size(),
-                 GangStateName(gang->state));
+                 f.claims.size(), GangStateName(gang->state));
     gangs_.emplace(key, std::move(gang));
     ++rebuilt;
   }
   return rebuilt;
+}
+
+std::optional<GangInfo> GangRegistry::Find(const GangKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = gangs_.find(key);
+  if (it == gangs_.end()) return std::nullopt;
+  const Gang& gang = *it->second;
+  GangInfo info;
+  info.key = gang.key;
+  info.state = gang.state;
+  info.job_id = gang.job_id;
+  info.slots = static_cast<uint32_t>(gang.slots.size());
+  for (const Slot& s : gang.slots) info.members += s.member.uid.empty() ? 0 : 1;
+  return info;
+}
+
+std::vector<Owner> GangRegistry::SlotOwners(uint32_t job_id, const std::string& node) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Owner> out;
+  for (const auto& [key, gang] : gangs_) {
+    if (gang->job_id != job_id) continue;
+    for (const Slot& s : gang->slots) {
+      if (s.node == node) out.push_back(s.owner);
+    }
+  }
+  return out;
 }
 
 GangStats GangRegistry::stats() const {

@@ -33,7 +33,9 @@
 //            "gang:KEY#SLOT") and the Placeholder holdings of their jobs
 //            (and of jobs `job_gang` names) become gangs again, with the
 //            same slots on the same nodes (slot s is on the s / per_node-th
-//            node by name, as Reserve lays them out).
+//            node by name, as Reserve lays them out). With `in_use` (the
+//            DRA lending mode) the Claim holdings of those jobs count as
+//            taken slots too.
 //
 // The slot owner is whatever GangMaker::Create recorded (bridge/slurm's
 // Placeholders: Owner::GangSlot, kind kGangSlot); the registry recognises
@@ -132,6 +134,20 @@ struct GangRegistryOptions {
   // it for slots whose devices a member holds; null: the kind of the job's
   // other slots (Placeholder when it has none), pod uid SlotUid(key, slot).
   std::function<Owner(uint32_t job_id, const GangKey& key, uint32_t slot)> slot_owner;
+  // The nodes this registry places gangs on and recovers gangs of; null:
+  // every node. duet-bridge gives the extender's registry the nodes of no
+  // DRA lending pool and the lending mode's registry the lendable nodes of
+  // its pools, so that two registries never share a node's gangs.
+  std::function<bool(const std::string& node)> node_filter;
+  // The DRA lending mode (docs/dra.md, "Gangs"): whether a ResourceClaim
+  // holds a device of gang job `job_id` on one of `nodes` (Claim{J, uid}).
+  // When set, members are not followed by pod uid once a gang is complete:
+  // a complete gang is idle while no claim holds any of its devices, and
+  // idle_release after that it is released; Recover counts the claim
+  // holdings of a gang's job as taken slots (the gang is complete). Called
+  // under the registry's mutex (it may read the ledger). Null: the
+  // extender's rules (members end through OnMemberGone).
+  std::function<bool(uint32_t job_id, const std::vector<std::string>& nodes)> in_use;
   // Told of Events; null: none.
   std::function<void(const GangEvent&)> on_event;
   // Told once a gang is complete: each member and its slot's node
@@ -164,6 +180,15 @@ struct MemberBind {
   Holding holding;       // the member's Placeholder{J, uid} holding on the node
   bool created = false;  // false: it held there already (a retried bind)
   uint64_t seq = 0;      // the ledger sequence to wait for
+};
+
+// What Find says of a gang.
+struct GangInfo {
+  GangKey key;
+  GangState state = GangState::kGathering;
+  uint32_t job_id = 0;
+  uint32_t slots = 0;
+  uint32_t members = 0;  // slots with a member
 };
 
 struct GangStats {
@@ -213,6 +238,15 @@ class GangRegistry {
   // Whether Slurm job `job_id` is a gang's (its member placeholders are
   // then the registry's to give back, not to cancel).
   bool IsGangJob(uint32_t job_id) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The gang `key`, when reserved.
+  std::optional<GangInfo> Find(const GangKey& key) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The slot owners of gang job `job_id` on `node`, in slot order (the
+  // owner each slot's devices go back to); empty when `job_id` is no
+  // reserved gang's or the gang has no slot there.
+  std::vector<Owner> SlotOwners(uint32_t job_id, const std::string& node) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Releases gangs past reserve_timeout or idle_release, and asks
   // `member_exists` about gathering members. Call periodically.

@@ -352,10 +352,25 @@ absl::Status Bridge::StartGangs() {
                  maker == nullptr ? " (slurm.enabled)" : "");
     return absl::OkStatus();
   }
+  BridgeGangsDeps d = GangDeps();
+  if (config_.dra.enabled) {
+    // The lending pools' gangs are DraMode's.
+    d.node_filter = [ledger = &ledger_, pools = config_.dra.pools](const std::string& node) {
+      std::shared_ptr<const NodeView> v = ledger->GetNode(node);
+      return v == nullptr || std::find(pools.begin(), pools.end(), v->spec.pool) == pools.end();
+    };
+  }
+  DUET_ASSIGN_OR_RETURN(gangs_, BridgeGangs::Start(std::move(d)));
+  gang::GangRegistry* registry = gangs_->registry();
+  metrics_->AddCollector([registry] { return GangFamilies(registry->stats()); });
+  return absl::OkStatus();
+}
+
+BridgeGangsDeps Bridge::GangDeps() {
   BridgeGangsDeps d;
   d.config = &config_.gang;
   d.ledger = &ledger_;
-  d.maker = maker;
+  d.maker = dynamic_cast<gang::GangMaker*>(placeholders_.get());
   d.planner = GangPlanner();
   d.topology = GangTopology();
   const pods::PodHoldsOptions holds = MakePodHoldsOptions(policy_);
@@ -372,10 +387,7 @@ absl::Status Bridge::StartGangs() {
   d.kube = kube_client_.get();
   d.events = events_.get();
   d.tick_period = config_.gang.tick_period;
-  DUET_ASSIGN_OR_RETURN(gangs_, BridgeGangs::Start(std::move(d)));
-  gang::GangRegistry* registry = gangs_->registry();
-  metrics_->AddCollector([registry] { return GangFamilies(registry->stats()); });
-  return absl::OkStatus();
+  return d;
 }
 
 absl::Status Bridge::StartPodWatch() {
@@ -596,9 +608,23 @@ absl::Status Bridge::StartDra() {
   d.registry = metrics_->registry().get();
   d.policy = policy_;
   d.events = events_.get();
+  if (config_.gang.enabled) {
+    // Gangs in the lending mode (docs/dra.md "Gangs"): the extender's gang
+    // wiring, over the lending pools (DraMode sets the rest).
+    if (!gang_of_) {
+      gang_source_ = std::make_unique<k8s::GangSource>(kube_client_.get());
+      gang_of_ = GangOfPodFrom(gang_source_.get());
+    }
+    d.gang_of = gang_of_;
+    d.gangs = GangDeps();
+  }
   absl::StatusOr<std::unique_ptr<DraMode>> m = DraMode::Start(std::move(d));
   if (!m.ok()) return m.status();
   dra_ = *std::move(m);
+  if (gang::GangRegistry* g = dra_->gang_registry(); g != nullptr && gangs_ == nullptr) {
+    // duet_gang_* count the lending mode's gangs (the extender's when both run).
+    metrics_->AddCollector([g] { return GangFamilies(g->stats()); });
+  }
   return absl::OkStatus();
 }
 

@@ -108,6 +108,9 @@ class Bridge {
   // Gangs (docs/gangs.md), when the extender is on and gang.enabled: the
   // GangRegistry, recovered from the ledger, with its thread.
   absl::Status StartGangs();
+  // The gang wiring both gang registries share (the extender's, the DRA
+  // lending mode's): Slurm's GangMaker, PickGangNodes, topology, recovery.
+  BridgeGangsDeps GangDeps();
   absl::Status StartPodWatch();
   // /metrics on metrics.listen, or on the exposer passed in.
   absl::Status ServeMetrics(const BridgeStartOptions& options);

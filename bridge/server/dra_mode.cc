@@ -261,6 +261,36 @@ class DraMode::ClaimHandler final : public k8s::InformerHandler {
   bool sweep_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+namespace {
+
+// Whether a pod carries one of the gang markers k8s::GangSource reads
+// (docs/gangs.md 1): a cheap first look, Recognise decides.
+bool GangMarked(const nlohmann::json& pod) {
+  const nlohmann::json* labels = Path(pod, {"metadata", "labels"});
+  if (labels != nullptr && labels->is_object()) {
+    for (const char* l : {"scheduling.x-k8s.io/pod-group", "jobset.sigs.k8s.io/jobset-name",
+                          "leaderworkerset.sigs.k8s.io/name"}) {
+      if (labels->contains(l)) return true;
+    }
+  }
+  return Path(pod, {"spec", "schedulingGroup"}) != nullptr ||
+         Path(pod, {"spec", "workloadRef"}) != nullptr;
+}
+
+// Unbound, with PodScheduled False for any reason (a gang member the
+// webhook refused is SchedulerError, not Unschedulable).
+bool NotScheduled(const nlohmann::json& pod) {
+  if (!Str(pod, {"spec", "nodeName"}).empty()) return false;
+  const nlohmann::json* conds = Path(pod, {"status", "conditions"});
+  if (conds == nullptr || !conds->is_array()) return false;
+  for (const nlohmann::json& c : *conds) {
+    if (Str(c, {"type"}) == "PodScheduled" && Str(c, {"status"}) == "False") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 class DraMode::PodHandler final : public k8s::InformerHandler {
  public:
   // `on_new` runs (outside the handler's lock) when a pod becomes pending
@@ -292,14 +322,15 @@ class DraMode::PodHandler final : public k8s::InformerHandler {
   // Whether `key` is newly pending.
   bool Apply(const std::string& key, const nlohmann::json& object)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (k8s_dra::UnschedulablePod(object)) {
-      // Only what demand reads.
+    if (k8s_dra::UnschedulablePod(object) || (GangMarked(object) && NotScheduled(object))) {
+      // Only what demand and gang recognition read.
       nlohmann::json keep = {{"metadata", object["metadata"]}, {"spec", nlohmann::json::object()}};
-      for (const char* k : {"containers", "resourceClaims"}) {
+      for (const char* k : {"containers", "resourceClaims", "nodeSelector", "schedulingGroup",
+                            "workloadRef"}) {
         if (object["spec"].contains(k)) keep["spec"][k] = object["spec"][k];
       }
-      if (const nlohmann::json* st = Path(object, {"status", "resourceClaimStatuses"})) {
-        keep["status"]["resourceClaimStatuses"] = *st;
+      for (const char* k : {"resourceClaimStatuses", "conditions"}) {
+        if (const nlohmann::json* st = Path(object, {"status", k})) keep["status"][k] = *st;
       }
       return pending_.insert_or_assign(key, std::move(keep)).second;
     }
@@ -360,6 +391,38 @@ absl::Status DraMode::Init() {
   rules_ = std::make_unique<k8s_dra::TaintRules>(deps_.kube, ro);
   claims_ = std::make_unique<QuorumClaimLister>(deps_.kube, kDra);
   dra::LenderOptions lo;
+  if (deps_.gangs.maker != nullptr && deps_.gang_of) {
+    // The lending mode's gangs: its own registry, over its pools' nodes
+    // only; a complete gang lives while claims hold its devices.
+    BridgeGangsDeps g = deps_.gangs;
+    g.ledger = deps_.ledger;
+    g.clock = deps_.clock;
+    g.node_filter = [this](const std::string& node) { return !PoolOf(node).empty(); };
+    auto unusable = g.unusable;
+    g.unusable = [this, unusable](const std::string& node) -> std::string {
+      std::string why;
+      if (!map_->Lendable(node, &why)) return absl::StrCat("lends nothing: ", why);
+      return unusable ? unusable(node) : "";
+    };
+    Ledger* ledger = deps_.ledger;
+    g.in_use = [ledger](uint32_t job, const std::vector<std::string>& nodes) {
+      return dra::GangLends::InUse(*ledger, job, nodes);
+    };
+    absl::StatusOr<std::unique_ptr<BridgeGangs>> started = BridgeGangs::Start(std::move(g));
+    if (!started.ok()) {
+      return absl::Status(started.status().code(),
+                          absl::StrCat("dra: gangs: ", started.status().message()));
+    }
+    gang_registry_ = *std::move(started);
+    gangs_ = std::make_unique<dra::GangLends>(gang_registry_->registry(), deps_.clock);
+    dra::GangLends* gangs = gangs_.get();
+    lo.gang_admit = [gangs](const Owner& slot, const std::vector<std::string>& pods) {
+      return gangs->Admit(slot, pods);
+    };
+    lo.gang_slots = [gangs](uint32_t job, const std::string& node) {
+      return gangs->SlotOwners(job, node);
+    };
+  }
   lo.admission_grace = c.webhook.admission_grace;
   lo.warm_buffer = static_cast<uint32_t>(c.warm_buffer);
   lo.reclaim_after = c.reclaim_after;
@@ -435,6 +498,7 @@ void DraMode::Stop() {
   ReapLends(/*all=*/true);  // the loop's lends under way
   if (release_.joinable()) release_.join();
   if (tick_.joinable()) tick_.join();
+  if (gang_registry_) gang_registry_->Stop();
   for (auto* inf : {pod_informer_.get(), claim_informer_.get(), slice_informer_.get()}) {
     if (inf != nullptr) inf->Stop();
   }
@@ -594,6 +658,13 @@ void DraMode::LendDemand() {
                    name, demand.status().ToString());
       continue;
     }
+    if (gangs_ != nullptr && LendForGang(pod, *demand)) {
+      served[uid] = now;
+      continue;  // a gang is lent for whole, or not at all
+    }
+    // A single pod is lent for once kube-scheduler found it unschedulable
+    // (a pod kept only for its gang markers is not).
+    if (!k8s_dra::UnschedulablePod(pod)) continue;
     for (const auto& [driver, want] : *demand) {
       const DeviceKind kind = driver == kTpuDriver ? DeviceKind::kTpu : DeviceKind::kGpu;
       // TPUs are lent per host; an All request takes a whole node too.
@@ -661,6 +732,47 @@ void DraMode::LendDemand() {
   }
 }
 
+bool DraMode::LendForGang(const nlohmann::json& pod,
+                          const std::map<std::string, k8s_dra::DeviceDemand>& demand) {
+  if (!GangMarked(pod)) return false;
+  const gang::MemberRef member{Str(pod, {"metadata", "uid"}), Str(pod, {"metadata", "namespace"}),
+                               Str(pod, {"metadata", "name"})};
+  absl::StatusOr<std::optional<gang::GangSpec>> spec = deps_.gang_of(pod);
+  if (!spec.ok()) {
+    // Its gang cannot be read: nothing is lent for it (not even alone).
+    spdlog::warn("dra: pod {}/{}: its gang cannot be read, nothing lent: {}", member.ns,
+                 member.name, spec.status().ToString());
+    return true;
+  }
+  if (!spec->has_value()) return false;
+  // What each member asks of the lent drivers: whole GPUs (a gang's one
+  // Slurm job asks the same GRES on every node). Kubernetes places the
+  // pods' CPUs and memory; the gang job asks none of them.
+  uint32_t gpus = 0;
+  for (const auto& [driver, want] : demand) {
+    if (driver == kTpuDriver || want.all) {
+      spdlog::warn("dra: pod {}/{} of gang {} asks whole hosts; gangs are lent GPUs only, "
+                   "it is lent for alone",
+                   member.ns, member.name, (*spec)->key.ToString());
+      return false;
+    }
+    gpus += static_cast<uint32_t>(std::clamp<int64_t>(want.count, 0, 1024));
+  }
+  if (gpus == 0) return false;
+  gang::GangSpec& s = **spec;
+  s.member = placement::PodRequest{};
+  s.member.kind = DeviceKind::kGpu;
+  s.member.count = gpus;
+  const gang::Admission a = gangs_->Lend(s, member);
+  if (a.kind == gang::Admission::kReady || a.kind == gang::Admission::kWaiting) {
+    spdlog::debug("dra: pod {}/{}: gang {}: {}", member.ns, member.name, s.key.ToString(),
+                  a.reason.empty() ? "lent" : a.reason);
+  } else {
+    spdlog::info("dra: pod {}/{}: gang {}: {}", member.ns, member.name, s.key.ToString(), a.reason);
+  }
+  return true;
+}
+
 void DraMode::RunLend(const DemandLend& l) {
   absl::StatusOr<std::vector<dra::LedgerDevice>> lent = lender_->Lend(l.node, l.kind, l.count);
   if (!lent.ok()) {
@@ -701,6 +813,7 @@ void DraMode::TickLoop() {
       auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
       if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Seconds(1))) return;
     }
+    if (gangs_ != nullptr) gangs_->Prune();
     if (absl::Status s = lender_->Tick(); !s.ok()) {
       spdlog::debug("dra: warm buffer / reclaim pass: {}", s.ToString());
     }

@@ -33,7 +33,17 @@
 //    grace); and a thread for Lender::Tick every second (a reclaim waits out
 //    the admission grace there);
 //  - the admission webhook (k8s_adapter/dra), started only after the first
-//    map is built, so it never answers from an empty map.
+//    map is built, so it never answers from an empty map;
+//  - gangs (docs/dra.md, "Gangs"), when `gangs.maker` is set: the lending
+//    mode's own BridgeGangs (a GangRegistry over the lending pools' nodes,
+//    recovered from the ledger before the webhook starts, ticked on its own
+//    thread) and dra::GangLends, the fence the Lender asks about a gang
+//    slot's devices. A pending pod that `gang_of` recognises as a gang
+//    member asking GPUs of a lent driver lends for the whole gang (one
+//    Slurm job, or nothing and DuetGangUnplaceable), never a single lend.
+//    Such pods are served when kube-scheduler marked them Unschedulable, or
+//    when its PodScheduled condition is False for another reason (a
+//    member whose allocation the webhook refused, GANG_WAITING).
 //
 // Thread-safety: Start/Stop from one owner thread; the rest is internal.
 
@@ -52,7 +62,10 @@
 #include "bridge/config/config.h"
 #include "bridge/dra/dra_device.h"
 #include "bridge/dra/lend_maker.h"
+#include "bridge/dra/gang_lends.h"
 #include "bridge/dra/lender.h"
+#include "bridge/gang/gang.h"
+#include "bridge/server/gangs.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/placement.h"
 #include "common/clock.h"
@@ -69,6 +82,7 @@ namespace k8s_dra {
 class DeviceMap;
 class TaintRules;
 class WebhookServer;
+struct DeviceDemand;
 }  // namespace k8s_dra
 
 // Quorum reads of ResourceClaims (no resourceVersion: served from etcd): the
@@ -105,6 +119,11 @@ struct DraModeDeps {
   k8s::EventRecorder* events = nullptr;
   // How lending picks a node for a pending pod.
   placement::Policy policy = placement::Policy::kDuet;
+  // Gangs: the lending mode's BridgeGangs is started from these (its
+  // node_filter, in_use and ledger are DraMode's) when `gangs.maker` and
+  // `gang_of` are set; else gang members are lent for one by one.
+  BridgeGangsDeps gangs;
+  std::function<absl::StatusOr<std::optional<gang::GangSpec>>(const nlohmann::json& pod)> gang_of;
 };
 
 class DraMode {
@@ -126,6 +145,10 @@ class DraMode {
   int webhook_port() const;
   const std::string& rule_api() const { return rule_api_; }
   dra::Lender* lender() { return lender_.get(); }
+  // The lending mode's gangs (null when gangs are off).
+  gang::GangRegistry* gang_registry() {
+    return gang_registry_ ? gang_registry_->registry() : nullptr;
+  }
 
  private:
   class SliceHandler;
@@ -167,12 +190,18 @@ class DraMode {
   void ReleaseLoop();
   // The lending pool of a ledger node ("" when none).
   std::string PoolOf(const std::string& node) const;
+  // A pending pod of a gang (gangs on): lends for the whole gang through
+  // GangLends. False when the pod is no gang member (lent for alone).
+  bool LendForGang(const nlohmann::json& pod,
+                   const std::map<std::string, k8s_dra::DeviceDemand>& demand);
 
   DraModeDeps deps_;
   std::string rule_api_;
   std::unique_ptr<k8s_dra::DeviceMap> map_;
   std::unique_ptr<k8s_dra::TaintRules> rules_;
   std::unique_ptr<QuorumClaimLister> claims_;
+  std::unique_ptr<BridgeGangs> gang_registry_;  // gangs: before the Lender that asks it
+  std::unique_ptr<dra::GangLends> gangs_;
   std::unique_ptr<dra::Lender> lender_;
   std::unique_ptr<SliceHandler> slice_handler_;
   std::unique_ptr<ClaimHandler> claim_handler_;

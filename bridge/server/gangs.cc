@@ -49,6 +49,8 @@ BridgeGangs::BridgeGangs(BridgeGangsDeps deps) : deps_(std::move(deps)) {
   o.unusable = deps_.unusable;
   o.wait_durable = deps_.wait_durable;
   o.job_gang = deps_.job_gang;
+  o.node_filter = deps_.node_filter;
+  o.in_use = deps_.in_use;
   // What Placeholders (the GangMaker) records for each slot.
   o.slot_owner = [](uint32_t job, const gang::GangKey& key, uint32_t slot) {
     return Owner::GangSlot(job, key.ToString(), slot);

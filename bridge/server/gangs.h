@@ -58,6 +58,11 @@ struct BridgeGangsDeps {
   std::function<placement::NodeLoad(const NodeView&)> load;
   std::function<std::string(const std::string& node)> unusable;
   std::function<absl::Status(uint64_t seq)> wait_durable;
+  // GangRegistryOptions' (null: every node; the extender's rules). The
+  // extender's registry takes the nodes of no DRA lending pool; the lending
+  // mode's (DraMode's) those of its pools, and claims as members.
+  std::function<bool(const std::string& node)> node_filter;
+  std::function<bool(uint32_t job_id, const std::vector<std::string>& nodes)> in_use;
   // The API server (member checks, annotations); null: neither.
   k8s::KubeClient* kube = nullptr;
   // Null: no Events.

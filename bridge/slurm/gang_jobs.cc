@@ -30,7 +30,9 @@ absl::flat_hash_set<uint32_t> SlurmSync::GangJobsHeld(const std::vector<SlurmJob
   });
   if (!any) return out;
   for (const Holding& h : ledger_->ListHoldings()) {
-    if (h.owner.kind == OwnerKind::kGangSlot || h.owner.kind == OwnerKind::kPlaceholder) {
+    // A claim on a gang job's device (the DRA lending mode) holds it too.
+    if (h.owner.kind == OwnerKind::kGangSlot || h.owner.kind == OwnerKind::kPlaceholder ||
+        h.owner.kind == OwnerKind::kClaim) {
       out.insert(h.owner.job_id);
     }
   }

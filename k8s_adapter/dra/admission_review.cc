@@ -1,5 +1,6 @@
 #include "k8s_adapter/dra/admission_review.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -37,6 +38,52 @@ absl::StatusOr<std::string> Required(const json& j, const char* key, const std::
     return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": required"));
   }
   return s;
+}
+
+// The pods a claim is for, into `out` (each uid once): status.reservedFor
+// entries of resource "pods" (core group) and metadata.ownerReferences of
+// kind Pod (apiVersion v1). Entries of other resources and kinds are not
+// pods; an entry that is not an object, or a uid that is not a string, is
+// INVALID_ARGUMENT.
+absl::Status ParseConsumers(const json& claim, const std::string& where,
+                            std::vector<std::string>* out) {
+  auto add = [out](const std::string& uid) {
+    if (!uid.empty() && std::find(out->begin(), out->end(), uid) == out->end()) out->push_back(uid);
+  };
+  const json* status = Member(claim, "status");
+  const json* reserved = status != nullptr && status->is_object() ? Member(*status, "reservedFor")
+                                                                  : nullptr;
+  if (reserved != nullptr) {
+    const std::string at = absl::StrCat(where, ".status.reservedFor");
+    if (!reserved->is_array()) return absl::InvalidArgumentError(at + ": must be a list");
+    for (const json& r : *reserved) {
+      if (!r.is_object()) return absl::InvalidArgumentError(at + "[]: must be an object");
+      absl::StatusOr<std::string> resource = String(r, "resource", at + "[]");
+      absl::StatusOr<std::string> group = String(r, "apiGroup", at + "[]");
+      absl::StatusOr<std::string> uid = String(r, "uid", at + "[]");
+      for (const auto* v : {&resource, &group, &uid}) {
+        if (!v->ok()) return v->status();
+      }
+      if (*resource == "pods" && group->empty()) add(*uid);
+    }
+  }
+  const json* md = Member(claim, "metadata");
+  const json* owners = md != nullptr && md->is_object() ? Member(*md, "ownerReferences") : nullptr;
+  if (owners != nullptr) {
+    const std::string at = absl::StrCat(where, ".metadata.ownerReferences");
+    if (!owners->is_array()) return absl::InvalidArgumentError(at + ": must be a list");
+    for (const json& o : *owners) {
+      if (!o.is_object()) return absl::InvalidArgumentError(at + "[]: must be an object");
+      absl::StatusOr<std::string> kind = String(o, "kind", at + "[]");
+      absl::StatusOr<std::string> version = String(o, "apiVersion", at + "[]");
+      absl::StatusOr<std::string> uid = String(o, "uid", at + "[]");
+      for (const auto* v : {&kind, &version, &uid}) {
+        if (!v->ok()) return v->status();
+      }
+      if (*kind == "Pod" && *version == "v1") add(*uid);
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A claim's status.allocation (null when none), its results into `out` and
@@ -168,6 +215,7 @@ absl::StatusOr<ParsedReview> ParseAdmissionReview(const json& review) {
   if (md == nullptr || !md->is_object()) {
     return absl::InvalidArgumentError("request.object.metadata: required");
   }
+  if (absl::Status s = ParseConsumers(*object, "request.object", &out.ask.pods); !s.ok()) return s;
   for (auto [field, dst] : {std::pair{"uid", &out.ask.claim.uid},
                             std::pair{"namespace", &out.ask.claim.ns},
                             std::pair{"name", &out.ask.claim.name}}) {

@@ -15,6 +15,10 @@
 //   node         status.allocation.nodeSelector: the one value of
 //                nodeSelectorTerms[].matchFields[] {key metadata.name,
 //                operator In} ("" when there is none or they name several)
+//   pods         the uids of object.status.reservedFor[] entries of resource
+//                pods (core group) and of object.metadata.ownerReferences[]
+//                of kind Pod (v1), each once (the gang fence, docs/dra.md
+//                "Gangs")
 //   dry_run      request.dryRun
 // Anything else (another kind, resource, subresource or operation; a result
 // without driver, pool or device; fields of the wrong type) is

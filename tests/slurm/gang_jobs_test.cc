@@ -255,6 +255,27 @@ TEST_F(GangSyncTest, ALiveGangJobsSlotsAndMembersStandForIt) {
   EXPECT_THAT(user_jobs_, IsEmpty());  // duet's job, not a user's
 }
 
+// The DRA lending mode: every slot of a live gang job is a claim's now
+// (docs/dra.md "Gangs"). The claims stand for the job: nothing is imported
+// over them, nothing released.
+TEST_F(GangSyncTest, ALiveGangJobWhoseSlotsClaimsHoldIsNotImportedAgain) {
+  absl::StatusOr<gang::GangAllocation> a = maker_.Create(Key(), Spec(2), {{"n1", 1}, {"n2", 1}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(ledger_.Rebind("n1", Owner::GangSlot(5000, kGang, 0), Owner::Claim(5000, "c0")).ok());
+  ASSERT_TRUE(ledger_.Rebind("n2", Owner::GangSlot(5000, kGang, 1), Owner::Claim(5000, "c1")).ok());
+  SlurmJobInfo job = GangJob(5000, {"n1", "n2"}, {0, 1}, 2);
+  job.start_time = clock_.Now() - absl::Hours(1);
+  slurm_.add_job(job);
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(Sync().RunOnce().ok());
+  EXPECT_EQ(Sync().stats().holdings_imported, 0u);
+  EXPECT_EQ(Sync().stats().holdings_released, 0u);
+  EXPECT_EQ(Sync().stats().conflicts, 0u);  // no import tried over the claims
+  EXPECT_EQ(ledger_.ListHoldings().size(), 2u);
+  EXPECT_TRUE(ledger_.FindHolding("n1", Owner::Claim(5000, "c0")).has_value());
+  EXPECT_THAT(user_jobs_, IsEmpty());
+}
+
 // A gang job Slurm lost: its slots go, a member whose pod runs keeps its
 // devices (re-made as its own placeholder).
 TEST_F(GangSyncTest, AGoneGangJobsSlotsAreReleasedAndItsRunningMembersKept) {

@@ -36,6 +36,39 @@ TEST(AdmissionReviewTest, ParsesAnAllocation) {
   }
 }
 
+TEST(AdmissionReviewTest, ThePodsTheClaimIsFor) {
+  json review = Review();
+  json& claim = review["request"]["object"];
+  // The scheduler's reservedFor (written with the allocation) and the pod
+  // owning a claim made from a template; other consumers and owners are not
+  // pods, and a pod named twice counts once.
+  claim["status"]["reservedFor"] = {
+      {{"resource", "pods"}, {"name", "w-0"}, {"uid", "pod-uid-0"}},
+      {{"apiGroup", "example.com"}, {"resource", "pods"}, {"name", "x"}, {"uid", "not-a-pod"}},
+      {{"resource", "jobs"}, {"name", "j"}, {"uid", "job-uid"}}};
+  claim["metadata"]["ownerReferences"] = {
+      {{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", "w-0"}, {"uid", "pod-uid-0"}},
+      {{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", "w-1"}, {"uid", "pod-uid-1"}},
+      {{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"name", "j"}, {"uid", "job-uid"}}};
+  absl::StatusOr<ParsedReview> r = ParseAdmissionReview(review);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ask.pods, (std::vector<std::string>{"pod-uid-0", "pod-uid-1"}));
+  // None named: none.
+  r = ParseAdmissionReview(Review());
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ask.pods.empty());
+  // The wrong shape is refused, naming the field.
+  claim["status"]["reservedFor"] = "pod-uid-0";
+  r = ParseAdmissionReview(review);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("request.object.status.reservedFor"));
+  claim["status"].erase("reservedFor");
+  claim["metadata"]["ownerReferences"] = {{{"kind", "Pod"}, {"apiVersion", "v1"}, {"uid", 7}}};
+  r = ParseAdmissionReview(review);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("ownerReferences[].uid"));
+}
+
 TEST(AdmissionReviewTest, OldResultsAdminAccessAndDryRun) {
   json review = Review("v1", Allocation("gpu-node-1", "gpu-3", /*admin=*/true), /*dry_run=*/true);
   review["request"]["oldObject"]["status"]["allocation"] = Allocation("gpu-node-1", "gpu-3", true);
