@@ -97,18 +97,18 @@ void Extender::RefreshDomains() {
   // The ledger sequence the last build saw; 0: not known (the first
   // request's build), so the first round rebuilds.
   uint64_t built_seq = 0;
-  absl::MutexLock l(&refresh_mu_);
-  while (!stopping_) {
-    refresh_mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.domain_refresh);
-    if (stopping_) break;
+  while (true) {
+    {
+      absl::MutexLock l(&refresh_mu_);
+      refresh_mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.domain_refresh);
+      if (stopping_) return;
+    }
     // Nothing before the first prioritize builds one; nothing to redo while
     // the ledger has not changed.
     if (domains_.Current() == nullptr || ledger_->seq() == built_seq) continue;
-    refresh_mu_.Unlock();
     LedgerSnapshot snap = ledger_->Snapshot();
     built_seq = snap.seq;
     domains_.Refresh(absl::Now(), [&snap] { return std::move(snap.nodes); });
-    refresh_mu_.Lock();
   }
 }
 
