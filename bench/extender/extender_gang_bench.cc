@@ -32,7 +32,9 @@
 // Prints one JSON line: p50/p99 (microseconds) per kind of call.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
