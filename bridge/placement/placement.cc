@@ -354,6 +354,14 @@ std::optional<Placement> Scorer::Evaluate(const NodeView& view, const NodeLoad& 
   return p;
 }
 
+std::optional<double> Scorer::Raw(const NodeView& view, const NodeLoad& load,
+                                  const PodRequest& request) const {
+  if (!QuickFits(view, load, request)) return std::nullopt;
+  const NodeFree node = internal::Summarize(view, load);
+  if (!CheckFits(view, node, request, nullptr)) return std::nullopt;
+  return EvaluateFree(node, request, policy_, workload_).raw + DomainTerm(view);
+}
+
 uint32_t Scorer::SlurmWeight(const NodeView& view, const NodeLoad& load) const {
   const NodeFree node = internal::Summarize(view, load);
   if (!node.ready) return kMaxSlurmWeight;

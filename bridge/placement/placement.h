@@ -125,6 +125,10 @@ class Scorer {
   // when non-null) when the request does not fit.
   std::optional<Placement> Evaluate(const NodeView& view, const NodeLoad& load,
                                     const PodRequest& request, std::string* reason = nullptr) const;
+  // Evaluate's `raw` alone (nullopt where the request does not fit), without
+  // choosing devices: what the extender's prioritize needs for every node.
+  std::optional<double> Raw(const NodeView& view, const NodeLoad& load,
+                            const PodRequest& request) const;
 
   // The node's Slurm weight under this policy, in [1, kMaxSlurmWeight]; Slurm
   // tries lower weights first and takes the first node that fits.

@@ -344,10 +344,22 @@ DomainUsage DomainUsage::Of(absl::Span<const std::shared_ptr<const NodeView>> no
     auto it = domains.find(key);
     return it == domains.end() ? nullptr : &it->second;
   };
+  std::vector<std::pair<const std::string*, double>> packed;
+  size_t bytes = 0;
   for (const Entry& e : entries) {
     const double p = DomainPacking(e.totals, find(CliqueKey(e.topology)),
                                    find(SubblockKey(e.topology)), find(BlockKey(e.topology)));
-    if (p > 0) out.by_node_[*e.name] = p;
+    if (p <= 0) continue;
+    packed.emplace_back(e.name, p);
+    bytes += e.name->size();
+  }
+  out.names_ = std::make_unique<char[]>(std::max<size_t>(bytes, 1));
+  out.by_node_.reserve(packed.size());
+  char* at = out.names_.get();
+  for (const auto& [name, p] : packed) {
+    std::copy(name->begin(), name->end(), at);
+    out.by_node_[absl::string_view(at, name->size())] = p;
+    at += name->size();
   }
   return out;
 }
@@ -355,6 +367,21 @@ DomainUsage DomainUsage::Of(absl::Span<const std::shared_ptr<const NodeView>> no
 double DomainUsage::NodePacking(const std::string& node) const {
   auto it = by_node_.find(node);
   return it == by_node_.end() ? 0 : it->second;
+}
+
+std::shared_ptr<const DomainUsage> DomainUsageCache::Current() const {
+  absl::MutexLock l(&mu_);
+  return usage_;
+}
+
+std::shared_ptr<const DomainUsage> DomainUsageCache::Refresh(
+    absl::Time now, const std::function<std::vector<std::shared_ptr<const NodeView>>()>& nodes) {
+  absl::MutexLock b(&build_mu_);
+  auto out = std::make_shared<const DomainUsage>(DomainUsage::Of(nodes()));
+  absl::MutexLock l(&mu_);
+  usage_ = out;
+  built_ = now;
+  return out;
 }
 
 std::shared_ptr<const DomainUsage> DomainUsageCache::Get(

@@ -23,6 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -85,6 +86,11 @@ std::optional<GangPick> PickGangNodes(const std::vector<GangCandidate>& candidat
 class DomainUsage {
  public:
   DomainUsage() = default;
+  // Move-only: the map's keys point into `names_`.
+  DomainUsage(DomainUsage&&) = default;
+  DomainUsage& operator=(DomainUsage&&) = default;
+  DomainUsage(const DomainUsage&) = delete;
+  DomainUsage& operator=(const DomainUsage&) = delete;
 
   // Sums each node's device capacity and held milli-units into its domains.
   // Null views are skipped; a node without topology counts in no domain.
@@ -98,7 +104,12 @@ class DomainUsage {
   size_t size() const { return by_node_.size(); }
 
  private:
-  absl::flat_hash_map<std::string, double> by_node_;
+  // Keyed by views into one block of the names, not by a std::string each:
+  // a lookup per prioritized name then reads the table and that block
+  // (tens to hundreds of KB, cache-resident) instead of a heap string per
+  // node scattered over the heap.
+  std::unique_ptr<char[]> names_;
+  absl::flat_hash_map<absl::string_view, double> by_node_;
 };
 
 // A DomainUsage of the whole cluster, rebuilt at most every `max_age`: the
@@ -118,10 +129,20 @@ class DomainUsageCache {
       absl::Time now, const std::function<std::vector<std::shared_ptr<const NodeView>>()>& nodes)
       ABSL_LOCKS_EXCLUDED(mu_, build_mu_);
 
+  // The cached usage as it is (null before the first build): for a caller
+  // that leaves rebuilding to Refresh.
+  std::shared_ptr<const DomainUsage> Current() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Rebuilds from nodes() now, whatever the age (one caller at a time), and
+  // returns it: for a background refresher, so no request pays the scan.
+  std::shared_ptr<const DomainUsage> Refresh(
+      absl::Time now, const std::function<std::vector<std::shared_ptr<const NodeView>>()>& nodes)
+      ABSL_LOCKS_EXCLUDED(mu_, build_mu_);
+
  private:
   const absl::Duration max_age_;
   absl::Mutex build_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one rebuild at a time
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::shared_ptr<const DomainUsage> usage_ ABSL_GUARDED_BY(mu_);
   absl::Time built_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };

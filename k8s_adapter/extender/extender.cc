@@ -80,7 +80,38 @@ Extender::Extender(Ledger* ledger, pods::PlaceholderMaker* placeholders, PodApi*
       options_(std::move(options)),
       holds_(ledger, placeholders,
              pods::PodHoldsOptions{options_.policy, options_.workload, options_.load,
-                                   options_.on_placeholder}) {}
+                                   options_.on_placeholder}) {
+  if (options_.policy == placement::Policy::kDuet) {
+    refresher_ = std::thread([this] { RefreshDomains(); });
+  }
+}
+
+Extender::~Extender() {
+  {
+    absl::MutexLock l(&refresh_mu_);
+    stopping_ = true;
+  }
+  if (refresher_.joinable()) refresher_.join();
+}
+
+void Extender::RefreshDomains() {
+  // The ledger sequence the last build saw; 0: not known (the first
+  // request's build), so the first round rebuilds.
+  uint64_t built_seq = 0;
+  while (true) {
+    {
+      absl::MutexLock l(&refresh_mu_);
+      refresh_mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.domain_refresh);
+      if (stopping_) return;
+    }
+    // Nothing before the first prioritize builds one; nothing to redo while
+    // the ledger has not changed.
+    if (domains_.Current() == nullptr || ledger_->seq() == built_seq) continue;
+    LedgerSnapshot snap = ledger_->Snapshot();
+    built_seq = snap.seq;
+    domains_.Refresh(absl::Now(), [&snap] { return std::move(snap.nodes); });
+  }
+}
 
 placement::NodeLoad Extender::LoadOf(const NodeView& view) const { return holds_.LoadOf(view); }
 
@@ -207,19 +238,24 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
   const std::vector<std::shared_ptr<const NodeView>> views = ledger_->GetNodes(args.node_names);
   const std::shared_ptr<const placement::Workload> workload =
       options_.workload ? options_.workload() : nullptr;
-  // Domain packing over the whole ledger, at most a second old (docs/gangs.md
+  // Domain packing over the whole ledger, about a second old (docs/gangs.md
   // 4): kDuet's tie-break toward nodes whose clique/sub-block/block is
-  // already in use. Only kDuet reads it.
+  // already in use. Only kDuet reads it. The first request builds it; the
+  // refresher keeps it fresh, off the request path.
   std::shared_ptr<const placement::DomainUsage> domains;
   if (options_.policy == placement::Policy::kDuet) {
-    domains = domains_.Get(absl::Now(), [this] { return ledger_->Snapshot().nodes; });
+    domains = domains_.Current();
+    if (domains == nullptr) {
+      domains = domains_.Get(absl::Now(), [this] { return ledger_->Snapshot().nodes; });
+    }
   }
   const placement::Scorer scorer(options_.policy, workload.get(), domains.get());
   for (size_t i = 0; i < out.size(); ++i) {
     const NodeView* view = views[i].get();
     if (view == nullptr) continue;
-    std::optional<placement::Placement> p = scorer.Evaluate(*view, LoadOf(*view), *req);
-    if (p.has_value()) raw.emplace_back(i, p->raw);
+    // The raw preference only: prioritize needs no device choice.
+    std::optional<double> r = scorer.Raw(*view, LoadOf(*view), *req);
+    if (r.has_value()) raw.emplace_back(i, *r);
   }
   if (raw.empty()) return out;
   double lo = raw.front().second;

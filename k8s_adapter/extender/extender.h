@@ -62,16 +62,24 @@
 // Thread-safety: every method may be called concurrently (the ledger
 // serialises holds, the GangRegistry gangs; the extender's only other
 // mutable state is the domain usage cache, which is thread-safe).
+//
+// Domain packing (kDuet) reads a DomainUsage of the whole ledger. The first
+// prioritize builds it; from then on a thread the extender owns rebuilds it
+// every `domain_refresh` when the ledger changed, so no request pays the
+// scan of every node (1 to 4 ms at 5,000 nodes).
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "bridge/gang/gang.h"
 #include "bridge/gang/registry.h"
 #include "bridge/ledger/ledger.h"
@@ -139,6 +147,9 @@ struct ExtenderOptions {
   // Called concurrently. `gangs` is not owned and must outlive the extender.
   std::function<absl::StatusOr<std::optional<gang::GangSpec>>(const nlohmann::json& pod)> gang_of;
   gang::GangRegistry* gangs = nullptr;
+  // How often the domain usage is rebuilt in the background (when the
+  // ledger changed since the last build); kDuet only.
+  absl::Duration domain_refresh = absl::Seconds(1);
 };
 
 // Counters for tests and logs.
@@ -157,6 +168,8 @@ class Extender {
   Extender(Ledger* ledger, pods::PlaceholderMaker* placeholders, PodApi* api, ExtenderOptions options);
   Extender(const Extender&) = delete;
   Extender& operator=(const Extender&) = delete;
+  // Stops the domain usage refresher.
+  ~Extender();
 
   // INVALID_ARGUMENT only for a pod whose resources cannot be read; the
   // caller turns that into a result (every node FailedAndUnresolvable).
@@ -192,6 +205,8 @@ class Extender {
   // Bind's hold for a gang member: the slot's devices become the pod's;
   // waits until durable (a new move that cannot be made durable is undone).
   absl::Status HoldMember(const PodRef& pod, const std::string& node, std::string* devices);
+  // The refresher thread's loop (see the class comment).
+  void RefreshDomains() ABSL_LOCKS_EXCLUDED(refresh_mu_);
 
   Ledger* const ledger_;
   PodApi* const api_;
@@ -199,6 +214,9 @@ class Extender {
   pods::PodHolds holds_;
   // Prioritize's domain packing (kDuet), over every ledger node.
   mutable placement::DomainUsageCache domains_;
+  absl::Mutex refresh_mu_;
+  bool stopping_ ABSL_GUARDED_BY(refresh_mu_) = false;
+  std::thread refresher_;  // kDuet only
 
   std::atomic<uint64_t> bound_{0};
   std::atomic<uint64_t> refused_{0};

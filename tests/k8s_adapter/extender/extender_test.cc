@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "k8s_adapter/extender/server.h"
 #include "k8s_adapter/extender/types.h"
+#include "tests/fakes/wait.h"
 #include "tests/k8s_adapter/extender/cluster.h"
 
 namespace duet {
@@ -270,6 +271,36 @@ TEST(ExtenderDomainTest, PrioritizePrefersTheNodeInAPartlyUsedBlock) {
   p = extender.Prioritize(*args);
   ASSERT_EQ(p.size(), 3u);
   EXPECT_GT(p[1].score, p[0].score);
+}
+
+// The domain usage is rebuilt by the extender's own thread once the ledger
+// changes, not by a request: Slurm work arriving in block A after the first
+// prioritize reaches the scores without any request paying the rebuild.
+TEST(ExtenderDomainTest, DomainUsageIsRefreshedInTheBackgroundAfterALedgerChange) {
+  Ledger ledger;
+  const char* blocks[] = {"A", "A", "B"};
+  for (int i = 0; i < 3; ++i) {
+    NodeSpec spec = bench::H100Node(10 + i);
+    spec.labels["cloud.google.com/gce-topology-block"] = blocks[i];
+    ASSERT_TRUE(ledger.UpsertNode(spec).ok());
+  }
+  NoApi api;
+  ExtenderOptions o;
+  o.domain_refresh = absl::Milliseconds(1);
+  Extender extender(&ledger, nullptr, &api, o);
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(TestdataJson("filter_args.json"));
+  ASSERT_TRUE(args.ok());
+  args->node_names = {bench::H100NodeName(11), bench::H100NodeName(12)};
+  std::vector<HostPriority> p = extender.Prioritize(*args);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].score, p[1].score);  // nothing used anywhere: alike
+  testing::HoldSlurm(ledger, bench::H100NodeName(10), 101, 0, 6);
+  EXPECT_TRUE(fakes::WaitFor(
+      [&] {
+        p = extender.Prioritize(*args);
+        return p[0].score > p[1].score;
+      },
+      fakes::kWaitTimeout, "block A's use to reach the scores"));
 }
 
 TEST_F(ExtenderTest, OtherPoliciesOrderAsTheyShould) {
