@@ -25,19 +25,26 @@
 //
 //   pod_rate_bench --nodes pr0,pr1,... [--gpus 128] [--pods 100,1000]
 //                  [--reps 3] [--clients 16] [--threads 2]
-//                  [--bind-threads 0] [--configs ledger,slurm,direct]
+//                  [--bind-threads 2,16] [--configs ledger,slurm,direct]
 //
-// --threads is the extender server's io threads; --bind-threads the pool
-// its binds run on (ServerOptions::bind_threads; 0: as many as --threads).
+// --threads is the extender server's io threads; --bind-threads the sizes
+// of the pool its binds run on (ServerOptions::bind_threads), each run as
+// its own configuration for ledger and slurm; --clients a list too (each
+// a configuration).
 // Prints one JSON line per run, then a markdown table of medians over
 // --reps (pods/s from the first filter to the last bind answer; /bind
-// p50/p99 ms; retries). Each node must exist in Slurm with --gpus GPUs (and
+// p50/p99 ms; retries; slurmctld's CPU ms per pod when
+// $DUET_BENCH_CTLD_PID names it). Each node must exist in Slurm with --gpus GPUs (and
 // CPUs and memory for as many one-CPU placeholders) for slurm/direct.
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -124,9 +131,9 @@ struct Flags {
   int gpus = 128;
   std::vector<int> pods = {100, 1000};
   int reps = 3;
-  int clients = 16;
+  std::vector<int> clients = {16};
   int threads = 2;
-  int bind_threads = 0;
+  std::vector<int> bind_threads = {2};
   std::vector<std::string> configs = {"ledger", "slurm", "direct"};
 };
 
@@ -135,8 +142,28 @@ struct RunResult {
   double bind_p50_ms = 0;
   double bind_p99_ms = 0;
   int retries = 0;
+  double ctld_cpu_ms_per_pod = 0;  // slurmctld's CPU time over the run, per pod
   bool ok = false;
 };
+
+// slurmctld's CPU seconds so far ($DUET_BENCH_CTLD_PID's utime + stime), 0
+// without one.
+double CtldCpuSeconds() {
+  const char* pid = std::getenv("DUET_BENCH_CTLD_PID");
+  if (pid == nullptr) return 0;
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the ")" that ends the command name: state is field 3, utime 14, stime 15.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> fields = absl::StrSplit(text.substr(close + 2), ' ');
+  double utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &utime) ||
+      !absl::SimpleAtod(fields[12], &stime)) {
+    return 0;
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 double Pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -182,8 +209,8 @@ bool CancelAll(LibSlurmClient* slurm, const std::vector<uint32_t>& jobs, int cli
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   for (;;) {
     absl::StatusOr<std::vector<SlurmJobInfo>> all = slurm->ListJobs();
-    if (all.ok() && std::none_of(all->begin(), all->end(),
-                                 [](const SlurmJobInfo& j) { return j.live(); })) {
+    if (all.ok() &&
+        std::none_of(all->begin(), all->end(), [](const SlurmJobInfo& j) { return j.live(); })) {
       return !failed;
     }
     if (absl::Now() > deadline) {
@@ -198,8 +225,8 @@ bool CancelAll(LibSlurmClient* slurm, const std::vector<uint32_t>& jobs, int cli
 bool Schedule(HttpClient& c, int i, const std::string& names, std::vector<double>* bind_ms,
               std::atomic<int>* retries) {
   const json pod = PodJson(i, "");
-  const std::string filter_body = absl::StrCat(R"({"Pod":)", pod.dump(),
-                                               R"(,"Nodes":null,"NodeNames":)", names, "}");
+  const std::string filter_body =
+      absl::StrCat(R"({"Pod":)", pod.dump(), R"(,"Nodes":null,"NodeNames":)", names, "}");
   for (int attempt = 0; attempt < 50; ++attempt) {
     if (attempt > 0) retries->fetch_add(1);
     auto r = c.Post("/duet/filter", filter_body);
@@ -220,7 +247,9 @@ bool Schedule(HttpClient& c, int i, const std::string& names, std::vector<double
         best = h["Host"].get<std::string>();
       }
     }
-    json bind = {{"PodName", PodName(i)}, {"PodNamespace", kNamespace}, {"PodUID", PodUid(i)},
+    json bind = {{"PodName", PodName(i)},
+                 {"PodNamespace", kNamespace},
+                 {"PodUID", PodUid(i)},
                  {"Node", best}};
     const absl::Time t = absl::Now();
     r = c.Post("/duet/bind", bind.dump());
@@ -234,7 +263,8 @@ bool Schedule(HttpClient& c, int i, const std::string& names, std::vector<double
   return false;
 }
 
-RunResult RunStream(const Flags& f, const std::string& config, int n, LibSlurmClient* slurm) {
+RunResult RunStream(const Flags& f, const std::string& config, int n, int clients, int bind_threads,
+                    LibSlurmClient* slurm) {
   RunResult out;
   Ledger ledger;
   for (const std::string& node : f.nodes) {
@@ -246,7 +276,7 @@ RunResult RunStream(const Flags& f, const std::string& config, int n, LibSlurmCl
   extender::Extender ext(&ledger, placeholders.get(), &api, extender::ExtenderOptions{});
   extender::ServerOptions so;
   so.threads = f.threads;
-  so.bind_threads = f.bind_threads;
+  so.bind_threads = bind_threads;
   auto server = extender::ExtenderServer::Start(&ext, so);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
@@ -257,10 +287,11 @@ RunResult RunStream(const Flags& f, const std::string& config, int n, LibSlurmCl
   std::atomic<int> next{0};
   std::atomic<int> retries{0};
   std::atomic<bool> failed{false};
-  std::vector<std::vector<double>> per_client(static_cast<size_t>(f.clients));
+  std::vector<std::vector<double>> per_client(static_cast<size_t>(clients));
   std::vector<std::thread> threads;
+  const double cpu0 = CtldCpuSeconds();
   const absl::Time start = absl::Now();
-  for (int t = 0; t < f.clients; ++t) {
+  for (int t = 0; t < clients; ++t) {
     threads.emplace_back([&, t] {
       HttpClient c((*server)->port());
       for (int i = next++; i < n && !failed; i = next++) {
@@ -270,6 +301,7 @@ RunResult RunStream(const Flags& f, const std::string& config, int n, LibSlurmCl
   }
   for (std::thread& t : threads) t.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  out.ctld_cpu_ms_per_pod = (CtldCpuSeconds() - cpu0) * 1000 / n;
   (*server)->Stop();
 
   std::vector<double> bind_ms;
@@ -289,7 +321,7 @@ RunResult RunStream(const Flags& f, const std::string& config, int n, LibSlurmCl
     std::fprintf(stderr, "%s n=%d: binds %d, holdings %zu, placeholders %zu\n", config.c_str(), n,
                  api.binds(), held, jobs.size());
   }
-  if (config == "slurm" && !CancelAll(slurm, jobs, f.clients)) out.ok = false;
+  if (config == "slurm" && !CancelAll(slurm, jobs, 16)) out.ok = false;
   out.pods_per_s = n / seconds;
   out.bind_p50_ms = Pct(bind_ms, 0.5);
   out.bind_p99_ms = Pct(bind_ms, 0.99);
@@ -298,7 +330,7 @@ RunResult RunStream(const Flags& f, const std::string& config, int n, LibSlurmCl
 }
 
 // N placeholders straight through LibSlurmClient from --clients threads.
-RunResult RunDirect(const Flags& f, int n, LibSlurmClient* slurm) {
+RunResult RunDirect(const Flags& f, int n, int clients, LibSlurmClient* slurm) {
   RunResult out;
   std::atomic<int> next{0};
   std::atomic<bool> failed{false};
@@ -306,8 +338,9 @@ RunResult RunDirect(const Flags& f, int n, LibSlurmClient* slurm) {
   std::vector<uint32_t> jobs;
   std::vector<double> ms;
   std::vector<std::thread> threads;
+  const double cpu0 = CtldCpuSeconds();
   const absl::Time start = absl::Now();
-  for (int t = 0; t < f.clients; ++t) {
+  for (int t = 0; t < clients; ++t) {
     threads.emplace_back([&] {
       for (int i = next++; i < n && !failed; i = next++) {
         SlurmAllocRequest req;
@@ -333,7 +366,8 @@ RunResult RunDirect(const Flags& f, int n, LibSlurmClient* slurm) {
   }
   for (std::thread& t : threads) t.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  out.ok = !failed && CancelAll(slurm, jobs, f.clients);
+  out.ctld_cpu_ms_per_pod = (CtldCpuSeconds() - cpu0) * 1000 / n;
+  out.ok = !failed && CancelAll(slurm, jobs, 16);
   out.pods_per_s = n / seconds;
   out.bind_p50_ms = Pct(ms, 0.5);
   out.bind_p99_ms = Pct(ms, 0.99);
@@ -349,37 +383,50 @@ int Run(const Flags& f) {
   std::map<std::pair<int, std::string>, std::vector<RunResult>> runs;
   for (int n : f.pods) {
     for (int rep = 0; rep < f.reps; ++rep) {
-      for (const std::string& c : f.configs) {
-        RunResult r = c == "direct" ? RunDirect(f, n, slurm.get()) : RunStream(f, c, n, slurm.get());
-        if (!r.ok) return 1;
-        std::printf("%s\n", json{{"config", c},
-                                 {"pods", n},
-                                 {"rep", rep},
-                                 {"clients", f.clients},
-                                 {"threads", f.threads},
-                                 {"bind_threads", f.bind_threads},
-                                 {"pods_per_s", r.pods_per_s},
-                                 {"bind_ms", {{"p50", r.bind_p50_ms}, {"p99", r.bind_p99_ms}}},
-                                 {"retries", r.retries}}
-                                .dump()
-                                .c_str());
-        std::fflush(stdout);
-        runs[{n, c}].push_back(r);
+      for (int clients : f.clients) {
+        for (const std::string& config : f.configs) {
+          // The bind pool matters only where there is an extender.
+          for (int bt : config == "direct" ? std::vector<int>{0} : f.bind_threads) {
+            const std::string c = config == "direct"
+                                      ? absl::StrCat(config, " (", clients, " clients)")
+                                      : absl::StrCat(config, " (", clients, " clients, bind pool ",
+                                                     bt > 0 ? bt : f.threads, ")");
+            RunResult r = config == "direct" ? RunDirect(f, n, clients, slurm.get())
+                                             : RunStream(f, config, n, clients, bt, slurm.get());
+            if (!r.ok) return 1;
+            std::printf("%s\n", json{{"config", c},
+                                     {"pods", n},
+                                     {"rep", rep},
+                                     {"clients", clients},
+                                     {"threads", f.threads},
+                                     {"pods_per_s", r.pods_per_s},
+                                     {"bind_ms", {{"p50", r.bind_p50_ms}, {"p99", r.bind_p99_ms}}},
+                                     {"retries", r.retries},
+                                     {"slurmctld_cpu_ms_per_pod", r.ctld_cpu_ms_per_pod}}
+                                    .dump()
+                                    .c_str());
+            std::fflush(stdout);
+            runs[{n, c}].push_back(r);
+          }
+        }
       }
     }
   }
-  std::printf("\n| pods | configuration | pods/s | /bind p50 ms | /bind p99 ms | retries |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| pods | configuration | pods/s | /bind p50 ms | /bind p99 ms | retries | slurmctld CPU "
+      "ms/pod |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& [key, rs] : runs) {
-    std::vector<double> rate, p50, p99, retries;
+    std::vector<double> rate, p50, p99, retries, cpu;
     for (const RunResult& r : rs) {
       rate.push_back(r.pods_per_s);
       p50.push_back(r.bind_p50_ms);
       p99.push_back(r.bind_p99_ms);
       retries.push_back(r.retries);
+      cpu.push_back(r.ctld_cpu_ms_per_pod);
     }
-    std::printf("| %d | %s | %.0f | %.2f | %.2f | %.0f |\n", key.first, key.second.c_str(),
-                Median(rate), Median(p50), Median(p99), Median(retries));
+    std::printf("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.2f |\n", key.first, key.second.c_str(),
+                Median(rate), Median(p50), Median(p99), Median(retries), Median(cpu));
   }
   return 0;
 }
@@ -388,7 +435,9 @@ int Run(const Flags& f) {
 }  // namespace duet
 
 int main(int argc, char** argv) {
-  spdlog::set_level(spdlog::level::warn);
+  // Refused binds (a node filled up between filter and bind) are expected
+  // here and counted as retries.
+  spdlog::set_level(spdlog::level::err);
   duet::Flags f;
   auto ints = [](const std::string& v, std::vector<int>* out) {
     out->clear();
@@ -412,14 +461,15 @@ int main(int argc, char** argv) {
     } else if (k == "--reps") {
       ok = absl::SimpleAtoi(v, &f.reps) && f.reps > 0;
     } else if (k == "--clients") {
-      ok = absl::SimpleAtoi(v, &f.clients) && f.clients > 0;
+      ok = ints(v, &f.clients);
     } else if (k == "--threads") {
       ok = absl::SimpleAtoi(v, &f.threads) && f.threads > 0;
     } else if (k == "--bind-threads") {
-      ok = absl::SimpleAtoi(v, &f.bind_threads) && f.bind_threads >= 0;
+      ok = ints(v, &f.bind_threads);
     } else if (k == "--configs") {
       f.configs = absl::StrSplit(v, ',', absl::SkipEmpty());
-      for (const std::string& c : f.configs) ok = ok && (c == "ledger" || c == "slurm" || c == "direct");
+      for (const std::string& c : f.configs)
+        ok = ok && (c == "ledger" || c == "slurm" || c == "direct");
     } else {
       ok = false;
     }

@@ -40,6 +40,7 @@ for name in "${names[@]}"; do
   ((i < 600)) || { echo "node $name did not come up" >&2; exit 1; }
 done
 nodes=$(IFS=,; echo "${names[*]}")
+export DUET_BENCH_CTLD_PID=$(cat "$ROOT/run/slurmctld.bgpid")  # its CPU time per pod
 if ((quick)); then
   "$TOOL" --nodes "$nodes" --gpus "$GPUS" --pods 10 --reps 1 --clients 4 "$@"
 else
