@@ -133,7 +133,7 @@ struct Flags {
   int reps = 3;
   std::vector<int> clients = {16};
   int threads = 2;
-  std::vector<int> bind_threads = {2};
+  std::vector<int> bind_threads = {16};
   std::vector<std::string> configs = {"ledger", "slurm", "direct"};
 };
 

@@ -50,8 +50,9 @@ struct ExtenderSettings {
   int threads = 2;
   // Threads that run binds (each waits on Slurm's placeholder grant, the
   // journal and the API server; kube-scheduler binds pods in parallel);
-  // 0: as many as `threads`.
-  int bind_threads = 0;
+  // 0: as many as `threads`. bench/slurm/RESULTS.md (pods per second): 2
+  // bind threads held the placeholder stream ~15-30% below 16.
+  int bind_threads = 16;
 
   // OK, or INVALID_ARGUMENT naming the field under `prefix` ("extender.").
   // An empty listen passes: whether the extender must run is the caller's.
