@@ -210,6 +210,7 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(s.String("url_prefix", &c->extender.url_prefix));
     DUET_YAML(s.Int("max_request_bytes", &c->extender.max_request_bytes));
     DUET_YAML(s.Int("threads", &c->extender.threads));
+    DUET_YAML(s.Int("bind_threads", &c->extender.bind_threads));
     DUET_YAML(s.Bool("allow_unauthenticated", &c->extender.allow_unauthenticated));
     if (s.Child("scheduler_names")) {
       // Replaces the default list (StringList appends).

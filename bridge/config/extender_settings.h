@@ -46,8 +46,13 @@ struct ExtenderSettings {
   std::vector<std::string> scheduler_names = {"duet"};
   // Larger request bodies are refused with 413 (and the connection closed).
   int64_t max_request_bytes = 8388608;
-  // Threads that serve requests (and as many for binds).
+  // Threads that serve requests.
   int threads = 2;
+  // Threads that run binds (each waits on Slurm's placeholder grant, the
+  // journal and the API server; kube-scheduler binds pods in parallel);
+  // 0: as many as `threads`. bench/slurm/RESULTS.md (pods per second): 2
+  // bind threads held the placeholder stream ~15-30% below 16.
+  int bind_threads = 16;
 
   // OK, or INVALID_ARGUMENT naming the field under `prefix` ("extender.").
   // An empty listen passes: whether the extender must run is the caller's.
@@ -83,6 +88,9 @@ struct ExtenderSettings {
     }
     if (threads < 1 || threads > 64) {
       return absl::InvalidArgumentError(absl::StrCat(prefix, "threads: must be 1..64"));
+    }
+    if (bind_threads < 0 || bind_threads > 256) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, "bind_threads: must be 0..256"));
     }
     return absl::OkStatus();
   }

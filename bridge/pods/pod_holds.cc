@@ -62,18 +62,72 @@ absl::StatusOr<PodHold> PodHolds::Hold(const Owner& pod, const std::string& node
                                   : HoldInLedger(pod, node, request);
 }
 
+bool PodHolds::Fits(const NodeView& view, const placement::PodRequest& request,
+                    std::string* why) const {
+  if (flying_.load() == 0) return placement::Fits(view, LoadOf(view), request, why);
+  const placement::NodeLoad load = LoadOf(view);
+  absl::MutexLock l(&mu_);
+  return FitsLocked(view, load, request, why);
+}
+
+bool PodHolds::FitsLocked(const NodeView& view, placement::NodeLoad load,
+                          const placement::PodRequest& request, std::string* why) const {
+  auto it = in_flight_.find(view.spec.name);
+  if (it == in_flight_.end()) return placement::Fits(view, load, request, why);
+  // Beside the placeholders being granted: Slurm gives each whole devices,
+  // so those count as whole devices of the kind asked.
+  const InFlight& f = it->second;
+  load.cpu_milli += f.load.cpu_milli;
+  load.memory_mib += f.load.memory_mib;
+  placement::PodRequest with = request;
+  if (request.count > 0) with.count += request.kind == DeviceKind::kGpu ? f.gpus : f.tpus;
+  if (with.count != request.count) with.milli = kWholeDevice;
+  if (placement::Fits(view, load, with, why)) return true;
+  if (why != nullptr && with.count != request.count) {
+    absl::StrAppend(why, " (counting ", with.count - request.count,
+                    " asked of Slurm and not yet granted)");
+  }
+  return false;
+}
+
 absl::StatusOr<PodHold> PodHolds::HoldWithSlurm(const Owner& pod, const std::string& node,
                                                 const placement::PodRequest& request) {
-  std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
-  if (view == nullptr) return UnknownNodeError(node);
-  std::string why;
-  if (!placement::Fits(*view, LoadOf(*view), request, &why)) return Refusal(*view, why);
   const uint32_t gpus = request.kind == DeviceKind::kGpu ? request.count : 0;
   const uint32_t tpus = request.kind == DeviceKind::kTpu ? request.count : 0;
   const uint32_t cpus =
       static_cast<uint32_t>(std::max<uint64_t>(1, (request.cpu_milli + 999) / 1000));
+  const placement::NodeLoad asked{uint64_t{cpus} * 1000, request.memory_mib};
+  {
+    // Counted in flight until Slurm answers. The view is read under the
+    // lock: a placeholder leaves the flight only after the ledger holds it,
+    // so each is counted once or (for that moment) twice, never not at all.
+    absl::MutexLock l(&mu_);
+    std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+    if (view == nullptr) return UnknownNodeError(node);
+    std::string why;
+    if (!FitsLocked(*view, LoadOf(*view), request, &why)) return Refusal(*view, why);
+    InFlight& f = in_flight_[node];
+    f.gpus += gpus;
+    f.tpus += tpus;
+    f.load.cpu_milli += asked.cpu_milli;
+    f.load.memory_mib += asked.memory_mib;
+    flying_ = in_flight_.size();
+  }
   absl::StatusOr<Holding> h =
       placeholders_->Create(pod, node, gpus, tpus, cpus, request.memory_mib);
+  // Told before it leaves the flight, so `load` counts it throughout.
+  if (h.ok() && options_.on_placeholder) options_.on_placeholder(node, asked);
+  {
+    // Answered: recorded in the ledger (or refused), no longer in flight.
+    absl::MutexLock l(&mu_);
+    InFlight& f = in_flight_[node];
+    f.gpus -= gpus;
+    f.tpus -= tpus;
+    f.load.cpu_milli -= asked.cpu_milli;
+    f.load.memory_mib -= asked.memory_mib;
+    if (f.gpus == 0 && f.tpus == 0 && f.load.cpu_milli == 0) in_flight_.erase(node);
+    flying_ = in_flight_.size();
+  }
   if (!h.ok()) {
     // Slurm found no room: the same reason as placement's. Other refusals
     // (the ledger's) carry their own reasons already.
@@ -81,9 +135,6 @@ absl::StatusOr<PodHold> PodHolds::HoldWithSlurm(const Owner& pod, const std::str
       return WithReason(h.status(), v1::reason::kNoRoom, {{"node", node}});
     }
     return h.status();
-  }
-  if (options_.on_placeholder) {
-    options_.on_placeholder(node, placement::NodeLoad{uint64_t{cpus} * 1000, request.memory_mib});
   }
   return PodHold{std::move(*h), true, ledger_->seq()};  // seq: at or after the placeholder's
 }

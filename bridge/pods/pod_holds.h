@@ -19,6 +19,11 @@
 //               CPU/memory it asked, so `load` counts it before Slurm reports
 //               it back. Slurm's refusals are returned as they come, with
 //               NO_ROOM added to a RESOURCE_EXHAUSTED that has no reason.
+//               Placeholders asked of Slurm and not yet answered count
+//               against the node (their devices, CPUs and memory), so
+//               concurrent binds to a node that only some of them fit are
+//               refused here (NO_ROOM) instead of each costing slurmctld an
+//               allocation it must refuse.
 //  Without      the ledger holds the devices placement chooses, as owner Pod,
 //               on the generation placement saw; a lost race is retried once
 //               on a fresh view.
@@ -27,14 +32,18 @@
 // and Release undoes a hold whose durability or binding failed.
 //
 // Thread-safety: every method may be called concurrently (the ledger and the
-// PlaceholderMaker serialise; PodHolds keeps no mutable state).
+// PlaceholderMaker serialise; PodHolds's own state, the placeholders in
+// flight, is behind a mutex).
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/placement.h"
 
@@ -105,6 +114,12 @@ class PodHolds {
   // `options.load` of the node, zero without one.
   placement::NodeLoad LoadOf(const NodeView& view) const;
 
+  // placement::Fits against the node's load and, with Slurm, beside the
+  // placeholders asked on it and not yet answered: what Hold checks first.
+  // The extender's filter asks this, so a node that binds in flight fill is
+  // not offered again.
+  bool Fits(const NodeView& view, const placement::PodRequest& request, std::string* why) const;
+
   bool with_slurm() const { return placeholders_ != nullptr; }
 
  private:
@@ -113,9 +128,24 @@ class PodHolds {
   absl::StatusOr<PodHold> HoldInLedger(const Owner& pod, const std::string& node,
                                        const placement::PodRequest& request);
 
+  // What the placeholders asked of Slurm and not yet answered hold on a
+  // node.
+  struct InFlight {
+    uint32_t gpus = 0;
+    uint32_t tpus = 0;
+    placement::NodeLoad load;
+  };
+
   Ledger* const ledger_;
   PlaceholderMaker* const placeholders_;
   const PodHoldsOptions options_;
+  bool FitsLocked(const NodeView& view, placement::NodeLoad load,
+                  const placement::PodRequest& request, std::string* why) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::atomic<size_t> flying_{0};  // in_flight_.size(): 0 skips the lock
 };
 
 }  // namespace pods

@@ -169,7 +169,8 @@ FilterResult Extender::Filter(const ExtenderArgs& args) const {
         continue;
       }
     }
-    if (placement::Fits(*view, LoadOf(*view), *req, &reason)) {
+    // Beside the placeholders binds have asked of Slurm and not yet got.
+    if (holds_.Fits(*view, *req, &reason)) {
       out.node_names.push_back(name);
     } else {
       out.failed[name] = Reason(reason, name);

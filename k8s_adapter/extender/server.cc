@@ -233,6 +233,7 @@ class ExtenderServer::Impl {
     o.client_ca_file = options_.tls.client_ca_file;
     o.max_request_bytes = static_cast<size_t>(options_.max_request_bytes);
     o.threads = options_.threads;
+    o.blocking_threads = options_.bind_threads;
     o.idle_timeout_seconds = options_.idle_timeout_seconds;
     o.config_prefix = "extender.";
     o.log_name = "extender";

@@ -29,7 +29,8 @@
 //
 // Threads: `threads` threads run the io_context (parsing, filter,
 // prioritize); binds, which wait on Slurm, the journal and the API server,
-// run on a pool of the same size so they never hold up filter calls.
+// run on a pool of `bind_threads` (0: as many as `threads`) so they never
+// hold up filter calls.
 //
 // Metrics (in `registry`): duet_extender_requests_total{verb,code},
 // duet_extender_request_seconds{verb} and

@@ -257,7 +257,8 @@ class HttpsServer::Impl {
  public:
   explicit Impl(HttpsServerOptions options)
       : options_(std::move(options)),
-        pool_(static_cast<size_t>(std::max(1, options_.threads))),
+        pool_(static_cast<size_t>(
+            std::max(1, options_.blocking_threads > 0 ? options_.blocking_threads : options_.threads))),
         ioc_(std::max(1, options_.threads)),
         acceptor_(ioc_) {
     shared_.options = &options_;

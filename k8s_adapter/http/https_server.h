@@ -53,8 +53,10 @@ struct HttpsServerOptions {
   // PEM CA bundle: clients must present a certificate it signed.
   std::string client_ca_file;
   size_t max_request_bytes = 8 << 20;
-  // io threads, and as many in the pool for blocking requests.
+  // io threads, and as many in the pool for blocking requests unless
+  // blocking_threads > 0 says how many.
   int threads = 2;
+  int blocking_threads = 0;
   int idle_timeout_seconds = 120;
   // How errors name the settings: "<config_prefix>listen",
   // "<config_prefix>tls.cert_file" ("extender.", "dra.webhook.").

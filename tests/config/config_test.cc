@@ -277,6 +277,7 @@ TEST(ConfigTest, PlacementAndExtenderSections) {
   EXPECT_EQ(d->extender.url_prefix, "/duet");
   EXPECT_EQ(d->extender.max_request_bytes, 8388608);
   EXPECT_EQ(d->extender.threads, 2);
+  EXPECT_EQ(d->extender.bind_threads, 16);
 
   auto c = ParseConfig(R"yaml(
 placement: {policy: fgd}
@@ -286,6 +287,7 @@ extender:
   tls: {cert_file: e.crt, key_file: e.key, client_ca_file: sched-ca.crt}
   max_request_bytes: 1048576
   threads: 4
+  bind_threads: 32
 )yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->placement.policy, "fgd");
@@ -295,6 +297,7 @@ extender:
   EXPECT_EQ(c->extender.tls.key_file, "e.key");
   EXPECT_EQ(c->extender.max_request_bytes, 1048576);
   EXPECT_EQ(c->extender.threads, 4);
+  EXPECT_EQ(c->extender.bind_threads, 32);
   EXPECT_TRUE(ValidateConfig(*c).ok()) << ValidateConfig(*c);
 
   EXPECT_THAT(ParseConfig("extender: {tls: {cert: x}}").status().message(),
@@ -314,6 +317,7 @@ extender:
   bad("extender: {listen: \"0.0.0.0:8443\", tls: {cert_file: a}}", "extender.tls");
   bad("extender: {listen: \"0.0.0.0:8443\", max_request_bytes: 10}", "extender.max_request_bytes");
   bad("extender: {listen: \"0.0.0.0:8443\", threads: 0}", "extender.threads");
+  bad("extender: {listen: \"0.0.0.0:8443\", bind_threads: 300}", "extender.bind_threads");
 }
 
 TEST(ConfigTest, ExtenderSettingsAreCheckedWithTheirFieldPath) {

@@ -6,10 +6,12 @@
 #include "bridge/pods/pod_holds.h"
 
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/reason.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -52,6 +54,15 @@ class FakePlaceholders final : public PlaceholderMaker {
 
   absl::StatusOr<Holding> Create(const Owner& pod, const std::string& node, uint32_t gpus,
                                  uint32_t tpus, uint32_t cpus, uint64_t memory_mib) override {
+    absl::Notification* wait = nullptr;
+    {
+      absl::MutexLock l(&mu_);
+      wait = std::exchange(gate, nullptr);
+    }
+    if (wait != nullptr) {  // Slurm has not answered yet
+      entered.Notify();
+      wait->WaitForNotification();
+    }
     absl::MutexLock l(&mu_);
     asked.push_back({node, gpus, tpus, cpus, memory_mib});
     if (!refusal.ok()) return refusal;
@@ -83,6 +94,9 @@ class FakePlaceholders final : public PlaceholderMaker {
   std::vector<Ask> asked;
   std::vector<std::string> cancelled;
   absl::Status refusal;
+  // Set: the next Create notifies `entered`, then waits for it.
+  absl::Notification* gate = nullptr;
+  absl::Notification entered;
 
  private:
   absl::Mutex mu_;
@@ -177,6 +191,52 @@ TEST_F(PodHoldsTest, TheNodesLoadIsCountedBeforeSlurmIsAsked) {
   EXPECT_EQ(ReasonOf(h.status()), v1::reason::kNoRoom);
   EXPECT_THAT(std::string(h.status().message()), HasSubstr("cpu"));
   EXPECT_TRUE(slurm.asked.empty());
+}
+
+TEST_F(PodHoldsTest, PlaceholdersNotYetGrantedCountAgainstTheNode) {
+  FakePlaceholders slurm(&ledger_);
+  PodHolds holds(&ledger_, &slurm, Options());
+  absl::Notification go;
+  slurm.gate = &go;
+  absl::StatusOr<PodHold> first = absl::UnknownError("not run");
+  std::thread t([&] { first = holds.Hold(pod_, "a", Gpus(3)); });
+  slurm.entered.WaitForNotification();  // 3 of a's 4 GPUs asked of Slurm
+
+  // Free in the ledger, but not beside the 3 in flight: refused here, Slurm
+  // is not asked.
+  absl::StatusOr<PodHold> two = holds.Hold(Owner::Pod("uid-2", "ml", "two"), "a", Gpus(2));
+  EXPECT_EQ(two.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ReasonOf(two.status()), v1::reason::kNoRoom);
+  EXPECT_THAT(std::string(two.status().message()),
+              HasSubstr("3 asked of Slurm and not yet granted"));
+  // The extender's filter sees the same.
+  std::string why;
+  EXPECT_FALSE(holds.Fits(*ledger_.GetNode("a"), Gpus(2), &why));
+  EXPECT_THAT(why, HasSubstr("not yet granted"));
+  EXPECT_TRUE(holds.Fits(*ledger_.GetNode("a"), Gpus(1), &why));
+  // One fits beside them.
+  absl::StatusOr<PodHold> one = holds.Hold(Owner::Pod("uid-3", "ml", "one"), "a", Gpus(1));
+  ASSERT_TRUE(one.ok()) << one.status();
+
+  go.Notify();
+  t.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->holding.devices.size(), 3u);
+  EXPECT_EQ(slurm.asked.size(), 2u);
+  EXPECT_FALSE(holds.Fits(*ledger_.GetNode("a"), Gpus(1), &why));
+
+  // Nothing in flight: the ledger alone refuses, as before.
+  absl::StatusOr<PodHold> full = holds.Hold(Owner::Pod("uid-4", "ml", "four"), "a", Gpus(1));
+  EXPECT_EQ(ReasonOf(full.status()), v1::reason::kNoRoom);
+  EXPECT_THAT(std::string(full.status().message()), ::testing::Not(HasSubstr("not yet granted")));
+  EXPECT_EQ(slurm.asked.size(), 2u);
+
+  // A refused placeholder leaves the flight too.
+  ASSERT_TRUE(holds.Release(Owner::Pod("uid-3", "ml", "one"), "a").ok());
+  slurm.refusal = absl::ResourceExhaustedError("Slurm: no room");
+  EXPECT_FALSE(holds.Hold(Owner::Pod("uid-5", "ml", "five"), "a", Gpus(1)).ok());
+  slurm.refusal = absl::OkStatus();
+  EXPECT_TRUE(holds.Hold(Owner::Pod("uid-6", "ml", "six"), "a", Gpus(1)).ok());
 }
 
 TEST_F(PodHoldsTest, RefusalsCarryReasonsOnBothPaths) {
