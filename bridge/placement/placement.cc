@@ -230,16 +230,14 @@ double PickFgdDevice(const NodeFree& node, const PodRequest& request, const Work
   return best;
 }
 
-// Devices of `kind` on the node that its free CPU cannot feed at
-// `cpu_per_milli` (CPU milli per device milli): free devices times the share
-// of the CPU they would need that is missing. 0 when CPU is untracked.
-double StrandedDevices(const NodeFree& node, DeviceKind kind, double cpu_per_milli) {
-  if (cpu_per_milli <= 0 || node.cpu_capacity <= 0) return 0;
-  const Totals t = DeviceTotals(node, kind);
-  if (t.free == 0) return 0;
-  const double need = static_cast<double>(t.free) * cpu_per_milli;
-  const double cpu_free = static_cast<double>(std::max<int64_t>(node.cpu_free, 0));
-  return static_cast<double>(t.free) / kWholeDevice * std::max(0.0, 1 - cpu_free / need);
+// Devices that `cpu_free` (milli) cannot feed when `device_free` milli of
+// devices are free and each device milli needs `cpu_per_milli` CPU milli:
+// free devices times the share of the CPU they would need that is missing.
+double StrandedDevices(uint64_t device_free, int64_t cpu_free, double cpu_per_milli) {
+  if (device_free == 0) return 0;
+  const double need = static_cast<double>(device_free) * cpu_per_milli;
+  const double have = static_cast<double>(std::max<int64_t>(cpu_free, 0));
+  return static_cast<double>(device_free) / kWholeDevice * std::max(0.0, 1 - have / need);
 }
 
 // Fragmentation-aware device choice for a shared pod: the device whose use
@@ -318,10 +316,14 @@ Eval EvaluateFree(const NodeFree& node, const PodRequest& request, Policy policy
       const Totals t = DeviceTotals(after, request.kind);
       const double used = t.capacity == 0 ? 0 : 1 - static_cast<double>(t.free) / t.capacity;
       e.raw += kDuetPackWeight * used;
-      if (workload != nullptr && t.capacity > 0) {
-        const double cpu_per_milli = workload->cpu_per_device_milli(request.kind);
-        e.raw -= kDuetCpuWeight * (StrandedDevices(after, request.kind, cpu_per_milli) -
-                                   StrandedDevices(node, request.kind, cpu_per_milli));
+      const double cpu_per_milli =
+          workload == nullptr ? 0 : workload->cpu_per_device_milli(request.kind);
+      if (cpu_per_milli > 0 && t.capacity > 0 && node.cpu_capacity > 0) {
+        // Before the placement: the picked devices' share and the pod's CPU back.
+        const uint64_t free_before = t.free + uint64_t{request.milli} * e.picks.size();
+        e.raw -= kDuetCpuWeight *
+                 (StrandedDevices(t.free, after.cpu_free, cpu_per_milli) -
+                  StrandedDevices(free_before, node.cpu_free, cpu_per_milli));
       }
       // No growth scores 50; growing by eight devices scores 0, shrinking by
       // eight scores 100.
