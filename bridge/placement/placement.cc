@@ -29,7 +29,7 @@ constexpr double kDuetPackWeight = 0.05;
 // free devices at the workload's CPU per device strands them; the term is the
 // growth of those stranded devices, so a CPU-heavy pod goes where CPU is
 // plentiful for the devices left, and a node already short of CPU is where
-// a GPU-heavy, CPU-light pod helps (bench/sim/RESULTS.md, "A CPU-aware term").
+// a GPU-heavy, CPU-light pod helps (bench/sim/RESULTS.md, "duet with a CPU-aware term").
 constexpr double kDuetCpuWeight = 0.1;
 // What a node's domain packing (DomainPacking, 0..1) is worth, in the same
 // units: a fifth of the node's own packing weight, so it mostly decides
