@@ -24,6 +24,13 @@ bool SameModel(const DeviceFree& a, const DeviceFree& b) {
 // placement) is worth in duet's score, in fragmented whole devices. Small: it
 // breaks ties between nodes whose fragmentation grows alike.
 constexpr double kDuetPackWeight = 0.05;
+// What a device left idle for want of CPU is worth in duet's score, against
+// a device of fragmentation growth (1). A node whose free CPU cannot feed its
+// free devices at the workload's CPU per device strands them; the term is the
+// growth of those stranded devices, so a CPU-heavy pod goes where CPU is
+// plentiful for the devices left, and a node already short of CPU is where
+// a GPU-heavy, CPU-light pod helps (bench/sim/RESULTS.md, "duet with a CPU-aware term").
+constexpr double kDuetCpuWeight = 0.1;
 // What a node's domain packing (DomainPacking, 0..1) is worth, in the same
 // units: a fifth of the node's own packing weight, so it mostly decides
 // between nodes that are otherwise alike (docs/gangs.md 4).
@@ -193,6 +200,46 @@ double Frag(const NodeFree& node, const PodRequest& request, const Workload* wor
   return std::round(f * 1e6) / 1e6;
 }
 
+// The FGD paper's node score (its simulator's FGD score plugin):
+// floor(100 * sigmoid(-growth)), growth in whole devices, so growths within
+// about 0.04 of a device of each other score the same integer and the tie
+// is broken as the scheduler breaks ties (bench/sim/RESULTS.md, "Our fgd made
+// faithful").
+int FgdScore(double growth_devices) {
+  return static_cast<int>(std::floor(kMaxScore / (1.0 + std::exp(growth_devices))));
+}
+
+// The FGD paper's device choice for a shared pod: the device, in index
+// order, whose use gives the highest FgdScore; the first one wins a tie.
+// Returns the fragmentation after.
+double PickFgdDevice(const NodeFree& node, const PodRequest& request, const Workload* workload,
+                     Picks* picks) {
+  const double before = Frag(node, request, workload);
+  int best_score = -1;
+  double best = 0;
+  for (uint32_t i = 0; i < node.devices.size(); ++i) {
+    if (!internal::DeviceUsable(node.devices[i], request)) continue;
+    const double f = Frag(Apply(node, request, Picks{i}), request, workload);
+    const int score = FgdScore((f - before) / kWholeDevice);
+    if (score > best_score) {
+      best_score = score;
+      best = f;
+      *picks = Picks{i};
+    }
+  }
+  return best;
+}
+
+// Devices that `cpu_free` (milli) cannot feed when `device_free` milli of
+// devices are free and each device milli needs `cpu_per_milli` CPU milli:
+// free devices times the share of the CPU they would need that is missing.
+double StrandedDevices(uint64_t device_free, int64_t cpu_free, double cpu_per_milli) {
+  if (device_free == 0) return 0;
+  const double need = static_cast<double>(device_free) * cpu_per_milli;
+  const double have = static_cast<double>(std::max<int64_t>(cpu_free, 0));
+  return static_cast<double>(device_free) / kWholeDevice * std::max(0.0, 1 - have / need);
+}
+
 // Fragmentation-aware device choice for a shared pod: the device whose use
 // makes the node's fragmentation grow least; ties go to the fuller device.
 // Returns the fragmentation after.
@@ -228,6 +275,8 @@ Eval EvaluateFree(const NodeFree& node, const PodRequest& request, Policy policy
   double frag_after = 0;
   if (request.count == 0) {
     // Nothing to pick.
+  } else if (policy == Policy::kFgd && request.shared()) {
+    frag_after = PickFgdDevice(node, request, workload, &e.picks);
   } else if (fragmentation_aware && request.shared()) {
     frag_after = PickLeastFragmenting(node, request, workload, &e.picks);
   } else {
@@ -252,15 +301,29 @@ Eval EvaluateFree(const NodeFree& node, const PodRequest& request, Policy policy
       e.score = Clamp(kMaxScore * (1 - free_devices / 8));
       break;
     }
-    case Policy::kFgd:
+    case Policy::kFgd: {
+      // Growth of fragmentation, in whole devices (negative when it shrinks),
+      // scored as the paper's simulator scores it: an integer, and nodes of
+      // equal score tie.
+      const double growth = (frag_after - Frag(node, request, workload)) / kWholeDevice;
+      e.score = FgdScore(growth);
+      e.raw = e.score;
+      break;
+    }
     case Policy::kDuet: {
-      // Growth of fragmentation, in whole devices (negative when it shrinks).
       const double growth = (frag_after - Frag(node, request, workload)) / kWholeDevice;
       e.raw = -growth;
-      if (policy == Policy::kDuet) {
-        const Totals t = DeviceTotals(after, request.kind);
-        const double used = t.capacity == 0 ? 0 : 1 - static_cast<double>(t.free) / t.capacity;
-        e.raw += kDuetPackWeight * used;
+      const Totals t = DeviceTotals(after, request.kind);
+      const double used = t.capacity == 0 ? 0 : 1 - static_cast<double>(t.free) / t.capacity;
+      e.raw += kDuetPackWeight * used;
+      const double cpu_per_milli =
+          workload == nullptr ? 0 : workload->cpu_per_device_milli(request.kind);
+      if (cpu_per_milli > 0 && t.capacity > 0 && node.cpu_capacity > 0) {
+        // Before the placement: the picked devices' share and the pod's CPU back.
+        const uint64_t free_before = t.free + uint64_t{request.milli} * e.picks.size();
+        e.raw -= kDuetCpuWeight *
+                 (StrandedDevices(t.free, after.cpu_free, cpu_per_milli) -
+                  StrandedDevices(free_before, node.cpu_free, cpu_per_milli));
       }
       // No growth scores 50; growing by eight devices scores 0, shrinking by
       // eight scores 100.

@@ -40,7 +40,9 @@ inline constexpr uint32_t kMaxSlurmWeight = 10000;
 
 enum class Policy : uint8_t {
   // duet's packing policy: fragmentation-aware (against the workload) with
-  // packing as the tie-break; the default.
+  // packing as the tie-break, and a term against devices stranded by a lack
+  // of CPU (a node's free CPU short of what its free devices would need at
+  // the workload's CPU per device); the default.
   kDuet,
   // Kubernetes' default spread: the node left with the largest free fraction
   // of devices, CPU and memory (NodeResourcesFit LeastAllocated, with the
@@ -52,7 +54,10 @@ enum class Policy : uint8_t {
   kBestFit,
   // Fragmentation Gradient Descent (Weng et al., ATC'23): the node (and, for
   // a shared pod, the device) whose fragmentation against the workload grows
-  // least.
+  // least, scored as the paper's simulator scores it: the integer
+  // floor(100 * sigmoid(-growth in devices)), so nearly equal growths tie
+  // (broken as the caller breaks ties), and a shared pod takes the first
+  // device with the best such score.
   kFgd,
 };
 

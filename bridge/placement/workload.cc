@@ -279,6 +279,17 @@ void Workload::Compile() {
     g.members.push_back({s.request.count, static_cast<int64_t>(s.request.cpu_milli),
                          static_cast<int64_t>(s.request.memory_mib), s.weight});
   }
+  double cpu = 0;
+  double device_milli[4] = {0, 0, 0, 0};
+  for (const Shape& s : shapes_) {
+    cpu += s.weight * static_cast<double>(s.request.cpu_milli);
+    if (s.request.count == 0) continue;
+    device_milli[static_cast<uint8_t>(s.request.kind) & 3] +=
+        s.weight * static_cast<double>(s.request.milli) * s.request.count;
+  }
+  for (int k = 0; k < 4; ++k) {
+    cpu_per_device_milli_[k] = device_milli[k] > 0 ? cpu / device_milli[k] : 0;
+  }
   for (Group& g : groups_) {
     std::sort(g.members.begin(), g.members.end(), [](const auto& a, const auto& b) {
       return std::tie(a.count, a.cpu_milli) < std::tie(b.count, b.cpu_milli);

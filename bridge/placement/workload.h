@@ -61,6 +61,13 @@ class Workload {
   double no_device_weight(DeviceKind kind) const {
     return no_device_weight_[static_cast<uint8_t>(kind) & 3];
   }
+  // CPU milli the shapes request per device milli of `kind` they request,
+  // weighted by frequency (shapes without devices add their CPU, not
+  // devices); 0 when no shape asks for that kind. duet's score uses it to
+  // tell how much of a node's free devices its free CPU can still feed.
+  double cpu_per_device_milli(DeviceKind kind) const {
+    return cpu_per_device_milli_[static_cast<uint8_t>(kind) & 3];
+  }
 
   // Scoring's memo of this workload's fragmentation per node signature
   // (internal::FragmentationMemo): what a node's free devices and CPU and
@@ -81,6 +88,7 @@ class Workload {
   std::vector<Shape> shapes_;
   std::vector<Group> groups_;
   double no_device_weight_[4] = {0, 0, 0, 0};
+  double cpu_per_device_milli_[4] = {0, 0, 0, 0};
   std::shared_ptr<internal::FragmentationMemo> memo_;
 };
 

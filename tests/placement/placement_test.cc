@@ -71,6 +71,8 @@ class Cluster {
     Hold(c->node, c->placement.devices, r);
     return static_cast<int>(c->node);
   }
+  // CPU and memory requested on node `i` by a pod that holds no device.
+  void AddLoad(size_t i, const PodRequest& r) { loads_[i].Add(r); }
   const NodeView& view(size_t i) const { return *views_[i]; }
   const NodeLoad& load(size_t i) const { return loads_[i]; }
   Ledger& ledger() { return ledger_; }
@@ -362,6 +364,71 @@ TEST(ModelIdTest, ResolvedAndUnresolvedRequestsAgree) {
   EXPECT_TRUE(Fits(c.view(0), {}, g3));
   g3.count = 5;
   EXPECT_FALSE(Fits(c.view(0), {}, g3));
+}
+
+// fgd scores as the FGD paper's simulator does: floor(100 * sigmoid(-growth)),
+// growth in devices. A shared pod's device is the first (by index) with the
+// best such score, so two devices whose growths differ by less than the
+// score's step tie and the first wins, where duet takes the lesser growth.
+TEST(FgdTest, ScoresLikeThePaperAndTheFirstDeviceWinsAScoreTie) {
+  Cluster c;
+  c.Add(Node("n", 2));
+  c.Hold(0, {{DeviceKind::kGpu, 0, 960}, {DeviceKind::kGpu, 1, 975}});  // free: 40, 25
+  // A 10m share on device 0 shrinks fragmentation by 5m (0.005 device), on
+  // device 1 by 10m: 50 and 50 after rounding down.
+  const Workload w({{Gpus(1, 100), 0.5}, {Gpus(1, 30), 0.5}});
+  std::optional<Placement> fgd = Scorer(Policy::kFgd, &w).Evaluate(c.view(0), c.load(0), Gpus(1, 10));
+  ASSERT_TRUE(fgd.has_value());
+  ASSERT_EQ(fgd->devices.size(), 1u);
+  EXPECT_EQ(fgd->devices[0].index, 0u);
+  EXPECT_EQ(fgd->score, 50);
+  EXPECT_EQ(fgd->raw, 50);
+  std::optional<Placement> duet =
+      Scorer(Policy::kDuet, &w).Evaluate(c.view(0), c.load(0), Gpus(1, 10));
+  ASSERT_TRUE(duet.has_value());
+  EXPECT_EQ(duet->devices[0].index, 1u);
+
+  // A whole GPU on an empty 2-GPU node, against a workload of whole GPUs:
+  // no growth scores 50; against 2-GPU pods the GPU left over is
+  // fragmented (growth 1): floor(100 / (1 + e^1)) = 26.
+  Cluster e;
+  e.Add(Node("e", 2));
+  const Workload one({{Gpus(1), 1}});
+  const Workload two({{Gpus(2), 1}});
+  EXPECT_EQ(Scorer(Policy::kFgd, &one).Evaluate(e.view(0), e.load(0), Gpus(1))->score, 50);
+  EXPECT_EQ(Scorer(Policy::kFgd, &two).Evaluate(e.view(0), e.load(0), Gpus(1))->score, 26);
+}
+
+// Equal fgd scores tie, and SelectNode's tie goes to the first node: the
+// node whose growth is 0.01 device lower, second in order, does not win.
+TEST(FgdTest, NodesWithinOneScoreStepTie) {
+  Cluster c;
+  c.Add(Node("a", 1));
+  c.Add(Node("b", 1));
+  c.Hold(0, {{DeviceKind::kGpu, 0, 960}});  // free 40
+  c.Hold(1, {{DeviceKind::kGpu, 0, 975}});  // free 25
+  const Workload w({{Gpus(1, 100), 0.5}, {Gpus(1, 30), 0.5}});
+  EXPECT_EQ(c.Place(Gpus(1, 10), Scorer(Policy::kFgd, &w)), 0);
+}
+
+// duet's CPU-aware term: two nodes alike in devices, one with little CPU
+// left. Its free GPUs are stranded (the workload asks 8 cores per GPU), so a
+// CPU-light GPU pod goes there and uses one of them, not to the node that
+// has the CPU to feed all of its GPUs. Fragmentation and packing alone see
+// no difference between the two.
+TEST(DuetTest, CpuLightGpuPodGoesWhereFreeCpuStrandsGpus) {
+  Cluster c;
+  c.Add(Node("cpu-rich", 8, 96));
+  c.Add(Node("cpu-short", 8, 96));
+  c.AddLoad(1, Gpus(0, kWholeDevice, 80000));  // 16 of 96 cores left
+  const Workload w({{Gpus(1, kWholeDevice, 8000), 1}});
+  EXPECT_EQ(c.Place(Gpus(1, kWholeDevice, 2000), Scorer(Policy::kDuet, &w)), 1);
+  Cluster f;
+  f.Add(Node("cpu-rich", 8, 96));
+  f.Add(Node("cpu-short", 8, 96));
+  f.AddLoad(1, Gpus(0, kWholeDevice, 80000));
+  // Without the term (fgd: growth only, ties to the first) it is the first node.
+  EXPECT_EQ(f.Place(Gpus(1, kWholeDevice, 2000), Scorer(Policy::kFgd, &w)), 0);
 }
 
 }  // namespace
