@@ -276,7 +276,8 @@ class StepAgentE2eTest : public ::testing::Test {
   void TearDown() override {
     if (c_ == nullptr || !w_->ok()) return;
     c_->Cli("squeue -h -o %i | xargs -r scancel");
-    WaitFor([&] { return c_->Cli("squeue -h -o %i").out.empty(); });
+    EXPECT_TRUE(WaitFor([&] { return c_->Cli("squeue -h -o %i").out.empty(); }))
+        << "jobs left after the test: " << c_->Cli("squeue").out;
     if (HasFailure()) {
       std::cerr << "== duet-node log\n" << w_->NodeLog() << "== duet-bridge log\n"
                 << w_->BridgeLog();
