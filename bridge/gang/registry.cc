@@ -82,6 +82,13 @@ std::vector<placement::GangCandidate> GangRegistry::Candidates(const placement::
     if (options_.unusable && !options_.unusable(view->spec.name).empty()) continue;
     // A multi-host slice's hosts go to a gang that selects the slice, whole.
     if (member.kind == DeviceKind::kTpu && placement::TpuSliceOf(*view).has_value()) continue;
+    // Too few free devices for one member: no fit check (most nodes of a
+    // busy pool end here, before the load and fit are worked out).
+    uint64_t free_milli = 0;
+    for (const DeviceState& d : view->devices) {
+      if (d.spec.kind == member.kind) free_milli += d.free_milli();
+    }
+    if (free_milli < member.device_milli()) continue;
     const placement::NodeLoad load = options_.load ? options_.load(*view) : placement::NodeLoad{};
     uint32_t fits = 0;
     while (fits < members && placement::Fits(*view, load, Times(member, fits + 1))) ++fits;
@@ -91,9 +98,7 @@ std::vector<placement::GangCandidate> GangRegistry::Candidates(const placement::
     c.pool = view->spec.pool;
     if (options_.topology) c.topology = options_.topology(*view);
     c.fits = fits;
-    for (const DeviceState& d : view->devices) {
-      if (d.spec.kind == member.kind) c.free_milli += d.free_milli();
-    }
+    c.free_milli = free_milli;
     c.member_milli = member.device_milli();
     out.push_back(std::move(c));
   }
