@@ -42,6 +42,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/e2e_helpers.h"
+#include "tests/integration/gang_objects.h"
 #include "tests/k8s_adapter/fake_server.h"
 #include "tests/slurm/slurm_cluster_fixture.h"
 
@@ -58,6 +59,7 @@ using ::duet::testing::BridgeProcess;
 using ::duet::testing::CmdResult;
 using ::duet::testing::FreePort;
 using ::duet::testing::LedgerHolding;
+using ::duet::testing::PodGroup;
 using ::duet::testing::NodeDevices;
 using ::duet::testing::RunCmd;
 using ::duet::testing::TestSlurmCluster;
@@ -218,13 +220,6 @@ class World {
   std::unique_ptr<BridgeProcess> bridge_;
   std::unique_ptr<v1::Ledger::Stub> stub_;
 };
-
-json PodGroup(const std::string& name, int min_member) {
-  return {{"apiVersion", "scheduling.x-k8s.io/v1alpha1"},
-          {"kind", "PodGroup"},
-          {"metadata", {{"name", name}, {"namespace", "default"}}},
-          {"spec", {{"minMember", min_member}}}};
-}
 
 // A member pod of PodGroup `group` as a user writes it (before binding).
 json MemberPod(const std::string& name, const std::string& uid, const std::string& group,
