@@ -14,7 +14,9 @@
 //   ONE duet-gang Slurm job over both nodes; the first member is refused
 //   (GANG_WAITING) until the second is pending; then each member's claim is
 //   allocated its slot's devices on its node and admitted, the pods bind,
-//   and no device is the Slurm job's;
+//   and no device is the Slurm job's; once the members end, their claims
+//   go back to the slots and the idle gang is released (job cancelled,
+//   rules back);
 // - a pod outside the gang that the scheduler puts on a slot's devices is
 //   refused (GANG_MEMBERS_ONLY);
 // - a gang that cannot fit whole holds nothing: no Slurm job, every device
@@ -132,6 +134,26 @@ class DraGangE2eTest : public ::duet::testing::DraE2eBase {
     return n;
   }
 
+  // The pod ends; the resourceclaim controller deallocates its
+  // extended-resource claim and deletes it.
+  void EndPod(const std::string& name) {
+    json p = Pod(name);
+    std::string claim;
+    if (p.contains("status") && p["status"].contains("extendedResourceClaimStatus")) {
+      claim = p["status"]["extendedResourceClaimStatus"].value("resourceClaimName", "");
+    }
+    Api("DELETE", absl::StrCat("/api/v1/namespaces/default/pods/", name));
+    if (claim.empty()) return;
+    const std::string path =
+        absl::StrCat(::duet::testing::kDraApi, "/namespaces/default/resourceclaims/", claim);
+    json c = Api("GET", path);
+    if (c.contains("metadata")) {
+      c["status"] = json::object();
+      Api("PUT", path + "/status", c);
+    }
+    Api("DELETE", path);
+  }
+
   // The scheduler's refusals of pod `pod` whose text has `text`.
   int Refusals(const std::string& pod, const std::string& text) {
     int n = 0;
@@ -208,6 +230,19 @@ TEST_F(DraGangE2eTest, GangIsLentAsOneSlurmJobAndItsMembersBindOnlyOnceItIsCompl
   EXPECT_EQ(DuetHoldings("gang_slot"), 0) << w_->Ctl("holds").out;
   EXPECT_EQ(::duet::testing::SlurmJobDevices(*c_, job), slurm);
   EXPECT_EQ(Metric("duet_gang_reservations_total"), 1) << w_->Metrics();
+
+  // The members end: their claims are given back to the gang's slots, and
+  // gang.idle_release (3 s here) later the gang is released whole: its job
+  // is cancelled and every device not the Slurm job's is tainted again.
+  w_->StopScheduler();
+  for (const char* pod : {"train-0", "train-1"}) EndPod(pod);
+  EXPECT_TRUE(WaitFor([&] { return DuetHoldings("claim") == 0; })) << w_->Ctl("holds").out;
+  EXPECT_TRUE(WaitFor([&] { return c_->JobEnded(gang.id); }, absl::Seconds(20)))
+      << c_->Cli("squeue").out << w_->Log();
+  EXPECT_TRUE(WaitFor([&] { return DuetHoldings("gang_slot") == 0; })) << w_->Ctl("holds").out;
+  EXPECT_TRUE(WaitFor([&] { return Rules().size() == 16; })) << Rules().size();
+  EXPECT_EQ(Metric("duet_gang_releases_total{reason=\"idle\"}"), 1) << w_->Metrics();
+  EXPECT_EQ(c_->JobState(job), "RUNNING");
 }
 
 // Scenario 2: the fence against a pod outside the gang.
