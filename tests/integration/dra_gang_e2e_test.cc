@@ -18,7 +18,8 @@
 //   go back to the slots and the idle gang is released (job cancelled,
 //   rules back);
 // - a pod outside the gang that the scheduler puts on a slot's devices is
-//   refused (GANG_MEMBERS_ONLY);
+//   refused (GANG_MEMBERS_ONLY) while the slot is vacant; once the members
+//   took the slots it gets the device duet lent it;
 // - a gang that cannot fit whole holds nothing: no Slurm job, every device
 //   keeps its rule, a DuetGangUnplaceable Event on its pods;
 // - a member deleted while the gang gathers releases it: its Slurm job is
@@ -265,6 +266,26 @@ TEST_F(DraGangE2eTest, ClaimOfAPodOutsideTheGangIsRefusedTheSlotsDevices) {
   EXPECT_EQ(DuetHoldings("claim"), 0) << w_->Ctl("holds").out;
   EXPECT_GT(Refusals("fenced-0", "admission webhook"), 0) << w_->SchedulerLog();
   EXPECT_EQ(Pod("fenced-0")["spec"].value("nodeName", ""), "");
+  // The gang completes and takes its slots; the outsider then gets the
+  // device duet lent it, never one of the gang's.
+  PostPod(Member("fenced-1", "fenced", 4));
+  for (const char* pod : {"fenced-0", "fenced-1"}) {
+    ASSERT_TRUE(WaitFor([&] { return !Pod(pod)["spec"].value("nodeName", "").empty(); },
+                        absl::Seconds(30)))
+        << pod << " was not bound\n" << w_->SchedulerLog();
+  }
+  const uint32_t gang = GangJobs()[0].id;
+  std::map<std::string, NodeDevices> gang_devices = ::duet::testing::SlurmJobDevices(*c_, gang);
+  std::string node;
+  ASSERT_TRUE(WaitFor([&] {
+    node = Pod("outsider")["spec"].value("nodeName", "");
+    return !node.empty();
+  }, absl::Seconds(30))) << w_->SchedulerLog();
+  const std::string claim = BoundWithClaim("outsider", node);
+  const std::set<uint32_t> gpus = ClaimGpus(claim);
+  EXPECT_EQ(gpus.size(), 1u);
+  EXPECT_TRUE(Intersect(gpus, gang_devices[node]["gpu"]).empty()) << "node " << node;
+  EXPECT_EQ(LendJobs(node), 1) << c_->Cli("squeue").out;
 }
 
 // Scenario 3: 2 members x 8 GPUs; a Slurm job holds 2 GPUs of node A, so
