@@ -102,10 +102,11 @@ class DraWorld {
   const std::vector<std::string>& nodes() const { return nodes_; }
   int addr(size_t i) const { return opts_.first_addr + static_cast<int>(i); }
   std::string Log() const { return bridge_ ? bridge_->Log(120) : ""; }
-  std::string SchedulerLog() const {
+  // The scheduler's log: its last `max` characters.
+  std::string SchedulerLog(size_t max = 6000) const {
     std::ifstream f(dir_ / "scheduler.log");
     std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    return all.size() > 6000 ? all.substr(all.size() - 6000) : all;
+    return all.size() > max ? all.substr(all.size() - max) : all;
   }
   std::string Metrics() const {
     return RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", metrics_port_, "/metrics"),
@@ -514,14 +515,6 @@ class DraE2eBase : public ::testing::Test {
         absl::Seconds(45));
     EXPECT_TRUE(bound) << name << " was not bound to " << node << ": " << Pod(name).dump();
     return claim;
-  }
-
-  // How often `text` is in the scheduler's log (its last 6,000 characters).
-  int SchedulerSaid(const std::string& text) {
-    const std::string log = w_->SchedulerLog();
-    int n = 0;
-    for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
-    return n;
   }
 
   DraWorld* w_ = nullptr;
