@@ -23,459 +23,53 @@
 // One cluster, one bridge, one fake apiserver per process; ctest runs each
 // test in its own process.
 
-#include <sys/types.h>
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
-#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "duet/v1/duet.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/integration/e2e_helpers.h"
-#include "tests/k8s_adapter/fake_server.h"
-#include "tests/slurm/slurm_cluster_fixture.h"
-
-#ifndef DUET_SPANK_SO
-#error "DUET_SPANK_SO must name spank_duet.so"
-#endif
-#ifndef DUET_FAKES_DIR
-#error "DUET_FAKES_DIR must name tests/fakes"
-#endif
+#include "tests/integration/dra_world.h"
 
 namespace duet {
 namespace {
 
 namespace fs = std::filesystem;
-using ::duet::k8s::testing::FakeApiServer;
-using ::duet::testing::BridgeProcess;
 using ::duet::testing::CmdResult;
-using ::duet::testing::FreePort;
-using ::duet::testing::LedgerHolding;
+using ::duet::testing::Intersect;
 using ::duet::testing::NodeDevices;
 using ::duet::testing::RunCmd;
 using ::duet::testing::TestSlurmCluster;
 using ::duet::testing::WaitFor;
+using World = ::duet::testing::DraWorld;
 using json = nlohmann::json;
 
 constexpr char kNode[] = "dra-gpu-1";
-constexpr int kNodeIdx = 86;
-constexpr char kGpuModel[] = "nvidia-h100-80gb";
-constexpr char kPool[] = "lend-h100";
 constexpr char kTaintKey[] = "duet.dev/not-lent";
 constexpr char kDra[] = "/apis/resource.k8s.io/v1";
-constexpr char kHookPath[] = "/validate-resourceclaim-status";
-
-std::string Python(const std::string& code) {
-  return absl::StrCat("/usr/bin/python3 -c 'import sys; sys.path.insert(0, \"", DUET_FAKES_DIR,
-                      "\"); ", code, "'");
-}
-
-class World {
- public:
-  static World* Get() {
-    static World* w = new World();
-    return w;
-  }
-
-  bool ok() const { return ok_; }
-  TestSlurmCluster* cluster() const { return cluster_; }
-  FakeApiServer* fake() const { return fake_.get(); }
-  v1::Ledger::Stub* stub() const { return stub_.get(); }
-  std::string socket() const { return (dir_ / "bridge.sock").string(); }
-  const fs::path& dir() const { return dir_; }
-  std::string Log() const { return bridge_ ? bridge_->Log(120) : ""; }
-  std::string SchedulerLog() const {
-    std::ifstream f(dir_ / "scheduler.log");
-    std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    return all.size() > 6000 ? all.substr(all.size() - 6000) : all;
-  }
-  std::string Metrics() const {
-    return RunCmd(absl::StrCat("curl -sf http://127.0.0.1:", metrics_port_, "/metrics"),
-                  /*merge_stderr=*/false)
-        .out;
-  }
-  CmdResult Ctl(const std::string& args) const {
-    return RunCmd(absl::StrCat(DUETCTL_BIN, " --server unix://", socket(), " ", args));
-  }
-
-  ::testing::AssertionResult StartBridge() {
-    bridge_ = std::make_unique<BridgeProcess>((dir_ / "bridge.yaml").string(),
-                                              (dir_ / "bridge.log").string(), socket());
-    ::testing::AssertionResult r = bridge_->Start();
-    if (r) stub_ = v1::Ledger::NewStub(bridge_->channel());
-    return r;
-  }
-  void StopBridge() {
-    stub_.reset();
-    bridge_.reset();  // SIGTERM
-  }
-
-  // The test scheduler as a process, its lines in scheduler.log; `extra`
-  // are its flags (--stale-cache, --prebind-delay S).
-  void StartScheduler(const std::vector<std::string>& extra = {}) {
-    StopScheduler();
-    const std::string log = (dir_ / "scheduler.log").string();
-    std::vector<std::string> args = {"python3", absl::StrCat(DUET_FAKES_DIR, "/test_scheduler.py"),
-                                     "--server", fake_->url(), "--interval", "0.2"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    scheduler_pid_ = fork();
-    if (scheduler_pid_ == 0) {
-      FILE* f = freopen(log.c_str(), "a", stdout);
-      (void)f;
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv("/usr/bin/python3", argv.data());
-      _exit(127);
-    }
-  }
-  void StopScheduler() {
-    if (scheduler_pid_ > 0) {
-      kill(scheduler_pid_, SIGTERM);
-      waitpid(scheduler_pid_, nullptr, 0);
-      scheduler_pid_ = -1;
-    }
-  }
-
-  void Stop() {
-    StopScheduler();
-    StopBridge();
-    fake_.reset();
-    if (cluster_ != nullptr) cluster_->Stop();
-    std::error_code ec;
-    if (!dir_.empty() && ::testing::UnitTest::GetInstance()->Passed()) {
-      fs::remove_all(dir_, ec);
-      if (cluster_ != nullptr && !cluster_->root().empty()) fs::remove_all(cluster_->root(), ec);
-    } else if (!dir_.empty()) {
-      std::cerr << "dra_e2e_test: kept " << dir_ << " and " << (cluster_ ? cluster_->root() : "")
-                << " for inspection\n";
-    }
-  }
-
-  int webhook_port() const { return webhook_port_; }
-  const std::string& ca_file() const { return tls_.ca; }
-
- private:
-  class Stopper : public ::testing::Environment {
-   public:
-    explicit Stopper(World* w) : w_(w) {}
-    void TearDown() override { w_->Stop(); }
-
-   private:
-    World* w_;
-  };
-
-  std::string grpc_address() const { return absl::StrCat("127.0.0.1:", grpc_port_); }
-
-  World() {
-    char tmpl[] = "/tmp/duet-dra-e2e.XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      ADD_FAILURE() << "mkdtemp failed";
-      return;
-    }
-    dir_ = tmpl;
-    TestSlurmCluster::Options o;
-    grpc_port_ = FreePort();
-    o.spank = absl::StrCat(DUET_SPANK_SO, ":bridge=", grpc_address(), " timeout_ms=2000");
-    cluster_ = TestSlurmCluster::Get(o);  // registers the cluster's Stopper first...
-    ::testing::AddGlobalTestEnvironment(new Stopper(this));  // ...so this one runs first
-    if (!cluster_->ok()) return;
-    std::ofstream(cluster_->root() + "/etc/plugstack.conf")
-        << "required " << DUET_SPANK_SO << " bridge=" << grpc_address() << " timeout_ms=2000"
-        << cluster_->PlugstackAuthArgs() << "\n";
-
-    fake_ = std::make_unique<FakeApiServer>(std::vector<std::string>{"--kube-version", "1.37"});
-    if (!fake_->ok()) {
-      ADD_FAILURE() << "the fake apiserver did not start";
-      return;
-    }
-    k8s::testing::WriteKubeconfig((dir_ / "kubeconfig").string(), fake_->url());
-    fs::create_directories(dir_ / "tls");
-    tls_ = k8s::testing::MakeTestCerts((dir_ / "tls").string());
-
-    // The GPUs' uuids as the fake NVIDIA driver publishes them, so the
-    // inventory and the slices agree (duet checks them against each other).
-    CmdResult ids = RunCmd(Python(absl::StrCat(
-        "import fake_dra_driver as d; print(\",\".join(x[\"attributes\"][\"uuid\"][\"string\"] "
-        "for x in d.nvidia_devices(\"",
-        kNode, "\", 8)))")));
-    if (ids.rc != 0) {
-      ADD_FAILURE() << "uuids: " << ids.out;
-      return;
-    }
-    std::vector<std::string> uuids = absl::StrSplit(absl::StripAsciiWhitespace(ids.out), ',');
-    std::ofstream inv(dir_ / "nodes.yaml");
-    inv << "nodes:\n"
-        << "  - name: " << kNode << "\n"
-        << "    cpus: 16\n    memory_mib: 16000\n    zone: us-central1-a\n"
-        << "    pool: " << kPool << "\n"
-        << "    labels: {duet.dev/slurm-node-addr: 127.0.0." << kNodeIdx
-        << ", cloud.google.com/gke-accelerator: " << kGpuModel
-        << ", cloud.google.com/gke-nodepool: " << kPool << "}\n"
-        << "    gpus: {count: 8, model: " << kGpuModel << ", ids: [" << absl::StrJoin(uuids, ", ")
-        << "]}\n";
-    inv.close();
-    metrics_port_ = FreePort();
-    webhook_port_ = FreePort();
-    std::ofstream cfg(dir_ / "bridge.yaml");
-    cfg << "grpc: {listen: \"" << grpc_address() << "\", unix_socket: " << socket() << "}\n"
-        << "metrics: {listen: \"127.0.0.1:" << metrics_port_ << "\"}\n"
-        << "journal: {dir: " << (dir_ / "journal").string() << "}\n"
-        << "inventory: {source: file, file: " << (dir_ / "nodes.yaml").string()
-        << ", reload_period: 1s}\n"
-        << "kubernetes:\n"
-        << "  kubeconfig: " << (dir_ / "kubeconfig").string() << "\n"
-        << "  watch_pods: true\n"
-        << "  pod_release_grace: 5s\n"
-        << "  pod_sweep_period: 500ms\n"
-        << "dra:\n"
-        << "  enabled: true\n"
-        << "  pools: [" << kPool << "]\n"
-        << "  drivers: [gpu.nvidia.com]\n"
-        << "  taint_key: " << kTaintKey << "\n"
-        << "  reclaim_after: 3s\n"
-        << "  webhook:\n"
-        << "    listen: \"127.0.0.1:" << webhook_port_ << "\"\n"
-        << "    admission_grace: 2s\n"
-        << "    tls: {cert_file: " << tls_.cert << ", key_file: " << tls_.key << "}\n"
-        // The slurm section last: BridgeAuthYaml adds its credential keys.
-        << "slurm:\n"
-        << "  enabled: true\n"
-        << "  conf_path: " << cluster_->conf() << "\n"
-        << "  call_timeout: 3s\n"
-        << "  sync_period: 500ms\n"
-        << "  release_grace: 1s\n";
-    cfg << cluster_->BridgeAuthYaml() << "log_level: info\n";
-    cfg.close();
-    ok_ = true;
-  }
-
-  bool ok_ = false;
-  fs::path dir_;
-  TestSlurmCluster* cluster_ = nullptr;
-  std::unique_ptr<FakeApiServer> fake_;
-  k8s::testing::TlsFiles tls_;
-  int metrics_port_ = 0;
-  int grpc_port_ = 0;
-  int webhook_port_ = 0;
-  pid_t scheduler_pid_ = -1;
-  std::unique_ptr<BridgeProcess> bridge_;
-  std::unique_ptr<v1::Ledger::Stub> stub_;
-};
 
 class DraChurn;
 
-class DraE2eTest : public ::testing::Test {
+class DraE2eTest : public ::duet::testing::DraE2eBase {
  protected:
   friend class DraChurn;
 
   void SetUp() override {
-    w_ = World::Get();
-    ASSERT_TRUE(w_->ok());
-    c_ = w_->cluster();
-    // What the cluster has before duet: the device class that serves
-    // nvidia.com/gpu from DRA (KEP-5004), the driver's slices, the webhook.
-    Api("POST", absl::StrCat(kDra, "/deviceclasses"), json::parse(R"({
-      "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-      "metadata": {"name": "gpu.nvidia.com"},
-      "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.nvidia.com\""}}],
-               "extendedResourceName": "nvidia.com/gpu"}})"));
-    CmdResult pub = RunCmd(absl::StrCat("/usr/bin/python3 ", DUET_FAKES_DIR,
-                                        "/fake_dra_driver.py publish --server ", w_->fake()->url(),
-                                        " --shape nvidia --nodes 1 --devices 8 --node-prefix dra-gpu-"));
-    ASSERT_EQ(pub.rc, 0) << pub.out;
-    std::string ca;
-    {
-      std::ifstream f(w_->ca_file());
-      ca.assign((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    }
-    json vwc = {
-        {"apiVersion", "admissionregistration.k8s.io/v1"},
-        {"kind", "ValidatingWebhookConfiguration"},
-        {"metadata", {{"name", "duet-dra"}}},
-        {"webhooks",
-         {{{"name", "resourceclaims.dra.duet.dev"},
-           {"admissionReviewVersions", {"v1"}},
-           {"sideEffects", "NoneOnDryRun"},
-           {"failurePolicy", "Fail"},
-           {"timeoutSeconds", 10},
-           {"clientConfig",
-            {{"url", absl::StrCat("https://127.0.0.1:", w_->webhook_port(), kHookPath)},
-             {"caBundle", absl::Base64Escape(ca)}}},
-           {"rules",
-            {{{"apiGroups", {"resource.k8s.io"}},
-              {"apiVersions", {"v1", "v1beta2"}},
-              {"operations", {"UPDATE"}},
-              {"resources", {"resourceclaims/status"}}}}}}}}};
     const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    // The mutation test runs without the fence: no webhook registered.
-    const std::string vwcs = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
-    if (!absl::StrContains(test, "WithoutTheWebhook")) {
-      Api("POST", vwcs, vwc);
-    } else {
-      Api("DELETE", vwcs + "/duet-dra");  // left by an earlier test of this process
-    }
-
-    ASSERT_TRUE(w_->StartBridge());
-    ASSERT_TRUE(WaitFor([&] {
-      return c_->Cli(absl::StrCat("scontrol --future show node ", kNode)).rc == 0;
-    })) << "duet-bridge did not create " << kNode << "\n" << w_->Log();
-    c_->StartSlurmd(kNode, kNodeIdx, 16, 16000, 8, kGpuModel);
-    ASSERT_TRUE(c_->WaitNodeState(kNode, "IDLE", absl::Seconds(30)))
-        << c_->Cli(absl::StrCat("scontrol --future show node ", kNode)).out
-        << c_->Log("slurmctld.log");
-    // Nothing lent yet: every device carries duet's rule.
-    ASSERT_TRUE(WaitFor([&] { return Rules().size() == 8; }, absl::Seconds(30)))
-        << Rules().size() << " rules\n" << w_->Log();
-    // The churn tests run a stale, slow scheduler of their own.
-    if (!absl::StrContains(test, "Churn")) w_->StartScheduler();
+    // The mutation test runs without the fence: no webhook registered. The
+    // churn tests run a stale, slow scheduler of their own.
+    SetUpWorld(::duet::testing::DraWorldOptions{}, !absl::StrContains(test, "WithoutTheWebhook"),
+               !absl::StrContains(test, "Churn"));
   }
-
-  void TearDown() override {
-    if (c_ == nullptr || !w_->ok()) return;
-    if (HasFailure()) {
-      std::cerr << "== squeue\n" << c_->Cli("squeue -o '%i %j %T %b %N'").out
-                << "== duetctl holds\n" << w_->Ctl("holds").out << "== duet-bridge log\n"
-                << w_->Log() << "== scheduler log\n" << w_->SchedulerLog()
-                << "== slurmctld.log\n" << c_->Log("slurmctld.log");
-    }
-    w_->StopScheduler();
-    c_->Cli("squeue -h -o %i | xargs -r scancel");
-  }
-
-  json Api(const std::string& method, const std::string& path, const json& body = nullptr) {
-    k8s::KubeClient* k = w_->fake()->control();
-    absl::StatusOr<std::string> r =
-        method == "GET"      ? k->Get(path)
-        : method == "POST"   ? k->Post(path, body.dump())
-        : method == "PUT"    ? k->Put(path, body.dump())
-        : method == "DELETE" ? k->Delete(path)
-                             : absl::InvalidArgumentError(method);
-    if (!r.ok()) return json{{"error", std::string(r.status().message())}};
-    return json::parse(*r, nullptr, /*allow_exceptions=*/false);
-  }
-
-  // duet's DeviceTaintRules: device name -> taint key.
-  std::map<std::string, std::string> Rules() {
-    std::map<std::string, std::string> out;
-    json list = Api("GET", absl::StrCat(kDra, "/devicetaintrules"));
-    if (!list.contains("items")) return out;
-    for (const json& r : list["items"]) {
-      out[r["spec"]["deviceSelector"].value("device", "")] =
-          r["spec"]["taint"].value("key", "");
-    }
-    return out;
-  }
-
-  std::vector<LedgerHolding> Holdings() { return ::duet::testing::ListLedgerHoldings(w_->stub()); }
-
-  // duet_slurm_sync_passes_total of the running bridge (-1 when unread).
-  double SyncPasses() {
-    for (absl::string_view l : absl::StrSplit(w_->Metrics(), '\n')) {
-      if (absl::ConsumePrefix(&l, "duet_slurm_sync_passes_total ")) {
-        double v = 0;
-        if (absl::SimpleAtod(l, &v)) return v;
-      }
-    }
-    return -1;
-  }
-
-  // The GPU indices the ledger's holdings of `kind` hold.
-  std::set<uint32_t> LedgerGpus(const std::string& kind) {
-    std::set<uint32_t> out;
-    for (const LedgerHolding& h : Holdings()) {
-      if (h.kind != kind || h.node != kNode) continue;
-      auto it = h.devices.find("gpu");
-      if (it != h.devices.end()) out.insert(it->second.begin(), it->second.end());
-    }
-    return out;
-  }
-
-  // Lend jobs in Slurm (squeue: name duet-lend:NODE).
-  int LendJobs() {
-    CmdResult r = c_->Cli("squeue -h -o '%j|%T'");
-    int n = 0;
-    for (absl::string_view l : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
-      if (absl::StartsWith(l, absl::StrCat("duet-lend:", kNode, "|"))) ++n;
-    }
-    return n;
-  }
-
-  uint32_t RunningJob(const std::string& args) {
-    const uint32_t id = c_->Sbatch(args + " --wrap 'sleep 300'");
-    EXPECT_TRUE(c_->WaitJobState(id, "RUNNING"))
-        << "job " << id << " is " << c_->JobState(id) << "\n"
-        << c_->Cli(absl::StrCat("scontrol show job ", id)).out;
-    return id;
-  }
-
-  // A pod as a user writes it for the default scheduler.
-  json GpuPod(const std::string& name, int gpus) {
-    return json::parse(absl::StrCat(R"({
-      "apiVersion": "v1", "kind": "Pod",
-      "metadata": {"name": ")", name, R"(", "namespace": "default"},
-      "spec": {"containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:24.10-py3",
-        "resources": {"limits": {"nvidia.com/gpu": ")", gpus, R"("},
-                      "requests": {"nvidia.com/gpu": ")", gpus, R"("}}}]}})"));
-  }
-
-  json Pod(const std::string& name) {
-    return Api("GET", absl::StrCat("/api/v1/namespaces/default/pods/", name));
-  }
-
-  // The GPU minors a claim was allocated (gpu-N).
-  std::set<uint32_t> ClaimGpus(const std::string& claim) {
-    std::set<uint32_t> out;
-    json c = Api("GET", absl::StrCat(kDra, "/namespaces/default/resourceclaims/", claim));
-    const json* results = nullptr;
-    if (c.contains("status") && c["status"].contains("allocation")) {
-      results = &c["status"]["allocation"]["devices"]["results"];
-    }
-    if (results == nullptr) return out;
-    for (const json& r : *results) {
-      const std::string d = r.value("device", "");
-      if (absl::StartsWith(d, "gpu-")) out.insert(static_cast<uint32_t>(std::stoul(d.substr(4))));
-    }
-    return out;
-  }
-
-  // Waits for `name` to be bound; returns the extended-resource claim's name.
-  std::string BoundWithClaim(const std::string& name) {
-    std::string claim;
-    const bool bound = WaitFor(
-        [&] {
-          json p = Pod(name);
-          if (p.value("spec", json::object()).value("nodeName", "") != kNode) return false;
-          claim = p["status"]["extendedResourceClaimStatus"].value("resourceClaimName", "");
-          return !claim.empty();
-        },
-        absl::Seconds(45));
-    EXPECT_TRUE(bound) << name << " was not bound: " << Pod(name).dump();
-    return claim;
-  }
-
-  World* w_ = nullptr;
-  TestSlurmCluster* c_ = nullptr;
 };
-
-std::set<uint32_t> Intersect(const std::set<uint32_t>& a, const std::set<uint32_t>& b) {
-  std::set<uint32_t> out;
-  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::inserter(out, out.end()));
-  return out;
-}
 
 TEST_F(DraE2eTest, PodAskingNvidiaGpuIsLentDevicesBesideASlurmJob) {
   const uint32_t job = RunningJob(absl::StrCat("-w ", kNode, " --gres=gpu:2"));

@@ -92,6 +92,28 @@ add_dependencies(dra_e2e_test duet-bridge duetctl spank_duet)
 gtest_discover_tests(dra_e2e_test DISCOVERY_TIMEOUT 60 TEST_PREFIX dra_e2e.
   PROPERTIES LABELS slurm TIMEOUT 180)
 
+# Gangs in the DRA lending mode end to end (issue 27, docs/dra.md "Gangs"):
+# dra_e2e_test's world (dra_world.h) on two nodes with PodGroups served; one
+# gang job over both nodes, the webhook's gang fence, a gang that cannot fit,
+# a member deleted while gathering.
+add_executable(dra_gang_e2e_test ${CMAKE_CURRENT_LIST_DIR}/dra_gang_e2e_test.cc
+               ${PROJECT_SOURCE_DIR}/tests/k8s_adapter/fake_server.cc)
+target_compile_options(dra_gang_e2e_test PRIVATE ${DUET_WARNINGS})
+target_include_directories(dra_gang_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_compile_definitions(dra_gang_e2e_test PRIVATE
+  DUET_BRIDGE_BIN="$<TARGET_FILE:duet-bridge>"
+  DUETCTL_BIN="$<TARGET_FILE:duetctl>"
+  DUET_SPANK_SO="$<TARGET_FILE:spank_duet>"
+  DUET_SLURM_CLUSTER_SH="${PROJECT_SOURCE_DIR}/tests/integration/slurm_cluster.sh"
+  DUET_K8S_TESTDATA="${PROJECT_SOURCE_DIR}/tests/k8s_adapter/testdata"
+  DUET_FAKE_APISERVER="${PROJECT_SOURCE_DIR}/tests/fakes/fake_apiserver.py"
+  DUET_FAKES_DIR="${PROJECT_SOURCE_DIR}/tests/fakes")
+target_link_libraries(dra_gang_e2e_test PRIVATE duet::proto duet::k8s absl::strings absl::time
+                      nlohmann_json::nlohmann_json GTest::gtest_main)
+add_dependencies(dra_gang_e2e_test duet-bridge duetctl spank_duet)
+gtest_discover_tests(dra_gang_e2e_test DISCOVERY_TIMEOUT 60 TEST_PREFIX dra_gang_e2e.
+  PROPERTIES LABELS slurm TIMEOUT 120)
+
 # Gangs end to end (docs/gangs.md, issue 27): a PodGroup's members through
 # the real duet-bridge's extender (the fake apiserver with --gang-crds), one
 # Slurm job over both nodes of the real cluster; what cannot be placed holds
