@@ -363,7 +363,9 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
                          r.memory_mib};
       shape_of[p] = shapes.emplace(key, static_cast<uint32_t>(shapes.size())).first->second;
     }
-    memo.emplace(n, shapes.size());
+    // 16 bytes per (node, shape): a pod list of very many distinct requests
+    // on a large cluster replays without the memo rather than take > 256 MiB.
+    if (n * shapes.size() <= (size_t{1} << 24)) memo.emplace(n, shapes.size());
   }
   // The extender's choice for arrival `a` (SelectNode, or the memo's answer to it).
   auto select = [&](size_t a) -> absl::StatusOr<std::optional<placement::NodeChoice>> {

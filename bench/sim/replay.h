@@ -171,7 +171,8 @@ struct ReplayOptions {
   // Kubernetes decisions through a ScoreMemo (bench/sim/score_memo.h): each
   // node's answer for a pod shape is kept until the node or the workload
   // snapshot changes. The same decisions either way; false asks SelectNode
-  // for every node every time (the extender's cost per decision).
+  // for every node every time (the extender's cost per decision). Ignored
+  // (no memo) when nodes x distinct requests exceed 2^24 (256 MiB of answers).
   bool score_memo = true;
   // With score_memo: every decision also asked of SelectNode, and a
   // difference fails the replay (INTERNAL). Doubles the cost; for tests.
