@@ -359,8 +359,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     std::map<ShapeKey, uint32_t> shapes;
     for (size_t p = 0; p < trace.pods.size(); ++p) {
       const PodRequest& r = trace.pods[p].request;
-      const ShapeKey key{r.kind, r.count, r.milli, r.models, r.model_ids, r.cpu_milli,
-                         r.memory_mib};
+      const ShapeKey key{r.kind,      r.count,     r.milli,     r.models,
+                         r.model_ids, r.cpu_milli, r.memory_mib};
       shape_of[p] = shapes.emplace(key, static_cast<uint32_t>(shapes.size())).first->second;
     }
     // 16 bytes per (node, shape): a pod list of very many distinct requests
@@ -375,8 +375,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     if (!memo.has_value()) return placement::SelectNode(views, loads, req, k8s_scorer, only, ties);
     std::shared_ptr<const placement::Workload> owner;
     if (options.online_workload) owner = k8s_model.has_value() ? k8s_learned : learned;
-    return memo->Select(views, loads, req, shape_of[arrivals[a].pod], k8s_scorer,
-                        std::move(owner), only, ties, options.check_score_memo);
+    return memo->Select(views, loads, req, shape_of[arrivals[a].pod], k8s_scorer, std::move(owner),
+                        only, ties, options.check_score_memo);
   };
   std::vector<double> decision_us;
   decision_us.reserve(arrivals.size());
