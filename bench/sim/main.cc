@@ -48,6 +48,9 @@ struct Flags {
   size_t node_stride = 1;
   bool plot = true;
   int jobs = 1;
+  // ReplayOptions::score_memo and check_score_memo.
+  bool score_memo = true;
+  bool check_score_memo = false;
   // Gangs (issue 27): empty = off.
   std::string gangs;
   std::string gang_policies = "per-pod,duet,duet-flat";
@@ -209,6 +212,8 @@ int Run(const Flags& flags) {
   options.step = flags.step;
   options.online_workload = online;
   options.random_ties = flags.ties == "random";
+  options.score_memo = flags.score_memo;
+  options.check_score_memo = flags.check_score_memo;
   options.half_life_arrivals = flags.half_life;
   options.max_shapes = flags.max_shapes;
   options.min_change = flags.min_change;
@@ -409,6 +414,22 @@ int Run(const Flags& flags) {
         "    routed (all seeds): %d arrivals to Kubernetes (extender), %d to Slurm (first fit); "
         "held at the end: %d by pods, %d by Slurm jobs\n",
         k8s_arrivals, slurm_arrivals, pod_holdings, slurm_holdings);
+    uint64_t memo_lookups = 0, memo_hits = 0, memo_fits = 0, memo_epochs = 0;
+    for (size_t s = 0; s < seeds.size(); ++s) {
+      const ReplayResult& r = *results[s * policies.size() + p];
+      memo_lookups += r.score_memo_lookups;
+      memo_hits += r.score_memo_hits;
+      memo_fits += r.score_memo_fits;
+      memo_epochs += r.score_memo_epochs;
+    }
+    if (memo_lookups > 0) {
+      std::cout << absl::StrFormat(
+          "    score memo (all seeds): %d of %d per-node answers from the memo (%.1f%%), "
+          "%.1f%% fit, %d epochs%s\n",
+          memo_hits, memo_lookups, 100.0 * static_cast<double>(memo_hits) / memo_lookups,
+          100.0 * static_cast<double>(memo_fits) / memo_lookups, memo_epochs,
+          flags.check_score_memo ? "; every decision checked against SelectNode" : "");
+    }
     if (gang_mix.has_value()) {
       std::vector<double> gangs, placed, waiting, never, mean_wait, p99_wait, idle, idle_time;
       std::vector<double> level[5];
@@ -526,6 +547,12 @@ int main(int argc, char** argv) {
                "CI size: every 12th node, one seed; without the full trace, the excerpt in "
                "bench/sim/testdata");
   app.add_flag("!--no-plot", flags.plot, "skip running gnuplot");
+  app.add_flag("!--no-score-memo", flags.score_memo,
+               "ask the extender's SelectNode about every node at every decision (its own cost), "
+               "instead of reusing a node's answer while the node and the workload are unchanged "
+               "(the same decisions)");
+  app.add_flag("--check-score-memo", flags.check_score_memo,
+               "also ask SelectNode at every decision and fail on any difference (tests)");
   app.add_option("--gangs", flags.gangs,
                  "SHARE,MIN-MAX[,GAP]: that share of the multi-GPU arrivals the mapping sends to "
                  "Kubernetes each start a gang of MIN..MAX members (copies of the pod), one "

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -16,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "bench/sim/rng.h"
+#include "bench/sim/score_memo.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/workload_model.h"
 
@@ -347,6 +349,35 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
   }
 
   uint64_t tie_state = options.tie_seed;
+  // Kubernetes decisions through the score memo: each pod's request numbered
+  // by its distinct shape (copies of a pod share their original's).
+  std::optional<ScoreMemo> memo;
+  std::vector<uint32_t> shape_of(trace.pods.size(), 0);
+  if (options.score_memo) {
+    using ShapeKey = std::tuple<DeviceKind, uint32_t, uint32_t, std::vector<std::string>,
+                                std::vector<uint32_t>, uint64_t, uint64_t>;
+    std::map<ShapeKey, uint32_t> shapes;
+    for (size_t p = 0; p < trace.pods.size(); ++p) {
+      const PodRequest& r = trace.pods[p].request;
+      const ShapeKey key{r.kind,      r.count,     r.milli,     r.models,
+                         r.model_ids, r.cpu_milli, r.memory_mib};
+      shape_of[p] = shapes.emplace(key, static_cast<uint32_t>(shapes.size())).first->second;
+    }
+    // 16 bytes per (node, shape): a pod list of very many distinct requests
+    // on a large cluster replays without the memo rather than take > 256 MiB.
+    if (n * shapes.size() <= (size_t{1} << 24)) memo.emplace(n, shapes.size());
+  }
+  // The extender's choice for arrival `a` (SelectNode, or the memo's answer to it).
+  auto select = [&](size_t a) -> absl::StatusOr<std::optional<placement::NodeChoice>> {
+    const PodRequest& req = trace.pods[arrivals[a].pod].request;
+    const std::vector<uint32_t>* only = k8s_nodes.has_value() ? &*k8s_nodes : nullptr;
+    uint64_t* ties = options.random_ties ? &tie_state : nullptr;
+    if (!memo.has_value()) return placement::SelectNode(views, loads, req, k8s_scorer, only, ties);
+    std::shared_ptr<const placement::Workload> owner;
+    if (options.online_workload) owner = k8s_model.has_value() ? k8s_learned : learned;
+    return memo->Select(views, loads, req, shape_of[arrivals[a].pod], k8s_scorer, std::move(owner),
+                        only, ties, options.check_score_memo);
+  };
   std::vector<double> decision_us;
   decision_us.reserve(arrivals.size());
   double requested = 0;
@@ -374,6 +405,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
       views[i] = ledger.GetNode(hold.node);
     }
     loads[i].Add(req);
+    if (memo.has_value()) memo->NodeChanged(i);
     gpu_milli[i] += req.device_milli();
     allocated += static_cast<double>(req.device_milli());
     if (slurm_weighted && slurm_order.count({weight[i], static_cast<uint32_t>(i)}) > 0) {
@@ -529,9 +561,9 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
       }
       const Owner member = Owner::Pod(absl::StrCat("uid-", a), "trace", pod.name);
       if (spec.gang == GangPolicy::kPerPod) {
-        choice = placement::SelectNode(views, loads, req, k8s_scorer,
-                                       k8s_nodes.has_value() ? &*k8s_nodes : nullptr,
-                                       options.random_ties ? &tie_state : nullptr);
+        absl::StatusOr<std::optional<placement::NodeChoice>> selected = select(a);
+        if (!selected.ok()) return selected.status();
+        choice = std::move(*selected);
         if (choice.has_value()) {
           if (absl::Status st = commit(choice->node, member, choice->placement, req, pod.name);
               !st.ok()) {
@@ -557,15 +589,16 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
                                                     moved.status().message()));
           }
           views[i] = ledger.GetNode(trace.nodes[i].name);
+          if (memo.has_value()) memo->NodeChanged(i);
           member_placed = true;
         }
       }
       if (member_placed && ++g.placed == g.size) g.done = a;
     } else if (world == World::kKubernetes) {
       ++result.kubernetes_arrivals;
-      choice = placement::SelectNode(views, loads, req, k8s_scorer,
-                                     k8s_nodes.has_value() ? &*k8s_nodes : nullptr,
-                                     options.random_ties ? &tie_state : nullptr);
+      absl::StatusOr<std::optional<placement::NodeChoice>> selected = select(a);
+      if (!selected.ok()) return selected.status();
+      choice = std::move(*selected);
     } else {
       ++result.slurm_arrivals;
       for (const auto& [w, i] : slurm_order) {
@@ -648,6 +681,12 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
   }
 
   result.decisions = decision_us.size();
+  if (memo.has_value()) {
+    result.score_memo_lookups = memo->lookups();
+    result.score_memo_hits = memo->hits();
+    result.score_memo_fits = memo->fits();
+    result.score_memo_epochs = memo->epochs();
+  }
   if (!decision_us.empty()) {
     const size_t mid = decision_us.size() / 2;
     std::nth_element(decision_us.begin(), decision_us.begin() + mid, decision_us.end());

@@ -168,6 +168,15 @@ struct ReplayOptions {
   uint64_t tie_seed = 0;
   // Per-decision timing (adds two clock reads per pod).
   bool time_decisions = true;
+  // Kubernetes decisions through a ScoreMemo (bench/sim/score_memo.h): each
+  // node's answer for a pod shape is kept until the node or the workload
+  // snapshot changes. The same decisions either way; false asks SelectNode
+  // for every node every time (the extender's cost per decision). Ignored
+  // (no memo) when nodes x distinct requests exceed 2^24 (256 MiB of answers).
+  bool score_memo = true;
+  // With score_memo: every decision also asked of SelectNode, and a
+  // difference fails the replay (INTERNAL). Doubles the cost; for tests.
+  bool check_score_memo = false;
   // Gangs: the nodes' synthetic topology (by node index in Trace::nodes).
   SimTopology topology;
   // Copy the ledger's holdings at the end into ReplayResult::holdings (tests).
@@ -218,6 +227,11 @@ struct ReplayResult {
   std::string policy;
   std::vector<Row> rows;  // one per step reached
   uint64_t decisions = 0;
+  // ReplayOptions::score_memo: per-node answers asked, and how many the memo gave.
+  uint64_t score_memo_lookups = 0;
+  uint64_t score_memo_hits = 0;
+  uint64_t score_memo_fits = 0;    // answers where the request fits
+  uint64_t score_memo_epochs = 0;  // memo restarts (a new workload snapshot)
   double median_decision_us = 0;
   double p99_decision_us = 0;
   double wall_seconds = 0;
