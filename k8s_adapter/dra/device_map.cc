@@ -147,7 +147,7 @@ int Rank(const std::string& reason) {
 }
 
 // Snapshot shards: a node's entry lives in the shard of its name's hash, a
-// DRA device's ledger twin in the shard of the device's hash.
+// DRA device's ledger twin in the shard of its pool's.
 constexpr size_t kShards = 256;
 template <typename T>
 size_t ShardOf(const T& key) {
@@ -167,13 +167,26 @@ struct DeviceMap::NodeEntry {
 
 struct DeviceMap::Snapshot {
   using NodeShard = absl::flat_hash_map<std::string, std::shared_ptr<const NodeEntry>>;
-  using DraShard = absl::flat_hash_map<dra::DraDevice, dra::LedgerDevice>;
+  // A pool's devices: device name -> ledger device.
+  using PoolDevices = absl::flat_hash_map<std::string, dra::LedgerDevice>;
+  // PoolId() -> its devices (a pool's devices change together, mostly).
+  using DraShard = absl::flat_hash_map<std::string, std::shared_ptr<const PoolDevices>>;
   // Every lending node (the inventory's), by shard.
   std::array<std::shared_ptr<const NodeShard>, kShards> nodes;
-  // DRA device -> ledger device, over the lendable nodes, by shard.
+  // DRA device -> ledger device, over the lendable nodes, by shard of its
+  // pool.
   std::array<std::shared_ptr<const DraShard>, kShards> to_ledger;
   std::map<std::string, int> counts;  // unmappable nodes by reason (all present)
 
+  // "<driver>/<pool>" (a driver name has no '/').
+  static std::string PoolId(const dra::DraDevice& d) { return absl::StrCat(d.driver, "/", d.pool); }
+  const dra::LedgerDevice* Owner(const std::string& pool_id, const std::string& name) const {
+    const DraShard& shard = *to_ledger[ShardOf(pool_id)];
+    auto p = shard.find(pool_id);
+    if (p == shard.end()) return nullptr;
+    auto it = p->second->find(name);
+    return it == p->second->end() ? nullptr : &it->second;
+  }
   const NodeEntry* Find(const std::string& node) const {
     const NodeShard& shard = *nodes[ShardOf(node)];
     auto it = shard.find(node);
@@ -547,17 +560,30 @@ void DeviceMap::Commit(const std::set<std::string>& dirty, std::vector<std::stri
       (*node_shard(si))[node] = std::move(now);
     }
   }
+  // Copy-on-first-write of the pools whose devices this commit changes.
+  std::map<std::string, Snapshot::PoolDevices*> pool_copy;
+  auto pool_devices = [&](const std::string& pool_id) {
+    auto done = pool_copy.find(pool_id);
+    if (done != pool_copy.end()) return done->second;
+    Snapshot::DraShard* shard = dra_shard(ShardOf(pool_id));
+    auto p = shard->find(pool_id);
+    auto copy = p == shard->end() ? std::make_shared<Snapshot::PoolDevices>()
+                                  : std::make_shared<Snapshot::PoolDevices>(*p->second);
+    Snapshot::PoolDevices* raw = copy.get();
+    (*shard)[pool_id] = std::move(copy);
+    pool_copy[pool_id] = raw;
+    return raw;
+  };
   // A DRA device maps to the ledger device of the first node (by name) that
   // claims it (a pool may name several nodes). The nodes not re-judged claim
   // what they did: the owner before is still one unless it was re-judged;
   // only then are the pool's other nodes looked at.
   for (auto& [d, owner] : claims) {
-    const size_t si = ShardOf(d);
-    const Snapshot::DraShard& cur = *snap->to_ledger[si];
-    auto it = cur.find(d);
-    if (it != cur.end() && dirty.count(it->second.node) == 0) {
-      if (!owner.has_value() || it->second.node < owner->node) owner = it->second;
-    } else if (it != cur.end()) {
+    const std::string pool_id = Snapshot::PoolId(d);
+    const dra::LedgerDevice* cur = snap->Owner(pool_id, d.device);
+    if (cur != nullptr && dirty.count(cur->node) == 0) {
+      if (!owner.has_value() || cur->node < owner->node) owner = *cur;
+    } else if (cur != nullptr) {
       auto pool = state_->pools.find(PoolKey{d.driver, d.pool});
       const std::set<std::string> none;
       for (const std::string& node : pool != state_->pools.end() ? pool->second.nodes : none) {
@@ -571,10 +597,13 @@ void DeviceMap::Commit(const std::set<std::string>& dirty, std::vector<std::stri
       }
     }
     if (!owner.has_value()) {
-      if (it != cur.end()) dra_shard(si)->erase(d);
-    } else if (it == cur.end() || !(it->second == *owner)) {
-      (*dra_shard(si))[d] = *owner;
+      if (cur != nullptr) pool_devices(pool_id)->erase(d.device);
+    } else if (cur == nullptr || !(*cur == *owner)) {
+      (*pool_devices(pool_id))[d.device] = *owner;
     }
+  }
+  for (const auto& [pool_id, devices] : pool_copy) {
+    if (devices->empty()) dra_shard(ShardOf(pool_id))->erase(pool_id);
   }
   for (const auto& [reason, gauge] : gauges_) gauge->Set(snap->counts[reason]);
   std::shared_ptr<const Snapshot> prev;
@@ -593,10 +622,9 @@ std::shared_ptr<const DeviceMap::Snapshot> DeviceMap::Current() const {
 
 std::optional<dra::LedgerDevice> DeviceMap::ToLedger(const dra::DraDevice& device) const {
   auto snap = Current();
-  const Snapshot::DraShard& shard = *snap->to_ledger[ShardOf(device)];
-  auto it = shard.find(device);
-  if (it == shard.end()) return std::nullopt;
-  return it->second;
+  const dra::LedgerDevice* l = snap->Owner(Snapshot::PoolId(device), device.device);
+  if (l == nullptr) return std::nullopt;
+  return *l;
 }
 
 std::optional<dra::DraDevice> DeviceMap::ToDra(const dra::LedgerDevice& device) const {
