@@ -22,7 +22,10 @@
 //                    once, each its own keep-alive connection and its own
 //                    nodes (node i is client i % N's), so their allocations
 //                    never ask for the same GPU; journal fsyncs per
-//                    admission are counted over that part.
+//                    admission are counted over that part. The server has
+//                    --webhook_threads io threads and as many for
+//                    admissions (the product's default: 2), which bounds
+//                    how many admissions wait for the journal together.
 //   --mode map       DeviceMap at --nodes nodes x 8 H100s of NVIDIA-shaped
 //                    ResourceSlices (one slice per node): a full
 //                    DeviceMap::Update of every slice, and one node's slice
@@ -150,6 +153,7 @@ struct Flags {
   std::string fsync = "both";
   bool https = true;
   std::vector<int> clients = {1};  // HTTPS clients at once, comma separated
+  int webhook_threads = 2;          // WebhookOptions::threads (the product's default)
   std::string dir;
   // lend
   int lend_nodes = 40;  // nodes lent on (each once per count and run)
@@ -612,6 +616,7 @@ void RunWebhook(const Flags& f) {
           k8s_dra::WebhookOptions wo;
           wo.cert_file = tls.cert;
           wo.key_file = tls.key;
+          wo.threads = f.webhook_threads;
           auto server = k8s_dra::WebhookServer::Start(c->lender.get(), wo);
           if (!server.ok()) {
             Fail(server.status().ToString());
@@ -1587,6 +1592,10 @@ int Main(int argc, char** argv) {
   std::string clients = "1";
   app.add_option("--clients", clients,
                  "webhook: HTTPS clients at once (each its own connection), comma separated");
+  app.add_option("--webhook_threads", f.webhook_threads,
+                 "webhook: the server's io threads (and as many for admissions, which block "
+                 "on the journal); the product's default is 2")
+      ->check(CLI::Range(1, 256));
   app.add_option("--dir", f.dir, "webhook: where the journal is written (the disk matters)");
   app.add_option("--lend_nodes", f.lend_nodes, "lend: nodes lent on per run");
   app.add_option("--counts", counts, "lend: GPUs per lend, comma separated");
