@@ -176,7 +176,7 @@ struct Flags {
   std::string rule_pass = "incremental";
 };
 
-bool failed = false;
+std::atomic<bool> failed{false};  // set by the webhook mode's client threads too
 void Fail(const std::string& what) {
   std::fprintf(stderr, "dra_bench: FAILED: %s\n", what.c_str());
   failed = true;

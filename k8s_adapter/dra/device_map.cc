@@ -124,10 +124,14 @@ absl::Status Parse(const json& s, const std::string& label, const std::set<std::
   return absl::OkStatus();
 }
 
+// metadata.name, "" when absent.
+std::string Name(const json& s) {
+  return s.is_object() && s.contains("metadata") ? Str(s["metadata"], "name") : std::string();
+}
+
 // "ResourceSlice <name>", or "slices[i]" for an unnamed one.
 std::string Label(const json& s, size_t i) {
-  const std::string name =
-      s.is_object() && s.contains("metadata") ? Str(s["metadata"], "name") : std::string();
+  const std::string name = Name(s);
   return name.empty() ? absl::StrCat("slices[", i, "]") : absl::StrCat("ResourceSlice ", name);
 }
 
@@ -310,7 +314,7 @@ absl::Status DeviceMap::Update(const std::vector<json>& slices, const LedgerInve
     if (!lends) continue;
     // Keyed by name; an unnamed or repeated one by its position (a key no
     // Kubernetes name can be, so each occurrence counts).
-    std::string key = Str(slices[i]["metadata"], "name");
+    std::string key = Name(slices[i]);
     if (key.empty() || state->slice_pool.count(key) != 0) key = absl::StrCat(" slices[", i, "]");
     state->Insert(key, std::move(parsed), &touched);
   }
@@ -338,7 +342,7 @@ absl::Status DeviceMap::Apply(const MapDelta& delta, std::vector<std::string>* c
     ParsedSlice parsed;
     bool lends = false;
     if (absl::Status st = Parse(s, label, lending, &parsed, &lends); !st.ok()) return st;
-    const std::string name = Str(s["metadata"], "name");
+    const std::string name = Name(s);
     if (name.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": metadata.name is required"));
     }
