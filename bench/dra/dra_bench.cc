@@ -17,7 +17,22 @@
 //                    (parse + Lender::Review + Ledger::Rebind + journal wait
 //                    + answer) and (b) over HTTPS to WebhookServer through
 //                    libcurl (k8s_adapter's KubeClient, which keeps its
-//                    connection alive), one request at a time.
+//                    connection alive), one request at a time; with
+//                    --clients N (N > 1) the HTTPS part runs N clients at
+//                    once, each its own keep-alive connection and its own
+//                    nodes (node i is client i % N's), so their allocations
+//                    never ask for the same GPU; journal fsyncs per
+//                    admission are counted over that part. The server has
+//                    --webhook_threads io threads and as many for
+//                    admissions (the product's default: 2), which bounds
+//                    how many admissions wait for the journal together.
+//   --mode map       DeviceMap at --nodes nodes x 8 H100s of NVIDIA-shaped
+//                    ResourceSlices (one slice per node): a full
+//                    DeviceMap::Update of every slice, and one node's slice
+//                    changed (gpu-0's uuid wrong, then right again) applied
+//                    through DeviceMap::Apply (what dra_mode's slice informer
+//                    now does) and, for comparison, through a full Update
+//                    (what it did before), --requests changes per run.
 //   --mode lend      Lender::Lend(node, gpu, n) from the call to its rules
 //                    deleted: Placeholders over the fake slurmctld, which
 //                    sleeps --slurm_ms per RPC (AllocatePlaceholder, KillJob),
@@ -72,7 +87,7 @@
 //                    lent devices reclaimed (Lender::Reclaim), so every sample
 //                    starts from all devices tainted. Not part of --mode all.
 //
-//   dra_bench --mode webhook|lend|churn|all|e2e-lend [--nodes 500,1000,5000] ...
+//   dra_bench --mode webhook|lend|churn|all|e2e-lend|map [--nodes 500,1000,5000] ...
 //
 // Prints one JSON line per configuration and repetition, then a summary
 // (medians over --reps). Exits non-zero when anything the benchmark relies
@@ -137,6 +152,8 @@ struct Flags {
   int lent = 2;         // GPUs lent per node before the admissions
   std::string fsync = "both";
   bool https = true;
+  std::vector<int> clients = {1};  // HTTPS clients at once, comma separated
+  int webhook_threads = 2;          // WebhookOptions::threads (the product's default)
   std::string dir;
   // lend
   int lend_nodes = 40;  // nodes lent on (each once per count and run)
@@ -159,7 +176,7 @@ struct Flags {
   std::string rule_pass = "incremental";
 };
 
-bool failed = false;
+std::atomic<bool> failed{false};  // set by the webhook mode's client threads too
 void Fail(const std::string& what) {
   std::fprintf(stderr, "dra_bench: FAILED: %s\n", what.c_str());
   failed = true;
@@ -483,6 +500,16 @@ struct WebhookFigures {
   std::vector<double> alloc_us, dealloc_us;
 };
 
+// One HTTPS phase of one run: its latencies (all clients), the journal's
+// fsyncs and records per admission over the phase (each admission's release
+// included), and admissions per second.
+struct HttpsRun {
+  WebhookFigures fig;
+  double fsyncs_per_admission = 0;
+  double records_per_admission = 0;
+  double admissions_per_s = 0;
+};
+
 void Summarize(const char* label, const std::vector<WebhookFigures>& runs) {
   std::vector<double> a50, a99, d50, d99;
   for (const WebhookFigures& f : runs) {
@@ -499,8 +526,9 @@ void Summarize(const char* label, const std::vector<WebhookFigures>& runs) {
 
 void RunWebhook(const Flags& f) {
   std::printf("== webhook admission latency: %d requests per run (half allocate, half "
-              "deallocate), %d lent GPUs per node, one request at a time\n",
-              f.requests, f.lent);
+              "deallocate), %d lent GPUs per node; in process one request at a time, HTTPS "
+              "with %s clients at once\n",
+              f.requests, f.lent, absl::StrJoin(f.clients, ",").c_str());
   std::vector<bool> fsyncs;
   if (f.fsync == "both" || f.fsync == "on") fsyncs.push_back(true);
   if (f.fsync == "both" || f.fsync == "off") fsyncs.push_back(false);
@@ -509,7 +537,8 @@ void RunWebhook(const Flags& f) {
   if (f.https) tls = k8s::testing::MakeTestCerts(tmp);
   for (int nodes : f.nodes) {
     for (bool fsync : fsyncs) {
-      std::vector<WebhookFigures> direct, https;
+      std::vector<WebhookFigures> direct;
+      std::map<int, std::vector<HttpsRun>> https;  // by clients
       for (int rep = 0; rep < f.reps; ++rep) {
         CountingRules rules;
         ClusterOptions co;
@@ -580,11 +609,14 @@ void RunWebhook(const Flags& f) {
           }
           direct.push_back(std::move(fig));
         }
-        // (b) over HTTPS with a keep-alive client.
+        // (b) over HTTPS, `n` keep-alive clients at once (node i is client
+        // i % n's, so two clients never ask for the same GPU).
+        std::map<int, HttpsRun> https_runs;
         if (f.https) {
           k8s_dra::WebhookOptions wo;
           wo.cert_file = tls.cert;
           wo.key_file = tls.key;
+          wo.threads = f.webhook_threads;
           auto server = k8s_dra::WebhookServer::Start(c->lender.get(), wo);
           if (!server.ok()) {
             Fail(server.status().ToString());
@@ -593,29 +625,89 @@ void RunWebhook(const Flags& f) {
           k8s::KubeConfig kc;
           kc.server = absl::StrCat("https://127.0.0.1:", (*server)->port());
           kc.ca_file = tls.ca;
-          auto client = k8s::NewCurlKubeClient(kc);
-          if (!client.ok()) {
-            Fail(client.status().ToString());
-            return;
+          int base = 2'000'000;
+          for (int n : f.clients) {
+            std::vector<std::unique_ptr<k8s::KubeClient>> clients;
+            for (int k = 0; k < n; ++k) {
+              auto client = k8s::NewCurlKubeClient(kc);
+              if (!client.ok()) {
+                Fail(client.status().ToString());
+                return;
+              }
+              clients.push_back(*std::move(client));
+            }
+            // Client k's bodies: allocations of GPUs of its own nodes.
+            auto client_bodies = [&](int k, int first, int count) {
+              std::mt19937 crng(static_cast<uint32_t>(1000 * rep + 17 * n + k));
+              std::vector<std::pair<std::string, std::string>> out;
+              const size_t mine = (c->names.size() - static_cast<size_t>(k) + n - 1) / n;
+              for (int i = 0; i < count; ++i) {
+                const size_t node = static_cast<size_t>(k) + n * (crng() % mine);
+                const std::string dev = absl::StrCat("gpu-", crng() % f.lent);
+                json a = k8s_dra::testing::Review(
+                    "v1", k8s_dra::testing::Allocation(c->names[node], dev));
+                Personalize(a, first + i);
+                out.emplace_back(a.dump(), absl::StrCat("claim-uid-", first + i));
+              }
+              return out;
+            };
+            const int per_client = std::max(1, f.requests / 2 / n);
+            std::vector<std::vector<std::pair<std::string, std::string>>> warm, timed;
+            for (int k = 0; k < n; ++k) {
+              warm.push_back(client_bodies(k, base, 20));
+              base += 20;
+              timed.push_back(client_bodies(k, base, per_client));
+              base += per_client;
+            }
+            std::vector<WebhookFigures> per(static_cast<size_t>(n));
+            Journal::Stats before;
+            std::atomic<int> ready{0};
+            std::atomic<bool> go{false};
+            std::vector<std::thread> threads;
+            for (int k = 0; k < n; ++k) {
+              threads.emplace_back([&, k] {
+                auto post = [&](const std::string& body, double* us) {
+                  const absl::Time t = absl::Now();
+                  absl::StatusOr<std::string> r = clients[k]->Post(target, body);
+                  if (us != nullptr) *us = Micros(t);
+                  return check(r.ok() ? 200 : 0, r.ok() ? *r : r.status().ToString(),
+                               "https allocate");
+                };
+                for (const auto& [a, uid] : warm[k]) {
+                  if (!post(a, nullptr) || !release(uid, nullptr)) return;
+                }
+                ++ready;
+                while (!go.load()) std::this_thread::yield();
+                for (const auto& [a, uid] : timed[k]) {
+                  double us = 0;
+                  if (!post(a, &us)) return;
+                  per[k].alloc_us.push_back(us);
+                  if (!release(uid, &us)) return;
+                  per[k].dealloc_us.push_back(us);
+                }
+              });
+            }
+            while (ready.load() < n && !failed) std::this_thread::yield();
+            before = c->journal->stats();
+            const absl::Time start = absl::Now();
+            go = true;
+            for (auto& t : threads) t.join();
+            const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+            const Journal::Stats after = c->journal->stats();
+            if (failed) return;
+            HttpsRun& run = https_runs[n];
+            for (const WebhookFigures& w : per) {
+              run.fig.alloc_us.insert(run.fig.alloc_us.end(), w.alloc_us.begin(), w.alloc_us.end());
+              run.fig.dealloc_us.insert(run.fig.dealloc_us.end(), w.dealloc_us.begin(),
+                                        w.dealloc_us.end());
+            }
+            const double admissions = static_cast<double>(run.fig.alloc_us.size());
+            run.fsyncs_per_admission = static_cast<double>(after.fsyncs - before.fsyncs) / admissions;
+            run.records_per_admission =
+                static_cast<double>(after.records - before.records) / admissions;
+            run.admissions_per_s = admissions / seconds;
+            https[n].push_back(run);
           }
-          auto post = [&](const std::string& body, const char* what, double* us) {
-            const absl::Time t = absl::Now();
-            absl::StatusOr<std::string> r = (*client)->Post(target, body);
-            if (us != nullptr) *us = Micros(t);
-            return check(r.ok() ? 200 : 0, r.ok() ? *r : r.status().ToString(), what);
-          };
-          for (const auto& [a, uid] : bodies(2'000'000, 100)) {
-            if (!post(a, "https allocate", nullptr) || !release(uid, nullptr)) return;
-          }
-          WebhookFigures fig;
-          for (const auto& [a, uid] : bodies(3'000'000, f.requests / 2)) {
-            double us = 0;
-            if (!post(a, "https allocate", &us)) return;
-            fig.alloc_us.push_back(us);
-            if (!release(uid, &us)) return;
-            fig.dealloc_us.push_back(us);
-          }
-          https.push_back(std::move(fig));
           (*server)->Stop();
         }
         const Journal::Stats js = c->journal->stats();
@@ -630,11 +722,16 @@ void RunWebhook(const Flags& f) {
                      {"direct_dealloc_p99_us", Pct(direct.back().dealloc_us, 0.99)},
                      {"journal_fsyncs", js.fsyncs},
                      {"journal_batches", js.batches}};
-        if (f.https) {
-          line["https_alloc_p50_us"] = Pct(https.back().alloc_us, 0.5);
-          line["https_alloc_p99_us"] = Pct(https.back().alloc_us, 0.99);
-          line["https_dealloc_p50_us"] = Pct(https.back().dealloc_us, 0.5);
-          line["https_dealloc_p99_us"] = Pct(https.back().dealloc_us, 0.99);
+        for (const auto& [n, run] : https_runs) {
+          // One client: the names of the runs before --clients.
+          const std::string p = n == 1 ? "https_" : absl::StrCat("https_c", n, "_");
+          line[p + "alloc_p50_us"] = Pct(run.fig.alloc_us, 0.5);
+          line[p + "alloc_p99_us"] = Pct(run.fig.alloc_us, 0.99);
+          line[p + "dealloc_p50_us"] = Pct(run.fig.dealloc_us, 0.5);
+          line[p + "dealloc_p99_us"] = Pct(run.fig.dealloc_us, 0.99);
+          line[p + "fsyncs_per_admission"] = run.fsyncs_per_admission;
+          line[p + "records_per_admission"] = run.records_per_admission;
+          line[p + "admissions_per_s"] = run.admissions_per_s;
         }
         std::printf("%s\n", line.dump().c_str());
         std::fflush(stdout);
@@ -644,10 +741,116 @@ void RunWebhook(const Flags& f) {
       }
       std::printf("%d nodes x 8 GPUs, journal fsync %s:\n", nodes, fsync ? "ON" : "OFF");
       Summarize("WebhookHandler::Handle", direct);
-      if (f.https) Summarize("HTTPS (WebhookServer, curl)", https);
+      for (const auto& [n, runs] : https) {
+        std::vector<WebhookFigures> figs;
+        std::vector<double> fsyncs_per, rate;
+        for (const HttpsRun& r : runs) {
+          figs.push_back(r.fig);
+          fsyncs_per.push_back(r.fsyncs_per_admission);
+          rate.push_back(r.admissions_per_s);
+        }
+        Summarize(absl::StrCat("HTTPS, ", n, n == 1 ? " client" : " clients").c_str(), figs);
+        std::printf("  %-28s journal fsyncs per admission %.2f (with its release), %.0f "
+                    "admissions/s\n",
+                    "", Median(fsyncs_per), Median(rate));
+      }
     }
   }
   k8s::testing::RemoveTree(tmp);
+}
+
+// ---------------------------------------------------------------------------
+// --mode map
+
+void RunMap(const Flags& f) {
+  std::printf("== DeviceMap: full Update vs one node's slice changed (Apply), %d changes per "
+              "run\n", f.requests);
+  for (int nodes : f.nodes) {
+    std::vector<double> full_ms, apply_p50, apply_p99, apply_cpu_p99, full_one_p50;
+    for (int rep = 0; rep < f.reps; ++rep) {
+      std::vector<json> slices;
+      k8s_dra::LedgerInventory inv;
+      for (int i = 0; i < nodes; ++i) {
+        NodeSpec spec = bench::H100Node(i);
+        slices.push_back(NvidiaSlice(spec));
+        for (const DeviceSpec& d : spec.devices) inv[spec.name].push_back({d.kind, d.index, d.id});
+      }
+      prometheus::Registry registry;
+      k8s_dra::DeviceMap map({kGpuDriver}, &registry);
+      absl::Time t = absl::Now();
+      if (absl::Status s = map.Update(slices, inv); !s.ok()) {
+        Fail(absl::StrCat("DeviceMap::Update: ", s.ToString()));
+        return;
+      }
+      full_ms.push_back(Micros(t) / 1e3);
+      if (!map.UnmappableNodes().empty()) Fail("the synthesized slices left nodes unmappable");
+      std::mt19937 rng(7 + rep);
+      // Node i's slice with gpu-0's uuid wrong (`bad`) or as published.
+      auto changed_slice = [&](size_t i, bool bad) {
+        json s = slices[i];
+        if (bad) s["spec"]["devices"][0]["attributes"]["uuid"]["string"] = "GPU-wrong";
+        return s;
+      };
+      // Apply: each change makes a random node unmappable, then mappable.
+      std::vector<double> apply_us, apply_cpu_us;  // wall, and this thread's CPU
+      for (int k = 0; k < f.requests; ++k) {
+        const size_t i = rng() % slices.size();
+        for (bool bad : {true, false}) {
+          k8s_dra::MapDelta delta;
+          delta.upserted.push_back(changed_slice(i, bad));
+          std::vector<std::string> changed;
+          t = absl::Now();
+          const double cpu = ThreadCpuMicros();
+          absl::Status s = map.Apply(delta, &changed);
+          apply_us.push_back(Micros(t));
+          apply_cpu_us.push_back(ThreadCpuMicros() - cpu);
+          if (!s.ok() || changed.size() != 1 || map.Lendable(slices[i]["spec"]["nodeName"],
+                                                             nullptr) == bad) {
+            Fail(absl::StrCat("DeviceMap::Apply: ", s.ToString(), ", ", changed.size(),
+                              " changed"));
+            return;
+          }
+        }
+      }
+      // The same change through a full Update (what dra_mode did before):
+      // a few, it costs what a full rebuild costs.
+      std::vector<double> full_one_us;
+      for (int k = 0; k < std::max(2, std::min(10, f.requests / 50)); ++k) {
+        const size_t i = rng() % slices.size();
+        for (bool bad : {true, false}) {
+          std::vector<json> all = slices;  // (the copy dra_mode made is not timed)
+          all[i] = changed_slice(i, bad);
+          std::vector<std::string> changed;
+          t = absl::Now();
+          absl::Status s = map.Update(all, inv, &changed);
+          full_one_us.push_back(Micros(t));
+          if (!s.ok() || changed.size() != 1) {
+            Fail(absl::StrCat("DeviceMap::Update: ", s.ToString()));
+            return;
+          }
+        }
+      }
+      apply_p50.push_back(Pct(apply_us, 0.5));
+      apply_p99.push_back(Pct(apply_us, 0.99));
+      apply_cpu_p99.push_back(Pct(apply_cpu_us, 0.99));
+      full_one_p50.push_back(Pct(full_one_us, 0.5));
+      json line = {{"mode", "map"},
+                   {"nodes", nodes},
+                   {"rep", rep},
+                   {"full_update_ms", full_ms.back()},
+                   {"apply_one_node_p50_us", apply_p50.back()},
+                   {"apply_one_node_p99_us", apply_p99.back()},
+                   {"apply_one_node_cpu_p50_us", Pct(apply_cpu_us, 0.5)},
+                   {"apply_one_node_cpu_p99_us", Pct(apply_cpu_us, 0.99)},
+                   {"full_update_one_node_p50_ms", full_one_p50.back() / 1e3}};
+      std::printf("%s\n", line.dump().c_str());
+      std::fflush(stdout);
+    }
+    std::printf("%d nodes x 8 GPUs: full Update %.1f ms; one node's slice: Apply p50/p99 "
+                "%.1f / %.1f us (CPU p99 %.1f us), full Update %.1f ms (medians of %d runs)\n",
+                nodes, Median(full_ms), Median(apply_p50), Median(apply_p99),
+                Median(apply_cpu_p99), Median(full_one_p50) / 1e3, f.reps);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -1378,7 +1581,7 @@ int Main(int argc, char** argv) {
   f.dir = std::filesystem::temp_directory_path().string();
   CLI::App app{"DRA lending mode benchmark (bench/RESULTS.md, DRA lending)"};
   app.add_option("--mode", f.mode, "webhook, lend, churn, all (those three) or e2e-lend")
-      ->check(CLI::IsMember({"webhook", "lend", "churn", "all", "e2e-lend"}));
+      ->check(CLI::IsMember({"webhook", "lend", "churn", "all", "e2e-lend", "map"}));
   app.add_option("--nodes", nodes, "node counts, comma separated (webhook, churn)");
   app.add_option("--reps", f.reps, "runs per configuration");
   app.add_option("--requests", f.requests, "webhook: admissions per run");
@@ -1386,6 +1589,13 @@ int Main(int argc, char** argv) {
   app.add_option("--fsync", f.fsync, "webhook: journal fsync both, on or off")
       ->check(CLI::IsMember({"both", "on", "off"}));
   app.add_option("--https", f.https, "webhook: also over HTTPS");
+  std::string clients = "1";
+  app.add_option("--clients", clients,
+                 "webhook: HTTPS clients at once (each its own connection), comma separated");
+  app.add_option("--webhook_threads", f.webhook_threads,
+                 "webhook: the server's io threads (and as many for admissions, which block "
+                 "on the journal); the product's default is 2")
+      ->check(CLI::Range(1, 256));
   app.add_option("--dir", f.dir, "webhook: where the journal is written (the disk matters)");
   app.add_option("--lend_nodes", f.lend_nodes, "lend: nodes lent on per run");
   app.add_option("--counts", counts, "lend: GPUs per lend, comma separated");
@@ -1414,13 +1624,20 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   f.nodes = Ints(nodes);
   f.counts = Ints(counts);
+  f.clients = Ints(clients);
+  for (int n : f.clients) {
+    if (n < 1 || n > 256) {
+      std::fprintf(stderr, "bad --clients\n");
+      return 2;
+    }
+  }
   f.slurm_ms.clear();
   for (absl::string_view p : absl::StrSplit(slurm_ms, ',', absl::SkipEmpty())) {
     double v = 0;
     if (!absl::SimpleAtod(p, &v)) return 2;
     f.slurm_ms.push_back(v);
   }
-  if (f.nodes.empty() || f.counts.empty() || f.reps < 1 || f.requests < 2) {
+  if (f.nodes.empty() || f.counts.empty() || f.clients.empty() || f.reps < 1 || f.requests < 2) {
     std::fprintf(stderr, "bad --nodes, --counts, --reps or --requests\n");
     return 2;
   }
@@ -1431,6 +1648,7 @@ int Main(int argc, char** argv) {
   if (!failed && (f.mode == "lend" || f.mode == "all")) RunLend(f);
   if (!failed && (f.mode == "churn" || f.mode == "all")) RunChurn(f);
   if (!failed && f.mode == "e2e-lend") RunE2eLend(f);
+  if (!failed && f.mode == "map") RunMap(f);
   return failed ? 1 : 0;
 }
 

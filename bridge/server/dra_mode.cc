@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -160,41 +161,74 @@ class DraMode::InventoryListener final : public ChangeListener {
   std::atomic<bool> changed_{false};
 };
 
+// Keeps every ResourceSlice (for a full rebuild) and what changed since the
+// map last took it (for DeviceMap::Apply). A relist (OnSynced) asks for a full
+// rebuild; so does the next change after a rebuild or Apply that failed (what
+// it took is gone; as before, a bad slice is not retried until something
+// changes).
 class DraMode::SliceHandler final : public k8s::InformerHandler {
  public:
   void OnUpsert(const nlohmann::json& object) override {
     absl::MutexLock lock(&mu_);
-    slices_[Str(object, {"metadata", "name"})] = object;
-    dirty_ = true;
+    const std::string name = Str(object, {"metadata", "name"});
+    slices_[name] = object;
+    pending_[name] = object;
   }
   void OnDelete(const std::string& key, const nlohmann::json*) override {
     absl::MutexLock lock(&mu_);
     slices_.erase(key);
-    dirty_ = true;
+    pending_[key] = std::nullopt;
   }
   void OnSynced() override {
     absl::MutexLock lock(&mu_);
-    dirty_ = true;
+    full_ = true;
   }
   bool Changed() {
     absl::MutexLock lock(&mu_);
-    return dirty_;
+    return full_ || !pending_.empty();
   }
-  // The slices when they changed since the last call (or `force`).
-  std::optional<std::vector<nlohmann::json>> TakeIfChanged(bool force) {
+  bool NeedsFull() {
     absl::MutexLock lock(&mu_);
-    if (!dirty_ && !force) return std::nullopt;
-    dirty_ = false;
+    return full_ || failed_;
+  }
+  // The map did not take the last Take's slices: the next change rebuilds it.
+  void Failed() {
+    absl::MutexLock lock(&mu_);
+    failed_ = true;
+  }
+  // Every slice; what was pending is covered by it.
+  std::vector<nlohmann::json> TakeAll() {
+    absl::MutexLock lock(&mu_);
+    full_ = false;
+    failed_ = false;
+    pending_.clear();
     std::vector<nlohmann::json> out;
     out.reserve(slices_.size());
     for (const auto& [name, s] : slices_) out.push_back(s);
     return out;
   }
+  // The slices added, changed or deleted since the last Take.
+  k8s_dra::MapDelta TakeDelta() {
+    absl::MutexLock lock(&mu_);
+    k8s_dra::MapDelta delta;
+    for (auto& [name, s] : pending_) {
+      if (s.has_value()) {
+        delta.upserted.push_back(std::move(*s));
+      } else {
+        delta.deleted.push_back(name);
+      }
+    }
+    pending_.clear();
+    return delta;
+  }
 
  private:
   absl::Mutex mu_;
   std::map<std::string, nlohmann::json> slices_ ABSL_GUARDED_BY(mu_);
-  bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  // Name -> the slice now, or nullopt when deleted.
+  std::map<std::string, std::optional<nlohmann::json>> pending_ ABSL_GUARDED_BY(mu_);
+  bool full_ ABSL_GUARDED_BY(mu_) = true;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class DraMode::ClaimHandler final : public k8s::InformerHandler {
@@ -511,39 +545,53 @@ void DraMode::Stop() {
 
 void DraMode::RebuildMap(bool force, bool read_inventory) {
   if (!force && !read_inventory && !slice_handler_->Changed()) return;
-  // The lending nodes' devices as the ledger's inventory has them.
-  LedgerSnapshot snap = deps_.ledger->Snapshot();
+  // A full rebuild when asked, after a relist or a failed Apply, or when the
+  // lending nodes' inventory changed; otherwise only the slices that changed
+  // are applied (DeviceMap::Apply re-judges just their pools' nodes).
+  bool full = force || slice_handler_->NeedsFull();
   k8s_dra::LedgerInventory inv;
   uint64_t fingerprint = 1469598103934665603ull;
-  auto mix = [&fingerprint](uint64_t v) { fingerprint = (fingerprint ^ v) * 1099511628211ull; };
-  for (const std::shared_ptr<const NodeView>& v : snap.nodes) {
-    const std::vector<std::string>& pools = deps_.config->pools;
-    if (std::find(pools.begin(), pools.end(), v->spec.pool) == pools.end()) continue;
-    std::vector<k8s_dra::InventoryDevice>& devs = inv[v->spec.name];
-    mix(std::hash<std::string>()(v->spec.name));
-    for (const DeviceState& d : v->devices) {
-      devs.push_back({d.spec.kind, d.spec.index, d.spec.id});
-      mix(static_cast<uint64_t>(d.spec.kind) * 4096 + d.spec.index);
-      mix(std::hash<std::string>()(d.spec.id));
+  if (full || read_inventory) {
+    // The lending nodes' devices as the ledger's inventory has them.
+    LedgerSnapshot snap = deps_.ledger->Snapshot();
+    auto mix = [&fingerprint](uint64_t v) { fingerprint = (fingerprint ^ v) * 1099511628211ull; };
+    for (const std::shared_ptr<const NodeView>& v : snap.nodes) {
+      const std::vector<std::string>& pools = deps_.config->pools;
+      if (std::find(pools.begin(), pools.end(), v->spec.pool) == pools.end()) continue;
+      std::vector<k8s_dra::InventoryDevice>& devs = inv[v->spec.name];
+      mix(std::hash<std::string>()(v->spec.name));
+      for (const DeviceState& d : v->devices) {
+        devs.push_back({d.spec.kind, d.spec.index, d.spec.id});
+        mix(static_cast<uint64_t>(d.spec.kind) * 4096 + d.spec.index);
+        mix(std::hash<std::string>()(d.spec.id));
+      }
     }
+    if (fingerprint != map_ledger_seq_) full = true;
   }
-  const bool inventory_changed = fingerprint != map_ledger_seq_;
-  std::optional<std::vector<nlohmann::json>> slices =
-      slice_handler_->TakeIfChanged(force || inventory_changed);
-  if (!slices) return;
-  map_ledger_seq_ = fingerprint;
   std::vector<std::string> changed;
-  if (absl::Status s = map_->Update(*slices, inv, &changed); !s.ok()) {
-    spdlog::error("dra: the device map was not rebuilt (kept as it was): {}", s.ToString());
-    return;
+  if (full) {
+    map_ledger_seq_ = fingerprint;
+    if (absl::Status s = map_->Update(slice_handler_->TakeAll(), inv, &changed); !s.ok()) {
+      slice_handler_->Failed();
+      spdlog::error("dra: the device map was not rebuilt (kept as it was): {}", s.ToString());
+      return;
+    }
+  } else {
+    const k8s_dra::MapDelta delta = slice_handler_->TakeDelta();
+    if (delta.empty()) return;
+    if (absl::Status s = map_->Apply(delta, &changed); !s.ok()) {
+      // The delta is gone: the next change rebuilds from every slice.
+      slice_handler_->Failed();
+      spdlog::error("dra: the device map was not updated (kept as it was): {}", s.ToString());
+      return;
+    }
   }
   // Their rules may be wrong now (a node became lendable, or not).
   if (lender_) lender_->MarkRulesDirty(changed);
   // Said when a node's reason appears or changes, not on every rebuild: a
   // log line and a DuetLendRefused Event on the Node.
   std::map<std::string, std::string> now_refused;
-  for (const auto& [node, why] : map_->UnmappableNodes()) {
-    if (!inv.count(node)) continue;
+  for (const auto& [node, why] : map_->UnmappableNodes()) {  // lending nodes only
     now_refused[node] = why.reason;
     auto was = refused_.find(node);
     if (was != refused_.end() && was->second == why.reason) continue;

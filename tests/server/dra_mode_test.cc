@@ -208,6 +208,38 @@ TEST_F(DraModeTest, AChangedNodeInTheLedgerRebuildsTheMapWithoutAnySliceChange) 
       fakes::kWaitTimeout, "the unmappable node's DeviceTaintRules gone"));
 }
 
+TEST_F(DraModeTest, AChangedSliceIsAppliedToTheMapWithoutAnInventoryChange) {
+  ASSERT_EQ(Rules(), 4);
+  // The driver republishes gpu-0 with another uuid: only the slice informer
+  // tells the loop (DeviceMap::Apply of that slice); the node no longer maps
+  // and its rules go. Then it republishes the right uuid: lendable again.
+  const std::string path = absl::StrCat(kDra, "/resourceslices/", kNode, "-gpu.nvidia.com");
+  absl::StatusOr<std::string> got = api_.control()->Get(path);
+  ASSERT_TRUE(got.ok()) << got.status();
+  json slice = json::parse(*got);
+  const json good = slice;
+  slice["spec"]["devices"][0]["attributes"]["uuid"]["string"] =
+      "GPU-ffffffff-4f1d-11ee-be56-0242ac120002";
+  ASSERT_TRUE(api_.control()->Put(path, slice.dump()).ok());
+  ASSERT_TRUE(fakes::WaitFor(
+      [&] {
+        clock_.Advance(absl::Milliseconds(200));  // the loop's passes
+        return Rules() == 0;
+      },
+      fakes::kWaitTimeout, "the unmappable node's DeviceTaintRules gone"));
+  got = api_.control()->Get(path);
+  ASSERT_TRUE(got.ok()) << got.status();
+  json fixed = good;
+  fixed["metadata"]["resourceVersion"] = json::parse(*got)["metadata"]["resourceVersion"];
+  ASSERT_TRUE(api_.control()->Put(path, fixed.dump()).ok());
+  ASSERT_TRUE(fakes::WaitFor(
+      [&] {
+        clock_.Advance(absl::Milliseconds(200));
+        return Rules() == 4;
+      },
+      fakes::kWaitTimeout, "the node mappable again, its free devices tainted"));
+}
+
 TEST_F(DraModeTest, TwoPodsPendingAtOnceAreLentConcurrently) {
   ASSERT_EQ(Rules(), 4);
   // Each lend job (one GPU per pod) waits until both are in flight: pods
