@@ -23,9 +23,10 @@
 //                    nodes (node i is client i % N's), so their allocations
 //                    never ask for the same GPU; journal fsyncs per
 //                    admission are counted over that part. The server has
-//                    --webhook_threads io threads and as many for
-//                    admissions (the product's default: 2), which bounds
-//                    how many admissions wait for the journal together.
+//                    2 io threads and --webhook_threads threads for
+//                    admissions (dra.webhook.admission_threads, the
+//                    product's default: 16), which bounds how many
+//                    admissions wait for the journal together.
 //   --mode map       DeviceMap at --nodes nodes x 8 H100s of NVIDIA-shaped
 //                    ResourceSlices (one slice per node): a full
 //                    DeviceMap::Update of every slice, and one node's slice
@@ -153,7 +154,7 @@ struct Flags {
   std::string fsync = "both";
   bool https = true;
   std::vector<int> clients = {1};  // HTTPS clients at once, comma separated
-  int webhook_threads = 2;          // WebhookOptions::threads (the product's default)
+  int webhook_threads = 16;         // WebhookOptions::admission_threads (the product's default)
   std::string dir;
   // lend
   int lend_nodes = 40;  // nodes lent on (each once per count and run)
@@ -616,7 +617,7 @@ void RunWebhook(const Flags& f) {
           k8s_dra::WebhookOptions wo;
           wo.cert_file = tls.cert;
           wo.key_file = tls.key;
-          wo.threads = f.webhook_threads;
+          wo.admission_threads = f.webhook_threads;
           auto server = k8s_dra::WebhookServer::Start(c->lender.get(), wo);
           if (!server.ok()) {
             Fail(server.status().ToString());
@@ -1593,8 +1594,8 @@ int Main(int argc, char** argv) {
   app.add_option("--clients", clients,
                  "webhook: HTTPS clients at once (each its own connection), comma separated");
   app.add_option("--webhook_threads", f.webhook_threads,
-                 "webhook: the server's io threads (and as many for admissions, which block "
-                 "on the journal); the product's default is 2")
+                 "webhook: the server's threads for admissions, which block on the journal "
+                 "(dra.webhook.admission_threads; the product's default is 16)")
       ->check(CLI::Range(1, 256));
   app.add_option("--dir", f.dir, "webhook: where the journal is written (the disk matters)");
   app.add_option("--lend_nodes", f.lend_nodes, "lend: nodes lent on per run");

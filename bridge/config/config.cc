@@ -243,6 +243,7 @@ absl::Status ParseInto(const YAML::Node& root, Config* c) {
     DUET_YAML(w.Check());
     DUET_YAML(w.String("listen", &c->dra.webhook.listen));
     DUET_YAML(w.Duration("admission_grace", &c->dra.webhook.admission_grace));
+    DUET_YAML(w.Int("admission_threads", &c->dra.webhook.admission_threads));
     Section t(w.Child("tls"), "dra.webhook.tls");
     DUET_YAML(t.Check());
     DUET_YAML(t.String("cert_file", &c->dra.webhook.cert_file));
@@ -331,6 +332,9 @@ absl::Status ValidateDra(const Config& c) {
   if (d.webhook.admission_grace < absl::Seconds(1)) {
     return bad("webhook.admission_grace",
                "must be at least 1s (the webhook's timeoutSeconds plus a margin)");
+  }
+  if (d.webhook.admission_threads < 1 || d.webhook.admission_threads > 256) {
+    return bad("webhook.admission_threads", "must be 1..256");
   }
   if (!d.kube_version.empty() && d.kube_version != "1.36" && d.kube_version != "1.37") {
     return bad("kube_version", absl::StrCat("\"", d.kube_version, "\" must be \"\", 1.36 or 1.37"));

@@ -295,6 +295,10 @@ struct DraConfig {
     // device (step 3): at least the webhook configuration's timeoutSeconds
     // plus a margin.
     absl::Duration admission_grace = absl::Seconds(15);
+    // Admissions waiting on the ledger's journal at once. Concurrent
+    // admissions share one fsync (group commit), so this bounds how many
+    // kube-apiserver calls one fsync can answer (bench/dra/RESULTS.md 1).
+    int admission_threads = 16;
   } webhook;
   // "" reads the API server's discovery; "1.36" or "1.37" forces the
   // DeviceTaintRule API (v1beta2 / v1).

@@ -506,6 +506,7 @@ absl::Status DraMode::Init() {
   wo.listen = c.webhook.listen;
   wo.cert_file = c.webhook.cert_file;
   wo.key_file = c.webhook.key_file;
+  wo.admission_threads = c.webhook.admission_threads;
   wo.registry = deps_.registry;
   absl::StatusOr<std::unique_ptr<k8s_dra::WebhookServer>> hook =
       k8s_dra::WebhookServer::Start(lender_.get(), wo);

@@ -114,6 +114,7 @@ absl::StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(dra::Admissi
   o.client_ca_file = options.client_ca_file;
   o.max_request_bytes = options.max_request_bytes;
   o.threads = options.threads;
+  o.blocking_threads = options.admission_threads;
   o.config_prefix = "dra.webhook.";
   o.log_name = "dra webhook";
   const WebhookHandler* h = handler.get();

@@ -58,7 +58,11 @@ struct WebhookOptions {
   // apiserver's --proxy-client / admission-control kubeconfig identity).
   std::string client_ca_file;
   size_t max_request_bytes = 3 << 20;  // a claim is at most ~1.5 MiB in etcd, twice
+  // The io threads, and the admissions that may wait on the ledger's journal
+  // at once (dra.webhook.admission_threads): they share one fsync, so with
+  // too few of them concurrent calls queue for one fsync each.
   int threads = 2;
+  int admission_threads = 16;
   prometheus::Registry* registry = nullptr;
 };
 

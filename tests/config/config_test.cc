@@ -733,12 +733,13 @@ TEST(ConfigTest, DraSection) {
   EXPECT_EQ(d->dra.drivers, (std::vector<std::string>{"gpu.nvidia.com", "tpu.google.com"}));
   EXPECT_EQ(d->dra.taint_key, "duet.dev/not-lent");
   EXPECT_EQ(d->dra.webhook.admission_grace, absl::Seconds(15));
+  EXPECT_EQ(d->dra.webhook.admission_threads, 16);
 
   const std::string slurm = "slurm: {enabled: true, credential: none}\n";
   const std::string good =
       "dra: {enabled: true, pools: [gpu-a, tpu-b], drivers: [gpu.nvidia.com], warm_buffer: 2,\n"
       "      reclaim_after: 30s, kube_version: \"1.36\",\n"
-      "      webhook: {listen: \"0.0.0.0:9443\", admission_grace: 20s,\n"
+      "      webhook: {listen: \"0.0.0.0:9443\", admission_grace: 20s, admission_threads: 4,\n"
       "                tls: {cert_file: w.crt, key_file: w.key}}}\n";
   auto c = ParseConfig(slurm + good);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -751,6 +752,7 @@ TEST(ConfigTest, DraSection) {
   EXPECT_EQ(c->dra.webhook.listen, "0.0.0.0:9443");
   EXPECT_EQ(c->dra.webhook.cert_file, "w.crt");
   EXPECT_EQ(c->dra.webhook.admission_grace, absl::Seconds(20));
+  EXPECT_EQ(c->dra.webhook.admission_threads, 4);
   EXPECT_EQ(c->dra.kube_version, "1.36");
 
   // Off: nothing else is checked.
@@ -774,6 +776,11 @@ TEST(ConfigTest, DraSection) {
   EXPECT_THAT(message(slurm + on + "pools: [a], webhook: {listen: nohost, tls: {cert_file: c, "
                                    "key_file: k}}}"),
               HasSubstr("dra.webhook.listen"));
+  for (const char* n : {"0", "257"}) {
+    EXPECT_THAT(message(slurm + on + "pools: [a], webhook: {listen: \"0.0.0.0:9443\", " +
+                        "admission_threads: " + n + ", tls: {cert_file: c, key_file: k}}}"),
+                HasSubstr("dra.webhook.admission_threads: must be 1..256"));
+  }
   EXPECT_THAT(message(slurm + on + "pools: [a], kube_version: \"1.35\", " + hook + "}"),
               HasSubstr("dra.kube_version"));
   EXPECT_THAT(message(on + "pools: [a], " + hook + "}"), HasSubstr("needs slurm.enabled"));
