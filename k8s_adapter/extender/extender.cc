@@ -218,16 +218,22 @@ FilterResult Extender::FilterMember(const ExtenderArgs& args, gang::GangSpec spe
 }
 
 std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
+  const std::vector<int64_t> scores = PrioritizeScores(args);
   std::vector<HostPriority> out;
-  out.reserve(args.node_names.size());
-  for (const std::string& name : args.node_names) out.push_back({name, 0});
+  out.reserve(scores.size());
+  for (size_t i = 0; i < scores.size(); ++i) out.push_back({args.node_names[i], scores[i]});
+  return out;
+}
+
+std::vector<int64_t> Extender::PrioritizeScores(const ExtenderArgs& args) const {
+  std::vector<int64_t> out(args.node_names.size(), 0);
   if (absl::StatusOr<std::optional<gang::GangSpec>> spec = GangOf(args.pod);
       !spec.ok() || spec->has_value()) {
     // A gang member: its slot's node, nothing else.
     const std::optional<std::string> node =
         spec.ok() ? options_.gangs->NodeOf(PodRefOf(args.pod).uid) : std::nullopt;
-    for (HostPriority& p : out) {
-      if (node.has_value() && p.host == *node) p.score = kMaxExtenderPriority;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (node.has_value() && args.node_names[i] == *node) out[i] = kMaxExtenderPriority;
     }
     return out;
   }
@@ -269,7 +275,7 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
     hi = std::max(hi, r);
   }
   for (const auto& [i, r] : raw) {
-    out[i].score = hi - lo < 1e-9 ? kMaxExtenderPriority
+    out[i] = hi - lo < 1e-9 ? kMaxExtenderPriority
                                   : static_cast<int64_t>(std::floor(
                                         kMaxExtenderPriority * (r - lo) / (hi - lo) + 1e-9));
   }

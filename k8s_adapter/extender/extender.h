@@ -185,6 +185,9 @@ class Extender {
   FilterResult Filter(const ExtenderArgs& args) const;
   // One entry per requested name, in order.
   std::vector<HostPriority> Prioritize(const ExtenderArgs& args) const;
+  // Prioritize's scores alone, parallel to args.node_names: what the server
+  // writes (PriorityListBody(names, scores)), without a copy of each name.
+  std::vector<int64_t> PrioritizeScores(const ExtenderArgs& args) const;
   // OK when the pod is bound to `args.node` with its devices held.
   // `caller` names who asked, for the log line (the server passes the
   // client certificate's subject and the peer address).

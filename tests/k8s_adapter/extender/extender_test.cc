@@ -192,6 +192,10 @@ TEST(ExtenderArgsTest, DirectWritersMatchNlohmannsDump) {
   std::vector<HostPriority> list = {{"a", 10}, {"b\"", 0}, {"c", -3}};
   EXPECT_EQ(PriorityListBody(list), dump(PriorityListJson(list)));
   EXPECT_EQ(PriorityListBody({}), dump(PriorityListJson({})));
+  // Names and scores given apart (the server's path): the same bytes.
+  EXPECT_EQ(PriorityListBody({"a", "b\"", "c"}, {10, 0, -3}), dump(PriorityListJson(list)));
+  EXPECT_EQ(PriorityListBody(std::vector<std::string>{}, std::vector<int64_t>{}),
+            dump(PriorityListJson({})));
   // A NodeList request is answered with the NodeList (DOM path).
   ExtenderArgs args;
   args.from_node_list = true;
