@@ -276,8 +276,8 @@ std::vector<int64_t> Extender::PrioritizeScores(const ExtenderArgs& args) const 
   }
   for (const auto& [i, r] : raw) {
     out[i] = hi - lo < 1e-9 ? kMaxExtenderPriority
-                                  : static_cast<int64_t>(std::floor(
-                                        kMaxExtenderPriority * (r - lo) / (hi - lo) + 1e-9));
+                            : static_cast<int64_t>(std::floor(
+                                  kMaxExtenderPriority * (r - lo) / (hi - lo) + 1e-9));
   }
   return out;
 }
