@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bridge/placement/node_free.h"
+#include "bridge/placement/prepared.h"
 #include "bridge/placement/topology.h"
 
 namespace duet::placement {
@@ -423,6 +424,52 @@ std::optional<double> Scorer::Raw(const NodeView& view, const NodeLoad& load,
   const NodeFree node = internal::Summarize(view, load);
   if (!CheckFits(view, node, request, nullptr)) return std::nullopt;
   return EvaluateFree(node, request, policy_, workload_).raw + DomainTerm(view);
+}
+
+NodeFree PrepareNode(const NodeView& view) { return internal::Summarize(view, NodeLoad{}); }
+
+std::optional<double> PreparedRaw(const Scorer& scorer, const NodeFree& prepared,
+                                  const NodeLoad& load, const PodRequest& request,
+                                  double domain_packing) {
+  // QuickFits' checks, in its order, on the prepared summary (Summarize's
+  // capacities: 0 means untracked).
+  if (!prepared.ready) return std::nullopt;
+  if (prepared.cpu_capacity != 0 &&
+      prepared.cpu_capacity - static_cast<int64_t>(load.cpu_milli) <
+          static_cast<int64_t>(request.cpu_milli)) {
+    return std::nullopt;
+  }
+  if (prepared.mem_capacity != 0 &&
+      prepared.mem_capacity - static_cast<int64_t>(load.memory_mib) <
+          static_cast<int64_t>(request.memory_mib)) {
+    return std::nullopt;
+  }
+  if (request.count > 0) {
+    uint32_t usable = 0;
+    for (const DeviceFree& d : prepared.devices) {
+      if (d.kind != request.kind || d.free < request.milli) continue;
+      if (!request.models.empty() && !request.AcceptsModel(*d.model, d.model_id)) continue;
+      if (++usable >= request.count) break;
+    }
+    if (usable < request.count) return std::nullopt;
+  }
+  // Raw's Summarize(view, load): the prepared summary with the load applied
+  // (a copy only when there is a load). CheckFits would now pass: it makes
+  // the checks above.
+  double raw;
+  if (load.cpu_milli == 0 && load.memory_mib == 0) {
+    raw = EvaluateFree(prepared, request, scorer.policy(), scorer.workload()).raw;
+  } else {
+    NodeFree node = prepared;
+    if (node.cpu_capacity != 0) node.cpu_free = node.cpu_capacity - static_cast<int64_t>(load.cpu_milli);
+    if (node.mem_capacity != 0) node.mem_free = node.mem_capacity - static_cast<int64_t>(load.memory_mib);
+    raw = EvaluateFree(node, request, scorer.policy(), scorer.workload()).raw;
+  }
+  // Raw adds DomainTerm(view), which is 0 unless kDuet with domains.
+  const double term = scorer.policy() != Policy::kDuet || scorer.domains() == nullptr
+                          ? 0
+                          : kDuetDomainWeight * domain_packing;
+  return raw + term;
 }
 
 uint32_t Scorer::SlurmWeight(const NodeView& view, const NodeLoad& load) const {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "bridge/placement/prepared.h"
 #include "bridge/placement/tpu_slice.h"
 #include "common/device/device.h"
 #include "k8s_adapter/common/pod_request.h"
@@ -80,7 +81,8 @@ Extender::Extender(Ledger* ledger, pods::PlaceholderMaker* placeholders, PodApi*
       options_(std::move(options)),
       holds_(ledger, placeholders,
              pods::PodHoldsOptions{options_.policy, options_.workload, options_.load,
-                                   options_.on_placeholder}) {
+                                   options_.on_placeholder}),
+      table_(ledger) {
   if (options_.policy == placement::Policy::kDuet) {
     refresher_ = std::thread([this] { RefreshDomains(); });
   }
@@ -109,7 +111,7 @@ void Extender::RefreshDomains() {
     if (domains_.Current() == nullptr || ledger_->seq() == built_seq) continue;
     LedgerSnapshot snap = ledger_->Snapshot();
     built_seq = snap.seq;
-    domains_.Refresh(absl::Now(), [&snap] { return std::move(snap.nodes); });
+    table_.SetDomains(domains_.Refresh(absl::Now(), [&snap] { return std::move(snap.nodes); }));
   }
 }
 
@@ -216,16 +218,22 @@ FilterResult Extender::FilterMember(const ExtenderArgs& args, gang::GangSpec spe
 }
 
 std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
+  const std::vector<int64_t> scores = PrioritizeScores(args);
   std::vector<HostPriority> out;
-  out.reserve(args.node_names.size());
-  for (const std::string& name : args.node_names) out.push_back({name, 0});
+  out.reserve(scores.size());
+  for (size_t i = 0; i < scores.size(); ++i) out.push_back({args.node_names[i], scores[i]});
+  return out;
+}
+
+std::vector<int64_t> Extender::PrioritizeScores(const ExtenderArgs& args) const {
+  std::vector<int64_t> out(args.node_names.size(), 0);
   if (absl::StatusOr<std::optional<gang::GangSpec>> spec = GangOf(args.pod);
       !spec.ok() || spec->has_value()) {
     // A gang member: its slot's node, nothing else.
     const std::optional<std::string> node =
         spec.ok() ? options_.gangs->NodeOf(PodRefOf(args.pod).uid) : std::nullopt;
-    for (HostPriority& p : out) {
-      if (node.has_value() && p.host == *node) p.score = kMaxExtenderPriority;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (node.has_value() && args.node_names[i] == *node) out[i] = kMaxExtenderPriority;
     }
     return out;
   }
@@ -236,28 +244,29 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
   // rest in proportion (rounded down, so only the best reach 10).
   std::vector<std::pair<size_t, double>> raw;
   raw.reserve(out.size());
-  const std::vector<std::shared_ptr<const NodeView>> views = ledger_->GetNodes(args.node_names);
   const std::shared_ptr<const placement::Workload> workload =
       options_.workload ? options_.workload() : nullptr;
   // Domain packing over the whole ledger, about a second old (docs/gangs.md
   // 4): kDuet's tie-break toward nodes whose clique/sub-block/block is
   // already in use. Only kDuet reads it. The first request builds it; the
-  // refresher keeps it fresh, off the request path.
+  // refresher keeps it fresh, off the request path. The table's rows carry
+  // each node's packing from the usage it holds.
   std::shared_ptr<const placement::DomainUsage> domains;
   if (options_.policy == placement::Policy::kDuet) {
-    domains = domains_.Current();
+    domains = table_.domains();
     if (domains == nullptr) {
       domains = domains_.Get(absl::Now(), [this] { return ledger_->Snapshot().nodes; });
+      table_.SetDomains(domains);
     }
   }
   const placement::Scorer scorer(options_.policy, workload.get(), domains.get());
-  for (size_t i = 0; i < out.size(); ++i) {
-    const NodeView* view = views[i].get();
-    if (view == nullptr) continue;
-    // The raw preference only: prioritize needs no device choice.
-    std::optional<double> r = scorer.Raw(*view, LoadOf(*view), *req);
+  // The raw preference only (Scorer::Raw's value from the table's row):
+  // prioritize needs no device choice.
+  table_.Read(args.node_names, [&](size_t i, const NodeTable::Row& row) {
+    const placement::NodeLoad load = options_.load ? LoadOf(*row.view) : placement::NodeLoad{};
+    std::optional<double> r = placement::PreparedRaw(scorer, row.free, load, *req, row.packing);
     if (r.has_value()) raw.emplace_back(i, *r);
-  }
+  });
   if (raw.empty()) return out;
   double lo = raw.front().second;
   double hi = lo;
@@ -266,9 +275,9 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
     hi = std::max(hi, r);
   }
   for (const auto& [i, r] : raw) {
-    out[i].score = hi - lo < 1e-9 ? kMaxExtenderPriority
-                                  : static_cast<int64_t>(std::floor(
-                                        kMaxExtenderPriority * (r - lo) / (hi - lo) + 1e-9));
+    out[i] = hi - lo < 1e-9 ? kMaxExtenderPriority
+                            : static_cast<int64_t>(std::floor(
+                                  kMaxExtenderPriority * (r - lo) / (hi - lo) + 1e-9));
   }
   return out;
 }

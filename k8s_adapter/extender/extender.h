@@ -67,6 +67,12 @@
 // prioritize builds it; from then on a thread the extender owns rebuilds it
 // every `domain_refresh` when the ledger changed, so no request pays the
 // scan of every node (1 to 4 ms at 5,000 nodes).
+//
+// Prioritize scores from the extender's NodeTable (node_table.h): a row per
+// ledger node with its fit data and domain packing inline, patched by the
+// ledger's change listener before each change returns, so it is exact (a
+// hold or release is seen by the next prioritize) while costing one lookup
+// per name. Filter and bind read the ledger itself.
 
 #include <atomic>
 #include <cstdint>
@@ -86,6 +92,7 @@
 #include "bridge/placement/placement.h"
 #include "bridge/placement/topology.h"
 #include "bridge/pods/pod_holds.h"
+#include "k8s_adapter/extender/node_table.h"
 #include "k8s_adapter/extender/types.h"
 #include "k8s_adapter/kube_api.h"
 #include "k8s_adapter/kube_client.h"
@@ -120,6 +127,8 @@ struct ExtenderOptions {
   // concurrently; must not block.
   std::function<void(const std::string& key, const placement::PodRequest&)> observe;
   // CPU/memory committed on a node; null: zero (see the class comment).
+  // Prioritize calls it while reading its node table, which ledger changes
+  // update: it must not call into the ledger.
   // duet-bridge passes what Slurm's jobs and placeholders hold
   // (SlurmNodeLoads, refreshed by every Slurm sync pass).
   std::function<placement::NodeLoad(const NodeView&)> load;
@@ -176,6 +185,9 @@ class Extender {
   FilterResult Filter(const ExtenderArgs& args) const;
   // One entry per requested name, in order.
   std::vector<HostPriority> Prioritize(const ExtenderArgs& args) const;
+  // Prioritize's scores alone, parallel to args.node_names: what the server
+  // writes (PriorityListBody(names, scores)), without a copy of each name.
+  std::vector<int64_t> PrioritizeScores(const ExtenderArgs& args) const;
   // OK when the pod is bound to `args.node` with its devices held.
   // `caller` names who asked, for the log line (the server passes the
   // client certificate's subject and the peer address).
@@ -214,6 +226,9 @@ class Extender {
   pods::PodHolds holds_;
   // Prioritize's domain packing (kDuet), over every ledger node.
   mutable placement::DomainUsageCache domains_;
+  // Prioritize's rows, one per ledger node (the domain packing of domains_'s
+  // latest build inline).
+  mutable NodeTable table_;
   absl::Mutex refresh_mu_;
   bool stopping_ ABSL_GUARDED_BY(refresh_mu_) = false;
   std::thread refresher_;  // kDuet only

@@ -142,7 +142,7 @@ HttpReply Handler::Filter(const std::string& body) const {
 
 HttpReply Handler::Prioritize(const std::string& body) const {
   return WithArgs(body, [this](const ExtenderArgs& a) {
-    return PriorityListBody(extender_->Prioritize(a));
+    return PriorityListBody(a.node_names, extender_->PrioritizeScores(a));
   });
 }
 

@@ -410,6 +410,20 @@ std::string PriorityListBody(const std::vector<HostPriority>& list) {
   return out;
 }
 
+std::string PriorityListBody(const std::vector<std::string>& hosts, const std::vector<int64_t>& scores) {
+  std::string out;
+  out.reserve(2 + 40 * scores.size());
+  out.push_back('[');
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out.append("{\"Host\":");
+    AppendString(hosts[i], &out);
+    absl::StrAppend(&out, ",\"Score\":", scores[i], "}");
+  }
+  out.push_back(']');
+  return out;
+}
+
 PodRef PodRefOf(const json& pod) {
   PodRef r;
   auto str = [&](std::initializer_list<const char*> keys) {

@@ -117,6 +117,9 @@ nlohmann::json BindingResultJson(const std::string& error);
 // the DOM path.
 std::string FilterResultBody(const FilterResult& result, const ExtenderArgs* args = nullptr);
 std::string PriorityListBody(const std::vector<HostPriority>& list);
+// The same list given as names and their scores (parallel; scores.size()
+// entries): the server's path, which copies no name.
+std::string PriorityListBody(const std::vector<std::string>& hosts, const std::vector<int64_t>& scores);
 
 // The pod's identity, for ledger owners and events.
 struct PodRef {

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "bridge/ledger/ledger.h"
+#include "bridge/placement/prepared.h"
+#include "bridge/placement/topology.h"
 #include "bridge/placement/workload.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,6 +15,7 @@ namespace duet::placement {
 namespace {
 
 using ::testing::HasSubstr;
+using internal::NodeFree;
 
 NodeSpec Node(const std::string& name, uint32_t gpus, uint32_t cpus = 64,
               const std::string& model = "G2") {
@@ -429,6 +432,82 @@ TEST(DuetTest, CpuLightGpuPodGoesWhereFreeCpuStrandsGpus) {
   f.AddLoad(1, Gpus(0, kWholeDevice, 80000));
   // Without the term (fgd: growth only, ties to the first) it is the first node.
   EXPECT_EQ(f.Place(Gpus(1, kWholeDevice, 2000), Scorer(Policy::kFgd, &w)), 0);
+}
+
+// PreparedRaw (what the extender's prioritize scores from, a summary made
+// once per node change) gives Scorer::Raw's value to the last bit, and
+// nullopt exactly where Raw does, over random nodes (models, shares, CPU and
+// memory tracked or not, not ready), loads, requests, every policy, with and
+// without a workload and domain packing.
+TEST(PreparedRawTest, EqualsScorerRawBitForBit) {
+  uint64_t state = 12345;
+  auto next = [&state](uint64_t n) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (state >> 33) % n;
+  };
+  Ledger ledger;
+  for (int n = 0; n < 60; ++n) {
+    NodeSpec spec = Node("n" + std::to_string(n), static_cast<uint32_t>(next(9)),
+                         next(4) == 0 ? 0 : 16 + static_cast<uint32_t>(next(100)),
+                         next(3) == 0 ? "G3" : "G2");
+    if (next(5) == 0) spec.memory_mib = 0;
+    if (next(10) == 0) spec.state = NodeState::kCordoned;
+    spec.labels["cloud.google.com/gce-topology-block"] = next(2) == 0 ? "A" : "B";
+    ASSERT_TRUE(ledger.UpsertNode(spec).ok());
+    uint32_t owner = 0;
+    for (const DeviceSpec& d : spec.devices) {
+      const uint64_t k = next(4);
+      if (k == 0) continue;
+      HoldRequest h;
+      h.node = spec.name;
+      h.owner = Owner::SlurmJob(1000 * n + ++owner);
+      h.devices = {{DeviceKind::kGpu, d.index, k == 1 ? kWholeDevice : static_cast<uint32_t>(250 * k)}};
+      ASSERT_TRUE(ledger.Hold(h).ok());
+    }
+  }
+  const LedgerSnapshot snap = ledger.Snapshot();
+  const DomainUsage domains = DomainUsage::Of(snap.nodes);
+  std::vector<Workload::Shape> shapes = {{Gpus(1), 0.5}, {Gpus(1, 500), 0.3}, {Gpus(4), 0.2}};
+  for (Workload::Shape& sh : shapes) sh.request.memory_mib = 0;
+  const Workload workload(shapes);
+  int compared = 0;
+  int fits = 0;
+  for (const Policy policy : {Policy::kDuet, Policy::kLeastAllocated, Policy::kMostAllocated,
+                              Policy::kBestFit, Policy::kFgd}) {
+    for (const Workload* w : {static_cast<const Workload*>(nullptr), &workload}) {
+      for (const DomainUsage* d : {static_cast<const DomainUsage*>(nullptr), &domains}) {
+        const Scorer scorer(policy, w, d);
+        for (int r = 0; r < 40; ++r) {
+          PodRequest req = next(3) == 0 ? Gpus(1, 250 * (1 + static_cast<uint32_t>(next(3))))
+                                        : Gpus(static_cast<uint32_t>(next(5)));
+          req.cpu_milli = 1000 * next(40);
+          req.memory_mib = 1024 * next(100);
+          if (next(3) == 0) req.models = {next(2) == 0 ? "G3" : "G2"};
+          if (next(2) == 0) req.ResolveModelIds();
+          for (const std::shared_ptr<const NodeView>& view : snap.nodes) {
+            NodeLoad load;
+            if (next(2) == 0) {
+              load.cpu_milli = 1000 * next(80);
+              load.memory_mib = 1024 * next(200);
+            }
+            const NodeFree prepared = PrepareNode(*view);
+            const std::optional<double> want = scorer.Raw(*view, load, req);
+            const std::optional<double> got =
+                PreparedRaw(scorer, prepared, load, req, domains.NodePacking(view->spec.name));
+            ASSERT_EQ(want.has_value(), got.has_value()) << view->spec.name;
+            if (want.has_value()) {
+              // Bit for bit, not within a tolerance.
+              ASSERT_EQ(*want, *got) << view->spec.name << " " << PolicyName(policy);
+              ++fits;
+            }
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(fits, compared / 10);  // both verdicts are well represented
+  EXPECT_LT(fits, compared);
 }
 
 }  // namespace

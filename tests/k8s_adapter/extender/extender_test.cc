@@ -192,6 +192,10 @@ TEST(ExtenderArgsTest, DirectWritersMatchNlohmannsDump) {
   std::vector<HostPriority> list = {{"a", 10}, {"b\"", 0}, {"c", -3}};
   EXPECT_EQ(PriorityListBody(list), dump(PriorityListJson(list)));
   EXPECT_EQ(PriorityListBody({}), dump(PriorityListJson({})));
+  // Names and scores given apart (the server's path): the same bytes.
+  EXPECT_EQ(PriorityListBody({"a", "b\"", "c"}, {10, 0, -3}), dump(PriorityListJson(list)));
+  EXPECT_EQ(PriorityListBody(std::vector<std::string>{}, std::vector<int64_t>{}),
+            dump(PriorityListJson({})));
   // A NodeList request is answered with the NodeList (DOM path).
   ExtenderArgs args;
   args.from_node_list = true;
@@ -241,6 +245,40 @@ TEST_F(ExtenderTest, PrioritizeGoldenPrefersTheNodeThePodFillsAndAvoidsStranding
   EXPECT_EQ(p[5].score, 0);
   EXPECT_EQ(p[6].score, 0);
   ExpectGolden(PriorityListJson(p), "prioritize_result.json");
+}
+
+// Prioritize reads the extender's node table, which the ledger's change
+// listener patches: a hold, a release, a node added or removed is seen by the
+// very next prioritize, with no wait.
+TEST_F(ExtenderTest, PrioritizeSeesEachLedgerChangeAtOnce) {
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(TestdataJson("filter_args.json"));
+  ASSERT_TRUE(args.ok());
+  const std::vector<HostPriority> before = extender_.Prioritize(*args);
+  ASSERT_EQ(before.size(), 7u);
+  ASSERT_EQ(before[3].score, kMaxExtenderPriority);  // pool-3: 4 free, the pod's 4
+  // Two more of pool-3's GPUs held: the pod no longer fits there.
+  testing::HoldSlurm(ledger_, bench::H100NodeName(3), 104, 4, 2);
+  std::vector<HostPriority> p = extender_.Prioritize(*args);
+  EXPECT_EQ(p[3].score, 0);
+  EXPECT_GT(p[0].score, 0);
+  // Released: the scores are those from before, exactly.
+  ASSERT_TRUE(ledger_.Release(bench::H100NodeName(3), Owner::SlurmJob(104)).ok());
+  p = extender_.Prioritize(*args);
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_EQ(p[i].score, before[i].score) << p[i].host;
+  // A node that joins the ledger is scored (an empty H100 node, as pool-0);
+  // once removed it scores 0 again.
+  const std::string joined = args->node_names[6];
+  ASSERT_EQ(p[6].score, 0);
+  NodeSpec spec = bench::H100Node(6);
+  spec.name = joined;
+  ASSERT_TRUE(ledger_.UpsertNode(spec).ok());
+  p = extender_.Prioritize(*args);
+  EXPECT_GT(p[6].score, 0);
+  EXPECT_EQ(p[6].score, p[0].score);
+  ASSERT_TRUE(ledger_.RemoveNode(joined).ok());
+  p = extender_.Prioritize(*args);
+  EXPECT_EQ(p[6].score, 0);
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_EQ(p[i].score, before[i].score) << p[i].host;
 }
 
 // Domain packing (docs/gangs.md 4): two empty nodes alike but for their
