@@ -50,6 +50,9 @@ std::vector<uint8_t> Exchange(const std::string& path, const std::vector<uint8_t
   const int fd = Connect(path);
   EXPECT_GE(fd, 0);
   if (fd < 0) return {};
+  // An agent that never answers fails the test instead of hanging it.
+  timeval tv{static_cast<time_t>(absl::ToInt64Seconds(fakes::kWaitTimeout)), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   EXPECT_EQ(write(fd, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
   shutdown(fd, SHUT_WR);
   std::vector<uint8_t> out;
