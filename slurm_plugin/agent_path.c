@@ -481,7 +481,12 @@ static void release(const struct duet_spank_args* a, uint8_t type) {
   r.step_id = type == DUET_WIRE_RELEASE_JOB ? 0 : g_step.step_id;
   char why[1024];
   const int rc = call_with_credential(a, "Release", &r, &reply, why, sizeof(why));
-  if (rc == CALL_ANSWERED && reply.code == 0) return;
+  if (rc == CALL_ANSWERED && reply.code == 0) {
+    if (duet_wire_reply_meta(&reply, "queued") != NULL) {
+      slurm_debug("duet: release queued by %s (sent to the bridge after the step)", a->agent);
+    }
+    return;
+  }
   /* Job import releases it once the job has ended. */
   char what[64];
   if (type == DUET_WIRE_RELEASE_JOB) {

@@ -37,7 +37,10 @@ extern "C" {
 int duet_agent_user_init(spank_t sp, const struct duet_spank_args* args, char* err,
                          size_t err_len);
 /* exit: release what user_init held (and, for the batch step, the job's
- * import on this node). Failures are logged: job import releases later. */
+ * import on this node). The agent answers a Release "queued" at once and
+ * sends it to the bridge after (step_agent.h), so the step does not wait for
+ * the bridge; an older agent answers with the bridge's answer. Failures are
+ * logged: job import releases later. */
 void duet_agent_exit(spank_t sp, const struct duet_spank_args* args);
 /* Whether user_init held devices (exit has something to release). */
 int duet_agent_registered(void);

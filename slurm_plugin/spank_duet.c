@@ -193,7 +193,8 @@ int slurm_spank_user_init(spank_t sp, int ac, char** av) {
     if (duet_agent_user_init(sp, &g_args, err, sizeof(err)) != 0) {
       snprintf(g_refusal, sizeof(g_refusal), "%s", err);
     }
-    slurm_debug("duet: user_init (auth %s): step agent %.1f ms", auth_name(), now_ms() - t0);
+    slurm_debug("duet: user_init (auth %s): step agent %.1f ms (%s)", auth_name(),
+                now_ms() - t0, g_args.agent);
   } else {
     duet_spank_client_user_init_fn user_init = load_client(err, sizeof(err));
     const double t1 = now_ms();
@@ -258,7 +259,8 @@ int slurm_spank_exit(spank_t sp, int ac, char** av) {
   if (duet_agent_registered()) {
     const double t0 = now_ms();
     duet_agent_exit(sp, &g_args);
-    slurm_debug("duet: exit (auth %s): step agent %.1f ms", auth_name(), now_ms() - t0);
+    slurm_debug("duet: exit (auth %s): step agent %.1f ms (%s)", auth_name(), now_ms() - t0,
+                g_args.agent);
     return 0;
   }
   if (g_client_exit == NULL) return 0;

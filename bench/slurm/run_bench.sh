@@ -17,6 +17,9 @@
 #     duet-node binary), the agent path runs as one more variant: duet-node
 #     --step-agent-socket forwarding to the same ledger service, plugstack
 #     agent= with the cluster's credential (no gRPC in slurmstepd).
+#     DUET_BENCH_OLD_NODE=path/to/old/duet-node adds it as one more agent
+#     variant (its own socket, the same spank_duet.so and ledger service),
+#     for before/after of the agent in the same rounds ("agent_old").
 # Prints a markdown table. --quick: small counts (the ctest smoke run).
 set -euo pipefail
 quick=0 spank_only=0
@@ -32,13 +35,15 @@ TOOL=$(readlink -f "$1"); SO=$(readlink -f "$2"); NODE_BIN=${3:+$(readlink -f "$
 HERE=$(cd "$(dirname "$0")" && pwd)
 CL=$HERE/../../tests/integration/slurm_cluster.sh
 if ((quick)); then NPH=10; NNODES=20; NSRUN=5; else NPH=200; NNODES=200; NSRUN=50; fi
+NSRUN=${DUET_BENCH_ROUNDS:-$NSRUN}  # rounds of part 3
 
 ROOT=$("$CL" init --max-nodes $((2 * NNODES + 16)) --lifetime 900)
 export SLURM_CONF=$ROOT/etc/slurm.conf
 SOCK=$ROOT/run/bridge.sock
-SERVE_PID= NODE_PID=
+SERVE_PID= NODE_PID= OLD_NODE_PID=
 cleanup() {
   [[ -n $NODE_PID ]] && kill "$NODE_PID" 2>/dev/null || true
+  [[ -n $OLD_NODE_PID ]] && kill "$OLD_NODE_PID" 2>/dev/null || true
   [[ -n $SERVE_PID ]] && kill "$SERVE_PID" 2>/dev/null || true
   "$CL" stop "$ROOT" || true
 }
@@ -117,6 +122,17 @@ if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the sam
   [[ -S $AGENT ]] || { echo "duet-node did not serve $AGENT" >&2; exit 1; }
   variants+=(agent)
   line[agent]="required $SO agent=unix://$AGENT ${ARGS}"
+  if [[ -n ${DUET_BENCH_OLD_NODE:-} ]]; then  # a previous duet-node, for before/after
+    OLD_AGENT=$ROOT/run/duet-agent-old.sock
+    "$(readlink -f "$DUET_BENCH_OLD_NODE")" --bridge "unix:$SOCK" --node-name bn --no-kubernetes \
+      --plugin-dir "$ROOT/run/dp-old" --pod-resources-socket "" --step-agent-socket "$OLD_AGENT" \
+      --log-level warn >"$ROOT/log/duet-node-old.log" 2>&1 &
+    OLD_NODE_PID=$!
+    for ((i = 0; i < 100; i++)); do [[ -S $OLD_AGENT ]] && break; sleep 0.05; done
+    [[ -S $OLD_AGENT ]] || { echo "the old duet-node did not serve $OLD_AGENT" >&2; exit 1; }
+    variants+=(agent_old)
+    line[agent_old]="required $SO agent=unix://$OLD_AGENT ${ARGS}"
+  fi
 fi
 if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then  # a previous build, for before/after
   variants+=(old)
@@ -153,9 +169,10 @@ if [[ -n $NODE_BIN ]]; then
   echo "| the same through duet-node's step agent (plugstack agent=, $CRED credential, same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
   read -r a b n < <(pct "$out/srun_agent"); read -r c d m < <(pct "$out/srun_none")
   echo "| srun -n1 true with plugstack agent=, p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
-  sed -n "s/.*duet: user_init (auth $CRED): step agent \([0-9.]*\) ms.*/\1/p" \
+  # The plugin's lines name the agent socket: this duet-node's only.
+  sed -n "s|.*duet: user_init (auth $CRED): step agent \([0-9.]*\) ms (unix://$AGENT).*|\1|p" \
     "$ROOT/log/slurmd-bn.log" >"$out/agent_hold"
-  sed -n "s/.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms.*/\1/p" \
+  sed -n "s|.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms (unix://$AGENT).*|\1|p" \
     "$ROOT/log/slurmd-bn.log" >"$out/agent_release"
   sed -n "s/.*duet: agent Hold (auth $CRED): credential \([0-9.]*\) ms, agent and bridge \([0-9.]*\) ms.*/\1 \2/p" \
     "$ROOT/log/slurmd-bn.log" >"$out/agent_split"
@@ -163,7 +180,19 @@ if [[ -n $NODE_BIN ]]; then
     read -r a b n < <(pct "$out/agent_hold"); read -r e f k < <(pct "$out/agent_release")
     cut -d' ' -f1 "$out/agent_split" >"$out/agent_cred"; cut -d' ' -f2 "$out/agent_split" >"$out/agent_rt"
     read -r g h m < <(pct "$out/agent_cred"); read -r x y m < <(pct "$out/agent_rt")
-    echo "| in slurmstepd ($CRED, agent path), p50 / p99 ms (n=$n) | no module loaded; Hold: $a / $b (credential $g / $h, agent and bridge $x / $y); Release at exit: $e / $f | — |"
+    echo "| in slurmstepd ($CRED, agent path), p50 / p99 ms (n=$n) | no module loaded; Hold: $a / $b (credential $g / $h, agent and bridge $x / $y, both agents' steps); Release at exit: $e / $f | — |"
+  fi
+  if [[ -n ${DUET_BENCH_OLD_NODE:-} ]]; then
+    read -r a b n < <(pct "$out/srun_agent_old_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
+    echo "| the same through the previous duet-node (\$DUET_BENCH_OLD_NODE, same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
+    sed -n "s|.*duet: user_init (auth $CRED): step agent \([0-9.]*\) ms (unix://$OLD_AGENT).*|\1|p" \
+      "$ROOT/log/slurmd-bn.log" >"$out/agent_old_hold"
+    sed -n "s|.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms (unix://$OLD_AGENT).*|\1|p" \
+      "$ROOT/log/slurmd-bn.log" >"$out/agent_old_release"
+    if [[ -s $out/agent_old_hold && -s $out/agent_old_release ]]; then
+      read -r a b n < <(pct "$out/agent_old_hold"); read -r e f k < <(pct "$out/agent_old_release")
+      echo "| in slurmstepd ($CRED, previous duet-node), p50 / p99 ms (n=$n) | Hold: $a / $b; Release at exit: $e / $f | — |"
+    fi
   fi
 fi
 # Inside slurmstepd, per GPU step and credential (spank_duet.c's debug lines).

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -74,6 +75,31 @@ void SendReply(int fd, const duet_wire_reply& reply) {
 
 duet_wire_reply Refusal(grpc::StatusCode code, const std::string& message) {
   return ReplyOf(grpc::Status(code, message), "step agent");
+}
+
+// The answer to a release put on the queue: OK, metadata queued=1.
+duet_wire_reply Queued() {
+  duet_wire_reply reply;
+  memset(&reply, 0, sizeof(reply));
+  reply.n_meta = 1;
+  CopyCut(reply.meta[0].key, sizeof(reply.meta[0].key), "queued", false);
+  CopyCut(reply.meta[0].value, sizeof(reply.meta[0].value), "1", false);
+  return reply;
+}
+
+// The bridge out of reach: worth asking again (the plugin's "unreachable").
+bool Retryable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// "step 12.0 on gke-a-1" / "job 12 on gke-a-1", for the log.
+std::string ReleaseName(const StepCall& c) {
+  const v1::Owner& o = c.release_request.owner();
+  return o.has_slurm_job()
+             ? absl::StrCat("job ", o.slurm_job().job_id(), " on ", c.release_request.node())
+             : absl::StrCat("step ", o.slurm_step().job_id(), ".", o.slurm_step().step_id(),
+                            " on ", c.release_request.node());
 }
 
 }  // namespace
@@ -157,6 +183,7 @@ absl::StatusOr<std::unique_ptr<StepAgent>> StepAgent::Start(const std::string& s
   std::unique_ptr<StepAgent> agent(
       new StepAgent(socket_path, fd, std::move(forward), default_timeout));
   agent->accept_thread_ = std::thread([a = agent.get()] { a->AcceptLoop(); });
+  agent->send_thread_ = std::thread([a = agent.get()] { a->SendLoop(); });
   spdlog::info("step agent listening on {}", socket_path);
   return agent;
 }
@@ -180,9 +207,80 @@ void StepAgent::Stop() {
   if (accept_thread_.joinable()) accept_thread_.join();
   close(listen_fd_);
   unlink(socket_path_.c_str());
-  absl::MutexLock lock(&flights_->mu);
-  flights_->mu.Await(absl::Condition(
-      +[](int* n) { return *n == 0; }, &flights_->in_flight));
+  {
+    absl::MutexLock lock(&flights_->mu);
+    flights_->mu.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &flights_->in_flight));
+  }
+  // No connection can queue a release now: what is queued gets kStopDrain.
+  {
+    absl::MutexLock lock(&queue_mu_);
+    draining_ = true;
+    drain_until_ = absl::Now() + kStopDrain;
+  }
+  if (send_thread_.joinable()) send_thread_.join();
+}
+
+size_t StepAgent::QueuedReleases() const {
+  absl::MutexLock lock(&queue_mu_);
+  return queue_.size() + (sending_ ? 1 : 0);
+}
+
+bool StepAgent::Enqueue(StepCall* call) {
+  absl::MutexLock lock(&queue_mu_);
+  if (queue_.size() + (sending_ ? 1 : 0) >= kMaxQueuedReleases) return false;
+  queue_.push_back(QueuedRelease{std::move(*call), absl::Now()});
+  return true;
+}
+
+bool StepAgent::HasWork() const { return !queue_.empty() || draining_; }
+
+void StepAgent::SendLoop() {
+  for (;;) {
+    QueuedRelease r;
+    bool draining = false;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      queue_mu_.Await(absl::Condition(this, &StepAgent::HasWork));
+      if (queue_.empty()) return;  // draining, and nothing left
+      if (draining_ && absl::Now() >= drain_until_) {
+        for (const QueuedRelease& left : queue_) {
+          spdlog::warn("step agent: release of {} not sent before duet-node stopped (job import "
+                       "releases it once the job has ended)",
+                       ReleaseName(left.call));
+        }
+        queue_.clear();
+        return;
+      }
+      r = std::move(queue_.front());
+      queue_.pop_front();
+      sending_ = true;
+      draining = draining_;
+    }
+    absl::Duration pause = kRetryFirstPause;
+    int tries = 0;
+    grpc::Status s;
+    for (;;) {
+      s = forward_(r.call);
+      ++tries;
+      if (!Retryable(s) || draining || absl::Now() + pause > r.queued_at + kReleaseRetryFor) break;
+      // Out of reach: ask again after a pause (Stop cuts it short).
+      absl::MutexLock lock(&queue_mu_);
+      queue_mu_.AwaitWithTimeout(absl::Condition(&draining_), pause);
+      draining = draining_;
+      pause = std::min(pause * 2, kRetryMaxPause);
+    }
+    if (s.ok()) {
+      spdlog::debug("step agent: released {} ({} tries, {} after the step asked)",
+                    ReleaseName(r.call), tries, absl::FormatDuration(absl::Now() - r.queued_at));
+    } else {
+      spdlog::warn("step agent: release of {} failed after {} tries: {} (job import releases it "
+                   "once the job has ended)",
+                   ReleaseName(r.call), tries, std::string(FromGrpc(s, "Release").message()));
+    }
+    absl::MutexLock lock(&queue_mu_);
+    sending_ = false;
+  }
 }
 
 void StepAgent::AcceptLoop() {
@@ -245,9 +343,24 @@ void StepAgent::Serve(int conn) {
     SendReply(conn, Refusal(grpc::StatusCode::INVALID_ARGUMENT, err));
     return;
   }
-  const StepCall call = StepCallOf(request, default_timeout_);
+  StepCall call = StepCallOf(request, default_timeout_);
   memset(request.cred, 0, sizeof(request.cred));
+  if (!call.hold) {
+    // Off the step's path: answered now, sent by SendLoop.
+    const std::string name = ReleaseName(call);
+    if (Enqueue(&call)) {
+      SendReply(conn, Queued());
+      return;
+    }
+    spdlog::warn("step agent: {} releases queued; the release of {} is sent while its step waits",
+                 kMaxQueuedReleases, name);
+  }
+  const absl::Time start = absl::Now();
   const grpc::Status s = forward_(call);
+  // --log-level debug shows where a step's Hold goes (bench/slurm/RESULTS.md).
+  spdlog::debug("step agent: {} forwarded, bridge answered {} in {:.2f} ms",
+                call.hold ? "Hold" : "Release", static_cast<int>(s.error_code()),
+                absl::ToDoubleMilliseconds(absl::Now() - start));
   SendReply(conn, ReplyOf(s, call.hold ? "Hold" : "Release"));
 }
 

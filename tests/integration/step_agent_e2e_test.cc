@@ -19,7 +19,10 @@
 // - a Slurm node the bridge does not know runs the step unregistered
 //   (NODE_NOT_SHARED, forwarded and decided on the reason);
 // - with duet-node down (its socket gone, or left behind by a killed agent),
-//   plugstack on_unreachable decides: fail refuses the step, allow runs it.
+//   plugstack on_unreachable decides: fail refuses the step, allow runs it;
+// - a step's Release is off its path: the step ends while the bridge has not
+//   answered it (stopped with SIGSTOP), and the agent's queued Release frees
+//   the holding once the bridge runs again.
 //
 // Needs root (unshare, mount), slurmctld, slurmd, munged. Label: slurm.
 
@@ -153,6 +156,7 @@ class World {
   bool ok() const { return ok_; }
   TestSlurmCluster* cluster() const { return cluster_; }
   std::string grpc_address() const { return absl::StrCat("127.0.0.1:", grpc_port_); }
+  std::string dir() const { return dir_.string(); }
   std::string host_run_duet() const { return (dir_ / "node-run-duet").string(); }
   std::string agent_socket() const { return host_run_duet() + "/agent.sock"; }
 
@@ -188,6 +192,7 @@ class World {
   std::string NodeLog() const { return node_ ? node_->Log() : ""; }
   std::string BridgeLog() const { return RunCmd("tail -n 40 " + (dir_ / "bridge.log").string()).out; }
   v1::Ledger::Stub* stub() const { return stub_.get(); }
+  pid_t bridge_pid() const { return bridge_ != nullptr ? bridge_->pid() : -1; }
 
   void Stop() {
     node_.reset();
@@ -294,6 +299,12 @@ class StepAgentE2eTest : public ::testing::Test {
           g->second.size() == gpus) {
         return true;
       }
+    }
+    return false;
+  }
+  bool HoldsStep(uint32_t job, uint32_t step) {
+    for (const LedgerHolding& h : Holdings()) {
+      if (h.kind == "slurm_step" && h.job_id == job && h.step_id == step) return true;
     }
     return false;
   }
@@ -420,6 +431,56 @@ TEST_F(StepAgentE2eTest, WithTheAgentDownOnUnreachableDecides) {
   r = c_->Cli(cmd);
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("connect"), std::string::npos) << r.out;
+}
+
+// Issue 28: the step does not wait for the bridge's Release. A batch job's
+// srun step holds its GPU; the bridge is then stopped (SIGSTOP: it answers
+// nothing, as a slow bridge); the step ends (srun returns and slurmctld
+// lists the step no more), and its job goes on, while the bridge is still
+// stopped. Once the bridge runs again, the agent's queued
+// Release frees the step's holding while the job still runs (job import
+// releases only the holdings of jobs that have ended, so it was not that).
+// plugstack timeout_ms=60000: a plugin that waited for the bridge would hold
+// the step far beyond the wait below.
+TEST_F(StepAgentE2eTest, TheStepEndsBeforeTheBridgeAnswersItsReleaseWhichStillLands) {
+  w_->SetPlugstack(w_->PlugstackArgs(" timeout_ms=60000"));
+  const std::string go = w_->dir() + "/release-go";
+  const std::string done = w_->dir() + "/release-step-done";
+  const std::string end = w_->dir() + "/release-end";
+  const uint32_t job = c_->Sbatch(absl::StrCat(
+      "-w ", kNode, " --gres=gpu:1 --wrap \"srun --gres=gpu:1 sh -c 'until [ -e ", go,
+      " ]; do sleep 0.05; done' && touch ", done, "; until [ -e ", end,
+      " ]; do sleep 0.1; done\""));
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitFor([&] { return HoldsStep(job, 0); })) << "step " << job << ".0 never held";
+  const pid_t bridge = w_->bridge_pid();
+  ASSERT_GT(bridge, 0);
+  ASSERT_EQ(kill(bridge, SIGSTOP), 0);
+  struct Continue {
+    pid_t pid;
+    ~Continue() { kill(pid, SIGCONT); }
+  } resume{bridge};
+  std::ofstream(go).put('1');
+  // Ended for Slurm: srun has returned, and slurmctld no longer lists the
+  // step (slurmstepd reports it complete after slurm_spank_exit, so a
+  // plugin waiting there for the bridge keeps it listed, and a next step
+  // on its GPUs waiting).
+  const std::string step = absl::StrCat(job, ".0");
+  const bool ended = static_cast<bool>(WaitFor(
+      [&] {
+        return access(done.c_str(), F_OK) == 0 &&
+               c_->Cli(absl::StrCat("squeue -h -s -j ", job, " -o %i")).out.find(step) ==
+                   std::string::npos;
+      },
+      absl::Seconds(20), "the srun step to end while the bridge is stopped"));
+  EXPECT_TRUE(ended) << "the step waited for the bridge's Release: "
+                     << c_->Cli(absl::StrCat("squeue -s -j ", job)).out;
+  kill(bridge, SIGCONT);
+  EXPECT_TRUE(WaitFor([&] { return !HoldsStep(job, 0); }))
+      << "the queued Release never freed step " << job << ".0";
+  EXPECT_EQ(c_->JobState(job), "RUNNING") << "the job ended: job import may have released it";
+  std::ofstream(end).put('1');
+  EXPECT_TRUE(WaitFor([&] { return c_->JobEnded(job); })) << "job " << job;
 }
 
 }  // namespace

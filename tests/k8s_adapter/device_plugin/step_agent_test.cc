@@ -1,6 +1,7 @@
 // duet-node's step agent (k8s_adapter/device_plugin/step_agent.h) on a real
 // unix socket, with a recording forwarder in place of the bridge link: what
-// it forwards, what it answers, what it refuses.
+// it forwards, what it answers, what it refuses, and its queue of releases
+// (answered at once, sent after, retried while the bridge is out of reach).
 
 #include "k8s_adapter/device_plugin/step_agent.h"
 
@@ -11,6 +12,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <future>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,9 +24,12 @@
 #include "common/credential/slurm_key_cred.h"
 #include "gtest/gtest.h"
 #include "proto/duet/v1/error_reason.h"
+#include "tests/fakes/wait.h"
 
 namespace duet::node {
 namespace {
+
+using ::duet::fakes::WaitFor;
 
 std::string SocketPath() { return absl::StrCat("/tmp/duet-step-agent-test-", getpid(), ".sock"); }
 
@@ -44,6 +50,9 @@ std::vector<uint8_t> Exchange(const std::string& path, const std::vector<uint8_t
   const int fd = Connect(path);
   EXPECT_GE(fd, 0);
   if (fd < 0) return {};
+  // An agent that never answers fails the test instead of hanging it.
+  timeval tv{static_cast<time_t>(absl::ToInt64Seconds(fakes::kWaitTimeout)), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   EXPECT_EQ(write(fd, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
   shutdown(fd, SHUT_WR);
   std::vector<uint8_t> out;
@@ -78,24 +87,66 @@ class StepAgentTest : public ::testing::Test {
         [this](const StepCall& c) {
           absl::MutexLock lock(&mu_);
           calls_.push_back(c);
+          ++entered_;
+          // A closed gate holds the bridge's answer back.
+          mu_.Await(absl::Condition(&gate_open_));
+          if (!script_.empty()) {
+            grpc::Status s = script_.front();
+            script_.erase(script_.begin());
+            return s;
+          }
           return answer_;
         },
         absl::Seconds(7));
     ASSERT_TRUE(agent.ok()) << agent.status();
     agent_ = *std::move(agent);
   }
-  void TearDown() override { agent_.reset(); }
+  void TearDown() override {
+    SetGate(true);  // a failed test may leave a forward waiting
+    agent_.reset();
+  }
 
   std::vector<StepCall> Calls() {
     absl::MutexLock lock(&mu_);
     return calls_;
   }
 
+  void SetAnswer(grpc::Status s) {
+    absl::MutexLock lock(&mu_);
+    answer_ = std::move(s);
+  }
+  void SetGate(bool open) {
+    absl::MutexLock lock(&mu_);
+    gate_open_ = open;
+  }
+  int Entered() {
+    absl::MutexLock lock(&mu_);
+    return entered_;
+  }
+  void Script(std::vector<grpc::Status> answers) {
+    absl::MutexLock lock(&mu_);
+    script_ = std::move(answers);
+  }
+
   absl::Mutex mu_;
   std::vector<StepCall> calls_;
   grpc::Status answer_ = grpc::Status::OK;
+  bool gate_open_ = true;
+  int entered_ = 0;
+  std::vector<grpc::Status> script_;  // answered first, in order
   std::unique_ptr<StepAgent> agent_;
 };
+
+duet_wire_request StepRelease(uint32_t job, uint32_t step) {
+  duet_wire_request r{};
+  r.type = DUET_WIRE_RELEASE_STEP;
+  strcpy(r.node, "gke-a-1");
+  r.job_id = job;
+  r.step_id = step;
+  r.cred_kind = DUET_WIRE_CRED_MUNGE;
+  strcpy(r.cred, "MUNGE:release:");
+  return r;
+}
 
 TEST_F(StepAgentTest, SocketIsRootsOnly) {
   struct stat st {};
@@ -143,8 +194,8 @@ TEST_F(StepAgentTest, ReleaseOfAJobUsesTheAgentsTimeoutAndTheSlurmKeyMetadata) {
   r.cred_kind = DUET_WIRE_CRED_SLURM_KEY;
   strcpy(r.cred, "duet-key2:x");
   EXPECT_EQ(Decode(Exchange(SocketPath(), Frame(r))).code, 0u);
+  ASSERT_TRUE(WaitFor([&] { return Calls().size() == 1; }, fakes::kWaitTimeout, "the release"));
   const std::vector<StepCall> calls = Calls();
-  ASSERT_EQ(calls.size(), 1u);
   EXPECT_FALSE(calls[0].hold);
   EXPECT_EQ(calls[0].release_request.owner().slurm_job().job_id(), 12u);
   EXPECT_EQ(calls[0].credential_key, slurm_key::kMetadataKey);
@@ -181,6 +232,108 @@ TEST_F(StepAgentTest, BadFramesAreRefusedAndNothingIsForwarded) {
   EXPECT_NE(std::string(reply.message).find("unknown field"), std::string::npos)
       << reply.message;
   EXPECT_TRUE(Calls().empty());
+}
+
+// The step does not wait for the bridge's Release: the agent answers
+// "queued" while the bridge has not answered yet, then sends it.
+TEST_F(StepAgentTest, AReleaseIsAnsweredQueuedBeforeTheBridgeAnswers) {
+  SetGate(false);
+  const duet_wire_reply reply = Decode(Exchange(SocketPath(), Frame(StepRelease(12, 3))));
+  EXPECT_EQ(reply.code, 0u);
+  EXPECT_STREQ(duet_wire_reply_meta(&reply, "queued"), "1");
+  EXPECT_EQ(agent_->QueuedReleases(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return Entered() == 1; }, fakes::kWaitTimeout, "the forward"));
+  SetGate(true);
+  ASSERT_TRUE(WaitFor([&] { return agent_->QueuedReleases() == 0; }, fakes::kWaitTimeout,
+                      "the queue to empty"));
+  const std::vector<StepCall> calls = Calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_FALSE(calls[0].hold);
+  EXPECT_EQ(calls[0].release_request.owner().slurm_step().job_id(), 12u);
+  EXPECT_EQ(calls[0].release_request.owner().slurm_step().step_id(), 3u);
+  EXPECT_EQ(calls[0].credential, "MUNGE:release:");
+}
+
+// A Hold stays on the step's path: its answer is the bridge's.
+TEST_F(StepAgentTest, AHoldWaitsForTheBridge) {
+  SetGate(false);
+  duet_wire_request r{};
+  r.type = DUET_WIRE_HOLD_STEP;
+  strcpy(r.node, "gke-a-1");
+  r.job_id = 12;
+  r.n_gpus = 1;
+  auto hold = std::async(std::launch::async, [&] { return Exchange(SocketPath(), Frame(r)); });
+  ASSERT_TRUE(WaitFor([&] { return Entered() == 1; }, fakes::kWaitTimeout, "the forward"));
+  EXPECT_EQ(hold.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  SetAnswer(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "no"));
+  SetGate(true);
+  EXPECT_EQ(Decode(hold.get()).code, static_cast<uint32_t>(grpc::StatusCode::PERMISSION_DENIED));
+}
+
+// The bridge out of reach (UNAVAILABLE, DEADLINE_EXCEEDED): asked again
+// until it answers; any other answer is final.
+TEST_F(StepAgentTest, AReleaseIsSentAgainWhileTheBridgeIsOutOfReach) {
+  Script({grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"),
+          grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "slow"), grpc::Status::OK,
+          grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "refused")});
+  EXPECT_EQ(Decode(Exchange(SocketPath(), Frame(StepRelease(12, 0)))).code, 0u);
+  ASSERT_TRUE(WaitFor([&] { return Calls().size() == 3 && agent_->QueuedReleases() == 0; },
+                      fakes::kWaitTimeout, "three tries"));
+  EXPECT_EQ(Decode(Exchange(SocketPath(), Frame(StepRelease(12, 1)))).code, 0u);
+  ASSERT_TRUE(WaitFor([&] { return Calls().size() == 4 && agent_->QueuedReleases() == 0; },
+                      fakes::kWaitTimeout, "the refused release"));
+  EXPECT_EQ(Decode(Exchange(SocketPath(), Frame(StepRelease(12, 2)))).code, 0u);
+  ASSERT_TRUE(WaitFor([&] { return Calls().size() == 5 && agent_->QueuedReleases() == 0; },
+                      fakes::kWaitTimeout, "the next release"));
+  const std::vector<StepCall> calls = Calls();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(calls[i].release_request.owner().slurm_step().step_id(), 0u) << i;
+  }
+  EXPECT_EQ(calls[3].release_request.owner().slurm_step().step_id(), 1u);  // once, refused
+  EXPECT_EQ(calls[4].release_request.owner().slurm_step().step_id(), 2u);
+}
+
+// A full queue drops nothing: the release beyond it is sent while its step
+// waits, and answered with the bridge's answer.
+TEST_F(StepAgentTest, BeyondAFullQueueTheStepWaitsForTheBridge) {
+  SetGate(false);
+  for (size_t i = 0; i < StepAgent::kMaxQueuedReleases; ++i) {
+    ASSERT_EQ(Decode(Exchange(SocketPath(), Frame(StepRelease(12, static_cast<uint32_t>(i)))))
+                  .code,
+              0u)
+        << i;
+  }
+  EXPECT_EQ(agent_->QueuedReleases(), StepAgent::kMaxQueuedReleases);
+  auto last = std::async(std::launch::async, [&] {
+    return Exchange(SocketPath(), Frame(StepRelease(13, 0)));
+  });
+  // The sender's call and the last step's own.
+  ASSERT_TRUE(WaitFor([&] { return Entered() == 2; }, fakes::kWaitTimeout, "two forwards"));
+  EXPECT_EQ(last.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  SetGate(true);
+  const duet_wire_reply reply = Decode(last.get());
+  EXPECT_EQ(reply.code, 0u);
+  EXPECT_EQ(duet_wire_reply_meta(&reply, "queued"), nullptr);
+  ASSERT_TRUE(WaitFor([&] { return agent_->QueuedReleases() == 0; }, fakes::kWaitTimeout,
+                      "the queue to empty"));
+  EXPECT_EQ(Calls().size(), StepAgent::kMaxQueuedReleases + 1);
+}
+
+// Stop sends what is queued (once each) and returns, even with the bridge
+// out of reach.
+TEST_F(StepAgentTest, StopSendsTheQueuedReleasesOnce) {
+  SetAnswer(grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"));
+  SetGate(false);
+  for (uint32_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(Decode(Exchange(SocketPath(), Frame(StepRelease(12, i)))).code, 0u);
+  }
+  ASSERT_TRUE(WaitFor([&] { return Entered() == 1; }, fakes::kWaitTimeout, "the forward"));
+  SetGate(true);
+  agent_->Stop();
+  EXPECT_EQ(agent_->QueuedReleases(), 0u);
+  std::set<uint32_t> steps;
+  for (const StepCall& c : Calls()) steps.insert(c.release_request.owner().slurm_step().step_id());
+  EXPECT_EQ(steps, (std::set<uint32_t>{0, 1, 2}));
 }
 
 TEST_F(StepAgentTest, StopRemovesTheSocket) {
