@@ -42,8 +42,16 @@
 // slot holdings by their pod uid prefix ("gang:", kGangSlotPrefix) only.
 //
 // Thread-safety: every method may be called concurrently. One mutex (`mu_`)
-// guards the gangs; GangMaker::Create and Cancel run under it (gangs are
-// reserved and released one at a time; single pods never take it). The
+// guards the gangs (single pods never take it). A reservation picks its nodes
+// under it, then makes the Slurm job (GangMaker::Create, and the wait for
+// durability) without it: meanwhile the gang is "reserving" (its other
+// members' Admit waits for the outcome, so a gang is reserved once) and its
+// nodes are promised (no other reservation picks them, so two reservations
+// in flight never ask Slurm for the same node); both end under the mutex
+// when Create returns, whether it succeeded or not. A reservation that finds
+// no room while others are in flight waits for them and looks again, so it
+// decides as if they had run one after another. GangMaker::Cancel still runs
+// under the mutex (releases are rare and not on a filter's path). The
 // callbacks (`on_event`, `on_complete`) run after the mutex is released.
 
 #include <cstdint>
@@ -56,6 +64,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -280,10 +289,14 @@ class GangRegistry {
     std::optional<std::pair<GangKey, std::vector<std::pair<MemberRef, std::string>>>> complete;
   };
 
+  // Makes the Slurm job without mu_ (see the file comment): mu_ is released
+  // and taken again inside.
   absl::StatusOr<std::unique_ptr<Gang>> Reserve(const GangSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Nodes promised to a reservation in flight are no candidates.
   std::vector<placement::GangCandidate> Candidates(const placement::PodRequest& member,
-                                                   uint32_t members) const;
+                                                   uint32_t members) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Admission Take(Gang* gang, const MemberRef& member, Pending* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Cancels the gang and forgets it. UNAVAILABLE keeps it.
@@ -301,6 +314,10 @@ class GangRegistry {
   mutable absl::Mutex mu_;
   std::map<GangKey, std::unique_ptr<Gang>> gangs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, GangKey> member_gang_ ABSL_GUARDED_BY(mu_);
+  // Gangs whose Slurm job is being made, and the nodes they picked (no two
+  // reservations in flight share a node).
+  absl::flat_hash_set<GangKey> reserving_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> promised_ ABSL_GUARDED_BY(mu_);
   uint64_t reservations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t unplaceable_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t releases_[kReleaseReasons] ABSL_GUARDED_BY(mu_) = {};

@@ -740,6 +740,16 @@ LedgerSnapshot Ledger::Snapshot() const {
   return snap;
 }
 
+std::vector<std::shared_ptr<const NodeView>> Ledger::UnorderedViews() const {
+  std::vector<std::shared_ptr<const NodeView>> views;
+  absl::MutexLock lock(&mu_);
+  views.reserve(node_ids_.size());
+  for (const Slot& s : slots_) {
+    if (s.view) views.push_back(s.view);
+  }
+  return views;
+}
+
 std::vector<Holding> Ledger::ListHoldings(const std::string& node) const {
   std::vector<Holding> out;
   {

@@ -163,6 +163,11 @@ class Ledger {
   std::vector<std::shared_ptr<const NodeView>> GetNodes(const std::vector<std::string>& names) const
       ABSL_LOCKS_EXCLUDED(mu_);
   LedgerSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every node's view at one instant, in no particular order (the table's),
+  // for a reader that looks at every node and needs no order: Snapshot
+  // without its sort by name (a third of the gang reservation's scan at
+  // 5,000 nodes). The lock is held only to copy the pointers.
+  std::vector<std::shared_ptr<const NodeView>> UnorderedViews() const ABSL_LOCKS_EXCLUDED(mu_);
   // Holdings on `node` (every node when empty), sorted by node then owner.
   std::vector<Holding> ListHoldings(const std::string& node = "") const ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<Holding> FindHolding(const std::string& node, const Owner& owner) const

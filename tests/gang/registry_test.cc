@@ -6,16 +6,25 @@
 
 #include "bridge/gang/registry.h"
 
+#include <atomic>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <algorithm>
+#include <thread>
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "bridge/placement/topology.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_clock.h"
+#include "tests/fakes/gate.h"
+#include "tests/fakes/wait.h"
 #include "tests/gang/fake_gang.h"
 
 namespace duet {
@@ -444,6 +453,208 @@ TEST(GangKeyTest, ToStringAndParseRoundTrip) {
   EXPECT_EQ(slot->second, 12u);
   EXPECT_FALSE(ParseSlotUid("gang:podgroup/ml/x").ok());
   EXPECT_FALSE(ParseSlotUid("pod-uid").ok());
+}
+
+// The candidates come from the ledger in its own order (not by name): the
+// nodes chosen must be the same whatever order the nodes entered the ledger
+// in, ties included (every node equally free, two pools, blocks). The
+// registry over a ledger filled in name order decides as it did when it
+// read a snapshot sorted by name.
+TEST(RegistryOrderTest, TheChosenNodesDoNotDependOnTheLedgersOrderWhenNodesTie) {
+  std::vector<NodeSpec> nodes;
+  for (int i = 0; i < 24; ++i) {
+    NodeSpec n = Node(absl::StrCat("node-", i), 8, i % 2 == 0 ? "a3" : "a3b");
+    n.labels["cloud.google.com/gce-topology-block"] = absl::StrCat("b", i % 3);
+    n.labels["cloud.google.com/gce-topology-subblock"] = absl::StrCat("s", i % 6);
+    nodes.push_back(std::move(n));
+  }
+  auto choose = [&](const std::vector<int>& order, bool churn) {
+    Ledger ledger;
+    fakes::FakeGangMaker maker(&ledger);
+    for (int i : order) EXPECT_TRUE(ledger.UpsertNode(nodes[i]).ok());
+    if (churn) {
+      // Free table slots taken again by other nodes: the ledger's order is
+      // neither insertion nor name order.
+      for (int i : {order[0], order[5], order[11]}) {
+        EXPECT_TRUE(ledger.RemoveNode(nodes[i].name).ok());
+      }
+      for (int i : {order[11], order[0], order[5]}) EXPECT_TRUE(ledger.UpsertNode(nodes[i]).ok());
+    }
+    GangRegistryOptions o;
+    o.planner = [](const std::vector<placement::GangCandidate>& c, uint32_t members,
+                   std::string* reason) { return placement::PickGangNodes(c, members, reason); };
+    o.topology = [](const NodeView& v) { return placement::TopologyOf(v); };
+    GangRegistry reg(&ledger, &maker, o);
+    std::vector<std::vector<std::string>> picks;
+    // Three gangs one after another: each later one sees the earlier ones'
+    // holdings, so the ties change as the cluster fills.
+    for (const auto& [name, members, gpus] :
+         std::vector<std::tuple<std::string, uint32_t, uint32_t>>{{"g1", 4, 4}, {"g2", 3, 8},
+                                                                  {"g3", 6, 2}}) {
+      Admission a = reg.Admit(Spec(members, gpus, name), Member(static_cast<int>(picks.size())));
+      EXPECT_EQ(a.kind, members == 1 ? Admission::kReady : Admission::kWaiting) << a.reason;
+      std::vector<std::string> picked;
+      const std::vector<fakes::FakeGangMaker::CreateCall> creates = maker.creates();
+      if (creates.empty()) return picks;
+      for (const GangNode& g : creates.back().nodes) {
+        picked.push_back(absl::StrCat(g.node, "x", g.members));
+      }
+      picks.push_back(picked);
+    }
+    return picks;
+  };
+  std::vector<int> by_name(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) by_name[i] = static_cast<int>(i);
+  std::sort(by_name.begin(), by_name.end(),
+            [&](int a, int b) { return nodes[a].name < nodes[b].name; });
+  const std::vector<std::vector<std::string>> before = choose(by_name, false);
+  ASSERT_EQ(before.size(), 3u);
+  for (const auto& p : before) EXPECT_FALSE(p.empty());
+  std::vector<int> reversed(by_name.rbegin(), by_name.rend());
+  std::vector<int> mixed;
+  for (size_t i = 0; i < nodes.size(); ++i) mixed.push_back(static_cast<int>((i * 7) % nodes.size()));
+  EXPECT_EQ(choose(reversed, false), before);
+  EXPECT_EQ(choose(mixed, false), before);
+  EXPECT_EQ(choose(mixed, true), before);
+  EXPECT_EQ(choose(reversed, true), before);
+}
+
+// A GangMaker whose Create first passes a gate or waits to be let go: a
+// Slurm call that takes as long as the test wants.
+class HeldMaker final : public GangMaker {
+ public:
+  explicit HeldMaker(Ledger* ledger) : inner_(ledger) {}
+
+  // Create of gang `name` waits in it until Let() (and says it entered).
+  void Hold(const std::string& name) { held_ = name; }
+  // Every Create passes `gate` first.
+  void set_gate(duet::fakes::Gate* gate) { gate_ = gate; }
+  void Let() { let_.Notify(); }
+  bool entered() const { return entered_.HasBeenNotified(); }
+
+  absl::StatusOr<GangAllocation> Create(const GangKey& key, const GangSpec& spec,
+                                        const std::vector<GangNode>& nodes) override {
+    if (gate_ != nullptr) gate_->Arrive();
+    if (key.name == held_) {
+      entered_.Notify();
+      let_.WaitForNotification();
+    }
+    return inner_.Create(key, spec, nodes);
+  }
+  absl::Status Cancel(const GangKey& key, uint32_t job_id) override {
+    return inner_.Cancel(key, job_id);
+  }
+  const fakes::FakeGangMaker& inner() const { return inner_; }
+
+ private:
+  fakes::FakeGangMaker inner_;
+  std::string held_;
+  duet::fakes::Gate* gate_ = nullptr;
+  absl::Notification entered_;
+  absl::Notification let_;
+};
+
+class RegistryConcurrencyTest : public ::testing::Test {
+ protected:
+  RegistryConcurrencyTest() : maker_(&ledger_) {}
+
+  void AddNodes(int n, uint32_t gpus) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(ledger_.UpsertNode(Node(absl::StrCat("node-", i), gpus)).ok());
+    }
+  }
+  std::unique_ptr<GangRegistry> NewRegistry() {
+    GangRegistryOptions o;
+    o.planner = fakes::SimplePlanner;
+    return std::make_unique<GangRegistry>(&ledger_, &maker_, o);
+  }
+
+  Ledger ledger_;
+  HeldMaker maker_;
+};
+
+// Two gangs reserve at once: both Slurm calls are in flight together (the
+// gate lets neither through alone), and the second does not pick the node
+// the first is asking Slurm for (the simple planner would pick node-0 for
+// both: the second would then find its devices taken and fail).
+TEST_F(RegistryConcurrencyTest, TwoReservationsInFlightAtOnceNeverPickTheSameDevices) {
+  AddNodes(2, 4);
+  std::unique_ptr<GangRegistry> reg = NewRegistry();
+  duet::fakes::Gate gate(2);
+  maker_.set_gate(&gate);
+  Admission a, b;
+  std::thread ta([&] { a = reg->Admit(Spec(1, 4, "a"), Member(0)); });
+  std::thread tb([&] { b = reg->Admit(Spec(1, 4, "b"), Member(1)); });
+  ta.join();
+  tb.join();
+  EXPECT_FALSE(gate.timed_out()) << "the two Slurm calls did not run at the same time";
+  ASSERT_EQ(a.kind, Admission::kReady) << a.reason;
+  ASSERT_EQ(b.kind, Admission::kReady) << b.reason;
+  EXPECT_NE(a.node, b.node);
+  EXPECT_EQ(maker_.inner().creates().size(), 2u);
+  EXPECT_EQ(ledger_.holding_count(), 2u);
+  EXPECT_TRUE(ledger_.CheckInvariants().ok());
+}
+
+// While gang a's Slurm call is held: gang b's filter answers (on another
+// node), and a second member of gang a waits for a's reservation and joins
+// it (one Slurm job for gang a, not two).
+TEST_F(RegistryConcurrencyTest, AnotherGangsFilterDoesNotWaitForASlowSlurmCall) {
+  AddNodes(3, 4);
+  std::unique_ptr<GangRegistry> reg = NewRegistry();
+  maker_.Hold("a");
+  const GangSpec a_spec = Spec(2, 4, "a");
+  Admission a0, a1, b;
+  std::atomic<bool> b_done{false};
+  std::thread t0([&] { a0 = reg->Admit(a_spec, Member(0)); });
+  ASSERT_TRUE(duet::fakes::WaitFor([&] { return maker_.entered(); }, duet::fakes::kWaitTimeout,
+                                   "gang a's Slurm call"));
+  std::thread t1([&] { a1 = reg->Admit(a_spec, Member(1)); });
+  std::thread tb([&] {
+    b = reg->Admit(Spec(1, 4, "b"), Member(5));
+    b_done = true;
+  });
+  const ::testing::AssertionResult b_answered =
+      duet::fakes::WaitFor([&] { return b_done.load(); }, duet::fakes::kWaitTimeout,
+                           "gang b's filter while gang a's Slurm call is held");
+  maker_.Let();
+  t0.join();
+  t1.join();
+  tb.join();
+  EXPECT_TRUE(b_answered);
+  ASSERT_EQ(b.kind, Admission::kReady) << b.reason;
+  EXPECT_EQ(b.node, "node-2");
+  EXPECT_EQ(a0.kind, Admission::kWaiting) << a0.reason;
+  ASSERT_EQ(a1.kind, Admission::kReady) << a1.reason;
+  EXPECT_EQ(a1.slot, 1u);
+  int a_creates = 0;
+  for (const auto& c : maker_.inner().creates()) a_creates += c.key.name == "a" ? 1 : 0;
+  EXPECT_EQ(a_creates, 1);
+  EXPECT_EQ(ledger_.holding_count(), 3u);
+  EXPECT_TRUE(ledger_.CheckInvariants().ok());
+}
+
+// A gang that finds no room only because another reservation's node is
+// promised waits for that reservation and looks again: it gets the devices
+// the first left free, as if the two had run one after another.
+TEST_F(RegistryConcurrencyTest, NoRoomWhileAnotherReservationIsInFlightWaitsForIt) {
+  AddNodes(1, 8);
+  std::unique_ptr<GangRegistry> reg = NewRegistry();
+  maker_.Hold("a");
+  Admission a, b;
+  std::thread ta([&] { a = reg->Admit(Spec(1, 4, "a"), Member(0)); });
+  ASSERT_TRUE(duet::fakes::WaitFor([&] { return maker_.entered(); }, duet::fakes::kWaitTimeout,
+                                   "gang a's Slurm call"));
+  std::thread tb([&] { b = reg->Admit(Spec(1, 4, "b"), Member(1)); });
+  maker_.Let();
+  ta.join();
+  tb.join();
+  ASSERT_EQ(a.kind, Admission::kReady) << a.reason;
+  ASSERT_EQ(b.kind, Admission::kReady) << b.reason;
+  EXPECT_EQ(a.node, "node-0");
+  EXPECT_EQ(b.node, "node-0");
+  EXPECT_EQ(ledger_.holding_count(), 2u);
+  EXPECT_TRUE(ledger_.CheckInvariants().ok());
 }
 
 }  // namespace

@@ -19,7 +19,10 @@
 // - duet-bridge killed (SIGKILL) and started again keeps the gang: the same
 //   job, the same holdings, no new job; the job ends only once every member
 //   is gone and gang.idle_release has passed;
-// - a slurmctld restart keeps the gang's job and holdings.
+// - a slurmctld restart keeps the gang's job and holdings;
+// - a JobSet's replicated job and a LeaderWorkerSet group (2 pods x 4 GPUs
+//   each, their controllers' labels) are each one gang on ONE Slurm job over
+//   both nodes, each member bound on its slot's node.
 //
 // One cluster, one bridge, one fake apiserver per process; ctest runs each
 // test in its own process. Label: slurm.
@@ -59,6 +62,11 @@ using ::duet::testing::BridgeProcess;
 using ::duet::testing::CmdResult;
 using ::duet::testing::FreePort;
 using ::duet::testing::LedgerHolding;
+using ::duet::testing::JobSet;
+using ::duet::testing::JobSetPodLabels;
+using ::duet::testing::LeaderWorkerSet;
+using ::duet::testing::LwsPodAnnotations;
+using ::duet::testing::LwsPodLabels;
 using ::duet::testing::PodGroup;
 using ::duet::testing::NodeDevices;
 using ::duet::testing::RunCmd;
@@ -221,18 +229,21 @@ class World {
   std::unique_ptr<v1::Ledger::Stub> stub_;
 };
 
-// A member pod of PodGroup `group` as a user writes it (before binding).
-json MemberPod(const std::string& name, const std::string& uid, const std::string& group,
-               int gpus) {
+// A gang member pod with `labels` (and `annotations`) besides app=trainer,
+// as its controller writes it (before binding).
+json GangPod(const std::string& name, const std::string& uid, json labels, json annotations,
+             int gpus) {
   const std::string g = std::to_string(gpus);
+  labels["app"] = "trainer";
+  json meta = {{"name", name},
+               {"namespace", "default"},
+               {"uid", uid},
+               {"labels", labels},
+               {"creationTimestamp", "2026-12-05T18:00:00Z"}};
+  if (annotations.is_object()) meta["annotations"] = annotations;
   return {{"apiVersion", "v1"},
           {"kind", "Pod"},
-          {"metadata",
-           {{"name", name},
-            {"namespace", "default"},
-            {"uid", uid},
-            {"labels", {{"app", "trainer"}, {kPodGroupLabel, group}}},
-            {"creationTimestamp", "2026-12-05T18:00:00Z"}}},
+          {"metadata", meta},
           {"spec",
            {{"schedulerName", "duet"},
             {"restartPolicy", "Never"},
@@ -244,6 +255,12 @@ json MemberPod(const std::string& name, const std::string& uid, const std::strin
                 {{"requests", {{"cpu", "2"}, {"memory", "4Gi"}, {"nvidia.com/gpu", g}}},
                  {"limits", {{"memory", "4Gi"}, {"nvidia.com/gpu", g}}}}}}}}}},
           {"status", {{"phase", "Pending"}, {"qosClass", "Burstable"}}}};
+}
+
+// A member pod of PodGroup `group` as a user writes it (before binding).
+json MemberPod(const std::string& name, const std::string& uid, const std::string& group,
+               int gpus) {
+  return GangPod(name, uid, {{kPodGroupLabel, group}}, nullptr, gpus);
 }
 
 // A Slurm job per squeue.
@@ -528,6 +545,58 @@ class GangE2eTest : public ::testing::Test {
     return job;
   }
 
+  // A gang of two members of 4 GPUs (one per node), whose pods are in the
+  // apiserver already: the first member waits (GANG_WAITING 1/2), the second
+  // completes the gang and passes exactly its node, the first then passes
+  // exactly the other; both bind. Expects ONE live Slurm job named
+  // duet-gang:`key` over both nodes, each member holding its piece of it (4
+  // GPUs, Slurm's GPUs of the job there) on its node. Returns the job.
+  uint32_t PlaceTwoWholeNodeMembers(const std::string& key, std::vector<Member>* members) {
+    ExpectRefusedEverywhere(Filter((*members)[0].name), "GANG_WAITING: 1/2 members");
+    std::vector<SqueueJob> jobs = LiveDuetJobs();
+    EXPECT_EQ(jobs.size(), 1u) << c_->Cli("squeue").out;
+    if (jobs.size() != 1) return 0;
+    EXPECT_EQ(jobs[0].name, absl::StrCat("duet-gang:", key));
+    const uint32_t job = jobs[0].id;
+    std::set<std::string> nodes;
+    for (int i : {1, 0}) {
+      Member& m = (*members)[i];
+      const json f = Filter(m.name);
+      const bool one =
+          f.contains("NodeNames") && f["NodeNames"].is_array() && f["NodeNames"].size() == 1;
+      EXPECT_TRUE(one) << m.name << ": " << f.dump();
+      if (!one) return 0;
+      m.node = f["NodeNames"][0].get<std::string>();
+      nodes.insert(m.node);
+    }
+    EXPECT_EQ(nodes, (std::set<std::string>{kNodes[0].name, kNodes[1].name}));
+    BindAll(*members);
+    jobs = LiveDuetJobs();
+    EXPECT_EQ(jobs.size(), 1u) << c_->Cli("squeue").out;
+    EXPECT_TRUE(jobs.size() == 1 && jobs[0].id == job && jobs[0].state == "RUNNING")
+        << c_->Cli("squeue").out;
+    CmdResult show = c_->Cli(absl::StrCat("scontrol show job ", job));
+    EXPECT_NE(show.out.find("NumNodes=2"), std::string::npos) << show.out;
+    EXPECT_NE(show.out.find(absl::StrCat("Comment=duet-gang key=", key, " slots=2")),
+              std::string::npos)
+        << show.out;
+    std::map<std::string, NodeDevices> slurm = ::duet::testing::SlurmJobDevices(*c_, job);
+    int pieces = 0;
+    for (const LedgerHolding& h : JobHoldings(job)) {
+      EXPECT_EQ(h.kind, "placeholder") << "a slot left unbound on " << h.node;
+      for (const Member& m : *members) {
+        if (m.uid != h.pod_uid) continue;
+        ++pieces;
+        EXPECT_EQ(h.node, m.node) << m.name;
+        EXPECT_EQ(h.devices.at("gpu").size(), static_cast<size_t>(kGpusPerNode)) << m.name;
+        EXPECT_EQ(h.devices.at("gpu"), slurm[h.node]["gpu"])
+            << c_->Cli(absl::StrCat("scontrol -d show job ", job)).out;
+      }
+    }
+    EXPECT_EQ(pieces, 2) << w_->Ctl("holds").out;
+    return job;
+  }
+
   World* w_ = nullptr;
   TestSlurmCluster* c_ = nullptr;
 };
@@ -669,6 +738,35 @@ TEST_F(GangE2eTest, BridgeRestartKeepsTheGangUntilItsMembersAreGone) {
   EXPECT_TRUE(WaitFor([&] { return DuetHoldings() == 0; })) << w_->Ctl("holds").out;
   EXPECT_TRUE(LiveDuetJobs().empty()) << c_->Cli("squeue").out;
   EXPECT_EQ(Metric("duet_gang_releases_total{reason=\"idle\"}"), 1) << w_->Metrics();
+}
+
+// Test 6: a JobSet's replicated job of 2 Jobs x 1 pod x 4 GPUs (the
+// labels the JobSet controller sets; its size from the JobSet object) is one
+// gang: one Slurm job over both nodes, each pod on its node.
+TEST_F(GangE2eTest, JobSetReplicatedJobIsOneGangOnOneSlurmJob) {
+  w_->fake()->Put(JobSet("js", "workers", /*replicas=*/2, /*parallelism=*/1));
+  std::vector<Member> members;
+  for (int i = 0; i < 2; ++i) {
+    members.push_back({absl::StrCat("js-workers-", i, "-0-x7k2p"), absl::StrCat("uid-js-", i), ""});
+    w_->fake()->Put(GangPod(members[i].name, members[i].uid,
+                            JobSetPodLabels("js", "workers", i, 2), nullptr, kGpusPerNode));
+  }
+  ASSERT_NE(PlaceTwoWholeNodeMembers("jobset/default/js/workers", &members), 0u);
+  EXPECT_EQ(Metric("duet_gang_reservations_total"), 1) << w_->Metrics();
+}
+
+// Test 7: a LeaderWorkerSet group of 2 (the leader and one worker, 4 GPUs
+// each; its size from the annotation on the pods) is one gang: one Slurm
+// job over both nodes, each pod on its node.
+TEST_F(GangE2eTest, LeaderWorkerSetGroupIsOneGangOnOneSlurmJob) {
+  w_->fake()->Put(LeaderWorkerSet("lws", 2));
+  std::vector<Member> members = {{"lws-0", "uid-lws-0", ""}, {"lws-0-1", "uid-lws-0-1", ""}};
+  for (int i = 0; i < 2; ++i) {
+    w_->fake()->Put(GangPod(members[i].name, members[i].uid, LwsPodLabels("lws", 0, i),
+                            LwsPodAnnotations(2), kGpusPerNode));
+  }
+  ASSERT_NE(PlaceTwoWholeNodeMembers("lws/default/lws/0", &members), 0u);
+  EXPECT_EQ(Metric("duet_gang_reservations_total"), 1) << w_->Metrics();
 }
 
 // Test 5: slurmctld stopped and started again (it recovers its jobs): the
