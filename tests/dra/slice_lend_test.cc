@@ -123,12 +123,27 @@ class Claims : public ClaimLister {
   std::map<std::string, AllocatedClaim> claims_ ABSL_GUARDED_BY(mu_);
 };
 
-class NoLends : public LendMaker {
+// Lend jobs as Slurm makes them: the lowest free chips, job 900, 901, ...
+class Lends : public LendMaker {
  public:
-  absl::StatusOr<Holding> CreateLend(const std::string&, DeviceKind, uint32_t) override {
-    return absl::FailedPreconditionError("no single lends in these tests");
+  explicit Lends(Ledger* ledger) : ledger_(ledger) {}
+  absl::StatusOr<Holding> CreateLend(const std::string& node, DeviceKind kind,
+                                     uint32_t count) override {
+    HoldRequest h;
+    h.node = node;
+    h.owner = Owner::Lend(next_job_++, node);
+    h.count = CountSelector{kind, count, 0, ""};
+    absl::StatusOr<HoldResult> r = ledger_->Hold(h);
+    if (!r.ok()) return r.status();
+    return r->holding;
   }
-  absl::Status CancelLend(const std::string&, uint32_t) override { return absl::OkStatus(); }
+  absl::Status CancelLend(const std::string& node, uint32_t job_id) override {
+    return ledger_->Release(node, Owner::Lend(job_id, node)).status();
+  }
+
+ private:
+  Ledger* const ledger_;
+  uint32_t next_job_ = 900;
 };
 
 // Slurm's gang job as bridge/slurm's Placeholders records it: one job, each
@@ -224,7 +239,7 @@ gang::MemberRef Pod(int i) {
 
 class SliceLendTest : public ::testing::Test {
  protected:
-  SliceLendTest() : map_(&ledger_), maker_(&ledger_) {
+  SliceLendTest() : map_(&ledger_), lends_(&ledger_), maker_(&ledger_) {
     // Two lending slices of 2 hosts x 4 chips, a lending single-host node,
     // and a slice of the same shape that lends nothing ("x-" pool "aa",
     // first by pool name).
@@ -259,11 +274,12 @@ class SliceLendTest : public ::testing::Test {
     o.on_event = [this](const gang::GangEvent& e) { events_.push_back(e.reason); };
     return o;
   }
-  void Start() {
+  void Start(uint32_t warm_buffer = 0) {
     registry_ = std::make_unique<gang::GangRegistry>(&ledger_, &maker_, RegistryOptions());
     gangs_ = std::make_unique<GangLends>(registry_.get(), &clock_);
     LenderOptions lo;
     lo.admission_grace = absl::Seconds(15);
+    lo.warm_buffer = warm_buffer;
     lo.pool_of = [](const std::string& node) { return Map::Lends(node) ? "pool" : ""; };
     lo.gang_admit = [this](const Owner& slot, const std::vector<std::string>& pods) {
       return gangs_->Admit(slot, pods);
@@ -324,7 +340,7 @@ class SliceLendTest : public ::testing::Test {
   Map map_;
   Rules rules_;
   Claims claims_;
-  NoLends lends_;
+  Lends lends_;
   SlotMaker maker_;
   duet::fakes::FakeClock clock_;
   std::vector<std::string> events_;
@@ -341,6 +357,17 @@ TEST_F(SliceLendTest, ASinglePodIsLentNoHostOfAMultiHostSliceButASingleHostNode)
   EXPECT_THAT(refusal, HasSubstr("2x4"));
   // A 2x2 host of 4 chips is a whole single-host slice: lent per host.
   EXPECT_EQ(SingleTpuLendRefusal(*ledger_.GetNode("single-0")), "");
+}
+
+TEST_F(SliceLendTest, TheWarmBufferKeepsNoHostOfAMultiHostSliceLent) {
+  // One pool of every lending node, 8 chips wanted lent and free: only the
+  // single-host node is lent (whole); the slices stay for a gang or Slurm.
+  Start(/*warm_buffer=*/8);
+  (void)lender_->Tick();
+  EXPECT_EQ(ledger_.ListHoldings("single-0").size(), 1u);
+  for (const char* n : {"slice-a-0", "slice-a-1", "slice-b-0", "slice-b-1"}) {
+    EXPECT_THAT(Holders(n), ElementsAre()) << n;
+  }
 }
 
 TEST_F(SliceLendTest, ATpuGangMemberAsksEveryChipOfAHostOfTheSliceItSelects) {
