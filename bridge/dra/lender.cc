@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "bridge/placement/tpu_slice.h"
 #include "common/metrics/metrics.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -938,6 +939,13 @@ uint32_t Lender::FillPool(const std::string& pool, uint32_t lent_free,
     if (!map_->Lendable(node, nullptr)) continue;
     const uint32_t free = UINT32_MAX - neg_free;
     const DeviceKind kind = kind_rank == 0 ? DeviceKind::kGpu : DeviceKind::kTpu;
+    if (kind == DeviceKind::kTpu) {
+      // A host of a multi-host TPU slice goes to Kubernetes only with its
+      // whole slice, to a gang (docs/gangs.md 6): never kept lent for any
+      // claim.
+      std::shared_ptr<const NodeView> view = ledger_->GetNode(node);
+      if (view == nullptr || placement::TpuSliceOf(*view).has_value()) continue;
+    }
     const uint32_t want =
         kind == DeviceKind::kTpu ? free : std::min(free, options_.warm_buffer - lent_free);
     absl::StatusOr<std::vector<LedgerDevice>> lent = Lend(node, kind, want);

@@ -221,7 +221,9 @@ class Lender final : public AdmissionGate, private ChangeListener, private RuleD
   absl::Status Reclaim(const LedgerDevice& device) ABSL_LOCKS_EXCLUDED(mu_);
 
   // One pass of the warm buffer: per pool, lends up to `warm_buffer` lent,
-  // free devices on nodes with free devices, and reclaims lent, free devices
+  // free devices on nodes with free devices (never the chips of a host of a
+  // multi-host TPU slice: a slice is lent only whole, to a gang), and
+  // reclaims lent, free devices
   // above the buffer that have been idle for `reclaim_after`. Returns the
   // first error (the pass goes on past it).
   absl::Status Tick() ABSL_LOCKS_EXCLUDED(mu_);

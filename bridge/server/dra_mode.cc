@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "bridge/dra/slice_lends.h"
 #include "bridge/placement/topology.h"
 #include "k8s_adapter/dra/demand.h"
 #include "k8s_adapter/dra/device_map.h"
@@ -740,13 +741,46 @@ void DraMode::LendDemand() {
         // promised), never not at all.
         LedgerSnapshot snap = deps_.ledger->Snapshot();
         std::vector<std::shared_ptr<const NodeView>> nodes;
+        // A single pod is lent no host of a multi-host TPU slice: a slice is
+        // taken whole, by a gang or by Slurm (docs/gangs.md 5).
+        std::string slice_refusal;
+        size_t slice_hosts = 0;
         for (const std::shared_ptr<const NodeView>& v : snap.nodes) {
           if (!PoolOf(v->spec.name).empty() && map_->Lendable(v->spec.name, nullptr)) {
+            if (kind == DeviceKind::kTpu) {
+              if (std::string why = dra::SingleTpuLendRefusal(*v); !why.empty()) {
+                if (slice_hosts++ == 0) slice_refusal = std::move(why);
+                continue;
+              }
+            }
             auto p = promised_.find(v->spec.name);
             nodes.push_back(p == promised_.end() ? v : WithPromised(*v, p->second));
           }
         }
-        if (nodes.empty()) continue;
+        // When nothing is lent for the pod, it is told of the slice hosts
+        // left out (the recorder drops a repeat of the same Event).
+        auto say_slices = [&] {
+          if (slice_hosts == 0) return;
+          spdlog::info("dra: pod {}/{} asks a TPU host: none is lent to a single pod on a host "
+                       "of a multi-host slice ({})",
+                       ns, name, slice_refusal);
+          if (deps_.events != nullptr) {
+            k8s::EventSpec e;
+            e.object_kind = "Pod";
+            e.object_namespace = ns;
+            e.object_name = name;
+            e.object_uid = uid;
+            e.reason = "DuetLendRefused";
+            e.message = absl::StrCat(
+                "duet lends no host of a multi-host TPU slice to a single pod (", slice_hosts,
+                " such lending hosts): ", slice_refusal);
+            deps_.events->Record(e);
+          }
+        };
+        if (nodes.empty()) {
+          say_slices();
+          continue;
+        }
         placement::PodRequest req;
         req.kind = kind;
         req.count = whole ? 1 : static_cast<uint32_t>(std::min<int64_t>(want.count, 1024));
@@ -758,6 +792,7 @@ void DraMode::LendDemand() {
         std::optional<placement::NodeChoice> pick =
             placement::SelectNode(nodes, loads, req, scorer);
         if (!pick) {
+          say_slices();
           spdlog::info("dra: pod {}/{} asks {} {} of {}: no lending node has room", ns, name,
                        whole ? "a host of" : absl::StrCat(want.count), DeviceKindName(kind),
                        driver);
@@ -794,24 +829,70 @@ bool DraMode::LendForGang(const nlohmann::json& pod,
     return true;
   }
   if (!spec->has_value()) return false;
-  // What each member asks of the lent drivers: whole GPUs (a gang's one
-  // Slurm job asks the same GRES on every node). Kubernetes places the
-  // pods' CPUs and memory; the gang job asks none of them.
+  // What each member asks of the lent drivers: whole GPUs, or every chip
+  // of one host of a multi-host TPU slice (a gang's one Slurm job asks the
+  // same GRES on every node). Kubernetes places the pods' CPUs and memory;
+  // the gang job asks none of them.
   uint32_t gpus = 0;
+  const k8s_dra::DeviceDemand* tpus = nullptr;
   for (const auto& [driver, want] : demand) {
-    if (driver == kTpuDriver || want.all) {
-      spdlog::warn("dra: pod {}/{} of gang {} asks whole hosts; gangs are lent GPUs only, "
-                   "it is lent for alone",
+    if (driver == kTpuDriver) {
+      tpus = &want;
+      continue;
+    }
+    if (want.all) {
+      spdlog::warn("dra: pod {}/{} of gang {} asks whole GPU hosts; gangs are lent whole GPUs "
+                   "or TPU slices, it is lent for alone",
                    member.ns, member.name, (*spec)->key.ToString());
       return false;
     }
     gpus += static_cast<uint32_t>(std::clamp<int64_t>(want.count, 0, 1024));
   }
-  if (gpus == 0) return false;
   gang::GangSpec& s = **spec;
-  s.member = placement::PodRequest{};
-  s.member.kind = DeviceKind::kGpu;
-  s.member.count = gpus;
+  if (tpus != nullptr) {
+    if (gpus > 0) {
+      spdlog::warn("dra: pod {}/{} of gang {} asks TPUs and GPUs; it is lent for alone",
+                   member.ns, member.name, s.key.ToString());
+      return false;
+    }
+    // A TPU gang takes one multi-host slice whole (docs/gangs.md 5): every
+    // chip of every host of one free slice pool of the lending nodes.
+    absl::StatusOr<placement::PodRequest> m = dra::TpuGangMember(
+        deps_.ledger->Snapshot(), s, tpus->count, tpus->all, [this](const std::string& node) {
+          return !PoolOf(node).empty() && map_->Lendable(node, nullptr);
+        });
+    if (absl::IsFailedPrecondition(m.status())) {
+      // No slice selected: its pods are lent for one by one, never a
+      // slice's host (LendDemand's single-pod rule).
+      spdlog::warn("dra: pod {}/{}: {}; it is lent for alone (a single-host TPU node, never a "
+                   "slice's host)",
+                   member.ns, member.name, std::string(m.status().message()));
+      return false;
+    }
+    if (!m.ok()) {
+      // Nothing is reserved, nothing lent for alone.
+      const std::string why = absl::StrCat("GANG_NO_ROOM: gang ", s.key.ToString(), " of ",
+                                           s.min_member, " members: ", m.status().message());
+      spdlog::info("dra: pod {}/{}: {}", member.ns, member.name, why);
+      if (deps_.events != nullptr) {
+        k8s::EventSpec e;
+        e.object_kind = "Pod";
+        e.object_namespace = member.ns;
+        e.object_name = member.name;
+        e.object_uid = member.uid;
+        e.reason = "DuetGangUnplaceable";
+        e.message = absl::StrCat("duet: ", why);
+        deps_.events->Record(e);
+      }
+      return true;
+    }
+    s.member = *m;
+  } else {
+    if (gpus == 0) return false;
+    s.member = placement::PodRequest{};
+    s.member.kind = DeviceKind::kGpu;
+    s.member.count = gpus;
+  }
   const gang::Admission a = gangs_->Lend(s, member);
   if (a.kind == gang::Admission::kReady || a.kind == gang::Admission::kWaiting) {
     spdlog::debug("dra: pod {}/{}: gang {}: {}", member.ns, member.name, s.key.ToString(),

@@ -39,8 +39,13 @@
 //    recovered from the ledger before the webhook starts, ticked on its own
 //    thread) and dra::GangLends, the fence the Lender asks about a gang
 //    slot's devices. A pending pod that `gang_of` recognises as a gang
-//    member asking GPUs of a lent driver lends for the whole gang (one
-//    Slurm job, or nothing and DuetGangUnplaceable), never a single lend.
+//    member asking GPUs of a lent driver, or TPUs of a multi-host slice its
+//    node selector names (every host of one free slice pool, every chip:
+//    dra::TpuGangMember), lends for the whole gang (one Slurm job, or
+//    nothing and DuetGangUnplaceable), never a single lend. A single pod
+//    asking TPUs is never lent a host of a multi-host slice
+//    (dra::SingleTpuLendRefusal; DuetLendRefused on the pod when nothing
+//    is lent).
 //    Such pods are served when kube-scheduler marked them Unschedulable, or
 //    when its PodScheduled condition is False for another reason (a
 //    member whose allocation the webhook refused, GANG_WAITING).
@@ -191,7 +196,8 @@ class DraMode {
   // The lending pool of a ledger node ("" when none).
   std::string PoolOf(const std::string& node) const;
   // A pending pod of a gang (gangs on): lends for the whole gang through
-  // GangLends. False when the pod is no gang member (lent for alone).
+  // GangLends. False when the pod is lent for alone: no gang member, or a
+  // gang asking whole GPU hosts, TPUs and GPUs, or TPUs of no slice.
   bool LendForGang(const nlohmann::json& pod,
                    const std::map<std::string, k8s_dra::DeviceDemand>& demand);
 
