@@ -119,9 +119,15 @@ absl::StatusOr<std::unique_ptr<GangRegistry::Gang>> GangRegistry::Reserve(const 
     no_pick = absl::OkStatus();
     if (!spec.tpu_topology.empty()) {
       // A multi-host TPU slice: every host of one slice pool (slice.h). A
-      // host another reservation has promised is not usable meanwhile.
+      // host another reservation has promised is not usable meanwhile, nor
+      // one outside this registry's nodes (node_filter: the extender's
+      // registry never takes a slice of a lending pool, and the other way
+      // round).
       const absl::flat_hash_set<std::string> promised = promised_;
       auto unusable = [this, &promised](const std::string& node) {
+        if (options_.node_filter && !options_.node_filter(node)) {
+          return std::string("not one of the nodes this gang registry places on");
+        }
         if (promised.contains(node)) return std::string("another gang is being reserved on it");
         return options_.unusable ? options_.unusable(node) : std::string();
       };

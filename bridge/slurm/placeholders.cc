@@ -175,7 +175,8 @@ absl::StatusOr<Holding> Placeholders::CreateLend(const std::string& node, Device
         }
       }
     }
-    if (ours == hold.devices.size()) {
+    // (A job Slurm gave no devices is no lend at all: cancelled below.)
+    if (!hold.devices.empty() && ours == hold.devices.size()) {
       spdlog::info("lend job {} on {}: already recorded (by the Slurm sync, or claimed since)",
                    job, node);
       Holding made;

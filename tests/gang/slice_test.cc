@@ -158,6 +158,28 @@ TEST_F(SliceGangTest, AGangOfAnotherShapeIsRefusedAndHoldsNothing) {
   EXPECT_EQ(ledger_.holding_count(), 0u);
 }
 
+// A registry places only on its own nodes (GangRegistryOptions::node_filter):
+// the extender's registry never takes a slice of a DRA lending pool, and the
+// lending mode's none of the extender's, slices included.
+TEST_F(SliceGangTest, ASliceOutsideTheRegistrysNodesIsNeverTaken) {
+  GangRegistryOptions o;
+  o.planner = fakes::SimplePlanner;
+  o.clock = &clock_;
+  o.node_filter = [](const std::string& node) { return node.rfind("slice-b-", 0) == 0; };
+  GangRegistry only_b(&ledger_, &maker_, std::move(o));
+  const Admission a = only_b.Admit(SliceGang("train", 2, 4), Member("train", 0));
+  ASSERT_EQ(a.kind, Admission::kWaiting) << a.reason;
+  ASSERT_EQ(maker_.creates().size(), 1u);
+  EXPECT_EQ(maker_.creates()[0].nodes[0].node, "slice-b-0");
+  EXPECT_EQ(maker_.creates()[0].nodes[1].node, "slice-b-1");
+  // slice-a is free whole, but not this registry's: a second gang gets none.
+  const Admission b = only_b.Admit(SliceGang("second", 2, 4), Member("second", 0));
+  EXPECT_EQ(b.kind, Admission::kNoRoom);
+  EXPECT_THAT(b.reason, HasSubstr("not one of the nodes this gang registry places on"));
+  EXPECT_EQ(maker_.creates().size(), 1u);
+  EXPECT_EQ(SlotChips("slice-a-0"), 0u);
+}
+
 TEST_F(SliceGangTest, ATpuGangThatSelectsNoSliceNeverLandsOnASlicesHosts) {
   const Admission a = registry_->Admit(SliceGang("loose", 2, 2, ""), Member("loose", 0));
   EXPECT_EQ(a.kind, Admission::kNoRoom) << a.reason;

@@ -61,6 +61,20 @@ TEST_F(LendJobsTest, CreateLendAsksSlurmAndRecordsALendOwner) {
   EXPECT_EQ(ParsePlaceholderComment(req.comment), std::nullopt);
 }
 
+// A lend job Slurm gave no devices (a GRES without File=, or a Slurm that
+// answers without IDX) lends nothing: it is cancelled and the lend fails,
+// never recorded as a lend of nothing.
+TEST_F(LendJobsTest, ALendJobWithNoDevicesIsCancelledAndLendsNothing) {
+  SlurmAllocation empty;
+  empty.job_id = 5100;
+  slurm_.set_allocation(empty);
+  absl::StatusOr<Holding> a = placeholders_.CreateLend("n1", DeviceKind::kGpu, 1);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInternal) << a.status();
+  EXPECT_THAT(a.status().message(), HasSubstr("Slurm gave the lend job no devices"));
+  EXPECT_THAT(slurm_.killed(), ElementsAre(5100));
+  EXPECT_TRUE(ledger_.ListHoldings("n1").empty());
+}
+
 TEST_F(LendJobsTest, CreateLendCancelsTheJobWhenTheLedgerRefusesSlurmsDevices) {
   // A step the ledger knows holds gpu 0, which Slurm thinks free.
   HoldRequest step;
