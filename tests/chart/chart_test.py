@@ -1274,7 +1274,7 @@ class DraTest(unittest.TestCase):
             "webhook": {"listen": "0.0.0.0:9443",
                         "tls": {"cert_file": "/etc/duet/dra-webhook-tls/tls.crt",
                                 "key_file": "/etc/duet/dra-webhook-tls/tls.key"},
-                        "admission_grace": "15s"}})
+                        "admission_grace": "15s", "admission_threads": 16}})
         # The same keys as docs/dra.md's "Config" block, nothing more or less.
         with open(os.path.join(ARGS.source_dir, "docs", "dra.md")) as f:
             doc = f.read()
@@ -1523,6 +1523,8 @@ class DraTest(unittest.TestCase):
         ("the section in bridge.config", "bridge: {config: {dra: {enabled: false}}}\n",
          "bridge.config.dra: set by the chart"),
         ("no validity", "dra: {webhook: {validityDays: 0}}\n", "dra.webhook.validityDays: must be at least 1"),
+        ("no admission threads", "dra: {webhook: {admissionThreads: 0}}\n",
+         "dra.webhook.admissionThreads: must be 1 to 256"),
         ("no Slurm side", "bridge: {slurm: {enabled: false}}\n",
          "dra.enabled: needs bridge.slurm.enabled"),
     ]

@@ -246,7 +246,7 @@ bridge.config is an error rather than silently replaced.
 {{- include "duet.dra.check" . -}}
 {{- $d := .Values.dra -}}
 {{- $wdir := include "duet.paths.draWebhookTls" . -}}
-{{- $hook := dict "listen" (printf "0.0.0.0:%d" (int $d.webhook.port)) "tls" (dict "cert_file" (printf "%s/tls.crt" $wdir) "key_file" (printf "%s/tls.key" $wdir)) "admission_grace" (printf "%ds" (add (int $d.webhook.timeoutSeconds) 5)) -}}
+{{- $hook := dict "listen" (printf "0.0.0.0:%d" (int $d.webhook.port)) "tls" (dict "cert_file" (printf "%s/tls.crt" $wdir) "key_file" (printf "%s/tls.key" $wdir)) "admission_grace" (printf "%ds" (add (int $d.webhook.timeoutSeconds) 5)) "admission_threads" (int $d.webhook.admissionThreads) -}}
 {{- $_ := set $cfg "dra" (dict "enabled" true "pools" $d.pools "drivers" $d.drivers "taint_key" $d.taintKey "warm_buffer" (int $d.warmBuffer) "reclaim_after" $d.reclaimAfter "webhook" $hook "kube_version" (toString $d.kubeVersion)) -}}
 {{- end -}}
 {{- toYaml $cfg -}}
@@ -289,6 +289,10 @@ refused at render time. Prints nothing. */}}
 {{- $t := int $d.webhook.timeoutSeconds -}}
 {{- if or (lt $t 1) (gt $t 30) -}}
 {{- fail "dra.webhook.timeoutSeconds: must be 1 to 30 (the API server's limit)" -}}
+{{- end -}}
+{{- $at := int $d.webhook.admissionThreads -}}
+{{- if or (lt $at 1) (gt $at 256) -}}
+{{- fail "dra.webhook.admissionThreads: must be 1 to 256" -}}
 {{- end -}}
 {{- if lt (int $d.webhook.validityDays) 1 -}}
 {{- fail "dra.webhook.validityDays: must be at least 1" -}}
