@@ -74,6 +74,7 @@ class Map : public DeviceMapView {
 
 using ::duet::dra::testing::Claims;
 using ::duet::dra::testing::Rules;
+using ::duet::dra::testing::SlotMaker;
 
 // Lend jobs as Slurm makes them: the lowest free chips, job 900, 901, ...
 class Lends : public LendMaker {
@@ -96,65 +97,6 @@ class Lends : public LendMaker {
  private:
   Ledger* const ledger_;
   uint32_t next_job_ = 900;
-};
-
-// Slurm's gang job as bridge/slurm's Placeholders records it: one job, each
-// slot's devices under Owner::GangSlot{J, "gang:KEY#S"}.
-class SlotMaker final : public gang::GangMaker {
- public:
-  explicit SlotMaker(Ledger* ledger) : ledger_(ledger) {}
-  absl::StatusOr<gang::GangAllocation> Create(const gang::GangKey& key, const gang::GangSpec& spec,
-                                              const std::vector<gang::GangNode>& nodes) override {
-    absl::MutexLock lock(&mu_);
-    creates_.push_back(nodes);
-    gang::GangAllocation a;
-    a.job_id = next_job_++;
-    uint32_t slot = 0;
-    for (const gang::GangNode& n : nodes) {
-      for (uint32_t m = 0; m < n.members; ++m, ++slot) {
-        HoldRequest h;
-        h.node = n.node;
-        h.owner = Owner::GangSlot(a.job_id, key.ToString(), slot);
-        h.count = CountSelector{spec.member.kind, spec.member.count, 0, ""};
-        absl::StatusOr<HoldResult> r = ledger_->Hold(h);
-        if (!r.ok()) {
-          ReleaseLocked(a.job_id);
-          return absl::ResourceExhaustedError(r.status().message());
-        }
-        a.slots.push_back(r->holding);
-        a.seq = r->seq;
-      }
-    }
-    return a;
-  }
-  absl::Status Cancel(const gang::GangKey&, uint32_t job_id) override {
-    absl::MutexLock lock(&mu_);
-    cancels_.push_back(job_id);
-    ReleaseLocked(job_id);
-    return absl::OkStatus();
-  }
-  std::vector<std::vector<gang::GangNode>> creates() {
-    absl::MutexLock lock(&mu_);
-    return creates_;
-  }
-  std::vector<uint32_t> cancels() {
-    absl::MutexLock lock(&mu_);
-    return cancels_;
-  }
-
- private:
-  void ReleaseLocked(uint32_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (const Holding& h : ledger_->ListHoldings()) {
-      if (h.owner.kind == OwnerKind::kGangSlot && h.owner.job_id == job_id) {
-        (void)ledger_->Release(h.node, h.owner);
-      }
-    }
-  }
-  Ledger* const ledger_;
-  absl::Mutex mu_;
-  std::vector<std::vector<gang::GangNode>> creates_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> cancels_ ABSL_GUARDED_BY(mu_);
-  uint32_t next_job_ ABSL_GUARDED_BY(mu_) = 700;
 };
 
 // A TPU host of `chips` chips in `pool`, its chips labelled `topology`.
