@@ -35,37 +35,13 @@ using ::testing::HasSubstr;
 constexpr char kGpuDriver[] = "gpu.nvidia.com";
 
 // Every node whose name starts with "n" lends GPUs gpu-<index>, pool = node.
-class Map : public DeviceMapView {
- public:
-  explicit Map(const Ledger* ledger) : ledger_(ledger) {}
-  std::optional<LedgerDevice> ToLedger(const DraDevice& d) const override {
-    uint32_t index = 0;
-    if (!Lends(d.pool) || d.driver != kGpuDriver || !absl::StartsWith(d.device, "gpu-") ||
-        !absl::SimpleAtoi(d.device.substr(4), &index)) {
-      return std::nullopt;
-    }
-    return LedgerDevice{d.pool, DeviceKind::kGpu, index};
-  }
-  std::optional<DraDevice> ToDra(const LedgerDevice& d) const override {
-    if (!Lends(d.node)) return std::nullopt;
-    return Dra(d.node, d.index);
-  }
-  bool Lendable(const std::string& node, std::string*) const override { return Lends(node); }
-  std::vector<DraDevice> NodeDevices(const std::string& node) const override {
-    std::vector<DraDevice> out;
-    std::shared_ptr<const NodeView> v = ledger_->GetNode(node);
-    if (!Lends(node) || !v) return out;
-    for (const DeviceState& d : v->devices) out.push_back(Dra(node, d.spec.index));
-    return out;
-  }
+struct GpuNaming {
+  static constexpr const char* kDriver = kGpuDriver;
+  static constexpr const char* kPrefix = "gpu-";
+  static constexpr DeviceKind kKind = DeviceKind::kGpu;
   static bool Lends(const std::string& node) { return absl::StartsWith(node, "n"); }
-  static DraDevice Dra(const std::string& node, uint32_t index) {
-    return {kGpuDriver, node, absl::StrCat("gpu-", index)};
-  }
-
- private:
-  const Ledger* const ledger_;
 };
+using Map = ::duet::dra::testing::NamedMap<GpuNaming>;
 
 using ::duet::dra::testing::Claims;
 using ::duet::dra::testing::Rules;

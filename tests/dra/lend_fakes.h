@@ -1,16 +1,22 @@
 #pragma once
 
-// Fakes the DRA gang and slice lending tests share: a RuleWriter that records
+// Fakes the DRA gang and slice lending tests share: a device map by name,
+// a RuleWriter that records
 // the tainted set of its last Resync, etcd's claims (none allocated unless
 // Set), and Slurm's gang job as a GangMaker over the ledger. Thread-safe.
 
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bridge/dra/lender.h"
 #include "bridge/gang/registry.h"
@@ -19,6 +25,44 @@
 namespace duet {
 namespace dra {
 namespace testing {
+
+// A DeviceMapView over the ledger where a lending node's device `index` is
+// the DRA device `Naming::kPrefix<index>` of Naming::kDriver, pool = the node
+// name. `Naming` says which nodes lend (static bool Lends(node)) and the
+// ledger kind (kKind).
+template <class Naming>
+class NamedMap : public DeviceMapView {
+ public:
+  explicit NamedMap(const Ledger* ledger) : ledger_(ledger) {}
+  std::optional<LedgerDevice> ToLedger(const DraDevice& d) const override {
+    const std::string prefix = Naming::kPrefix;
+    uint32_t index = 0;
+    if (!Lends(d.pool) || d.driver != Naming::kDriver || !absl::StartsWith(d.device, prefix) ||
+        !absl::SimpleAtoi(d.device.substr(prefix.size()), &index)) {
+      return std::nullopt;
+    }
+    return LedgerDevice{d.pool, Naming::kKind, index};
+  }
+  std::optional<DraDevice> ToDra(const LedgerDevice& d) const override {
+    if (!Lends(d.node)) return std::nullopt;
+    return Dra(d.node, d.index);
+  }
+  bool Lendable(const std::string& node, std::string*) const override { return Lends(node); }
+  std::vector<DraDevice> NodeDevices(const std::string& node) const override {
+    std::vector<DraDevice> out;
+    std::shared_ptr<const NodeView> v = ledger_->GetNode(node);
+    if (!Lends(node) || !v) return out;
+    for (const DeviceState& d : v->devices) out.push_back(Dra(node, d.spec.index));
+    return out;
+  }
+  static bool Lends(const std::string& node) { return Naming::Lends(node); }
+  static DraDevice Dra(const std::string& node, uint32_t index) {
+    return {Naming::kDriver, node, absl::StrCat(Naming::kPrefix, index)};
+  }
+
+ private:
+  const Ledger* const ledger_;
+};
 
 class Rules : public RuleWriter {
  public:

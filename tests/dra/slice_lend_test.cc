@@ -40,37 +40,13 @@ constexpr char kAccel[] = "tpu-v5-lite-podslice";
 
 // Nodes whose name starts with "x-" lend nothing; the others lend their
 // TPU chips as accel<index>, pool = node (Google's TPU driver).
-class Map : public DeviceMapView {
- public:
-  explicit Map(const Ledger* ledger) : ledger_(ledger) {}
-  std::optional<LedgerDevice> ToLedger(const DraDevice& d) const override {
-    uint32_t index = 0;
-    if (!Lends(d.pool) || d.driver != kTpuDriver || !absl::StartsWith(d.device, "accel") ||
-        !absl::SimpleAtoi(d.device.substr(5), &index)) {
-      return std::nullopt;
-    }
-    return LedgerDevice{d.pool, DeviceKind::kTpu, index};
-  }
-  std::optional<DraDevice> ToDra(const LedgerDevice& d) const override {
-    if (!Lends(d.node)) return std::nullopt;
-    return Dra(d.node, d.index);
-  }
-  bool Lendable(const std::string& node, std::string*) const override { return Lends(node); }
-  std::vector<DraDevice> NodeDevices(const std::string& node) const override {
-    std::vector<DraDevice> out;
-    std::shared_ptr<const NodeView> v = ledger_->GetNode(node);
-    if (!Lends(node) || !v) return out;
-    for (const DeviceState& d : v->devices) out.push_back(Dra(node, d.spec.index));
-    return out;
-  }
+struct TpuNaming {
+  static constexpr const char* kDriver = kTpuDriver;
+  static constexpr const char* kPrefix = "accel";
+  static constexpr DeviceKind kKind = DeviceKind::kTpu;
   static bool Lends(const std::string& node) { return !absl::StartsWith(node, "x-"); }
-  static DraDevice Dra(const std::string& node, uint32_t index) {
-    return {kTpuDriver, node, absl::StrCat("accel", index)};
-  }
-
- private:
-  const Ledger* const ledger_;
 };
+using Map = ::duet::dra::testing::NamedMap<TpuNaming>;
 
 using ::duet::dra::testing::Claims;
 using ::duet::dra::testing::Rules;
