@@ -447,12 +447,18 @@ TEST_F(StepAgentE2eTest, TheStepEndsBeforeTheBridgeAnswersItsReleaseWhichStillLa
   const std::string go = w_->dir() + "/release-go";
   const std::string done = w_->dir() + "/release-step-done";
   const std::string end = w_->dir() + "/release-end";
+  const std::string started = w_->dir() + "/release-step-started";
   const uint32_t job = c_->Sbatch(absl::StrCat(
-      "-w ", kNode, " --gres=gpu:1 --wrap \"srun --gres=gpu:1 sh -c 'until [ -e ", go,
-      " ]; do sleep 0.05; done' && touch ", done, "; until [ -e ", end,
+      "-w ", kNode, " --gres=gpu:1 --wrap \"srun --gres=gpu:1 sh -c 'touch ", started,
+      "; until [ -e ", go, " ]; do sleep 0.05; done' && touch ", done, "; until [ -e ", end,
       " ]; do sleep 0.1; done\""));
   ASSERT_NE(job, 0u);
   ASSERT_TRUE(WaitFor([&] { return HoldsStep(job, 0); })) << "step " << job << ".0 never held";
+  // The ledger shows the Hold before its answer reaches the plugin: stop the
+  // bridge only once the step's task runs, so the Hold has been answered and
+  // only the Release can meet a stopped bridge.
+  ASSERT_TRUE(WaitFor([&] { return access(started.c_str(), F_OK) == 0; }))
+      << "step " << job << ".0 held but its task never started";
   const pid_t bridge = w_->bridge_pid();
   ASSERT_GT(bridge, 0);
   ASSERT_EQ(kill(bridge, SIGSTOP), 0);
