@@ -288,9 +288,9 @@ static int call_with_credential(const struct duet_spank_args* a, const char* met
   const int rc = call_agent(a, r, reply, err, err_len);
   restore_uid(prev);
   /* SlurmdDebug=debug shows where the call's time goes. */
-  slurm_debug("duet: agent %s (auth %s): credential %.2f ms, agent and bridge %.2f ms", method,
+  slurm_debug("duet: agent %s (auth %s): credential %.2f ms, agent and bridge %.2f ms (%s)", method,
               a->auth == DUET_AUTH_SLURM_KEY ? "slurm_key" : a->auth == DUET_AUTH_NONE ? "none" : "munge",
-              (t1 - t0) * 1e3, (mono_s() - t1) * 1e3);
+              (t1 - t0) * 1e3, (mono_s() - t1) * 1e3, a->agent);
   memset(r->cred, 0, sizeof(r->cred));
   if (rc == CALL_ANSWERED && reply->code != 0 && note[0]) {
     const size_t len = strlen(reply->message);

@@ -136,7 +136,15 @@ if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the sam
 fi
 if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then  # a previous build, for before/after
   variants+=(old)
-  line[old]="required $(readlink -f "$DUET_BENCH_OLD_SPANK") bridge=unix://$SOCK tpu=no"
+  if [[ -n $NODE_BIN ]]; then
+    # On the agent path, through the same duet-node; a second name for its
+    # socket tells this plugin's debug lines from the current one's.
+    OLD_SPANK_AGENT=$ROOT/run/duet-agent-oldspank.sock
+    ln -sf "$AGENT" "$OLD_SPANK_AGENT"
+    line[old]="required $(readlink -f "$DUET_BENCH_OLD_SPANK") agent=unix://$OLD_SPANK_AGENT ${ARGS}"
+  else
+    line[old]="required $(readlink -f "$DUET_BENCH_OLD_SPANK") bridge=unix://$SOCK tpu=no"
+  fi
 fi
 one_srun() {  # one_srun FILE ARGS...
   local f=$1; shift
@@ -174,13 +182,20 @@ if [[ -n $NODE_BIN ]]; then
     "$ROOT/log/slurmd-bn.log" >"$out/agent_hold"
   sed -n "s|.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms (unix://$AGENT).*|\1|p" \
     "$ROOT/log/slurmd-bn.log" >"$out/agent_release"
-  sed -n "s/.*duet: agent Hold (auth $CRED): credential \([0-9.]*\) ms, agent and bridge \([0-9.]*\) ms.*/\1 \2/p" \
+  sed -n "s|.*duet: agent Hold (auth $CRED): credential \([0-9.]*\) ms, agent and bridge \([0-9.]*\) ms (unix://$AGENT).*|\1 \2|p" \
     "$ROOT/log/slurmd-bn.log" >"$out/agent_split"
   if [[ -s $out/agent_hold && -s $out/agent_release && -s $out/agent_split ]]; then
     read -r a b n < <(pct "$out/agent_hold"); read -r e f k < <(pct "$out/agent_release")
     cut -d' ' -f1 "$out/agent_split" >"$out/agent_cred"; cut -d' ' -f2 "$out/agent_split" >"$out/agent_rt"
     read -r g h m < <(pct "$out/agent_cred"); read -r x y m < <(pct "$out/agent_rt")
-    echo "| in slurmstepd ($CRED, agent path), p50 / p99 ms (n=$n) | no module loaded; Hold: $a / $b (credential $g / $h, agent and bridge $x / $y, both agents' steps); Release at exit: $e / $f | — |"
+    echo "| in slurmstepd ($CRED, agent path), p50 / p99 ms (n=$n) | no module loaded; Hold: $a / $b (credential $g / $h, agent and bridge $x / $y); Release at exit: $e / $f | — |"
+  fi
+  sed -n "s|.*duet: agent Release (auth $CRED): credential \([0-9.]*\) ms, agent and bridge \([0-9.]*\) ms (unix://$AGENT).*|\1 \2|p" \
+    "$ROOT/log/slurmd-bn.log" >"$out/agent_rsplit"
+  if [[ -s $out/agent_rsplit ]]; then
+    cut -d' ' -f1 "$out/agent_rsplit" >"$out/agent_rcred"; cut -d' ' -f2 "$out/agent_rsplit" >"$out/agent_rrt"
+    read -r g h n < <(pct "$out/agent_rcred"); read -r x y m < <(pct "$out/agent_rrt")
+    echo "| in slurmstepd ($CRED, agent path), Release split, p50 / p99 ms (n=$n) | credential $g / $h; agent (queued answer) $x / $y | — |"
   fi
   if [[ -n ${DUET_BENCH_OLD_NODE:-} ]]; then
     read -r a b n < <(pct "$out/srun_agent_old_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
@@ -212,4 +227,14 @@ if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then
   echo "| srun -n1 true, p50 / p99 ms (n=$n) | previous spank_duet (\$DUET_BENCH_OLD_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
   read -r a b n < <(pct "$out/srun_old_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
   echo "| srun -n1 --gres=gpu:1 true (Hold+Release), p50 / p99 ms (n=$n) | previous spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+  if [[ -n ${OLD_SPANK_AGENT:-} ]]; then
+    sed -n "s|.*duet: user_init (auth $CRED): step agent \([0-9.]*\) ms (unix://$OLD_SPANK_AGENT).*|\1|p" \
+      "$ROOT/log/slurmd-bn.log" >"$out/old_hold"
+    sed -n "s|.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms (unix://$OLD_SPANK_AGENT).*|\1|p" \
+      "$ROOT/log/slurmd-bn.log" >"$out/old_release"
+    if [[ -s $out/old_hold && -s $out/old_release ]]; then
+      read -r a b n < <(pct "$out/old_hold"); read -r e f k < <(pct "$out/old_release")
+      echo "| in slurmstepd ($CRED, previous spank_duet on the agent path, same duet-node), p50 / p99 ms (n=$n) | Hold: $a / $b; Release at exit: $e / $f | — |"
+    fi
+  fi
 fi
