@@ -194,7 +194,7 @@ struct SlurmConfig : SlurmSyncSettings {
   //   slurm_key  an HMAC under the cluster's slurm.key (clusters on
   //              auth/slurm: Slinky, the GKE add-on)
   //              Either binds the call (method), node, job, step and the
-  //              request's content (duet/v2 payload), is fresh
+  //              request's content (duet/v3 payload), is fresh
   //              (credential_max_age) and is accepted once.
   //   none       such calls are trusted as is: only as an explicit choice,
   //              refused with auth.mode token and, beyond loopback, without

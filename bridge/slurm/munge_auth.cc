@@ -92,8 +92,8 @@ absl::Status MungeAuth::Check(const std::string& credential, const slurm_munge::
       return refuse(absl::UnauthenticatedError(absl::StrCat(
                         what, ": munge credential has payload version \"",
                         slurm_munge::VersionOf(payload), "\"; this duet-bridge accepts ",
-                        slurm_munge::kVersion,
-                        " only (spank_duet and duet-bridge must be the same release)")),
+                        slurm_munge::AcceptedVersions(),
+                        " (spank_duet may be at most one release older than duet-bridge)")),
                     why::kWrongVersion);
     case slurm_munge::Mismatch::kMethod:
       return refuse(absl::PermissionDeniedError(absl::StrCat(

@@ -45,8 +45,8 @@ absl::Status SlurmKeyAuth::Check(const std::string& credential, const slurm_mung
   if (absl::StartsWith(credential, slurm_key::kOldPrefix)) {
     return refuse(absl::UnauthenticatedError(rejected(absl::StrCat(
                       "it is a ", slurm_key::kOldPrefix, " (duet/v1) credential; this duet-bridge "
-                      "accepts ", slurm_key::kPrefix, " (", slurm_munge::kVersion,
-                      ") only (spank_duet and duet-bridge must be the same release)"))),
+                      "accepts ", slurm_key::kPrefix, " (", slurm_munge::AcceptedVersions(),
+                      ") only (spank_duet may be at most one release older than duet-bridge)"))),
                   why::kWrongVersion);
   }
   absl::StatusOr<slurm_key::Parsed> p = slurm_key::Parse(credential);
@@ -65,7 +65,7 @@ absl::Status SlurmKeyAuth::Check(const std::string& credential, const slurm_mung
     case slurm_munge::Mismatch::kVersion:
       return refuse(absl::UnauthenticatedError(rejected(absl::StrCat(
                         "payload version \"", slurm_munge::VersionOf(p->payload),
-                        "\"; this duet-bridge accepts ", slurm_munge::kVersion, " only"))),
+                        "\"; this duet-bridge accepts ", slurm_munge::AcceptedVersions()))),
                     why::kWrongVersion);
     case slurm_munge::Mismatch::kMethod:
       return refuse(absl::PermissionDeniedError(rejected(absl::StrCat(

@@ -6,8 +6,8 @@
 // code on the same message, so an honest call matches byte for byte and any
 // change to node, owner, devices, count or expected generation does not.
 //
-// Canonical text (hashed with SHA-256, lower-case hex): the method, then
-// every field in a fixed order; strings are length-prefixed so no value can
+// Canonical text (the payload carries it after its version; duet/v2 carried
+// its SHA-256): the method, then every field in a fixed order; strings are length-prefixed so no value can
 // imitate a separator, e.g.
 //   Hold node=5:gke-a owner=slurm_step:12.0 devices=1:0:0,1:1:500 generation=0
 //   Hold node=5:gke-a owner=slurm_job:12 count=1:2:0:4:a100 generation=7
@@ -17,13 +17,10 @@
 //
 // Thread-safety: no state.
 
-#include <openssl/sha.h>
-
 #include <cstdint>
 #include <optional>
 #include <string>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/credential/munge_payload.h"
 #include "duet/v1/duet.pb.h"
@@ -41,12 +38,6 @@ inline std::string CanonicalOwner(const v1::Owner& o) {
   return "other";
 }
 
-inline std::string Sha256Hex(const std::string& text) {
-  unsigned char d[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), d);
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(d), sizeof d));
-}
-
 // The Binding of a call by a Slurm owner; nullopt for any other owner.
 inline std::optional<Binding> SlurmBinding(const char* method, const std::string& node,
                                            const v1::Owner& owner, const std::string& canonical) {
@@ -61,7 +52,7 @@ inline std::optional<Binding> SlurmBinding(const char* method, const std::string
   } else {
     return std::nullopt;
   }
-  b.request = Sha256Hex(canonical);
+  b.request = canonical;
   return b;
 }
 
@@ -95,7 +86,7 @@ inline std::string CanonicalRequest(const v1::ReleaseRequest& r) {
 
 // What a credential for this request must bind; nullopt when its owner is
 // not Slurm's (pods and placeholders carry no Slurm credential).
-// (The owner is looked at first: a pod's call costs no hashing.)
+// (The owner is looked at first: a pod's call builds no text.)
 inline std::optional<Binding> BindingOf(const v1::HoldRequest& r) {
   if (!r.owner().has_slurm_step() && !r.owner().has_slurm_job()) return std::nullopt;
   return internal::SlurmBinding("Hold", r.node(), r.owner(), CanonicalRequest(r));

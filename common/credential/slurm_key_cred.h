@@ -11,8 +11,8 @@
 //   credential = "duet-key2:" TS ":" NONCE ":" PAYLOAD ":" MAC
 //     TS      = seconds since the epoch when it was made (decimal)
 //     NONCE   = 16 random bytes, 32 lower-case hex digits
-//     PAYLOAD = slurm_munge::Payload(binding) (munge_payload.h: duet/v2,
-//               method, node, job, step, request digest), web-safe base64
+//     PAYLOAD = slurm_munge::Payload(binding) (munge_payload.h: duet/v3
+//               and the request's canonical text), web-safe base64
 //               without padding
 //     MAC     = HMAC-SHA256(derived key, payload "\n" TS "\n" NONCE), 64
 //               lower-case hex digits

@@ -18,7 +18,19 @@
  * already mapped (auth_slurm.so links it through libjwt): opening it there
  * finds it. Elsewhere (auth/munge) it is loaded once per step
  * (bench/slurm/RESULTS.md, "Agent path"). The handle is kept: slurmstepd is
- * short-lived and libcrypto is not unloaded under its other users. */
+ * short-lived and libcrypto is not unloaded under its other users.
+ *
+ * Two interfaces of it, the first found wins:
+ *   - "sha256": the digest's own SHA256_Init/Update/Final, with HMAC built
+ *     on them as RFC 2104 gives it. They run the digest and nothing else.
+ *   - "evp": EVP_Digest and HMAC. In OpenSSL 3 their first call in a
+ *     process initialises the library and its default provider and fetches
+ *     the algorithm: about 2-3 ms, paid by every step, since each step is
+ *     a fresh slurmstepd (bench/slurm/RESULTS.md). Kept for a libcrypto
+ *     built without the deprecated digest functions. */
+typedef int (*sha256_init_fn)(void* ctx);
+typedef int (*sha256_update_fn)(void* ctx, const void* data, size_t len);
+typedef int (*sha256_final_fn)(unsigned char* md, void* ctx);
 typedef const void* (*evp_md_fn)(void);
 typedef int (*evp_digest_fn)(const void* data, size_t count, unsigned char* md,
                              unsigned int* size, const void* type, void* impl);
@@ -26,10 +38,20 @@ typedef unsigned char* (*hmac_fn)(const void* md, const void* key, int key_len,
                                   const unsigned char* data, size_t data_len, unsigned char* out,
                                   unsigned int* out_len);
 
+/* OpenSSL 3's SHA256_CTX is 112 bytes (8 + 2 + 16 words, 2 ints); room to spare. */
+typedef union {
+  unsigned char bytes[256];
+  uint64_t align;
+} sha256_ctx;
+
 static struct {
+  sha256_init_fn init;
+  sha256_update_fn update;
+  sha256_final_fn final;
   evp_md_fn sha256;
   evp_digest_fn digest;
   hmac_fn hmac;
+  int prefer_evp;
   char error[160];
 } crypto;
 static pthread_once_t crypto_once = PTHREAD_ONCE_INIT;
@@ -46,26 +68,70 @@ static void crypto_open(void) {
              why != NULL ? why : "not found");
     return;
   }
+  crypto.init = (sha256_init_fn)dlsym(h, "SHA256_Init");
+  crypto.update = (sha256_update_fn)dlsym(h, "SHA256_Update");
+  crypto.final = (sha256_final_fn)dlsym(h, "SHA256_Final");
+  if (crypto.init == NULL || crypto.update == NULL || crypto.final == NULL) {
+    crypto.init = NULL;
+  }
   crypto.sha256 = (evp_md_fn)dlsym(h, "EVP_sha256");
   crypto.digest = (evp_digest_fn)dlsym(h, "EVP_Digest");
   crypto.hmac = (hmac_fn)dlsym(h, "HMAC");
   if (crypto.sha256 == NULL || crypto.digest == NULL || crypto.hmac == NULL) {
-    snprintf(crypto.error, sizeof(crypto.error),
-             "libcrypto lacks EVP_sha256, EVP_Digest or HMAC");
     crypto.sha256 = NULL;
+  }
+  if (crypto.init == NULL && crypto.sha256 == NULL) {
+    snprintf(crypto.error, sizeof(crypto.error),
+             "libcrypto lacks both SHA256_Init/Update/Final and EVP_sha256, EVP_Digest, HMAC");
   }
 }
 
+/* 1: the digest's own functions; 0: EVP; -1 with `err` set: neither. */
 static int crypto_ready(char* err, size_t err_len) {
   pthread_once(&crypto_once, crypto_open);
+  if (crypto.init != NULL && !(crypto.prefer_evp && crypto.sha256 != NULL)) return 1;
   if (crypto.sha256 != NULL) return 0;
   if (err != NULL && err_len > 0) snprintf(err, err_len, "%s", crypto.error);
   return -1;
 }
 
+const char* duet_crypto_interface(void) {
+  switch (crypto_ready(NULL, 0)) {
+    case 1:
+      return "sha256";
+    case 0:
+      return "evp";
+    default:
+      return "none";
+  }
+}
+
+void duet_crypto_prefer_evp(int on) {
+  pthread_once(&crypto_once, crypto_open);
+  crypto.prefer_evp = on != 0;
+}
+
+/* SHA-256 over the concatenation of up to two pieces, with the digest's own
+ * functions. */
+static int direct_sha256(const void* a, size_t a_len, const void* b, size_t b_len,
+                         uint8_t out[DUET_SHA256_BYTES]) {
+  sha256_ctx ctx;
+  const int ok = crypto.init(&ctx) == 1 && crypto.update(&ctx, a, a_len) == 1 &&
+                 (b_len == 0 || crypto.update(&ctx, b, b_len) == 1) &&
+                 crypto.final(out, &ctx) == 1;
+  explicit_bzero(&ctx, sizeof(ctx));
+  return ok ? 0 : -1;
+}
+
 int duet_sha256(const void* data, size_t len, uint8_t out[DUET_SHA256_BYTES], char* err,
                 size_t err_len) {
-  if (crypto_ready(err, err_len)) return -1;
+  const int path = crypto_ready(err, err_len);
+  if (path < 0) return -1;
+  if (path == 1) {
+    if (direct_sha256(data, len, NULL, 0, out) == 0) return 0;
+    snprintf(err, err_len, "SHA-256 failed in libcrypto");
+    return -1;
+  }
   unsigned int n = 0;
   if (crypto.digest(data, len, out, &n, crypto.sha256(), NULL) != 1 || n != DUET_SHA256_BYTES) {
     snprintf(err, err_len, "SHA-256 failed in libcrypto");
@@ -74,9 +140,44 @@ int duet_sha256(const void* data, size_t len, uint8_t out[DUET_SHA256_BYTES], ch
   return 0;
 }
 
+/* RFC 2104 with SHA-256 (block 64 bytes): a key longer than a block is
+ * hashed first, then zero-padded to a block;
+ * HMAC = H((K ^ opad) || H((K ^ ipad) || data)). */
+static int direct_hmac_sha256(const void* key, size_t key_len, const void* data, size_t len,
+                              uint8_t out[DUET_SHA256_BYTES]) {
+  enum { kBlock = 64 };
+  uint8_t k[kBlock] = {0};
+  uint8_t pad[kBlock];
+  uint8_t inner[DUET_SHA256_BYTES];
+  int rc = 0;
+  if (key_len > kBlock) {
+    rc = direct_sha256(key, key_len, NULL, 0, k);
+  } else if (key_len > 0) {
+    memcpy(k, key, key_len);
+  }
+  if (rc == 0) {
+    for (size_t i = 0; i < kBlock; ++i) pad[i] = k[i] ^ 0x36;
+    rc = direct_sha256(pad, kBlock, data, len, inner);
+  }
+  if (rc == 0) {
+    for (size_t i = 0; i < kBlock; ++i) pad[i] = k[i] ^ 0x5c;
+    rc = direct_sha256(pad, kBlock, inner, sizeof(inner), out);
+  }
+  explicit_bzero(k, sizeof(k));
+  explicit_bzero(pad, sizeof(pad));
+  explicit_bzero(inner, sizeof(inner));
+  return rc;
+}
+
 int duet_hmac_sha256(const void* key, size_t key_len, const void* data, size_t len,
                      uint8_t out[DUET_SHA256_BYTES], char* err, size_t err_len) {
-  if (crypto_ready(err, err_len)) return -1;
+  const int path = crypto_ready(err, err_len);
+  if (path < 0) return -1;
+  if (path == 1) {
+    if (direct_hmac_sha256(key, key_len, data, len, out) == 0) return 0;
+    snprintf(err, err_len, "HMAC-SHA256 failed in libcrypto");
+    return -1;
+  }
   unsigned int n = 0;
   if (key_len > (size_t)INT_MAX ||
       crypto.hmac(crypto.sha256(), key, (int)key_len, (const unsigned char*)data, len, out, &n) ==
@@ -132,19 +233,17 @@ int duet_cred_canonical(const char* method, const char* node, uint32_t job, int6
 
 int duet_cred_payload(const char* method, const char* node, uint32_t job, int64_t step,
                       const uint32_t* gpus, size_t n_gpus, char* out, size_t cap) {
-  char canonical[DUET_CRED_MAX_PAYLOAD + 64 * 24];
-  if (duet_cred_canonical(method, node, job, step, gpus, n_gpus, canonical, sizeof(canonical))) {
+  /* At most the DUET_CRED_MAX_PAYLOAD bytes a slurm.key credential signs. */
+  static const char kVersion[] = "duet/v3 ";
+  const size_t n = sizeof(kVersion) - 1;
+  char text[DUET_CRED_MAX_PAYLOAD + 1];
+  memcpy(text, kVersion, n);
+  if (duet_cred_canonical(method, node, job, step, gpus, n_gpus, text + n, sizeof(text) - n)) {
     return -1;
   }
-  uint8_t digest[DUET_SHA256_BYTES];
-  char why[160];
-  if (duet_sha256(canonical, strlen(canonical), digest, why, sizeof(why))) return -1;
-  char hex[2 * DUET_SHA256_BYTES + 1];
-  to_hex(digest, sizeof(digest), hex);
-  size_t len = 0;
-  if (!APPEND("duet/v2 method=%s node=%s job=%" PRIu32, method, node, job)) return -1;
-  if (step >= 0 && !APPEND(" step=%" PRIu32, (uint32_t)step)) return -1;
-  if (!APPEND(" request=%s", hex)) return -1;
+  const size_t len = strlen(text);
+  if (len >= cap) return -1;
+  memcpy(out, text, len + 1);
   return 0;
 }
 

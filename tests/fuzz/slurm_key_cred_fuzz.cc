@@ -5,7 +5,10 @@
 // 64-hex-digit MAC and a payload of 1 to 1024 bytes; MacMatches never
 // crashes on any parsed credential; a credential Make gives for a payload
 // naming the node parses, matches and carries that payload, and stops
-// matching once its payload is swapped for another's.
+// matching once its payload is swapped for another's; comparing any parsed
+// payload with a call's (munge_payload.h Compare, duet/v3 and duet/v2) never
+// crashes, and a payload equal to the call's own, in either version, is the
+// only kind accepted.
 
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/credential/munge_payload.h"
 #include "common/credential/slurm_key_cred.h"
 
 namespace {
@@ -42,9 +46,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!LowerHex(p->nonce, 32) || !LowerHex(p->mac, 64)) std::abort();
     if (p->payload.empty() || p->payload.size() > 1024) std::abort();
     (void)sk::MacMatches(key, *p);
+    duet::slurm_munge::Binding want;
+    want.method = "Hold";
+    want.node = "node-0";
+    want.job_id = 7;
+    want.step_id = 1;
+    want.request = "Hold node=6:node-0 owner=slurm_step:7.1 devices=1:0:0 generation=0";
+    const bool same = p->payload == duet::slurm_munge::Payload(want) ||
+                      p->payload == duet::slurm_munge::PreviousPayload(want);
+    if ((duet::slurm_munge::Compare(p->payload, want) == duet::slurm_munge::Mismatch::kNone) !=
+        same) {
+      std::abort();
+    }
   }
 
-  const std::string payload = "duet/v2 method=Hold node=" + node.substr(0, 900) + " job=7 step=1";
+  const std::string payload =
+      "duet/v3 Hold node=" + node.substr(0, 900) + " owner=slurm_step:7.1 generation=0";
   const absl::StatusOr<std::string> made = sk::Make(key, payload, 1700000000);
   if (!made.ok()) std::abort();
   absl::StatusOr<sk::Parsed> mp = sk::Parse(*made);

@@ -84,8 +84,8 @@ class MungeAuthTest : public ::testing::Test {
 
 TEST_F(MungeAuthTest, ValidCredentialForExactlyThisCallIsAccepted) {
   const slurm_munge::Binding hold = HoldBinding("gke-a", 12, 0);
-  EXPECT_TRUE(absl::StartsWith(slurm_munge::Payload(hold),
-                               "duet/v2 method=Hold node=gke-a job=12 step=0 request="));
+  EXPECT_EQ(slurm_munge::Payload(hold),
+            "duet/v3 Hold node=5:gke-a owner=slurm_step:12.0 devices=1:0:0 generation=0");
   std::string who;
   EXPECT_TRUE(auth_->Check(Encode(hold), hold, &who).ok());
   EXPECT_EQ(who, "slurm job=12 step=0 uid=0 credential=munge");
@@ -137,11 +137,21 @@ TEST_F(MungeAuthTest, AHoldsCredentialIsNoReleaseAndServesNoOtherRequest) {
               absl::string_view::npos)
         << s;
   }
+  // The previous release's duet/v2 payload (the SHA-256 of the same text)
+  // binds the same way: accepted for exactly this call, refused for another.
+  EXPECT_TRUE(auth_->Check(Encode(slurm_munge::PreviousPayload(hold)), hold).ok());
+  s = auth_->Check(Encode(slurm_munge::PreviousPayload(HoldBinding("gke-a", 12, 0, {1}))), hold);
+  EXPECT_EQ(Why(s), "wrong_request") << s;
+  s = auth_->Check(Encode(slurm_munge::PreviousPayload(hold)), ReleaseBinding("gke-a", 12, 0));
+  EXPECT_EQ(Why(s), "wrong_method") << s;
   // An older plugin's duet/v1 payload is refused by its version.
   s = auth_->Check(Encode(std::string("duet/v1 node=gke-a job=12 step=0")), hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
   EXPECT_EQ(Why(s), "wrong_version") << s;
   EXPECT_NE(s.message().find("\"duet/v1\""), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("accepts duet/v3 (or the previous release's duet/v2)"),
+            absl::string_view::npos)
+      << s;
 }
 
 // slurm.credential_max_age against munge's encode time: 1s, checked 2s

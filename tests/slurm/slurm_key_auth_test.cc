@@ -75,9 +75,13 @@ class SlurmKeyTest : public ::testing::Test {
   // What the plugin sends for `b`, made `age` before the fake clock's now.
   std::string Cred(const slurm_munge::Binding& b, absl::Duration age = absl::ZeroDuration(),
                    const std::string& key_path = "") {
+    return CredFor(slurm_munge::Payload(b), age, key_path);
+  }
+  std::string CredFor(const std::string& payload, absl::Duration age = absl::ZeroDuration(),
+                      const std::string& key_path = "") {
     auto key = slurm_key::LoadDerivedKey(key_path.empty() ? key_path_ : key_path);
     EXPECT_TRUE(key.ok()) << key.status();
-    auto c = slurm_key::Make(*key, slurm_munge::Payload(b), absl::ToUnixSeconds(clock_.Now() - age));
+    auto c = slurm_key::Make(*key, payload, absl::ToUnixSeconds(clock_.Now() - age));
     EXPECT_TRUE(c.ok()) << c.status();
     return *c;
   }
@@ -131,6 +135,16 @@ TEST_F(SlurmKeyTest, ACredentialServesNoOtherCallStepNodeOrDevices) {
   }
   // None of the refusals spent it: the right call still goes through.
   EXPECT_TRUE(auth->Check(c, hold).ok());
+  // The previous release's duet/v2 payload binds the same way.
+  const std::string previous = CredFor(slurm_munge::PreviousPayload(hold));
+  EXPECT_EQ(Why(auth->Check(previous, ReleaseBinding("gke-a", 12, 0))), "wrong_method");
+  EXPECT_EQ(Why(auth->Check(previous, HoldBinding("gke-a", 12, 0, {1}))), "wrong_request");
+  EXPECT_TRUE(auth->Check(previous, hold).ok());
+  // A payload of no version this bridge knows.
+  s = auth->Check(CredFor("duet/v9 Hold node=5:gke-a"), hold);
+  EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+  EXPECT_EQ(Why(s), "wrong_version") << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "\"duet/v9\"")) << s;
 }
 
 TEST_F(SlurmKeyTest, ForgedAndOldCredentialsAreRefused) {
@@ -159,7 +173,7 @@ TEST_F(SlurmKeyTest, ForgedAndOldCredentialsAreRefused) {
                   hold);
   EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
   EXPECT_EQ(Why(s), "wrong_version");
-  EXPECT_TRUE(absl::StrContains(s.message(), "duet/v2")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "duet/v3")) << s;
   // Malformed ones.
   for (const std::string& bad :
        {std::string("MUNGE:abc"), std::string(slurm_key::kPrefix) + "1:2",

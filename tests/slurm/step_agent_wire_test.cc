@@ -32,7 +32,19 @@ std::string Hex(const uint8_t* p, size_t n) {
   return out;
 }
 
-TEST(StepCredTest, Sha256AndHmacGiveThePublishedAnswers) {
+class StepCredInterfaceTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { duet_crypto_prefer_evp(GetParam()); }
+  void TearDown() override { duet_crypto_prefer_evp(0); }
+};
+
+INSTANTIATE_TEST_SUITE_P(BothInterfaces, StepCredInterfaceTest, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return std::string(p.param ? "Evp" : "DigestsOwn");
+                         });
+
+TEST_P(StepCredInterfaceTest, Sha256AndHmacGiveThePublishedAnswers) {
+  EXPECT_STREQ(duet_crypto_interface(), GetParam() ? "evp" : "sha256");
   uint8_t out[32];
   char err[160] = "";
   ASSERT_EQ(duet_sha256("abc", 3, out, err, sizeof err), 0) << err;
@@ -47,6 +59,68 @@ TEST(StepCredTest, Sha256AndHmacGiveThePublishedAnswers) {
             0)
       << err;
   EXPECT_EQ(Hex(out, 32), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+// Both interfaces of libcrypto the plugin can use give the published answers
+// and agree with each other on keys and texts of every length around the
+// 64-byte block (the direct HMAC hashes a longer key first, pads a shorter
+// one). Debian's libcrypto has the digest's own functions, so the plugin
+// does not pay EVP's provider start in each slurmstepd.
+TEST(StepCredTest, TheDigestsOwnFunctionsAndEvpAgree) {
+  ASSERT_STREQ(duet_crypto_interface(), "sha256");
+  char err[160] = "";
+  uint8_t direct[32], evp[32];
+  std::string key, text;
+  for (size_t n = 0; n <= 140; ++n) {
+    key.assign(n, '\0');
+    text.assign(n, '\0');
+    for (size_t i = 0; i < n; ++i) {
+      key[i] = static_cast<char>(i * 37 + n);
+      text[i] = static_cast<char>(i * 11 + 3 * n + 1);
+    }
+    duet_crypto_prefer_evp(0);
+    ASSERT_EQ(duet_sha256(text.data(), n, direct, err, sizeof err), 0) << err;
+    duet_crypto_prefer_evp(1);
+    ASSERT_EQ(duet_sha256(text.data(), n, evp, err, sizeof err), 0) << err;
+    EXPECT_EQ(Hex(direct, 32), Hex(evp, 32)) << "SHA-256 of " << n << " bytes";
+    duet_crypto_prefer_evp(0);
+    ASSERT_EQ(duet_hmac_sha256(key.data(), n, text.data(), n, direct, err, sizeof err), 0) << err;
+    duet_crypto_prefer_evp(1);
+    ASSERT_EQ(duet_hmac_sha256(key.data(), n, text.data(), n, evp, err, sizeof err), 0) << err;
+    EXPECT_EQ(Hex(direct, 32), Hex(evp, 32)) << "HMAC-SHA256 with a " << n << "-byte key";
+  }
+  EXPECT_STREQ(duet_crypto_interface(), "evp");
+  duet_crypto_prefer_evp(0);
+  EXPECT_STREQ(duet_crypto_interface(), "sha256");
+}
+
+// The largest call the wire carries (a 255-byte node name, 64 GPUs, the
+// largest job and step ids) still has a payload a slurm.key credential can
+// sign, the same on both sides.
+TEST(StepCredTest, TheLargestCallsPayloadFitsTheCredential) {
+  const std::string node(DUET_WIRE_MAX_NODE, 'n');
+  std::vector<uint32_t> gpus;
+  v1::HoldRequest hold;
+  hold.set_node(node);
+  hold.mutable_owner()->mutable_slurm_step()->set_job_id(0xffffffffu);
+  hold.mutable_owner()->mutable_slurm_step()->set_step_id(0xfffffffeu);
+  for (uint32_t g = 0; g < DUET_WIRE_MAX_DEVICES; ++g) {
+    gpus.push_back(1000 + g);
+    auto* d = hold.mutable_devices()->add_devices();
+    d->set_kind(v1::DEVICE_KIND_GPU);
+    d->set_index(1000 + g);
+  }
+  char payload[DUET_CRED_MAX_PAYLOAD + 1];
+  ASSERT_EQ(duet_cred_payload("Hold", node.c_str(), 0xffffffffu, 0xfffffffeu, gpus.data(),
+                              gpus.size(), payload, sizeof payload),
+            0);
+  EXPECT_EQ(payload, slurm_munge::Payload(*slurm_munge::BindingOf(hold)));
+  EXPECT_TRUE(slurm_key::Make(slurm_key::DeriveKey("0123456789abcdef"), payload, 1).ok());
+  // A buffer one byte short is refused, not cut.
+  std::vector<char> short_out(strlen(payload));
+  EXPECT_EQ(duet_cred_payload("Hold", node.c_str(), 0xffffffffu, 0xfffffffeu, gpus.data(),
+                              gpus.size(), short_out.data(), short_out.size()),
+            -1);
 }
 
 TEST(StepCredTest, PayloadIsTheGrpcPathsByteForByte) {
@@ -108,7 +182,7 @@ TEST(StepCredTest, SlurmKeyCredentialIsOneTheBridgeAccepts) {
     ASSERT_TRUE(theirs.ok());
     EXPECT_EQ(Bytes(derived, 32), *theirs) << key_len;
 
-    const char* payload = "duet/v2 method=Hold node=n job=1 step=0 request=ab";
+    const char* payload = "duet/v3 Hold node=1:n owner=slurm_step:1.0 devices=1:0:0 generation=0";
     const uint8_t nonce[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 255};
     char cred[2048];
     ASSERT_EQ(duet_cred_slurm_key_make(derived, payload, 1700000000, nonce, cred, sizeof cred,
