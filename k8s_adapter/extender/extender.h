@@ -61,7 +61,8 @@
 //
 // Thread-safety: every method may be called concurrently (the ledger
 // serialises holds, the GangRegistry gangs; the extender's only other
-// mutable state is the domain usage cache, which is thread-safe).
+// mutable state is the domain usage cache and the pod request cache, both
+// thread-safe).
 //
 // Domain packing (kDuet) reads a DomainUsage of the whole ledger. The first
 // prioritize builds it; from then on a thread the extender owns rebuilds it

@@ -301,7 +301,8 @@ std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body) {
 std::optional<PrioritizeArgs> ParsePrioritizeArgsFast(const std::string& body) {
   PrioritizeArgs args;
   // The names, unescaped, take no more than the body's bytes.
-  args.name_block = std::make_unique<char[]>(body.size() + 1);
+  // Not zeroed: every byte a view covers is written first.
+  args.name_block.reset(new char[body.size() + 1]);
   char* const block = args.name_block.get();
   size_t used = 0;
   const bool ok = ReadFastBody(body, &args.pod_text, [&](std::string_view n) {
