@@ -127,9 +127,17 @@ Picks PickBestFit(const NodeFree& node, const PodRequest& request) {
   for (uint32_t i = 0; i < node.devices.size(); ++i) {
     if (internal::DeviceUsable(node.devices[i], request)) usable.push_back(i);
   }
-  std::stable_sort(usable.begin(), usable.end(), [&](uint32_t a, uint32_t b) {
-    return node.devices[a].free < node.devices[b].free;
-  });
+  // By free milli, equal ones in index order: a stable insertion sort (what
+  // std::stable_sort gives, without the temporary buffer it allocates; a
+  // node has a handful of devices, and this runs per node per request).
+  for (size_t i = 1; i < usable.size(); ++i) {
+    const uint32_t x = usable[i];
+    size_t j = i;
+    for (; j > 0 && node.devices[usable[j - 1]].free > node.devices[x].free; --j) {
+      usable[j] = usable[j - 1];
+    }
+    usable[j] = x;
+  }
   usable.resize(request.count);
   std::sort(usable.begin(), usable.end());
   return usable;

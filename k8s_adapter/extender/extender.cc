@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -119,7 +120,7 @@ placement::NodeLoad Extender::LoadOf(const NodeView& view) const { return holds_
 
 FilterResult Extender::Filter(const ExtenderArgs& args) const {
   FilterResult out;
-  absl::StatusOr<placement::PodRequest> req = ParsePodRequest(args.pod);
+  absl::StatusOr<placement::PodRequest> req = RequestOf(args.pod, args.pod_text);
   if (!req.ok()) {
     const std::string msg = absl::StrCat("duet: ", req.status().message());
     for (const std::string& n : args.node_names) out.failed_unresolvable[n] = msg;
@@ -226,19 +227,85 @@ std::vector<HostPriority> Extender::Prioritize(const ExtenderArgs& args) const {
 }
 
 std::vector<int64_t> Extender::PrioritizeScores(const ExtenderArgs& args) const {
-  std::vector<int64_t> out(args.node_names.size(), 0);
-  if (absl::StatusOr<std::optional<gang::GangSpec>> spec = GangOf(args.pod);
+  const std::vector<std::string_view> names(args.node_names.begin(), args.node_names.end());
+  return PrioritizeScores(args.pod, args.pod_text, names);
+}
+
+std::vector<int64_t> Extender::PrioritizeScores(const nlohmann::json& pod, std::string_view pod_text,
+                                                absl::Span<const std::string_view> names) const {
+  if (absl::StatusOr<std::optional<gang::GangSpec>> spec = GangOf(pod);
       !spec.ok() || spec->has_value()) {
+    std::vector<int64_t> out(names.size(), 0);
     // A gang member: its slot's node, nothing else.
     const std::optional<std::string> node =
-        spec.ok() ? options_.gangs->NodeOf(PodRefOf(args.pod).uid) : std::nullopt;
+        spec.ok() ? options_.gangs->NodeOf(PodRefOf(pod).uid) : std::nullopt;
     for (size_t i = 0; i < out.size(); ++i) {
-      if (node.has_value() && args.node_names[i] == *node) out[i] = kMaxExtenderPriority;
+      if (node.has_value() && names[i] == *node) out[i] = kMaxExtenderPriority;
     }
     return out;
   }
-  absl::StatusOr<placement::PodRequest> req = ParsePodRequest(args.pod);
-  if (!req.ok() || req->count == 0) return out;
+  absl::StatusOr<placement::PodRequest> req = RequestOf(pod, pod_text);
+  if (!req.ok() || req->count == 0) return std::vector<int64_t>(names.size(), 0);
+  return ScoreNames(*req, names);
+}
+
+std::optional<std::vector<int64_t>> Extender::PrioritizeScoresFromText(
+    std::string_view pod_text, absl::Span<const std::string_view> names) const {
+  // GangOf reads the pod's object whenever gangs are configured.
+  if (options_.gangs != nullptr && options_.gang_of) return std::nullopt;
+  std::optional<absl::StatusOr<placement::PodRequest>> req = CachedRequest(pod_text);
+  if (!req.has_value()) return std::nullopt;
+  if (!req->ok() || (*req)->count == 0) return std::vector<int64_t>(names.size(), 0);
+  return ScoreNames(**req, names);
+}
+
+std::optional<absl::StatusOr<placement::PodRequest>> Extender::CachedRequest(
+    std::string_view pod_text) const {
+  if (pod_text.empty()) return std::nullopt;
+  const size_t hash = absl::HashOf(pod_text);
+  std::optional<absl::StatusOr<placement::PodRequest>> out;
+  {
+    absl::MutexLock l(&requests_mu_);
+    for (const CachedPodRequest& c : requests_) {
+      if (c.hash == hash && c.text == pod_text) {
+        out = c.request;
+        break;
+      }
+    }
+  }
+  if (!out.has_value()) return std::nullopt;
+  request_hits_.fetch_add(1, std::memory_order_relaxed);
+  if (out->ok()) {
+    // An id of 0 was a model no ledger device had when the text was read; one
+    // may have one now (ParsePodRequest would resolve it).
+    placement::PodRequest& r = **out;
+    if (std::find(r.model_ids.begin(), r.model_ids.end(), 0u) != r.model_ids.end()) r.ResolveModelIds();
+  }
+  return out;
+}
+
+absl::StatusOr<placement::PodRequest> Extender::RequestOf(const nlohmann::json& pod,
+                                                          std::string_view pod_text) const {
+  if (std::optional<absl::StatusOr<placement::PodRequest>> cached = CachedRequest(pod_text)) {
+    return *std::move(cached);
+  }
+  absl::StatusOr<placement::PodRequest> req = ParsePodRequest(pod);
+  if (!pod_text.empty()) {
+    CachedPodRequest entry{absl::HashOf(pod_text), std::string(pod_text), req};
+    absl::MutexLock l(&requests_mu_);
+    if (requests_.size() < kPodRequestCacheSize) {
+      requests_.push_back(std::move(entry));
+    } else {
+      requests_[requests_next_] = std::move(entry);
+      requests_next_ = (requests_next_ + 1) % kPodRequestCacheSize;
+    }
+  }
+  return req;
+}
+
+std::vector<int64_t> Extender::ScoreNames(const placement::PodRequest& req,
+                                          absl::Span<const std::string_view> names) const {
+  std::vector<int64_t> out(names.size(), 0);
   // The policy's raw preference per node where the pod fits, then min-max
   // scaled over this request's nodes: the best gets 10, the worst 0, the
   // rest in proportion (rounded down, so only the best reach 10).
@@ -262,9 +329,9 @@ std::vector<int64_t> Extender::PrioritizeScores(const ExtenderArgs& args) const 
   const placement::Scorer scorer(options_.policy, workload.get(), domains.get());
   // The raw preference only (Scorer::Raw's value from the table's row):
   // prioritize needs no device choice.
-  table_.Read(args.node_names, [&](size_t i, const NodeTable::Row& row) {
+  table_.Read(names, [&](size_t i, const NodeTable::Row& row) {
     const placement::NodeLoad load = options_.load ? LoadOf(*row.view) : placement::NodeLoad{};
-    std::optional<double> r = placement::PreparedRaw(scorer, row.free, load, *req, row.packing);
+    std::optional<double> r = placement::PreparedRaw(scorer, row.free, load, req, row.packing);
     if (r.has_value()) raw.emplace_back(i, *r);
   });
   if (raw.empty()) return out;

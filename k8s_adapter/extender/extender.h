@@ -61,7 +61,8 @@
 //
 // Thread-safety: every method may be called concurrently (the ledger
 // serialises holds, the GangRegistry gangs; the extender's only other
-// mutable state is the domain usage cache, which is thread-safe).
+// mutable state is the domain usage cache and the pod request cache, both
+// thread-safe).
 //
 // Domain packing (kDuet) reads a DomainUsage of the whole ledger. The first
 // prioritize builds it; from then on a thread the extender owns rebuilds it
@@ -78,7 +79,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -86,6 +89,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "bridge/gang/gang.h"
 #include "bridge/gang/registry.h"
 #include "bridge/ledger/ledger.h"
@@ -188,15 +192,42 @@ class Extender {
   // Prioritize's scores alone, parallel to args.node_names: what the server
   // writes (PriorityListBody(names, scores)), without a copy of each name.
   std::vector<int64_t> PrioritizeScores(const ExtenderArgs& args) const;
+  // The same for the pod's DOM, its text as sent (ExtenderArgs::pod_text;
+  // "" when unknown) and names given as views (the server's
+  // ParsePrioritizeArgsFast).
+  std::vector<int64_t> PrioritizeScores(const nlohmann::json& pod, std::string_view pod_text,
+                                        absl::Span<const std::string_view> names) const;
+  // The same scores without the pod's DOM, when the extender can answer from
+  // the pod's request alone (no gangs configured: gang_of reads the pod's
+  // object) and has read this exact `pod_text` before (the filter of the
+  // same pod keeps its request; see the pod request cache below). nullopt
+  // otherwise: then parse the pod (ParsePodText) and call the above.
+  std::optional<std::vector<int64_t>> PrioritizeScoresFromText(
+      std::string_view pod_text, absl::Span<const std::string_view> names) const;
   // OK when the pod is bound to `args.node` with its devices held.
   // `caller` names who asked, for the log line (the server passes the
   // client certificate's subject and the peer address).
   absl::Status Bind(const BindingArgs& args, const std::string& caller = "");
 
   BindStats stats() const;
+  // Reads of a pod's request answered by the pod request cache (tests).
+  uint64_t pod_request_cache_hits() const { return request_hits_.load(); }
+
+  // How many pod texts the request cache keeps (the most recent ones).
+  static constexpr size_t kPodRequestCacheSize = 64;
 
  private:
   placement::NodeLoad LoadOf(const NodeView& view) const;
+  // ParsePodRequest(pod), through the pod request cache when `pod_text` (the
+  // pod's text, from which `pod` was parsed) is set.
+  absl::StatusOr<placement::PodRequest> RequestOf(const nlohmann::json& pod,
+                                                  std::string_view pod_text) const;
+  // The cached request of exactly `pod_text`, if any.
+  std::optional<absl::StatusOr<placement::PodRequest>> CachedRequest(std::string_view pod_text) const
+      ABSL_LOCKS_EXCLUDED(requests_mu_);
+  // Prioritize's scores for a single pod's request (count > 0).
+  std::vector<int64_t> ScoreNames(const placement::PodRequest& req,
+                                  absl::Span<const std::string_view> names) const;
   // Holds the pod's devices on `node` (PodHolds::Hold) and waits until the
   // holding is durable; a new holding that cannot be made durable is rolled
   // back.
@@ -229,6 +260,21 @@ class Extender {
   // Prioritize's rows, one per ledger node (the domain packing of domains_'s
   // latest build inline).
   mutable NodeTable table_;
+  // The pod request cache: ParsePodRequest's answer for the last
+  // kPodRequestCacheSize pod texts read (filter and prioritize), keyed by the
+  // text byte for byte, so a hit is what parsing that text again would give.
+  // kube-scheduler sends the same pod's same bytes to /filter and then to
+  // /prioritize, so prioritize reads its pod without a DOM. Model ids a hit
+  // holds as 0 (no device had the model) are resolved again.
+  struct CachedPodRequest {
+    size_t hash = 0;
+    std::string text;
+    absl::StatusOr<placement::PodRequest> request;
+  };
+  mutable absl::Mutex requests_mu_;
+  mutable std::vector<CachedPodRequest> requests_ ABSL_GUARDED_BY(requests_mu_);
+  mutable size_t requests_next_ ABSL_GUARDED_BY(requests_mu_) = 0;  // the slot to replace
+  mutable std::atomic<uint64_t> request_hits_{0};
   absl::Mutex refresh_mu_;
   bool stopping_ ABSL_GUARDED_BY(refresh_mu_) = false;
   std::thread refresher_;  // kDuet only

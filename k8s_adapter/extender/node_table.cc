@@ -106,11 +106,22 @@ std::shared_ptr<const placement::DomainUsage> NodeTable::domains() const {
 
 void NodeTable::Read(const std::vector<std::string>& names,
                      absl::FunctionRef<void(size_t, const Row&)> fn) const {
+  ReadAny(names, fn);
+}
+
+void NodeTable::Read(absl::Span<const std::string_view> names,
+                     absl::FunctionRef<void(size_t, const Row&)> fn) const {
+  ReadAny(names, fn);
+}
+
+template <typename Names>
+void NodeTable::ReadAny(const Names& names, absl::FunctionRef<void(size_t, const Row&)> fn) const {
   for (size_t start = 0; start < names.size(); start += kReadBatch) {
     const size_t end = std::min(names.size(), start + kReadBatch);
     absl::ReaderMutexLock l(&mu_);
     for (size_t i = start; i < end; ++i) {
-      auto it = index_.find(names[i]);
+      const std::string_view name = names[i];
+      auto it = index_.find(absl::string_view(name.data(), name.size()));
       if (it == index_.end()) continue;
       const Row& row = rows_[it->second];
       if (row.view != nullptr) fn(i, row);

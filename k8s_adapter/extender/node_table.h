@@ -27,12 +27,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/node_free.h"
 #include "bridge/placement/topology.h"
@@ -73,6 +75,8 @@ class NodeTable final : public ChangeListener {
   // comment).
   void Read(const std::vector<std::string>& names,
             absl::FunctionRef<void(size_t, const Row&)> fn) const ABSL_LOCKS_EXCLUDED(mu_);
+  void Read(absl::Span<const std::string_view> names,
+            absl::FunctionRef<void(size_t, const Row&)> fn) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The ledger sequence of the last change applied.
   uint64_t seq() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -80,6 +84,9 @@ class NodeTable final : public ChangeListener {
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  template <typename Names>
+  void ReadAny(const Names& names, absl::FunctionRef<void(size_t, const Row&)> fn) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Writes `view` (null: the node left) into `name`'s row as of `seq`.
   void Put(const std::string& name, std::shared_ptr<const NodeView> view, uint64_t seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

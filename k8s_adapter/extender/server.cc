@@ -141,6 +141,24 @@ HttpReply Handler::Filter(const std::string& body) const {
 }
 
 HttpReply Handler::Prioritize(const std::string& body) const {
+  // The usual body: the names as views into one block, and the pod's request
+  // from the extender's cache (the filter of the same pod read it) without a
+  // DOM of the pod; a new pod is parsed here. Anything else, and a pod that
+  // does not parse, takes the general path (which words the 400).
+  if (std::optional<PrioritizeArgs> p = ParsePrioritizeArgsFast(body)) {
+    std::optional<std::vector<int64_t>> scores =
+        extender_->PrioritizeScoresFromText(p->pod_text, p->node_names);
+    if (!scores.has_value()) {
+      if (std::optional<nlohmann::json> pod = ParsePodText(p->pod_text)) {
+        scores = extender_->PrioritizeScores(*pod, p->pod_text, p->node_names);
+      }
+    }
+    if (scores.has_value()) {
+      HttpReply r;
+      r.body = PriorityListBodyOfViews(p->node_names, *scores);
+      return r;
+    }
+  }
   return WithArgs(body, [this](const ExtenderArgs& a) {
     return PriorityListBody(a.node_names, extender_->PrioritizeScores(a));
   });

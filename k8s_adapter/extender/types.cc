@@ -1,7 +1,10 @@
 #include "k8s_adapter/extender/types.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -218,13 +221,19 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(json body) {
   return args;
 }
 
-std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body) {
+namespace {
+
+// The fast paths' reading of a body (see ParseExtenderArgsFast): `pod_text`
+// gets the pod's text as sent (not checked beyond simdjson's structure),
+// `add_name` each name in order (false: stop, too many). False for any body
+// the fast path does not take.
+bool ReadFastBody(const std::string& body, std::string* pod_text,
+                  absl::FunctionRef<bool(std::string_view)> add_name) {
   namespace od = simdjson::ondemand;
   // simdjson reads a few bytes past the end: give it a padded copy (a
   // memcpy, small beside parsing).
   const simdjson::padded_string padded(body);
   thread_local od::parser parser;  // reused buffers; one per server thread
-  ExtenderArgs args;
   bool have_pod = false, have_names = false, have_nodes = false;
   try {
     od::document doc = parser.iterate(padded);
@@ -233,7 +242,7 @@ std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body) {
     od::object whole_object = doc.get_object();
     const std::string_view whole = whole_object.raw_json();
     const size_t end = static_cast<size_t>(whole.data() - padded.data()) + whole.size();
-    if (body.find_first_not_of(" \t\r\n", end) != std::string::npos) return std::nullopt;
+    if (body.find_first_not_of(" \t\r\n", end) != std::string::npos) return false;
     doc.rewind();
     od::object top = doc.get_object();
     for (od::field field : top) {
@@ -241,33 +250,69 @@ std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body) {
       if (key == "Pod" && !have_pod) {
         have_pod = true;
         od::object pod = field.value().get_object();
-        // The pod is small (a few KB): nlohmann's DOM, as the general path.
         const std::string_view raw = pod.raw_json();
-        // Too deep: the general path refuses it (before any DOM).
-        if (!CheckJsonDepth(raw, kMaxJsonDepth - 1).ok()) return std::nullopt;
-        args.pod = json::parse(raw.begin(), raw.end(), nullptr, /*allow_exceptions=*/false);
-        if (!args.pod.is_object()) return std::nullopt;  // also: discarded (invalid)
+        pod_text->assign(raw);
       } else if (key == "NodeNames" && !have_names) {
         have_names = true;
         od::array names = field.value().get_array();
         for (auto name : names) {
-          const std::string_view n = name.get_string();
-          args.node_names.emplace_back(n);
-          if (args.node_names.size() > kMaxNodesPerRequest) return std::nullopt;
+          if (!add_name(name.get_string())) return false;
         }
       } else if (key == "Nodes" && !have_nodes) {
         have_nodes = true;
-        if (!field.value().is_null()) return std::nullopt;
+        if (!field.value().is_null()) return false;
       } else {
         // Another key, a key again, or one Go would match ignoring case:
         // the general path decides.
-        return std::nullopt;
+        return false;
       }
     }
   } catch (const simdjson::simdjson_error&) {
-    return std::nullopt;
+    return false;
   }
-  if (!have_pod || !have_names) return std::nullopt;
+  return have_pod && have_names;
+}
+
+}  // namespace
+
+std::optional<json> ParsePodText(std::string_view pod_text) {
+  // Too deep: the general path refuses it (before any DOM). The pod is one
+  // level below the body's top.
+  if (!CheckJsonDepth(pod_text, kMaxJsonDepth - 1).ok()) return std::nullopt;
+  // The pod is small (a few KB): nlohmann's DOM, as the general path.
+  json pod = json::parse(pod_text.begin(), pod_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (!pod.is_object()) return std::nullopt;  // also: discarded (invalid)
+  return pod;
+}
+
+std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body) {
+  ExtenderArgs args;
+  const bool ok = ReadFastBody(body, &args.pod_text, [&args](std::string_view n) {
+    args.node_names.emplace_back(n);
+    return args.node_names.size() <= kMaxNodesPerRequest;
+  });
+  if (!ok) return std::nullopt;
+  std::optional<json> pod = ParsePodText(args.pod_text);
+  if (!pod.has_value()) return std::nullopt;
+  args.pod = std::move(*pod);
+  return args;
+}
+
+std::optional<PrioritizeArgs> ParsePrioritizeArgsFast(const std::string& body) {
+  PrioritizeArgs args;
+  // The names, unescaped, take no more than the body's bytes.
+  // Not zeroed: every byte a view covers is written first.
+  args.name_block.reset(new char[body.size() + 1]);
+  char* const block = args.name_block.get();
+  size_t used = 0;
+  const bool ok = ReadFastBody(body, &args.pod_text, [&](std::string_view n) {
+    if (used + n.size() > body.size()) return false;  // cannot happen; never overrun
+    if (!n.empty()) std::memcpy(block + used, n.data(), n.size());
+    args.node_names.emplace_back(block + used, n.size());
+    used += n.size();
+    return args.node_names.size() <= kMaxNodesPerRequest;
+  });
+  if (!ok) return std::nullopt;
   return args;
 }
 
@@ -410,18 +455,70 @@ std::string PriorityListBody(const std::vector<HostPriority>& list) {
   return out;
 }
 
-std::string PriorityListBody(const std::vector<std::string>& hosts, const std::vector<int64_t>& scores) {
+namespace {
+
+// PriorityListBody's entries for names that need no escape (every name a
+// node can have), written into a buffer sized once; `hosts` and `scores`
+// parallel. False, with `out` untouched, when a name needs an escape (then
+// the general writer does it, through nlohmann).
+template <typename Hosts>
+bool PlainPriorityListBody(const Hosts& hosts, const std::vector<int64_t>& scores, std::string* out) {
+  static constexpr std::string_view kHost = "{\"Host\":\"";
+  static constexpr std::string_view kScore = "\",\"Score\":";
+  size_t size = 2;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    const std::string_view h = hosts[i];
+    for (char c : h) {
+      if (!(c >= 0x20 && c < 0x7f && c != '"' && c != '\\')) return false;
+    }
+    size += kHost.size() + h.size() + kScore.size() + 20 + 2;  // 20: any int64
+  }
+  std::string body(size, '\0');
+  char* p = body.data();
+  *p++ = '[';
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (i > 0) *p++ = ',';
+    const std::string_view h = hosts[i];
+    std::memcpy(p, kHost.data(), kHost.size());
+    p += kHost.size();
+    if (!h.empty()) std::memcpy(p, h.data(), h.size());
+    p += h.size();
+    std::memcpy(p, kScore.data(), kScore.size());
+    p += kScore.size();
+    p = std::to_chars(p, body.data() + body.size(), scores[i]).ptr;
+    *p++ = '}';
+  }
+  *p++ = ']';
+  body.resize(static_cast<size_t>(p - body.data()));
+  *out = std::move(body);
+  return true;
+}
+
+template <typename Hosts>
+std::string AnyPriorityListBody(const Hosts& hosts, const std::vector<int64_t>& scores) {
   std::string out;
+  if (PlainPriorityListBody(hosts, scores, &out)) return out;
   out.reserve(2 + 40 * scores.size());
   out.push_back('[');
   for (size_t i = 0; i < scores.size(); ++i) {
     if (i > 0) out.push_back(',');
     out.append("{\"Host\":");
-    AppendString(hosts[i], &out);
+    AppendString(std::string(hosts[i]), &out);
     absl::StrAppend(&out, ",\"Score\":", scores[i], "}");
   }
   out.push_back(']');
   return out;
+}
+
+}  // namespace
+
+std::string PriorityListBody(const std::vector<std::string>& hosts, const std::vector<int64_t>& scores) {
+  return AnyPriorityListBody(hosts, scores);
+}
+
+std::string PriorityListBodyOfViews(const std::vector<std::string_view>& hosts,
+                                   const std::vector<int64_t>& scores) {
+  return AnyPriorityListBody(hosts, scores);
 }
 
 PodRef PodRefOf(const json& pod) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,6 +49,20 @@ struct ExtenderArgs {
   // True when the names came from Nodes.items (the reply then fills Nodes).
   bool from_node_list = false;
   nlohmann::json node_list;  // kept only when from_node_list
+  // The pod's JSON text exactly as sent, set by ParseExtenderArgsFast ("" on
+  // the general path): the key under which the extender keeps the pod's
+  // parsed request for the prioritize that follows the filter.
+  std::string pod_text;
+};
+
+// A prioritize request as the server's fast path reads it
+// (ParsePrioritizeArgsFast): the pod's JSON text as sent, not yet parsed,
+// and the names as views into one block of their own (no string per name).
+// Movable: the views stay valid.
+struct PrioritizeArgs {
+  std::string pod_text;
+  std::vector<std::string_view> node_names;
+  std::unique_ptr<char[]> name_block;  // what node_names point into
 };
 
 // ExtenderFilterResult.
@@ -90,6 +105,17 @@ absl::StatusOr<BindingArgs> ParseBindingArgs(const nlohmann::json& body);
 // the same result on every body this accepts and the usual errors on the rest.
 std::optional<ExtenderArgs> ParseExtenderArgsFast(const std::string& body);
 
+// The same reading (the same bodies accepted, the same names) without a DOM
+// of the pod: only its text is kept, so a pod that simdjson skipped over is
+// not yet known to be valid JSON. The caller either finds that exact text
+// among texts that parsed before (Extender::PrioritizeScoresFromText) or
+// parses it (ParsePodText) and takes the general path when that fails.
+std::optional<PrioritizeArgs> ParsePrioritizeArgsFast(const std::string& body);
+
+// The pod's DOM from its text as ParseExtenderArgsFast builds it: nullopt
+// when it nests too deep, is not valid JSON or is not an object.
+std::optional<nlohmann::json> ParsePodText(std::string_view pod_text);
+
 inline constexpr size_t kMaxNodesPerRequest = 100000;
 
 // The deepest nesting of JSON objects and arrays a request body may have (the
@@ -120,6 +146,9 @@ std::string PriorityListBody(const std::vector<HostPriority>& list);
 // The same list given as names and their scores (parallel; scores.size()
 // entries): the server's path, which copies no name.
 std::string PriorityListBody(const std::vector<std::string>& hosts, const std::vector<int64_t>& scores);
+// The same with the names as views (ParsePrioritizeArgsFast's).
+std::string PriorityListBodyOfViews(const std::vector<std::string_view>& hosts,
+                                   const std::vector<int64_t>& scores);
 
 // The pod's identity, for ledger owners and events.
 struct PodRef {

@@ -5,6 +5,9 @@
 
 #include "k8s_adapter/extender/extender.h"
 
+#include <limits>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bridge/placement/workload_model.h"
@@ -532,6 +535,229 @@ TEST(ExtenderSliceTest, ASingleTpuPodIsRefusedOnAMultiHostSlicesHosts) {
   // A pod that asks no TPU is not concerned.
   args.pod = PodWith({Container({{"cpu", "1"}})});
   EXPECT_THAT(extender.Filter(args).node_names, ::testing::ElementsAre("slice-a-0", "single-0"));
+}
+
+// ---------------------------------------------------------------- prioritize's fast path
+
+// A small deterministic generator (SplitMix64), so the clusters and pods,
+// and with them the digest below, are the same on every standard library.
+class Rand {
+ public:
+  explicit Rand(uint64_t seed) : s_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  uint32_t Below(uint32_t n) { return static_cast<uint32_t>(Next() % n); }
+
+ private:
+  uint64_t s_;
+};
+
+uint64_t Fnv1a(uint64_t h, const std::string& s) {
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// 40 nodes: H100s and L4s, some cordoned, some with CPU/memory untracked,
+// whole GPUs and shares held at random.
+void BuildRandomCluster(Ledger& ledger, Rand& rnd) {
+  for (int i = 0; i < 40; ++i) {
+    NodeSpec spec = bench::H100Node(i);
+    if (rnd.Below(5) == 0) {
+      for (DeviceSpec& d : spec.devices) d.model = "nvidia-l4";
+    }
+    if (rnd.Below(10) == 0) spec.state = NodeState::kCordoned;
+    if (rnd.Below(6) == 0) spec.cpus = 0;
+    if (rnd.Below(6) == 0) spec.memory_mib = 0;
+    ASSERT_TRUE(ledger.UpsertNode(spec).ok());
+    HoldRequest h;
+    h.node = spec.name;
+    h.owner = Owner::SlurmJob(static_cast<uint32_t>(500 + i));
+    for (uint32_t g = 0; g < 8; ++g) {
+      const uint32_t r = rnd.Below(4);
+      if (r == 0) h.devices.push_back({DeviceKind::kGpu, g, kWholeDevice});
+      if (r == 1) h.devices.push_back({DeviceKind::kGpu, g, 100 * (1 + rnd.Below(9))});
+    }
+    if (!h.devices.empty()) {
+      ASSERT_TRUE(ledger.Hold(h).ok());
+    }
+  }
+}
+
+// A pod asking for 0..8 GPUs, sometimes a share, sometimes of a model, with
+// CPU and memory; every one with the same uid and resourceVersion, so a cache
+// keyed by those would answer wrongly.
+json RandomPod(Rand& rnd) {
+  json requests = {{"nvidia.com/gpu", std::to_string(rnd.Below(9))},
+                   {"cpu", std::to_string(rnd.Below(120))},
+                   {"memory", absl::StrCat(rnd.Below(900), "Gi")}};
+  json pod = PodWith({Container(requests)});
+  pod["metadata"]["resourceVersion"] = "7";
+  json annotations = json::object();
+  if (rnd.Below(3) == 0) annotations[kDeviceMilliAnnotation] = std::to_string(100 * (1 + rnd.Below(9)));
+  const uint32_t m = rnd.Below(4);
+  if (m == 0) annotations[kModelsAnnotation] = "nvidia-l4";
+  if (m == 1) annotations[kModelsAnnotation] = "nvidia-h100-80gb,nvidia-l4";
+  if (!annotations.empty()) pod["metadata"]["annotations"] = annotations;
+  return pod;
+}
+
+// The server's prioritize (names as views, the pod's request cached from the
+// filter, the reply written directly) answers byte for byte what the DOM
+// path (ParseExtenderArgs, Extender::Prioritize, PriorityListJson) answers,
+// for random clusters and pods under every policy, with a load and with a
+// workload; and those answers are the ones main's scoring gives (the digest,
+// recorded with main's bridge/placement before PickBestFit's sort changed:
+// it fails if any score of the 150 replies moves).
+TEST(PrioritizeFastPathTest, RepliesEqualTheDomPathsForRandomClustersAndPods) {
+  auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  Rand rnd(28);
+  Ledger ledger;
+  BuildRandomCluster(ledger, rnd);
+  NoApi api;
+  placement::PodRequest shape;
+  shape.kind = DeviceKind::kGpu;
+  shape.count = 2;
+  shape.cpu_milli = 16000;
+  const auto workload = std::make_shared<const placement::Workload>(
+      std::vector<placement::Workload::Shape>{{shape, 1.0}});
+  std::vector<ExtenderOptions> configs;
+  for (placement::Policy p : {placement::Policy::kDuet, placement::Policy::kFgd,
+                              placement::Policy::kBestFit, placement::Policy::kLeastAllocated,
+                              placement::Policy::kMostAllocated}) {
+    ExtenderOptions o;
+    o.policy = p;
+    configs.push_back(o);
+  }
+  configs[0].load = [](const NodeView& v) {
+    placement::NodeLoad l;
+    l.cpu_milli = 1000 * (v.spec.name.size() % 7) * 9;
+    l.memory_mib = 1024 * (v.spec.name.back() % 5);
+    return l;
+  };
+  ExtenderOptions with_workload;
+  with_workload.workload = [workload] { return workload; };
+  configs.push_back(with_workload);
+
+  uint64_t digest = 0xcbf29ce484222325ULL;
+  int compared = 0;
+  for (ExtenderOptions& o : configs) {
+    Extender extender(&ledger, nullptr, &api, o);
+    Handler handler(&extender, "/duet", false);
+    for (int k = 0; k < 25; ++k) {
+      const json pod = RandomPod(rnd);
+      json names = json::array();
+      for (int n = 0; n < 40; ++n) {
+        if (rnd.Below(3) != 0) names.push_back(bench::H100NodeName(n));
+      }
+      names.push_back("gke-cpu-pool-n2-0");  // not in the ledger
+      names.push_back(names[0]);             // a name twice
+      const std::string body = json{{"Pod", pod}, {"NodeNames", names}}.dump();
+      SCOPED_TRACE(body.substr(0, 400));
+      absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(json::parse(body));
+      ASSERT_TRUE(args.ok()) << args.status();
+      const std::string want = dump(PriorityListJson(extender.Prioritize(*args)));
+      // A pod not seen before: the handler parses it.
+      HttpReply cold = handler.Handle("POST", "/duet/prioritize", body);
+      ASSERT_EQ(cold.status, 200) << cold.body;
+      EXPECT_EQ(cold.body, want);
+      // After its filter, from the cache.
+      const uint64_t hits = extender.pod_request_cache_hits();
+      ASSERT_EQ(handler.Handle("POST", "/duet/filter", body).status, 200);
+      HttpReply hot = handler.Handle("POST", "/duet/prioritize", body);
+      ASSERT_EQ(hot.status, 200) << hot.body;
+      EXPECT_EQ(hot.body, want);
+      EXPECT_EQ(extender.pod_request_cache_hits(), hits + 2);  // the filter's and prioritize's
+      digest = Fnv1a(digest, want);
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 150);
+  EXPECT_EQ(digest, 0x75baa095ed0b7cd0ULL) << std::hex << "digest 0x" << digest;
+}
+
+// The cache answers only for the same bytes: a pod that differs in its
+// resources alone (same uid, same resourceVersion) is read anew.
+TEST_F(HandlerTest, PrioritizeReadsAPodThatDiffersFromTheCachedOneAnew) {
+  json pod = PodWith({Container({{"nvidia.com/gpu", "4"}})});
+  pod["metadata"]["resourceVersion"] = "9";
+  json names = json::array();
+  for (int i = 0; i < 6; ++i) names.push_back(bench::H100NodeName(i));
+  const std::string four = json{{"Pod", pod}, {"NodeNames", names}}.dump();
+  pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "6";
+  const std::string six = json{{"Pod", pod}, {"NodeNames", names}}.dump();
+  ASSERT_EQ(handler_.Handle("POST", "/duet/filter", four).status, 200);
+  const HttpReply r4 = handler_.Handle("POST", "/duet/prioritize", four);
+  const HttpReply r6 = handler_.Handle("POST", "/duet/prioritize", six);
+  const json j4 = json::parse(r4.body);
+  const json j6 = json::parse(r6.body);
+  // pool-3 (4 free) is best for four GPUs; six fit only on the empty pool-0.
+  EXPECT_EQ(j4[3]["Score"], kMaxExtenderPriority);
+  EXPECT_EQ(j6[3]["Score"], 0);
+  EXPECT_EQ(j6[0]["Score"], kMaxExtenderPriority);
+}
+
+// A cached request names a model no node had when it was read (id 0); a node
+// of that model added afterwards is accepted, as a fresh read would.
+TEST_F(HandlerTest, ACachedRequestSeesAModelThatArrivedAfterIt) {
+  const std::string model = "duet-test-prioritize-cache-model";
+  ASSERT_EQ(FindModelId(model), 0u);
+  json pod = PodWith({Container({{"nvidia.com/gpu", "1"}})});
+  pod["metadata"]["annotations"] = {{kModelsAnnotation, model}};
+  const std::string body =
+      json{{"Pod", pod}, {"NodeNames", {bench::H100NodeName(0), "gke-new-model-0"}}}.dump();
+  HttpReply f = handler_.Handle("POST", "/duet/filter", body);
+  ASSERT_EQ(f.status, 200);
+  EXPECT_THAT(json::parse(f.body)["NodeNames"], ::testing::IsEmpty());
+  NodeSpec spec = bench::H100Node(100);
+  spec.name = "gke-new-model-0";
+  for (DeviceSpec& d : spec.devices) d.model = model;
+  ASSERT_TRUE(ledger_.UpsertNode(spec).ok());
+  const uint64_t hits = extender_.pod_request_cache_hits();
+  HttpReply p = handler_.Handle("POST", "/duet/prioritize", body);
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_EQ(extender_.pod_request_cache_hits(), hits + 1);
+  EXPECT_EQ(p.body, R"([{"Host":"gke-a3-highgpu-pool-0","Score":0},{"Host":"gke-new-model-0","Score":10}])");
+}
+
+// The names as views: the same names, escapes included, as the DOM path;
+// the same bodies declined.
+TEST(ExtenderArgsTest, PrioritizeFastPathReadsTheSameNames) {
+  const json golden = TestdataJson("filter_args.json");
+  for (const std::string& body :
+       {golden.dump(), golden.dump(2),
+        json{{"NodeNames", {"a", "b\u00e9\"q", ""}}, {"Pod", PodWith({Container({})})}}.dump()}) {
+    std::optional<PrioritizeArgs> fast = ParsePrioritizeArgsFast(body);
+    std::optional<ExtenderArgs> full = ParseExtenderArgsFast(body);
+    ASSERT_TRUE(fast.has_value());
+    ASSERT_TRUE(full.has_value());
+    PrioritizeArgs moved = std::move(*fast);  // the views survive a move
+    EXPECT_EQ(std::vector<std::string>(moved.node_names.begin(), moved.node_names.end()),
+              full->node_names);
+    EXPECT_EQ(moved.pod_text, full->pod_text);
+    std::optional<json> pod = ParsePodText(moved.pod_text);
+    ASSERT_TRUE(pod.has_value());
+    EXPECT_EQ(*pod, full->pod);
+  }
+  EXPECT_FALSE(ParsePrioritizeArgsFast(R"({"Pod":{},"NodeNames":["a",3]})").has_value());
+  EXPECT_FALSE(ParsePrioritizeArgsFast(R"({"Pod":{},"NodeNames":["a"],"X":1})").has_value());
+  // Accepted (the pod is only skipped), but its text does not parse.
+  std::optional<PrioritizeArgs> bad = ParsePrioritizeArgsFast(R"({"Pod":{"a":1e999},"NodeNames":["n"]})");
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_FALSE(ParsePodText(bad->pod_text).has_value());
+  // Names and scores as views: the same bytes as nlohmann's.
+  auto dump = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  std::vector<HostPriority> list = {{"a", 10}, {"b\"", 0}, {"c", -3}, {"\xc3\xa9t\xe9", 7}};
+  EXPECT_EQ(PriorityListBodyOfViews(std::vector<std::string_view>{"a", "b\"", "c", "\xc3\xa9t\xe9"},
+                             {10, 0, -3, 7}),
+            dump(PriorityListJson(list)));
+  EXPECT_EQ(PriorityListBodyOfViews(std::vector<std::string_view>{"a", "b"},
+                             {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}),
+            dump(PriorityListJson({{"a", std::numeric_limits<int64_t>::min()},
+                                   {"b", std::numeric_limits<int64_t>::max()}})));
 }
 
 }  // namespace

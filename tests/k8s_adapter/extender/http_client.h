@@ -93,6 +93,9 @@ class HttpClient {
     using tcp = net::ip::tcp;
     boost::beast::error_code ec;
     buffer_.clear();
+    // Large reads, as the server does (https_server.cc): without this Beast
+    // reads a 100 KB reply in small pieces.
+    buffer_.reserve(256 * 1024);
     const tcp::endpoint ep(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_));
     if (ca_file_.empty()) {
       plain_ = std::make_unique<boost::beast::tcp_stream>(ioc_);
