@@ -172,6 +172,19 @@ read -r a b n < <(pct "$out/srun_plugin_gpu"); read -r c d m < <(pct "$out/srun_
 echo "| srun -n1 --gres=gpu:1 true (Hold+Release over gRPC, $CRED credential, Slurm $SLURM_VER), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
 read -r a b n < <(pct "$out/srun_other_gpu")
 echo "| the same with the $OTHER credential (same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+# agent_steps SOCKET NAME LABEL: the Hold and Release in slurmstepd of the
+# GPU steps whose plugstack named agent=unix://SOCKET (the plugin's debug
+# lines name it).
+agent_steps() {
+  local sock=$1 name=$2 label=$3 a b n e f k
+  sed -n "s|.*duet: user_init (auth $CRED): step agent \([0-9.]*\) ms (unix://$sock).*|\1|p" \
+    "$ROOT/log/slurmd-bn.log" >"$out/${name}_hold"
+  sed -n "s|.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms (unix://$sock).*|\1|p" \
+    "$ROOT/log/slurmd-bn.log" >"$out/${name}_release"
+  [[ -s $out/${name}_hold && -s $out/${name}_release ]] || return 0
+  read -r a b n < <(pct "$out/${name}_hold"); read -r e f k < <(pct "$out/${name}_release")
+  echo "| in slurmstepd ($CRED, $label), p50 / p99 ms (n=$n) | Hold: $a / $b; Release at exit: $e / $f | — |"
+}
 if [[ -n $NODE_BIN ]]; then
   read -r a b n < <(pct "$out/srun_agent_gpu")
   echo "| the same through duet-node's step agent (plugstack agent=, $CRED credential, same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
@@ -200,14 +213,7 @@ if [[ -n $NODE_BIN ]]; then
   if [[ -n ${DUET_BENCH_OLD_NODE:-} ]]; then
     read -r a b n < <(pct "$out/srun_agent_old_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
     echo "| the same through the previous duet-node (\$DUET_BENCH_OLD_NODE, same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
-    sed -n "s|.*duet: user_init (auth $CRED): step agent \([0-9.]*\) ms (unix://$OLD_AGENT).*|\1|p" \
-      "$ROOT/log/slurmd-bn.log" >"$out/agent_old_hold"
-    sed -n "s|.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms (unix://$OLD_AGENT).*|\1|p" \
-      "$ROOT/log/slurmd-bn.log" >"$out/agent_old_release"
-    if [[ -s $out/agent_old_hold && -s $out/agent_old_release ]]; then
-      read -r a b n < <(pct "$out/agent_old_hold"); read -r e f k < <(pct "$out/agent_old_release")
-      echo "| in slurmstepd ($CRED, previous duet-node), p50 / p99 ms (n=$n) | Hold: $a / $b; Release at exit: $e / $f | — |"
-    fi
+    agent_steps "$OLD_AGENT" agent_old "previous duet-node"
   fi
 fi
 # Inside slurmstepd, per GPU step and credential (spank_duet.c's debug lines).
@@ -228,13 +234,6 @@ if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then
   read -r a b n < <(pct "$out/srun_old_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
   echo "| srun -n1 --gres=gpu:1 true (Hold+Release), p50 / p99 ms (n=$n) | previous spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
   if [[ -n ${OLD_SPANK_AGENT:-} ]]; then
-    sed -n "s|.*duet: user_init (auth $CRED): step agent \([0-9.]*\) ms (unix://$OLD_SPANK_AGENT).*|\1|p" \
-      "$ROOT/log/slurmd-bn.log" >"$out/old_hold"
-    sed -n "s|.*duet: exit (auth $CRED): step agent \([0-9.]*\) ms (unix://$OLD_SPANK_AGENT).*|\1|p" \
-      "$ROOT/log/slurmd-bn.log" >"$out/old_release"
-    if [[ -s $out/old_hold && -s $out/old_release ]]; then
-      read -r a b n < <(pct "$out/old_hold"); read -r e f k < <(pct "$out/old_release")
-      echo "| in slurmstepd ($CRED, previous spank_duet on the agent path, same duet-node), p50 / p99 ms (n=$n) | Hold: $a / $b; Release at exit: $e / $f | — |"
-    fi
+    agent_steps "$OLD_SPANK_AGENT" old "previous spank_duet on the agent path, same duet-node"
   fi
 fi
