@@ -7,8 +7,8 @@
 // change to node, owner, devices, count or expected generation does not.
 //
 // Canonical text (the payload carries it after its version; duet/v2 carried
-// its SHA-256): the method, then every field in a fixed order; strings are length-prefixed so no value can
-// imitate a separator, e.g.
+// its SHA-256): the method, then every field in a fixed order; strings are
+// length-prefixed so no value can imitate a separator, e.g.
 //   Hold node=5:gke-a owner=slurm_step:12.0 devices=1:0:0,1:1:500 generation=0
 //   Hold node=5:gke-a owner=slurm_job:12 count=1:2:0:4:a100 generation=7
 //   Release node=5:gke-a owner=slurm_step:12.0

@@ -16,8 +16,8 @@
  * with dlopen on first use, so spank_duet.so itself links libc only. In the
  * slurmstepd of an auth/slurm cluster (Slinky, the GKE add-on) libcrypto is
  * already mapped (auth_slurm.so links it through libjwt): opening it there
- * finds it. Elsewhere (auth/munge) it is loaded once per step
- * (bench/slurm/RESULTS.md, "Agent path"). The handle is kept: slurmstepd is
+ * finds it. Only the slurm.key credential opens it: a munge credential's
+ * duet/v3 payload needs no hashing. The handle is kept: slurmstepd is
  * short-lived and libcrypto is not unloaded under its other users.
  *
  * Two interfaces of it, the first found wins:

@@ -13,7 +13,7 @@
  *
  * SHA-256 and HMAC-SHA256 are the system libcrypto's, opened with dlopen on
  * first use (already mapped in slurmstepd on auth/slurm clusters, through
- * auth_slurm.so; loaded once per step elsewhere), so that the plugin links
+ * auth_slurm.so; only the slurm.key credential opens it), so that the plugin links
  * libc only and carries no cryptography of its own. It calls the digest's
  * own functions (SHA256_Init/Update/Final), not EVP, whose first call in each
  * fresh slurmstepd initialises OpenSSL's provider (about 3 ms); EVP only
