@@ -23,6 +23,9 @@
 /* Slurm's batch step id (SLURM_BATCH_SCRIPT in slurm.h, which this C file
  * does not include: spank.h is all it needs of Slurm). */
 #define DUET_BATCH_STEP 0xfffffffbu
+/* The extern step (SLURM_EXTERN_CONT, PrologFlags=Contain): Slurm calls its
+ * init but never its user_init, and it lives as long as the job. */
+#define DUET_EXTERN_STEP 0xfffffffcu
 /* Never longer than this, whatever the bridge says (slurm.preemption_wait is
  * at most 1 h), as remote.cc. */
 #define DUET_MAX_EVICTION_WAIT_S 3600
@@ -43,7 +46,28 @@ static struct {
   uint32_t step_id;
 } g_step;
 
-int duet_agent_registered(void) { return g_step.registered; }
+/* The Hold sent in init_post_opt (duet_agent_start_hold), its answer read in
+ * user_init: while the bridge decides, slurmstepd sets up the step (switch
+ * and MPI plugins, task plugins' cgroups, PAM, the I/O connection to srun),
+ * so that much of the round trip is off the step's path. fd -1: none. */
+static struct {
+  int fd;
+  int rc;                        /* agent_send's; -1 until tried */
+  struct duet_wire_request r;    /* what was asked (the credential wiped) */
+  char note[600];                /* why no credential went, if none did */
+  char why[256];                 /* agent_send's error */
+  double sent_at, credential_ms, send_ms;
+} g_early = {.fd = -1, .rc = -1};
+
+int duet_agent_registered(void) { return g_step.registered || g_early.fd >= 0; }
+
+void duet_agent_forget(void) {
+  if (g_early.fd >= 0) close(g_early.fd);
+  memset(&g_early, 0, sizeof(g_early));
+  g_early.fd = -1;
+  g_early.rc = -1;
+  memset(&g_step, 0, sizeof(g_step));
+}
 
 int duet_agent_parse_gpus(const char* list, unsigned* out, size_t cap) {
   size_t n = 0;
@@ -196,12 +220,14 @@ static void attach_credential(const struct duet_spank_args* a, const char* metho
 
 enum { CALL_ANSWERED = 0, CALL_UNREACHABLE = 1, CALL_BAD = 2 };
 
-/* One request, one reply. CALL_UNREACHABLE with `err` when the agent cannot
- * be reached or does not answer in time; CALL_BAD when it answered garbage. */
-static int call_agent(const struct duet_spank_args* a, const struct duet_wire_request* r,
-                      struct duet_wire_reply* reply, char* err, size_t err_len) {
+/* Connects to the agent and sends the request; CALL_ANSWERED with *fd_out
+ * open (the reply is agent_receive's), else CALL_UNREACHABLE or CALL_BAD with
+ * `err`. */
+static int agent_send(const struct duet_spank_args* a, const struct duet_wire_request* r,
+                      int* fd_out, char* err, size_t err_len) {
   static uint8_t frame[DUET_WIRE_MAX_FRAME];
   char why[256];
+  *fd_out = -1;
   const long n = duet_wire_encode_request(r, frame, sizeof(frame), why, sizeof(why));
   if (n < 0) {
     say(err, err_len, "%s", why);
@@ -222,20 +248,31 @@ static int call_agent(const struct duet_spank_args* a, const struct duet_wire_re
   struct timeval tv = {wait_ms / 1000, (wait_ms % 1000) * 1000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  int rc = CALL_UNREACHABLE;
   if (connect(fd, (struct sockaddr*)&addr, sizeof(addr)) != 0) {
     say(err, err_len, "connect %s: %s", path, strerror(errno));
-    goto out;
+    close(fd);
+    return CALL_UNREACHABLE;
   }
   for (long off = 0; off < n;) {
     const ssize_t w = send(fd, frame + off, (size_t)(n - off), MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       say(err, err_len, "send to %s: %s", path, strerror(errno));
-      goto out;
+      close(fd);
+      return CALL_UNREACHABLE;
     }
     off += w;
   }
+  *fd_out = fd;
+  return CALL_ANSWERED;
+}
+
+/* Reads the reply to what agent_send sent on `fd`, and closes it. */
+static int agent_receive(const struct duet_spank_args* a, int fd, struct duet_wire_reply* reply,
+                         char* err, size_t err_len) {
+  static uint8_t frame[DUET_WIRE_MAX_FRAME];
+  const char* path = a->agent + strlen("unix://");
+  int rc = CALL_UNREACHABLE;
   size_t got = 0, want = DUET_WIRE_HEADER;
   while (got < want) {
     const ssize_t m = read(fd, frame + got, want - got);
@@ -266,6 +303,15 @@ out:
   return rc;
 }
 
+/* One request, one reply. CALL_UNREACHABLE with `err` when the agent cannot
+ * be reached or does not answer in time; CALL_BAD when it answered garbage. */
+static int call_agent(const struct duet_spank_args* a, const struct duet_wire_request* r,
+                      struct duet_wire_reply* reply, char* err, size_t err_len) {
+  int fd;
+  const int rc = agent_send(a, r, &fd, err, err_len);
+  return rc == CALL_ANSWERED ? agent_receive(a, fd, reply, err, err_len) : rc;
+}
+
 /* google.rpc.Code values the decision needs. */
 enum { CODE_DEADLINE_EXCEEDED = 4, CODE_UNAVAILABLE = 14 };
 
@@ -273,6 +319,19 @@ static double mono_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static const char* auth_label(const struct duet_spank_args* a) {
+  return a->auth == DUET_AUTH_SLURM_KEY ? "slurm_key" : a->auth == DUET_AUTH_NONE ? "none" : "munge";
+}
+
+/* A refusal's message says why no credential went with the call. */
+static void add_note(int rc, struct duet_wire_reply* reply, const char* note) {
+  if (rc == CALL_ANSWERED && reply->code != 0 && note[0]) {
+    const size_t len = strlen(reply->message);
+    say(reply->message + len, sizeof(reply->message) - len, " (no credential sent: %s)",
+             note);
+  }
 }
 
 /* Makes the credential and calls; the credential is fresh for each call (the
@@ -289,16 +348,12 @@ static int call_with_credential(const struct duet_spank_args* a, const char* met
   restore_uid(prev);
   /* SlurmdDebug=debug shows where the call's time goes. */
   slurm_debug("duet: agent %s (auth %s): credential %.2f ms, agent and bridge %.2f ms (%s)", method,
-              a->auth == DUET_AUTH_SLURM_KEY ? "slurm_key" : a->auth == DUET_AUTH_NONE ? "none" : "munge",
-              (t1 - t0) * 1e3, (mono_s() - t1) * 1e3, a->agent);
+              auth_label(a), (t1 - t0) * 1e3, (mono_s() - t1) * 1e3, a->agent);
   memset(r->cred, 0, sizeof(r->cred));
-  if (rc == CALL_ANSWERED && reply->code != 0 && note[0]) {
-    const size_t len = strlen(reply->message);
-    say(reply->message + len, sizeof(reply->message) - len, " (no credential sent: %s)",
-             note);
-  }
+  add_note(rc, reply, note);
   return rc;
 }
+
 
 static const char* credential_hint(const char* why) {
   if (strcmp(why, "expired") == 0) {
@@ -335,26 +390,26 @@ static void export_gpus(spank_t sp, const uint32_t* gpus, uint32_t n) {
 }
 
 
-int duet_agent_user_init(spank_t sp, const struct duet_spank_args* a, char* err,
-                         size_t err_len) {
-  static struct duet_wire_request r;
-  static struct duet_wire_reply reply;
-  memset(&r, 0, sizeof(r));
-  r.type = DUET_WIRE_HOLD_STEP;
-  r.timeout_ms = (uint32_t)a->timeout_ms;
-  if (spank_get_item(sp, S_JOB_ID, &r.job_id) != ESPANK_SUCCESS ||
-      spank_get_item(sp, S_JOB_STEPID, &r.step_id) != ESPANK_SUCCESS) {
+/* The step's Hold: its job and step ids, GPUs and node. 1 when there is
+ * something to hold, 0 when the step has no GPUs, -1 with `err`. The GPUs are
+ * the first set of SLURM_STEP_GPUS, SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES
+ * (step_devices.h); with slurm_only (the early Hold) Slurm's own two only, and
+ * 0 when neither is set. */
+static int step_request(spank_t sp, const struct duet_spank_args* a, int slurm_only,
+                        struct duet_wire_request* r, char* err, size_t err_len) {
+  memset(r, 0, sizeof(*r));
+  r->type = DUET_WIRE_HOLD_STEP;
+  r->timeout_ms = (uint32_t)a->timeout_ms;
+  if (spank_get_item(sp, S_JOB_ID, &r->job_id) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_STEPID, &r->step_id) != ESPANK_SUCCESS) {
     say(err, err_len, "cannot read the job and step ids");
     return -1;
   }
-  char step[48];
-  say(step, sizeof(step), "%" PRIu32 ".%" PRIu32, r.job_id, r.step_id);
-  /* The step's GPUs: the first set of SLURM_STEP_GPUS, SLURM_JOB_GPUS,
-   * CUDA_VISIBLE_DEVICES (step_devices.h). */
   static const char* const kLists[] = {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
                                        "CUDA_VISIBLE_DEVICES"};
+  const size_t lists = slurm_only ? 2 : sizeof(kLists) / sizeof(kLists[0]);
   char list[4096] = "";
-  for (size_t i = 0; i < sizeof(kLists) / sizeof(kLists[0]); ++i) {
+  for (size_t i = 0; i < lists; ++i) {
     if (spank_getenv(sp, kLists[i], list, sizeof(list)) == ESPANK_SUCCESS && list[0]) break;
     list[0] = '\0';
   }
@@ -365,8 +420,8 @@ int duet_agent_user_init(spank_t sp, const struct duet_spank_args* a, char* err,
     return -1;
   }
   if (n == 0) return 0; /* nothing to fence */
-  r.n_gpus = (uint32_t)n;
-  for (int i = 0; i < n; ++i) r.gpus[i] = gpus[i];
+  r->n_gpus = (uint32_t)n;
+  for (int i = 0; i < n; ++i) r->gpus[i] = gpus[i];
   /* slurmstepd's own environment, never the step's: see remote.cc NodeName. */
   const char* node = getenv("SLURMD_NODENAME");
   if (node == NULL || node[0] == '\0' || strlen(node) > DUET_WIRE_MAX_NODE) {
@@ -375,14 +430,112 @@ int duet_agent_user_init(spank_t sp, const struct duet_spank_args* a, char* err,
              "step runs on");
     return -1;
   }
-  say(r.node, sizeof(r.node), "%s", node);
+  say(r->node, sizeof(r->node), "%s", node);
+  return 1;
+}
+
+static int same_hold(const struct duet_wire_request* x, const struct duet_wire_request* y) {
+  return x->job_id == y->job_id && x->step_id == y->step_id && x->n_gpus == y->n_gpus &&
+         memcmp(x->gpus, y->gpus, x->n_gpus * sizeof(x->gpus[0])) == 0 &&
+         strcmp(x->node, y->node) == 0;
+}
+
+static void register_step(const struct duet_wire_request* r) {
+  g_step.registered = 1;
+  say(g_step.node, sizeof(g_step.node), "%s", r->node);
+  g_step.job_id = r->job_id;
+  g_step.step_id = r->step_id;
+}
+
+void duet_agent_start_hold(spank_t sp, const struct duet_spank_args* a) {
+  if (g_early.fd >= 0 || g_early.rc >= 0) return; /* once per step */
+  char err[256];
+  if (step_request(sp, a, 1, &g_early.r, err, sizeof(err)) != 1 ||
+      g_early.r.step_id == DUET_EXTERN_STEP) {
+    g_early.rc = CALL_BAD; /* user_init, where there is one, asks and says what is wrong */
+    return;
+  }
+  const uid_t prev = raise_root();
+  const double t0 = mono_s();
+  attach_credential(a, "Hold", &g_early.r, g_early.note, sizeof(g_early.note));
+  const double t1 = mono_s();
+  g_early.rc = agent_send(a, &g_early.r, &g_early.fd, g_early.why, sizeof(g_early.why));
+  restore_uid(prev);
+  memset(g_early.r.cred, 0, sizeof(g_early.r.cred));
+  g_early.sent_at = mono_s();
+  g_early.credential_ms = (t1 - t0) * 1e3;
+  g_early.send_ms = (g_early.sent_at - t1) * 1e3;
+  slurm_debug("duet: agent Hold (auth %s) sent in init_post_opt: credential %.2f ms, send %.2f "
+              "ms%s%s (%s)",
+              auth_label(a), g_early.credential_ms, g_early.send_ms,
+              g_early.fd < 0 ? "; not sent, user_init asks again: " : "",
+              g_early.fd < 0 ? g_early.why : "", a->agent);
+}
+
+/* The early Hold's answer, in user_init. */
+static int early_answer(const struct duet_spank_args* a, struct duet_wire_reply* reply, char* err,
+                        size_t err_len) {
+  const double t0 = mono_s();
+  const int fd = g_early.fd;
+  g_early.fd = -1;
+  const int rc = agent_receive(a, fd, reply, err, err_len);
+  const double t1 = mono_s();
+  slurm_debug("duet: agent Hold (auth %s) answered %.2f ms after init_post_opt sent it, "
+              "waited %.2f ms of it in user_init (%s)",
+              auth_label(a), (t1 - g_early.sent_at) * 1e3, (t1 - t0) * 1e3, a->agent);
+  add_note(rc, reply, g_early.note);
+  return rc;
+}
+
+/* The early Hold's answer where user_init did not read it (it never ran, or
+ * asked for something else): a Hold the bridge granted is the step's, and
+ * exit releases it. */
+static void settle_early(const struct duet_spank_args* a) {
+  if (g_early.fd < 0) return;
+  static struct duet_wire_reply reply;
+  char why[256];
+  const int fd = g_early.fd;
+  g_early.fd = -1;
+  if (agent_receive(a, fd, &reply, why, sizeof(why)) == CALL_ANSWERED && reply.code == 0) {
+    register_step(&g_early.r);
+  }
+}
+
+int duet_agent_user_init(spank_t sp, const struct duet_spank_args* a, char* err,
+                         size_t err_len) {
+  static struct duet_wire_request r;
+  static struct duet_wire_reply reply;
+  const int k = step_request(sp, a, 0, &r, err, err_len);
+  if (k <= 0) {
+    settle_early(a);
+    return k;
+  }
+  char step[48];
+  say(step, sizeof(step), "%" PRIu32 ".%" PRIu32, r.job_id, r.step_id);
+  int early = g_early.fd >= 0;
+  if (early && !same_hold(&g_early.r, &r)) {
+    /* Nothing of Slurm changes these between the two calls; another SPANK
+     * plugin may have. The step would run on devices it does not hold. */
+    settle_early(a);
+    say(err, err_len,
+        "step %s refused on node %s: its GPUs changed between slurm_spank_init_post_opt "
+        "(%" PRIu32 " held) and user_init (%" PRIu32 " now; SLURM_STEP_GPUS, SLURM_JOB_GPUS or "
+        "CUDA_VISIBLE_DEVICES was rewritten in between, by another SPANK plugin?)",
+        step, r.node, g_early.r.n_gpus, r.n_gpus);
+    return -1;
+  }
 
   char why[1024];
   const double start = mono_s();
   int said = 0;
   int rc;
   for (;;) {
-    rc = call_with_credential(a, "Hold", &r, &reply, why, sizeof(why));
+    if (early) {
+      rc = early_answer(a, &reply, why, sizeof(why));
+      early = 0;
+    } else {
+      rc = call_with_credential(a, "Hold", &r, &reply, why, sizeof(why));
+    }
     if (rc != CALL_ANSWERED || strcmp(reply.reason, "POD_EVICTING") != 0) break;
     /* Slurm preempted a pod's placeholder for this job and the bridge is
      * evicting the pod: ask again each second for as long as wait_s says. */
@@ -415,10 +568,7 @@ int duet_agent_user_init(spank_t sp, const struct duet_spank_args* a, char* err,
     say(reply.message, sizeof(reply.message), "duet-node's step agent %s: %s", a->agent, why);
   }
   if (rc == CALL_ANSWERED && reply.code == 0) {
-    g_step.registered = 1;
-    say(g_step.node, sizeof(g_step.node), "%s", r.node);
-    g_step.job_id = r.job_id;
-    g_step.step_id = r.step_id;
+    register_step(&r);
     export_gpus(sp, r.gpus, r.n_gpus);
     return 0;
   }
@@ -500,6 +650,7 @@ static void release(const struct duet_spank_args* a, uint8_t type) {
 
 void duet_agent_exit(spank_t sp, const struct duet_spank_args* a) {
   (void)sp;
+  settle_early(a);
   if (!g_step.registered) return;
   g_step.registered = 0;
   release(a, DUET_WIRE_RELEASE_STEP);

@@ -31,19 +31,35 @@
 extern "C" {
 #endif
 
-/* user_init: hold the step's GPUs. 0 when the step may run (held, or
+/* init_post_opt (slurmstepd, root): send the step's Hold now, when Slurm has
+ * set the step's GPU list (SLURM_STEP_GPUS or SLURM_JOB_GPUS; Slurm sets both
+ * before spank_init), and read the answer in user_init. Slurm's own step
+ * set-up (switch and MPI plugins, the task plugins' cgroups, PAM, the I/O
+ * connection to srun) then runs while the bridge decides. Never for the
+ * extern step, which has no user_init. Nothing is decided here: a Hold that
+ * cannot be sent is asked again by user_init, and user_init refuses a step
+ * whose GPU list changed in between. */
+void duet_agent_start_hold(spank_t sp, const struct duet_spank_args* args);
+/* user_init: hold the step's GPUs (or read the answer to the Hold
+ * duet_agent_start_hold sent). 0 when the step may run (held, or
  * unregistered by NODE_NOT_SHARED or on_unreachable=allow), -1 with `err`
  * holding the refusal the user sees. */
 int duet_agent_user_init(spank_t sp, const struct duet_spank_args* args, char* err,
                          size_t err_len);
-/* exit: release what user_init held (and, for the batch step, the job's
+/* exit: read the answer to an early Hold user_init never read (a step that
+ * failed before user_init); release what the step held (and, for the batch step, the job's
  * import on this node). The agent answers a Release "queued" at once and
  * sends it to the bridge after (step_agent.h), so the step does not wait for
  * the bridge; an older agent answers with the bridge's answer. Failures are
  * logged: job import releases later. */
 void duet_agent_exit(spank_t sp, const struct duet_spank_args* args);
-/* Whether user_init held devices (exit has something to release). */
+/* Whether user_init held devices, or a Hold sent in init_post_opt is still
+ * unanswered (exit has something to settle and release). */
 int duet_agent_registered(void);
+
+/* Forgets the step (for tests: a slurmstepd serves one step, so the plugin
+ * keeps it in this file's statics). */
+void duet_agent_forget(void);
 
 /* The step's GPU indices from a Slurm list ("0,2-3"): sorted, unique, at
  * most `cap`; the count, or -1 for anything else ("NoDevFiles", UUIDs, more

@@ -171,13 +171,20 @@ int slurm_spank_init(spank_t sp, int ac, char** av) {
 /* slurmstepd, as root, before Slurm drops privileges: the TPU probe's
  * slurmctld RPC runs here. From Slurm 24.11, user_init runs with the auth
  * plugin's lock held, and any libslurm RPC there kills the step. A module that
- * cannot load is reported by user_init. */
+ * cannot load is reported by user_init. On the agent path the step's Hold is
+ * sent here and its answer read in user_init (agent_path.h): Slurm sets up the
+ * step in between. */
 int slurm_spank_init_post_opt(spank_t sp, int ac, char** av) {
   (void)ac;
   (void)av;
-  if (!spank_remote(sp) || g_args.disabled || !tpu_probe_on()) return 0;
-  char err[sizeof(g_refusal) - 64];
-  if (load_client(err, sizeof(err)) != NULL) g_client_init_post_opt(sp, &g_args);
+  if (!spank_remote(sp) || g_args.disabled) return 0;
+  if (tpu_probe_on()) {
+    char err[sizeof(g_refusal) - 64];
+    if (load_client(err, sizeof(err)) != NULL) g_client_init_post_opt(sp, &g_args);
+    return 0;
+  }
+  if (env_is(sp, "SLURM_DUET_SHOW", "1")) g_show = 1;
+  if (g_args.agent[0] && !g_show && step_needs_bridge(sp)) duet_agent_start_hold(sp, &g_args);
   return 0;
 }
 
