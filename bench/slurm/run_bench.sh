@@ -188,7 +188,10 @@ early_hold() {
   sed -n "s|.*duet: user_init (auth $CRED): step agent \([0-9.]*\) ms (unix://$sock).*|\1|p" \
     "$log" >"$out/${name}_user_init"
   sed -n "s|.*duet: agent Hold (auth $CRED) sent in init_post_opt: credential \([0-9.]*\) ms, send \([0-9.]*\) ms (unix://$sock).*|\1 \2|p" \
-    "$log" | awk '{print $1 + $2}' >"$out/${name}_send"
+    "$log" >"$out/${name}_esplit"
+  awk '{print $1 + $2}' "$out/${name}_esplit" >"$out/${name}_send"
+  cut -d' ' -f1 "$out/${name}_esplit" >"$out/${name}_scred"
+  cut -d' ' -f2 "$out/${name}_esplit" >"$out/${name}_ssock"
   sed -n "s|.*duet: agent Hold (auth $CRED) answered \([0-9.]*\) ms after init_post_opt sent it.*(unix://$sock).*|\1|p" \
     "$log" >"$out/${name}_rtt"
   if [[ -s $out/${name}_send && $(wc -l <"$out/${name}_send") == $(wc -l <"$out/${name}_user_init") ]]; then
@@ -200,10 +203,11 @@ early_hold() {
 }
 # The early send's share, as a table cell ("" when the plugin asked in user_init).
 early_cell() {
-  local name=$1 a b n c d m
+  local name=$1 a b n c d m e f g h
   [[ -s $out/${name}_send && -s $out/${name}_rtt ]] || return 0
   read -r a b n < <(pct "$out/${name}_send"); read -r c d m < <(pct "$out/${name}_rtt")
-  echo "; of it sent in init_post_opt (credential + send) $a / $b, answered $c / $d after sending (Slurm's step set-up ran meanwhile)"
+  read -r e f m < <(pct "$out/${name}_scred"); read -r g h m < <(pct "$out/${name}_ssock")
+  echo "; of it sent in init_post_opt $a / $b (credential $e / $f, connect and send $g / $h), answered $c / $d after sending (Slurm's step set-up ran meanwhile)"
 }
 agent_steps() {
   local sock=$1 name=$2 label=$3 a b n e f k
