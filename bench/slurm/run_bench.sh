@@ -134,6 +134,10 @@ if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the sam
     line[agent_old]="required $SO agent=unix://$OLD_AGENT ${ARGS}"
   fi
 fi
+if [[ -n ${DUET_BENCH_EMPTY_SPANK:-} ]]; then  # a plugin that does nothing
+  variants+=(empty)
+  line[empty]="required $(readlink -f "$DUET_BENCH_EMPTY_SPANK")"
+fi
 if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then  # a previous build, for before/after
   variants+=(old)
   if [[ -n $NODE_BIN ]]; then
@@ -271,6 +275,12 @@ for cred in "$CRED" "$OTHER"; do
   read -r e f k < <(pct "$out/release")
   echo "| in slurmstepd ($cred), p50 / p99 ms (n=$n) | client module dlopen: $a / $b; Hold (credential + gRPC): $c / $d; Release at exit: $e / $f | — |"
 done
+if [[ -n ${DUET_BENCH_EMPTY_SPANK:-} ]]; then
+  read -r a b n < <(pct "$out/srun_empty"); read -r c d m < <(pct "$out/srun_none")
+  echo "| srun -n1 true, p50 / p99 ms (n=$n) | a SPANK plugin that does nothing (\$DUET_BENCH_EMPTY_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+  read -r a b n < <(pct "$out/srun_empty_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
+  echo "| srun -n1 --gres=gpu:1 true, p50 / p99 ms (n=$n) | a SPANK plugin that does nothing: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
+fi
 if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then
   read -r a b n < <(pct "$out/srun_old"); read -r c d m < <(pct "$out/srun_none")
   echo "| srun -n1 true, p50 / p99 ms (n=$n) | previous spank_duet (\$DUET_BENCH_OLD_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
