@@ -150,8 +150,22 @@ if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then  # a previous build, for before/afte
     line[old]="required $(readlink -f "$DUET_BENCH_OLD_SPANK") bridge=unix://$SOCK tpu=no"
   fi
 fi
+# Each timed srun starts once the step before it has left slurmstepd and its
+# job has left slurmctld: srun returns before its step's slurm_spank_exit
+# (the Release) and the job's completion, and that tail would otherwise be
+# timed with the next variant's srun. (Not in the figures before 6 Dec 13:20.)
+settle() {
+  local i
+  for ((i = 0; i < 400; i++)); do
+    if [[ -z $(squeue -h -w bn -o %i 2>/dev/null) ]] && ! pgrep -x slurmstepd >/dev/null; then
+      return 0
+    fi
+    sleep 0.01
+  done
+}
 one_srun() {  # one_srun FILE ARGS...
   local f=$1; shift
+  settle
   t=$(now_ns); srun -w bn "$@" true; ms_since "$t" >>"$f"
 }
 for ((r = -1; r < NSRUN; r++)); do  # round -1: warm-up, not recorded
