@@ -157,7 +157,9 @@ fi
 settle() {
   local i
   for ((i = 0; i < 400; i++)); do
-    if [[ -z $(squeue -h -w bn -o %i 2>/dev/null) ]] && ! pgrep -x slurmstepd >/dev/null; then
+    # (A slurmstepd that has exited stays a zombie until reaped: not counted.)
+    if [[ -z $(squeue -h -w bn -o %i 2>/dev/null) ]] &&
+      ! ps -C slurmstepd -o stat= | grep -qv '^Z'; then
       return 0
     fi
     sleep 0.01
