@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -118,8 +119,9 @@ TEST(AgentPathTest, GpuListsReadAsTheGrpcClientReadsThem) {
 }
 
 
-// A step agent on a unix socket: records each request, answers each after
-// `delay` with `hold_code` for a Hold (0: granted) and OK for a Release.
+// A step agent on a unix socket: records each request and answers it with
+// `hold_code` for a Hold (0: granted) and OK for a Release; while closed
+// (Close) it holds its answers back until Open.
 class FakeAgent {
  public:
   struct Call {
@@ -128,8 +130,7 @@ class FakeAgent {
     std::vector<uint32_t> gpus;
   };
 
-  explicit FakeAgent(std::string path, std::chrono::milliseconds delay = {})
-      : path_(std::move(path)), delay_(delay) {
+  explicit FakeAgent(std::string path) : path_(std::move(path)) {
     unlink(path_.c_str());
     fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
@@ -140,6 +141,7 @@ class FakeAgent {
     thread_ = std::thread([this] { Loop(); });
   }
   ~FakeAgent() {
+    Open();
     shutdown(fd_, SHUT_RDWR);
     thread_.join();
     close(fd_);
@@ -150,17 +152,23 @@ class FakeAgent {
     hold_code_ = code;
     hold_reason_ = reason;
   }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
   std::vector<Call> calls() {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_;
   }
   // Waits (up to 5 s) until `n` requests have arrived.
   bool WaitForCalls(size_t n) {
-    for (int i = 0; i < 500; ++i) {
-      if (calls().size() >= n) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(5), [&] { return calls_.size() >= n; });
   }
 
  private:
@@ -192,7 +200,7 @@ class FakeAgent {
       ASSERT_EQ(duet_wire_decode_request(frame, got, &req, err, sizeof err), 0) << err;
       duet_wire_reply reply{};
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::unique_lock<std::mutex> lock(mu_);
         calls_.push_back(
             {req.type, req.job_id, req.step_id, std::vector<uint32_t>(req.gpus, req.gpus + req.n_gpus)});
         if (req.type == DUET_WIRE_HOLD_STEP) {
@@ -200,8 +208,9 @@ class FakeAgent {
           snprintf(reply.reason, sizeof reply.reason, "%s", hold_reason_.c_str());
           snprintf(reply.message, sizeof reply.message, "fake agent says %s", hold_reason_.c_str());
         }
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return open_; });
       }
-      std::this_thread::sleep_for(delay_);
       const long n = duet_wire_encode_reply(&reply, frame, sizeof frame, err, sizeof err);
       ASSERT_GT(n, 0) << err;
       ASSERT_EQ(write(c, frame, static_cast<size_t>(n)), n);
@@ -210,10 +219,11 @@ class FakeAgent {
   }
 
   std::string path_;
-  std::chrono::milliseconds delay_;
   int fd_ = -1;
   std::thread thread_;
   std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
   std::vector<Call> calls_;
   uint32_t hold_code_ = 0;
   std::string hold_reason_;
@@ -258,11 +268,14 @@ class EarlyHoldTest : public ::testing::Test {
 };
 
 TEST_F(EarlyHoldTest, HoldSentInInitPostOptIsAnsweredInUserInitAndReleasedAtExit) {
-  FakeAgent agent(sock_, std::chrono::milliseconds(100));
+  FakeAgent agent(sock_);
+  agent.Close();
   g_env["SLURM_STEP_GPUS"] = "1,3";
   duet_agent_start_hold(nullptr, &args_);
-  // The Hold is on its way before user_init: the agent has it already.
+  // The Hold is on its way before user_init: the agent has it already, and
+  // answers once user_init is about to read.
   ASSERT_TRUE(agent.WaitForCalls(1));
+  agent.Open();
   EXPECT_TRUE(Logged("sent in init_post_opt"));
   char err[512] = "";
   ASSERT_EQ(duet_agent_user_init(nullptr, &args_, err, sizeof err), 0) << err;
@@ -311,7 +324,7 @@ TEST_F(EarlyHoldTest, GpusChangedBeforeUserInitRefuseTheStepAndExitReleasesTheEa
 }
 
 TEST_F(EarlyHoldTest, StepThatNeverReachesUserInitReleasesItsEarlyHoldAtExit) {
-  FakeAgent agent(sock_, std::chrono::milliseconds(50));
+  FakeAgent agent(sock_);
   g_env["SLURM_JOB_GPUS"] = "2";
   g_step_id = 0xfffffffbu;  // the batch step: its job's import goes too
   duet_agent_start_hold(nullptr, &args_);
@@ -337,10 +350,11 @@ TEST_F(EarlyHoldTest, ExternStepAndUsersOwnCudaVisibleDevicesSendNothingEarly) {
   g_step_id = 4;
   g_env["CUDA_VISIBLE_DEVICES"] = "5";
   duet_agent_start_hold(nullptr, &args_);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_TRUE(agent.calls().empty());
+  EXPECT_FALSE(duet_agent_registered());
   char err[512] = "";
   ASSERT_EQ(duet_agent_user_init(nullptr, &args_, err, sizeof err), 0) << err;
+  // The agent answers in the order it was asked: user_init's answer came,
+  // so anything sent before it has been recorded. One call: user_init's.
   ASSERT_EQ(agent.calls().size(), 1u);
   EXPECT_EQ(agent.calls()[0].gpus, std::vector<uint32_t>{5});
   EXPECT_FALSE(Logged("sent in init_post_opt"));
