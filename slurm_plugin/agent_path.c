@@ -52,12 +52,11 @@ static struct {
  * so that much of the round trip is off the step's path. fd -1: none. */
 static struct {
   int fd;
-  int rc;                        /* agent_send's; -1 until tried */
-  struct duet_wire_request r;    /* what was asked (the credential wiped) */
-  char note[600];                /* why no credential went, if none did */
-  char why[256];                 /* agent_send's error */
-  double sent_at, credential_ms, send_ms;
-} g_early = {.fd = -1, .rc = -1};
+  int tried;
+  struct duet_wire_request r; /* what was asked (the credential wiped) */
+  char note[600];             /* why no credential went, if none did */
+  double sent_at;
+} g_early = {.fd = -1};
 
 int duet_agent_registered(void) { return g_step.registered || g_early.fd >= 0; }
 
@@ -65,7 +64,6 @@ void duet_agent_forget(void) {
   if (g_early.fd >= 0) close(g_early.fd);
   memset(&g_early, 0, sizeof(g_early));
   g_early.fd = -1;
-  g_early.rc = -1;
   memset(&g_step, 0, sizeof(g_step));
 }
 
@@ -378,15 +376,24 @@ static const char* credential_hint(const char* why) {
 /* The device variables of a step that may run (DeviceEnv in remote.cc):
  * Slurm's own CUDA_VISIBLE_DEVICES stays (it may be renumbered under a
  * device cgroup); else the step's GPU indices. */
-static void export_gpus(spank_t sp, const uint32_t* gpus, uint32_t n) {
+#define DUET_GPU_LIST_MAX (DUET_WIRE_MAX_DEVICES * 11 + 1)
+
+/* "0,3": a request's GPU indices as Slurm lists them. */
+static const char* gpu_list(const struct duet_wire_request* r, char list[DUET_GPU_LIST_MAX]) {
+  size_t len = 0;
+  list[0] = '\0';
+  for (uint32_t i = 0; i < r->n_gpus; ++i) {
+    len += (size_t)snprintf(list + len, DUET_GPU_LIST_MAX - len, "%s%" PRIu32, i ? "," : "",
+                            r->gpus[i]);
+  }
+  return list;
+}
+
+static void export_gpus(spank_t sp, const struct duet_wire_request* r) {
   char have[8];
   if (spank_getenv(sp, "CUDA_VISIBLE_DEVICES", have, sizeof(have)) != ESPANK_ENV_NOEXIST) return;
-  char list[DUET_WIRE_MAX_DEVICES * 11 + 1];
-  size_t len = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%" PRIu32, i ? "," : "", gpus[i]);
-  }
-  spank_setenv(sp, "CUDA_VISIBLE_DEVICES", list, 1);
+  char list[DUET_GPU_LIST_MAX];
+  spank_setenv(sp, "CUDA_VISIBLE_DEVICES", gpu_list(r, list), 1);
 }
 
 
@@ -448,28 +455,26 @@ static void register_step(const struct duet_wire_request* r) {
 }
 
 void duet_agent_start_hold(spank_t sp, const struct duet_spank_args* a) {
-  if (g_early.fd >= 0 || g_early.rc >= 0) return; /* once per step */
-  char err[256];
-  if (step_request(sp, a, 1, &g_early.r, err, sizeof(err)) != 1 ||
+  if (g_early.tried) return; /* once per step */
+  g_early.tried = 1;
+  char why[256];
+  /* user_init, where there is one, asks itself and says what is wrong. */
+  if (step_request(sp, a, 1, &g_early.r, why, sizeof(why)) != 1 ||
       g_early.r.step_id == DUET_EXTERN_STEP) {
-    g_early.rc = CALL_BAD; /* user_init, where there is one, asks and says what is wrong */
     return;
   }
   const uid_t prev = raise_root();
   const double t0 = mono_s();
   attach_credential(a, "Hold", &g_early.r, g_early.note, sizeof(g_early.note));
   const double t1 = mono_s();
-  g_early.rc = agent_send(a, &g_early.r, &g_early.fd, g_early.why, sizeof(g_early.why));
+  const int sent = agent_send(a, &g_early.r, &g_early.fd, why, sizeof(why)) == CALL_ANSWERED;
   restore_uid(prev);
   memset(g_early.r.cred, 0, sizeof(g_early.r.cred));
   g_early.sent_at = mono_s();
-  g_early.credential_ms = (t1 - t0) * 1e3;
-  g_early.send_ms = (g_early.sent_at - t1) * 1e3;
   slurm_debug("duet: agent Hold (auth %s) sent in init_post_opt: credential %.2f ms, send %.2f "
               "ms%s%s (%s)",
-              auth_label(a), g_early.credential_ms, g_early.send_ms,
-              g_early.fd < 0 ? "; not sent, user_init asks again: " : "",
-              g_early.fd < 0 ? g_early.why : "", a->agent);
+              auth_label(a), (t1 - t0) * 1e3, (g_early.sent_at - t1) * 1e3,
+              sent ? "" : "; not sent, user_init asks again: ", sent ? "" : why, a->agent);
 }
 
 /* The early Hold's answer, in user_init. */
@@ -517,11 +522,12 @@ int duet_agent_user_init(spank_t sp, const struct duet_spank_args* a, char* err,
     /* Nothing of Slurm changes these between the two calls; another SPANK
      * plugin may have. The step would run on devices it does not hold. */
     settle_early(a);
+    char held[DUET_GPU_LIST_MAX], now[DUET_GPU_LIST_MAX];
     say(err, err_len,
-        "step %s refused on node %s: its GPUs changed between slurm_spank_init_post_opt "
-        "(%" PRIu32 " held) and user_init (%" PRIu32 " now; SLURM_STEP_GPUS, SLURM_JOB_GPUS or "
-        "CUDA_VISIBLE_DEVICES was rewritten in between, by another SPANK plugin?)",
-        step, r.node, g_early.r.n_gpus, r.n_gpus);
+        "step %s refused on node %s: its GPUs changed between slurm_spank_init_post_opt, which "
+        "asked for GPUs %s, and user_init, which sees %s (SLURM_STEP_GPUS, SLURM_JOB_GPUS or "
+        "CUDA_VISIBLE_DEVICES rewritten in between, by another SPANK plugin?)",
+        step, r.node, gpu_list(&g_early.r, held), gpu_list(&r, now));
     return -1;
   }
 
@@ -569,13 +575,13 @@ int duet_agent_user_init(spank_t sp, const struct duet_spank_args* a, char* err,
   }
   if (rc == CALL_ANSWERED && reply.code == 0) {
     register_step(&r);
-    export_gpus(sp, r.gpus, r.n_gpus);
+    export_gpus(sp, &r);
     return 0;
   }
   if (unreachable && a->on_unreachable == DUET_UNREACHABLE_ALLOW) {
     slurm_info("duet: step %s on %s runs unregistered: %s unreachable (%s)", step, r.node,
                a->agent, reply.message);
-    export_gpus(sp, r.gpus, r.n_gpus);
+    export_gpus(sp, &r);
     return 0;
   }
   if (rc == CALL_BAD) {
@@ -588,7 +594,7 @@ int duet_agent_user_init(spank_t sp, const struct duet_spank_args* a, char* err,
     return -1;
   }
   if (strcmp(reply.reason, "NODE_NOT_SHARED") == 0) { /* nothing to fence */
-    export_gpus(sp, r.gpus, r.n_gpus);
+    export_gpus(sp, &r);
     return 0;
   }
   if (said && strcmp(reply.reason, "POD_EVICTING") == 0) {
