@@ -108,7 +108,7 @@ TARGETS=(
   libslurm_client_test slurm_sync_test munge_auth_test spank_duet_test
   slurm_e2e_test pod_e2e_test podlife_slurm_test slurm_bench_tool bridge_pod_auth_test slurm_policy_test
   deployment_e2e_test dra_e2e_test dra_gang_e2e_test gang_e2e_test tpu_slice_e2e_test slurm_topology_test step_agent_e2e_test
-  duet-bridge duetctl duet-node spank_duet duet_spank_client
+  duet-bridge duetctl duet-node spank_duet duet_spank_client bench_empty_spank
 )
 
 log() { echo "slurm-root $SUITE: $*"; }
