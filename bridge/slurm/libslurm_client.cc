@@ -366,22 +366,20 @@ absl::Status LibSlurmClient::Ping() {
 }
 
 absl::StatusOr<std::string> LibSlurmClient::ControllerVersion() {
-  return Run<std::string>("load config", []() -> absl::StatusOr<std::string> {
-    slurm_conf_t* conf = nullptr;
-    if (slurm_load_ctl_conf(0, &conf) != SLURM_SUCCESS) return SlurmError("load config");
-    std::string version = conf->version != nullptr ? conf->version : "";
-    slurm_compat::FreeCtlConf(conf);
-    return version;
-  });
+  absl::StatusOr<SlurmControllerInfo> info = Controller();
+  if (!info.ok()) return info.status();
+  return info->version;
 }
 
-absl::StatusOr<int64_t> LibSlurmClient::ControllerBootTime() {
-  return Run<int64_t>("load config", []() -> absl::StatusOr<int64_t> {
+absl::StatusOr<SlurmControllerInfo> LibSlurmClient::Controller() {
+  return Run<SlurmControllerInfo>("load config", []() -> absl::StatusOr<SlurmControllerInfo> {
     slurm_conf_t* conf = nullptr;
     if (slurm_load_ctl_conf(0, &conf) != SLURM_SUCCESS) return SlurmError("load config");
-    const int64_t boot = static_cast<int64_t>(conf->boot_time);
+    SlurmControllerInfo info;
+    info.boot_time = static_cast<int64_t>(conf->boot_time);
+    if (conf->version != nullptr) info.version = conf->version;
     slurm_compat::FreeCtlConf(conf);
-    return boot;
+    return info;
   });
 }
 

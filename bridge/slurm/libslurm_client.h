@@ -35,17 +35,6 @@
 
 namespace duet {
 
-// A Slurm release: 24.11 is {24, 11}.
-struct SlurmRelease {
-  int major = 0;
-  int minor = 0;
-  bool operator==(const SlurmRelease& o) const { return major == o.major && minor == o.minor; }
-};
-// "24.11" (two-digit minor, as Slurm writes it).
-std::string FormatRelease(SlurmRelease r);
-// The release of a version string such as "24.11.5" or "26.05.0-0rc1"; nullopt
-// when it is not one.
-std::optional<SlurmRelease> ParseSlurmRelease(absl::string_view version);
 // The libslurm release duet was built against (SLURM_VERSION_NUMBER).
 SlurmRelease BuiltSlurmRelease();
 // Whether a libslurm of release `client` can talk to a slurmctld of `ctld`:
@@ -84,7 +73,7 @@ class LibSlurmClient final : public SlurmClient {
   absl::Status KillJob(uint32_t job_id) override;
   absl::StatusOr<std::vector<SlurmJobInfo>> ListJobs() override;
   absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t job_id) override;
-  absl::StatusOr<int64_t> ControllerBootTime() override;
+  absl::StatusOr<SlurmControllerInfo> Controller() override;
   absl::Status Reconfigure() override;
   absl::StatusOr<SlurmClusterConfig> ClusterConfig() override;
   absl::StatusOr<std::vector<SlurmPartitionInfo>> ListPartitions() override;

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/slurm/slurm_format.h"
 
@@ -39,6 +40,29 @@ namespace duet {
 inline constexpr uint32_t kPlaceholderPriority = 0xfffffffd;
 
 // What duet wants a Slurm node to be.
+// A Slurm release: 24.11 is {24, 11}.
+struct SlurmRelease {
+  int major = 0;
+  int minor = 0;
+  bool operator==(const SlurmRelease& o) const { return major == o.major && minor == o.minor; }
+  bool operator<(const SlurmRelease& o) const {
+    return major != o.major ? major < o.major : minor < o.minor;
+  }
+};
+// "24.11" (two-digit minor, as Slurm writes it).
+std::string FormatRelease(SlurmRelease r);
+// The release of a version string such as "24.11.5" or "26.05.0-0rc1"; nullopt
+// when it is not one.
+std::optional<SlurmRelease> ParseSlurmRelease(absl::string_view version);
+
+// What slurmctld says of itself (`scontrol show config`).
+struct SlurmControllerInfo {
+  // BOOT_TIME: when it last started, in seconds since the epoch.
+  int64_t boot_time = 0;
+  // SLURM_VERSION, "24.11.5".
+  std::string version;
+};
+
 struct SlurmNodeConfig {
   std::string name;
   // NodeAddr and NodeHostname; empty: the node name.
@@ -243,10 +267,10 @@ class SlurmClient {
   // nullopt when Slurm no longer knows the job.
   virtual absl::StatusOr<std::optional<SlurmJobInfo>> GetJob(uint32_t job_id) = 0;
 
-  // When slurmctld last started (BOOT_TIME of `scontrol show config`), in
-  // seconds since the epoch. The default is UNIMPLEMENTED (fakes).
-  virtual absl::StatusOr<int64_t> ControllerBootTime() {
-    return absl::UnimplementedError("ControllerBootTime");
+  // When slurmctld last started and its version. The default is
+  // UNIMPLEMENTED (fakes).
+  virtual absl::StatusOr<SlurmControllerInfo> Controller() {
+    return absl::UnimplementedError("Controller");
   }
   // `scontrol reconfigure`. The default is UNIMPLEMENTED (fakes).
   virtual absl::Status Reconfigure() { return absl::UnimplementedError("Reconfigure"); }

@@ -130,22 +130,37 @@ namespace {
 constexpr int64_t kOwnReconfigureRestartSeconds = 10;
 }  // namespace
 
+bool GresStepsNeedReconfigureAfterStart(absl::string_view ctld_version) {
+  const std::optional<SlurmRelease> release = ParseSlurmRelease(ctld_version);
+  return !release.has_value() || *release < SlurmRelease{24, 11};
+}
+
 absl::Status SlurmSync::AfterCtldStart(const std::vector<SlurmNodeInfo>& nodes) {
-  absl::StatusOr<int64_t> boot = slurm_->ControllerBootTime();
-  if (absl::IsUnimplemented(boot.status())) return absl::OkStatus();
-  if (!boot.ok()) return boot.status();
-  if (*boot == ctld_boot_) return absl::OkStatus();
-  // Newer Slurm (seen on 24.11) carries `scontrol reconfigure` out by
-  // restarting slurmctld, which gives it a new BOOT_TIME. A new start seen
-  // within a few seconds of the sync's own reconfigure is that restart, not
-  // another start: reconfiguring again would restart slurmctld again, on
-  // every pass. (Slurm 22.05 reconfigures in place and keeps BOOT_TIME.)
-  if (own_reconfigure_at_ != 0 && ctld_boot_ != 0 && *boot > ctld_boot_ &&
-      *boot <= own_reconfigure_at_ + kOwnReconfigureRestartSeconds) {
+  absl::StatusOr<SlurmControllerInfo> ctld = slurm_->Controller();
+  if (absl::IsUnimplemented(ctld.status())) return absl::OkStatus();
+  if (!ctld.ok()) return ctld.status();
+  const int64_t boot = ctld->boot_time;
+  if (boot == ctld_boot_) return absl::OkStatus();
+  if (!GresStepsNeedReconfigureAfterStart(ctld->version)) {
+    // Measured: 24.11.5, 25.11.7 and 26.05.5 run GRES steps on recovered
+    // dynamic nodes right after a restart, and carry a reconfigure out by
+    // restarting slurmctld, which a bridge start must not cause.
+    ctld_boot_ = boot;
+    own_reconfigure_at_ = 0;
+    return absl::OkStatus();
+  }
+  // A release that carries `scontrol reconfigure` out by restarting
+  // slurmctld (24.11 does; an unmeasured one before it may) gives it a new
+  // BOOT_TIME. A new start seen within a few seconds of the sync's own
+  // reconfigure is that restart, not another start: reconfiguring again
+  // would restart slurmctld again, on every pass. (Slurm 22.05 reconfigures
+  // in place and keeps BOOT_TIME.)
+  if (own_reconfigure_at_ != 0 && ctld_boot_ != 0 && boot > ctld_boot_ &&
+      boot <= own_reconfigure_at_ + kOwnReconfigureRestartSeconds) {
     spdlog::info("slurm sync: slurmctld restarted at {} to carry out duet's reconfigure; nothing "
                  "more to do",
-                 *boot);
-    ctld_boot_ = *boot;
+                 boot);
+    ctld_boot_ = boot;
     own_reconfigure_at_ = 0;
     return absl::OkStatus();
   }
@@ -157,11 +172,11 @@ absl::Status SlurmSync::AfterCtldStart(const std::vector<SlurmNodeInfo>& nodes) 
     own_reconfigure_at_ = absl::ToUnixSeconds(absl::Now());
     Count(&SlurmSyncStats::reconfigures);
     spdlog::info(
-        "slurm sync: slurmctld started at {} with GRES nodes: scontrol reconfigure (Slurm 22.05 "
-        "refuses GRES steps on recovered dynamic nodes until then)",
-        *boot);
+        "slurm sync: slurmctld {} started at {} with GRES nodes: scontrol reconfigure (Slurm "
+        "22.05 refuses GRES steps on recovered dynamic nodes until then)",
+        ctld->version, boot);
   }
-  ctld_boot_ = *boot;
+  ctld_boot_ = boot;
   return absl::OkStatus();
 }
 

@@ -76,6 +76,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -294,6 +295,12 @@ uint32_t SlurmWeightFor(const NodeView& view, const SlurmSyncOptions& options);
 // block_topology, without a block, or in adopt mode.
 std::string SlurmTopologyFor(const NodeView& view, const SlurmSyncOptions& options);
 
+// Whether a slurmctld of `ctld_version` ("22.05.8") refuses GRES steps on
+// dynamic nodes recovered from its state until `scontrol reconfigure`
+// (bridge/slurm/README.md). Seen on 22.05.8; not on 24.11.5, 25.11.7 or
+// 26.05.5. Releases between them and a version that does not parse: true.
+bool GresStepsNeedReconfigureAfterStart(absl::string_view ctld_version);
+
 class SlurmSync {
  public:
   // Nothing is owned; all must outlive this object.
@@ -351,7 +358,8 @@ class SlurmSync {
   // Slurm 22.05 workaround (README.md): after slurmctld starts with dynamic
   // nodes recovered from its state, new steps asking for GRES fail with
   // "Invalid generic resource (gres) specification" until a reconfigure.
-  // Once per slurmctld boot seen, with any GRES node: `scontrol reconfigure`.
+  // Once per slurmctld boot seen, with any GRES node, on a slurmctld for
+  // which GresStepsNeedReconfigureAfterStart: `scontrol reconfigure`.
   absl::Status AfterCtldStart(const std::vector<SlurmNodeInfo>& nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Drains (if needed) and deletes a Slurm node once empty.

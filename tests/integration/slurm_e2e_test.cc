@@ -866,8 +866,7 @@ TEST_F(SlurmE2eTest, SlurmctldDownIsReportedAndRecovered) {
   ASSERT_TRUE(c_->CtldStart());
   EXPECT_TRUE(WaitFor([&] { return health() == "SERVING"; })) << health() << w_->Log();
   EXPECT_TRUE(metric("duet_slurm_degraded 0"));
-  // From 24.11 the bridge's reconfigure after a slurmctld start restarts
-  // slurmctld once more: scontrol may find none for a moment.
+  // A slurmctld just started may not answer scontrol for a moment.
   EXPECT_TRUE(WaitFor([&] { return c_->JobState(job) == "RUNNING"; })) << c_->JobState(job);
   ExpectLedgerAgreesWithSlurm("after slurmctld came back");
 }

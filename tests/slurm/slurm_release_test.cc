@@ -57,6 +57,22 @@ TEST(SlurmReleaseTest, BuiltReleaseIsOneItServes) {
   EXPECT_TRUE(ControllerSupported(BuiltSlurmRelease(), BuiltSlurmRelease()));
 }
 
+// The 22.05 workaround (a reconfigure after each slurmctld start) only where
+// it is needed: on 24.11 and later a reconfigure restarts slurmctld.
+TEST(SlurmReleaseTest, ReconfigureAfterStartOnlyBefore2411) {
+  EXPECT_TRUE(GresStepsNeedReconfigureAfterStart("22.05.8"));
+  EXPECT_TRUE(GresStepsNeedReconfigureAfterStart("23.11.10"));
+  EXPECT_TRUE(GresStepsNeedReconfigureAfterStart("24.05.4"));
+  EXPECT_FALSE(GresStepsNeedReconfigureAfterStart("24.11.5"));
+  EXPECT_FALSE(GresStepsNeedReconfigureAfterStart("25.11.7"));
+  EXPECT_FALSE(GresStepsNeedReconfigureAfterStart("26.05.0-0rc1"));
+  EXPECT_FALSE(GresStepsNeedReconfigureAfterStart("27.05.1"));
+  // A version that does not parse keeps the workaround: one reconfigure too
+  // many is cheaper than GPU steps refused.
+  EXPECT_TRUE(GresStepsNeedReconfigureAfterStart(""));
+  EXPECT_TRUE(GresStepsNeedReconfigureAfterStart("slurm"));
+}
+
 TEST(SlurmReleaseTest, SyncAgainstAnUnsupportedControllerIsDegradedAndCounted) {
   Ledger ledger;
   // What LibSlurmClient::Ping answers for a slurmctld of an unsupported

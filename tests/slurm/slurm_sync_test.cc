@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -342,14 +343,8 @@ TEST_F(SlurmSyncTest, SlurmctldRestartWithLivePlaceholdersAndJobs) {
   EXPECT_TRUE(ledger_.FindHolding("sy-g", p2->owner).has_value());
 
   ASSERT_TRUE(cluster_->CtldStart());
-  // Let the wall clock leave the second slurmctld started in. Where Slurm
-  // carries a reconfigure out by restarting slurmctld (24.11 and later), the
-  // restart then has a later BOOT_TIME, which the sync must take for its own
-  // reconfigure's and not for another start (it once reconfigured again,
-  // restarting slurmctld on every pass; seen under load in CI).
-  absl::StatusOr<int64_t> boot = client_->ControllerBootTime();
-  ASSERT_TRUE(boot.ok()) << boot.status();
-  ASSERT_TRUE(WaitFor([&] { return absl::ToUnixSeconds(absl::Now()) > *boot; }));
+  absl::StatusOr<SlurmControllerInfo> ctld = client_->Controller();
+  ASSERT_TRUE(ctld.ok()) << ctld.status();
   ASSERT_TRUE(WaitFor([&] { return sync_->RunOnce().ok(); }));
   EXPECT_FALSE(sync_->degraded());
   EXPECT_EQ(cluster_->JobState(p1->owner.job_id), "RUNNING");
@@ -358,12 +353,14 @@ TEST_F(SlurmSyncTest, SlurmctldRestartWithLivePlaceholdersAndJobs) {
   EXPECT_EQ(ledger_.ListHoldings("sy-g").size(), 3u);
   ExpectLedgerMatchesSlurm("sy-g");
   // Slurm 22.05 refuses new GRES steps on recovered dynamic nodes ("Invalid
-  // generic resource") until a reconfigure, which the sync did once.
-  EXPECT_EQ(sync_->stats().reconfigures, 1u);
+  // generic resource") until a reconfigure, which the sync did once; 24.11
+  // and later need none (and restart slurmctld to carry one out).
+  const uint64_t reconfigures = absl::StartsWith(ctld->version, "22.05.") ? 1 : 0;
+  EXPECT_EQ(sync_->stats().reconfigures, reconfigures) << ctld->version;
   CmdResult step = cluster_->Cli("srun -w sy-g --gres=gpu:1 true");
   EXPECT_EQ(step.rc, 0) << step.out;
   ASSERT_TRUE(sync_->RunOnce().ok());
-  EXPECT_EQ(sync_->stats().reconfigures, 1u) << "once per slurmctld start";
+  EXPECT_EQ(sync_->stats().reconfigures, reconfigures) << "at most once per slurmctld start";
   // And it works again.
   ASSERT_TRUE(placeholders_->Cancel("sy-g", "uid-g2").ok());
   EXPECT_TRUE(WaitFor([&] { return cluster_->JobEnded(p2->owner.job_id); }));
@@ -411,8 +408,10 @@ TEST_F(SlurmSyncTest, GangJobsSlotsAndMembersSurviveABridgeRestart) {
   o.release_grace = absl::ZeroDuration();
   o.pod_liveness = [](const std::string&) { return PodLiveness::kLive; };
   SlurmSync sync(o, &ledger, client_.get(), Clock::Real());
-  ASSERT_TRUE(sync.RunOnce().ok());
-  ASSERT_TRUE(sync.RunOnce().ok());
+  absl::Status pass = sync.RunOnce();
+  ASSERT_TRUE(pass.ok()) << pass;
+  pass = sync.RunOnce();
+  ASSERT_TRUE(pass.ok()) << pass;
   const std::vector<Holding> after = ledger.ListHoldings();
   ASSERT_EQ(after.size(), before.size());
   for (size_t i = 0; i < after.size(); ++i) {
