@@ -65,6 +65,17 @@ pct() {  # pct FILE -> "p50 p99 n"
     printf "%.2f %.2f %d\n", a[i50], a[i99], NR}'
 }
 ms_since() { echo "scale=3; ($(now_ns) - $1) / 1000000" | bc; }
+# paired A B -> "median lo hi n": the median of the per-round differences
+# A[i] - B[i] (the two files hold one time per round, in round order) and its
+# 95% confidence interval from order statistics (distribution-free: the
+# differences of ranks n/2 -+ 0.98 sqrt(n), which cover the true median with
+# a probability of about 0.95; for n below 10, the smallest and largest).
+paired() {
+  paste -d' ' "$1" "$2" | awk '{print $1 - $2}' | sort -g |
+    awk '{d[NR]=$1} END {n=NR; m=(n%2) ? d[(n+1)/2] : (d[n/2]+d[n/2+1])/2;
+      k=int((n - 1.96*sqrt(n))/2); if (k < 1) k=1;
+      printf "%.2f %.2f %.2f %d\n", m, d[k], d[n+1-k], n}'
+}
 out=$ROOT/out; mkdir -p "$out"
 
 if ((!spank_only)); then
@@ -170,8 +181,11 @@ one_srun() {  # one_srun FILE ARGS...
   settle
   t=$(now_ns); srun -w bn "$@" true; ms_since "$t" >>"$f"
 }
+# Each round starts one variant later than the last, so no variant always
+# runs first (after the settle) or right after the slowest one.
 for ((r = -1; r < NSRUN; r++)); do  # round -1: warm-up, not recorded
-  for v in "${variants[@]}"; do
+  for ((k = 0; k < ${#variants[@]}; k++)); do
+    v=${variants[(k + (r < 0 ? 0 : r)) % ${#variants[@]}]}
     echo "${line[$v]}" >"$ROOT/etc/plugstack.conf"
     if ((r < 0)); then srun -w bn true; srun -w bn --gres=gpu:1 true; continue; fi
     one_srun "$out/srun_$v" -n1
@@ -306,3 +320,13 @@ if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then
     agent_steps "$OLD_SPANK_AGENT" old "previous spank_duet on the agent path, same duet-node"
   fi
 fi
+# What each plugin adds to the whole srun, round by round: the variants of a
+# round ran within a second or two of each other, so load that comes and goes
+# (this is a shared 2-core VM) hits both sides of each difference alike,
+# which a difference of two medians does not see.
+for v in "${variants[@]}"; do
+  [[ $v == none ]] && continue
+  read -r a lo hi n < <(paired "$out/srun_${v}_gpu" "$out/srun_none_gpu")
+  read -r b lo2 hi2 m < <(paired "$out/srun_$v" "$out/srun_none")
+  echo "| $v, added per round (median of the $n paired differences, 95% CI), ms | srun -n1 --gres=gpu:1 true: $a [$lo, $hi]; srun -n1 true: $b [$lo2, $hi2] | — |"
+done

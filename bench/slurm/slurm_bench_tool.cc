@@ -38,6 +38,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/slurm_sync.h"
@@ -273,6 +274,8 @@ int Serve(const std::string& socket, int argc, char** argv) {
 }  // namespace duet
 
 int main(int argc, char** argv) {
+  // Figures go to stdout (run_bench.sh reads them), log lines to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("slurm_bench_tool"));
   spdlog::set_level(spdlog::level::warn);
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "placeholders" && argc == 4) return duet::PlaceholderGrants(argv[2], atoi(argv[3]));
