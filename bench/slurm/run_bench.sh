@@ -181,6 +181,10 @@ one_srun() {  # one_srun FILE ARGS...
   settle
   t=$(now_ns); srun -w bn "$@" true; ms_since "$t" >>"$f"
 }
+# CPU time (user + system, all threads) a process has used, in ms.
+TCK=$(getconf CLK_TCK)
+cpu_ms() { awk -v t="$TCK" '{printf "%d\n", ($14 + $15) * 1000 / t}' "/proc/$1/stat"; }
+serve_cpu0=$(cpu_ms "$SERVE_PID"); node_cpu0=${NODE_PID:+$(cpu_ms "$NODE_PID")}
 # Each round starts one variant later than the last, so no variant always
 # runs first (after the settle) or right after the slowest one.
 for ((r = -1; r < NSRUN; r++)); do  # round -1: warm-up, not recorded
@@ -192,6 +196,9 @@ for ((r = -1; r < NSRUN; r++)); do  # round -1: warm-up, not recorded
     one_srun "$out/srun_${v}_gpu" -n1 --gres=gpu:1
   done
 done
+
+serve_cpu=$(($(cpu_ms "$SERVE_PID") - serve_cpu0))
+node_cpu=${NODE_PID:+$(($(cpu_ms "$NODE_PID") - node_cpu0))}
 
 echo "| measurement | duet | baseline (same run) |"
 echo "|---|---|---|"
@@ -330,3 +337,16 @@ for v in "${variants[@]}"; do
   read -r b lo2 hi2 m < <(paired "$out/srun_$v" "$out/srun_none")
   echo "| $v, added per round (median of the $n paired differences, 95% CI), ms | srun -n1 --gres=gpu:1 true: $a [$lo, $hi]; srun -n1 true: $b [$lo2, $hi2] | — |"
 done
+# The CPU the Hold and Release cost beside the step, on a 2-core machine
+# taken from Slurm's own step set-up (at the kernel's tick, 1000/CLK_TCK ms,
+# over every GPU step of the run, the warm-up round's included; what the two
+# processes use while idle over the run is in it too).
+calls=0
+for v in "${variants[@]}"; do [[ $v == none || $v == empty ]] || calls=$((calls + NSRUN + 1)); done
+if ((calls > 0)); then
+  cell="ledger service (this bench's, in the bridge's place): $(echo "scale=2; $serve_cpu / $calls" | bc) ms over $calls GPU steps of every plugin variant"
+  if [[ -n $NODE_PID ]]; then
+    cell+="; duet-node's step agent: $(echo "scale=2; $node_cpu / ($NSRUN + 1)" | bc) ms over the $((NSRUN + 1)) steps of variant agent"
+  fi
+  echo "| CPU per GPU step outside slurmstepd (user + system, idle use included) | $cell | — |"
+fi
