@@ -161,20 +161,34 @@ if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then  # a previous build, for before/afte
     line[old]="required $(readlink -f "$DUET_BENCH_OLD_SPANK") bridge=unix://$SOCK tpu=no"
   fi
 fi
+# DUET_BENCH_VARIANTS="none agent empty": only those (none is always run).
+if [[ -n ${DUET_BENCH_VARIANTS:-} ]]; then
+  keep=(none)
+  for v in "${variants[@]}"; do
+    [[ $v != none && " $DUET_BENCH_VARIANTS " == *" $v "* ]] && keep+=("$v")
+  done
+  variants=("${keep[@]}")
+fi
 # Each timed srun starts once the step before it has left slurmstepd and its
 # job has left slurmctld: srun returns before its step's slurm_spank_exit
 # (the Release) and the job's completion, and that tail would otherwise be
 # timed with the next variant's srun. (Not in the figures before 6 Dec 13:20.)
+# Then DUET_BENCH_GAP_MS more (default 100): what the last step left to do
+# beside it (duet-node sending its queued Release, a gRPC server's threads
+# winding down, munged) is then not timed with the next variant's srun.
+# (Not in the figures before 6 Dec 2026 17:00.)
+GAP=$(echo "scale=3; ${DUET_BENCH_GAP_MS:-100} / 1000" | bc)
 settle() {
   local i
   for ((i = 0; i < 400; i++)); do
     # (A slurmstepd that has exited stays a zombie until reaped: not counted.)
     if [[ -z $(squeue -h -w bn -o %i 2>/dev/null) ]] &&
       ! ps -C slurmstepd -o stat= | grep -qv '^Z'; then
-      return 0
+      break
     fi
     sleep 0.01
   done
+  sleep "$GAP"
 }
 one_srun() {  # one_srun FILE ARGS...
   local f=$1; shift
@@ -207,12 +221,17 @@ read -r a b n < <(pct "$out/ph_client"); read -r c d m < <(pct "$out/ph_cli")
 echo "| placeholder grant, p50 / p99 ms (n=$n) | LibSlurmClient: $a / $b | salloc --immediate --no-shell: $c / $d |"
 echo "| $NNODES nodes created and visible, s | SlurmSync.RunOnce: $sync_s | scontrol create loop: $cli_s |"
 fi
-read -r a b n < <(pct "$out/srun_plugin"); read -r c d m < <(pct "$out/srun_none")
-echo "| srun -n1 true, p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
-read -r a b n < <(pct "$out/srun_plugin_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
-echo "| srun -n1 --gres=gpu:1 true (Hold+Release over gRPC, $CRED credential, Slurm $SLURM_VER), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
-read -r a b n < <(pct "$out/srun_other_gpu")
-echo "| the same with the $OTHER credential (same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+read -r c d m < <(pct "$out/srun_none_gpu")
+if [[ -s $out/srun_plugin ]]; then
+  read -r a b n < <(pct "$out/srun_plugin"); read -r c d m < <(pct "$out/srun_none")
+  echo "| srun -n1 true, p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+  read -r a b n < <(pct "$out/srun_plugin_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
+  echo "| srun -n1 --gres=gpu:1 true (Hold+Release over gRPC, $CRED credential, Slurm $SLURM_VER), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
+fi
+if [[ -s $out/srun_other_gpu ]]; then
+  read -r a b n < <(pct "$out/srun_other_gpu")
+  echo "| the same with the $OTHER credential (same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+fi
 # agent_steps SOCKET NAME LABEL: the Hold and Release in slurmstepd of the
 # GPU steps whose plugstack named agent=unix://SOCKET (the plugin's debug
 # lines name it).
@@ -259,7 +278,7 @@ agent_steps() {
   read -r a b n < <(pct "$out/${name}_hold"); read -r e f k < <(pct "$out/${name}_release")
   echo "| in slurmstepd ($CRED, $label), p50 / p99 ms (n=$n) | Hold on the step's path: $a / $b$(early_cell "$name"); Release at exit: $e / $f | — |"
 }
-if [[ -n $NODE_BIN ]]; then
+if [[ -n $NODE_BIN && -s $out/srun_agent_gpu ]]; then
   read -r a b n < <(pct "$out/srun_agent_gpu")
   echo "| the same through duet-node's step agent (plugstack agent=, $CRED credential, same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
   read -r a b n < <(pct "$out/srun_agent"); read -r c d m < <(pct "$out/srun_none")
@@ -294,7 +313,7 @@ if [[ -n $NODE_BIN ]]; then
     read -r g h n < <(pct "$out/agent_rcred"); read -r x y m < <(pct "$out/agent_rrt")
     echo "| in slurmstepd ($CRED, agent path), Release split, p50 / p99 ms (n=$n) | credential $g / $h; agent (queued answer) $x / $y | — |"
   fi
-  if [[ -n ${DUET_BENCH_OLD_NODE:-} ]]; then
+  if [[ -s $out/srun_agent_old_gpu ]]; then
     read -r a b n < <(pct "$out/srun_agent_old_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
     echo "| the same through the previous duet-node (\$DUET_BENCH_OLD_NODE, same rounds), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
     agent_steps "$OLD_AGENT" agent_old "previous duet-node"
@@ -312,13 +331,13 @@ for cred in "$CRED" "$OTHER"; do
   read -r e f k < <(pct "$out/release")
   echo "| in slurmstepd ($cred), p50 / p99 ms (n=$n) | client module dlopen: $a / $b; Hold (credential + gRPC): $c / $d; Release at exit: $e / $f | — |"
 done
-if [[ -n ${DUET_BENCH_EMPTY_SPANK:-} ]]; then
+if [[ -s $out/srun_empty ]]; then
   read -r a b n < <(pct "$out/srun_empty"); read -r c d m < <(pct "$out/srun_none")
   echo "| srun -n1 true, p50 / p99 ms (n=$n) | a SPANK plugin that does nothing (\$DUET_BENCH_EMPTY_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
   read -r a b n < <(pct "$out/srun_empty_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
   echo "| srun -n1 --gres=gpu:1 true, p50 / p99 ms (n=$n) | a SPANK plugin that does nothing: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
 fi
-if [[ -n ${DUET_BENCH_OLD_SPANK:-} ]]; then
+if [[ -s $out/srun_old ]]; then
   read -r a b n < <(pct "$out/srun_old"); read -r c d m < <(pct "$out/srun_none")
   echo "| srun -n1 true, p50 / p99 ms (n=$n) | previous spank_duet (\$DUET_BENCH_OLD_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
   read -r a b n < <(pct "$out/srun_old_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
@@ -345,7 +364,7 @@ calls=0
 for v in "${variants[@]}"; do [[ $v == none || $v == empty ]] || calls=$((calls + NSRUN + 1)); done
 if ((calls > 0)); then
   cell="ledger service (this bench's, in the bridge's place): $(echo "scale=2; $serve_cpu / $calls" | bc) ms over $calls GPU steps of every plugin variant"
-  if [[ -n $NODE_PID ]]; then
+  if [[ -n $NODE_PID && " ${variants[*]} " == *" agent "* ]]; then
     cell+="; duet-node's step agent: $(echo "scale=2; $node_cpu / ($NSRUN + 1)" | bc) ms over the $((NSRUN + 1)) steps of variant agent"
   fi
   echo "| CPU per GPU step outside slurmstepd (user + system, idle use included) | $cell | — |"
