@@ -20,6 +20,11 @@
 #     DUET_BENCH_OLD_NODE=path/to/old/duet-node adds it as one more agent
 #     variant (its own socket, the same spank_duet.so and ledger service),
 #     for before/after of the agent in the same rounds ("agent_old").
+#     Each variant's added time is also given per round: the median of its
+#     per-round differences against no plugin, with a 95% interval; the
+#     variants rotate their place in the round. DUET_BENCH_VARIANTS="agent
+#     empty" runs only those (and none); each timed srun starts
+#     DUET_BENCH_GAP_MS (100) after the last step left Slurm.
 # Prints a markdown table. --quick: small counts (the ctest smoke run).
 set -euo pipefail
 quick=0 spank_only=0
