@@ -226,12 +226,18 @@ read -r a b n < <(pct "$out/ph_client"); read -r c d m < <(pct "$out/ph_cli")
 echo "| placeholder grant, p50 / p99 ms (n=$n) | LibSlurmClient: $a / $b | salloc --immediate --no-shell: $c / $d |"
 echo "| $NNODES nodes created and visible, s | SlurmSync.RunOnce: $sync_s | scontrol create loop: $cli_s |"
 fi
+# against_none VARIANT LABEL [WHAT]: its srun -n1 and --gres=gpu:1 rows
+# against no plugin (p50 and p99 of each, over the same rounds).
+against_none() {
+  local v=$1 label=$2 what=${3:-} a b n c d m
+  read -r a b n < <(pct "$out/srun_$v"); read -r c d m < <(pct "$out/srun_none")
+  echo "| srun -n1 true, p50 / p99 ms (n=$n) | $label: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+  read -r a b n < <(pct "$out/srun_${v}_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
+  echo "| srun -n1 --gres=gpu:1 true$what, p50 / p99 ms (n=$n) | $label: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
+}
 read -r c d m < <(pct "$out/srun_none_gpu")
 if [[ -s $out/srun_plugin ]]; then
-  read -r a b n < <(pct "$out/srun_plugin"); read -r c d m < <(pct "$out/srun_none")
-  echo "| srun -n1 true, p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
-  read -r a b n < <(pct "$out/srun_plugin_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
-  echo "| srun -n1 --gres=gpu:1 true (Hold+Release over gRPC, $CRED credential, Slurm $SLURM_VER), p50 / p99 ms (n=$n) | with spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
+  against_none plugin "with spank_duet" " (Hold+Release over gRPC, $CRED credential, Slurm $SLURM_VER)"
 fi
 if [[ -s $out/srun_other_gpu ]]; then
   read -r a b n < <(pct "$out/srun_other_gpu")
@@ -337,16 +343,10 @@ for cred in "$CRED" "$OTHER"; do
   echo "| in slurmstepd ($cred), p50 / p99 ms (n=$n) | client module dlopen: $a / $b; Hold (credential + gRPC): $c / $d; Release at exit: $e / $f | — |"
 done
 if [[ -s $out/srun_empty ]]; then
-  read -r a b n < <(pct "$out/srun_empty"); read -r c d m < <(pct "$out/srun_none")
-  echo "| srun -n1 true, p50 / p99 ms (n=$n) | a SPANK plugin that does nothing (\$DUET_BENCH_EMPTY_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
-  read -r a b n < <(pct "$out/srun_empty_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
-  echo "| srun -n1 --gres=gpu:1 true, p50 / p99 ms (n=$n) | a SPANK plugin that does nothing: $a / $b (+$(echo "$a - $c" | bc) at p50, +$(echo "$b - $d" | bc) at p99) | without: $c / $d |"
+  against_none empty "a SPANK plugin that does nothing (\$DUET_BENCH_EMPTY_SPANK)"
 fi
 if [[ -s $out/srun_old ]]; then
-  read -r a b n < <(pct "$out/srun_old"); read -r c d m < <(pct "$out/srun_none")
-  echo "| srun -n1 true, p50 / p99 ms (n=$n) | previous spank_duet (\$DUET_BENCH_OLD_SPANK): $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
-  read -r a b n < <(pct "$out/srun_old_gpu"); read -r c d m < <(pct "$out/srun_none_gpu")
-  echo "| srun -n1 --gres=gpu:1 true (Hold+Release), p50 / p99 ms (n=$n) | previous spank_duet: $a / $b (+$(echo "$a - $c" | bc) at p50) | without: $c / $d |"
+  against_none old "previous spank_duet (\$DUET_BENCH_OLD_SPANK)" " (Hold+Release)"
   if [[ -n ${OLD_SPANK_AGENT:-} ]]; then
     agent_steps "$OLD_SPANK_AGENT" old "previous spank_duet on the agent path, same duet-node"
   fi
