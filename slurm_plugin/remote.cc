@@ -15,6 +15,7 @@
 #include "common/slurm/slurm_format.h"
 #include "common/slurm/slurm_compat.h"
 #include "slurm_plugin/bridge_client.h"
+#include "slurm_plugin/slurmctld_retry.h"
 #include "slurm_plugin/step_devices.h"
 
 namespace duet::spank {
@@ -57,7 +58,10 @@ bool WantTpuProbe(const PluginConfig& c) {
 // (slurmctld RPC).
 absl::StatusOr<JobTpus> LoadJobTpus(uint32_t job_id) {
   job_info_msg_t* msg = nullptr;
-  if (slurm_compat::LoadJob(&msg, job_id, SHOW_DETAIL) != SLURM_SUCCESS) {
+  const std::string what = absl::StrCat("TPU probe of job ", job_id);
+  if (RetryWhileSlurmctldUnreachable(what.c_str(), [&] {
+        return slurm_compat::LoadJob(&msg, job_id, SHOW_DETAIL);
+      }) != SLURM_SUCCESS) {
     return absl::UnavailableError(absl::StrCat("cannot load job ", job_id, " from slurmctld: ",
                                                slurm_strerror(slurm_compat::LastError())));
   }

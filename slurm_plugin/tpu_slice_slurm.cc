@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/slurm/slurm_compat.h"
+#include "slurm_plugin/slurmctld_retry.h"
 #include "slurm_plugin/tpu_slice_env.h"
 
 namespace duet::spank {
@@ -15,7 +16,10 @@ absl::StatusOr<TpuSliceFacts> LoadTpuSliceFacts(uint32_t job_id, const std::stri
   TpuSliceFacts facts;
   node_info_msg_t* nodes = nullptr;
   std::string name = node;
-  if (slurm_load_node_single(&nodes, name.data(), SHOW_ALL) != SLURM_SUCCESS) {
+  const std::string what = absl::StrCat("TPU slice of job ", job_id);
+  if (RetryWhileSlurmctldUnreachable(what.c_str(), [&] {
+        return slurm_load_node_single(&nodes, name.data(), SHOW_ALL);
+      }) != SLURM_SUCCESS) {
     return absl::UnavailableError(absl::StrCat("cannot load node ", node, " from slurmctld: ",
                                                slurm_strerror(slurm_compat::LastError())));
   }
@@ -29,7 +33,9 @@ absl::StatusOr<TpuSliceFacts> LoadTpuSliceFacts(uint32_t job_id, const std::stri
   slurm_free_node_info_msg(nodes);
   if (facts.slice.empty()) return facts;  // no slice: the job's nodes are not needed
   job_info_msg_t* jobs = nullptr;
-  if (slurm_compat::LoadJob(&jobs, job_id, SHOW_ALL) != SLURM_SUCCESS) {
+  if (RetryWhileSlurmctldUnreachable(what.c_str(), [&] {
+        return slurm_compat::LoadJob(&jobs, job_id, SHOW_ALL);
+      }) != SLURM_SUCCESS) {
     return absl::UnavailableError(absl::StrCat("cannot load job ", job_id, " from slurmctld: ",
                                                slurm_strerror(slurm_compat::LastError())));
   }

@@ -1,10 +1,19 @@
 // spank_duet.so in real srun/sbatch/slurmstepd against a real ledger served
 // over gRPC (label: slurm).
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <future>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -53,6 +62,7 @@ class SpankDuetTest : public ::testing::Test {
   void SetUp() override {
     TestSlurmCluster::Options o;
     o.spank = absl::StrCat(DUET_SPANK_SO, ":bridge=unix://", Socket(), " timeout_ms=2000 tpu=yes");
+    o.extra_conf = extra_conf_;
     cluster_ = TestSlurmCluster::Get(o);
     ASSERT_TRUE(cluster_->ok());
     server_ = std::make_unique<fakes::LedgerServer>(&ledger_, "unix://" + Socket());
@@ -87,6 +97,9 @@ class SpankDuetTest : public ::testing::Test {
     SetPlugstack(absl::StrCat("bridge=unix://", Socket(), " timeout_ms=2000 tpu=yes"));
   }
 
+  // slurm.conf lines for this process's cluster (a fixture that needs some
+  // sets them in its constructor).
+  std::string extra_conf_;
   Ledger ledger_;
   TestSlurmCluster* cluster_ = nullptr;
   std::unique_ptr<fakes::LedgerServer> server_;
@@ -217,6 +230,96 @@ TEST_F(SpankDuetTest, UnreachableBridgeFollowsPolicyAndBadArgsAreRejected) {
   // A step without devices needs no bridge at all.
   r = cluster_->Cli("srun -w sp-c true");
   EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+// slurmd's Prolog runs before a batch step starts: this one says it is
+// there (the go file) and waits for the test (the ready file).
+std::string PrologPath() { return absl::StrCat("/tmp/duet-spank-test-", getpid(), ".prolog"); }
+std::string GoFile() { return PrologPath() + ".go"; }
+std::string ReadyFile() { return PrologPath() + ".ready"; }
+std::string JobOutput() { return PrologPath() + ".out"; }
+
+class SpankDuetCtldRestartTest : public SpankDuetTest {
+ protected:
+  SpankDuetCtldRestartTest() { extra_conf_ = "Prolog=" + PrologPath(); }
+  void TearDown() override {
+    SpankDuetTest::TearDown();
+    for (const std::string& f : {PrologPath(), GoFile(), ReadyFile(), JobOutput()}) {
+      unlink(f.c_str());
+    }
+  }
+};
+
+// slurmctld restarting just as a batch step starts (an upgrade, a failover,
+// its pod moved): the TPU probe's RPC in slurm_spank_init_post_opt meets a
+// connection slurmctld's end closes, asks again, and the step runs once
+// slurmctld is back. (The step was refused before: seen in CI when a test
+// stopped slurmctld right after its job started.)
+TEST_F(SpankDuetCtldRestartTest, ABatchStepStartingWhileSlurmctldRestartsRunsOnceItIsBack) {
+  AddNode("sp-r", 27, 0, 0, /*in_ledger=*/false);
+  {
+    std::ofstream prolog(PrologPath());
+    prolog << "#!/bin/sh\ntouch " << GoFile() << "\ni=0\nwhile [ ! -e " << ReadyFile()
+           << " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done\nexit 0\n";
+  }
+  ASSERT_EQ(chmod(PrologPath().c_str(), 0755), 0);
+  const int port = std::atoi(
+      duet::testing::RunCmd(absl::StrCat("sed -n 's/^SlurmctldPort=//p' ", cluster_->conf()))
+          .out.c_str());
+  ASSERT_GT(port, 0);
+  const uint32_t job =
+      cluster_->Sbatch(absl::StrCat("-w sp-r -o ", JobOutput(), " --wrap 'echo ran'"));
+  ASSERT_NE(job, 0u) << cluster_->Log("slurmctld.log");
+  ASSERT_TRUE(WaitFor([] { return access(GoFile().c_str(), F_OK) == 0; }, absl::Seconds(30)))
+      << cluster_->Log("slurmd-sp-r.log");
+
+  // slurmctld goes; in its place, until the probe has asked again, a
+  // listener that takes each connection, reads the request and closes.
+  cluster_->CtldStop();
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << strerror(errno);
+  ASSERT_EQ(listen(fd, 16), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> closed{0};
+  std::thread closer([&] {
+    while (!stop.load()) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) != 1) continue;
+      const int c = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      char buf[4096];
+      pollfd in{c, POLLIN, 0};
+      if (poll(&in, 1, 1000) == 1) (void)read(c, buf, sizeof(buf));
+      close(c);
+      closed.fetch_add(1);
+    }
+  });
+  std::ofstream(ReadyFile()).close();
+  const bool retried = WaitFor(
+      [&] {
+        return absl::StrContains(cluster_->Log("slurmd-sp-r.log"),
+                                 "slurmctld unreachable");
+      },
+      absl::Seconds(20));
+  stop.store(true);
+  closer.join();
+  close(fd);
+  ASSERT_TRUE(cluster_->CtldStart());
+  EXPECT_TRUE(retried) << closed.load() << " connections closed\n"
+                       << cluster_->Log("slurmd-sp-r.log");
+  // The batch script ran (a refused batch step never starts it).
+  EXPECT_TRUE(WaitFor([&] { return cluster_->JobEnded(job); }, absl::Seconds(60)));
+  std::ifstream out(JobOutput());
+  std::string line;
+  EXPECT_TRUE(std::getline(out, line) && line == "ran")
+      << "job output: '" << line << "'\n" << cluster_->Log("slurmd-sp-r.log");
 }
 
 }  // namespace
