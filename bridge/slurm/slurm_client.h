@@ -39,7 +39,6 @@ namespace duet {
 // it whenever any job pended in the partition.
 inline constexpr uint32_t kPlaceholderPriority = 0xfffffffd;
 
-// What duet wants a Slurm node to be.
 // A Slurm release: 24.11 is {24, 11}.
 struct SlurmRelease {
   int major = 0;
@@ -63,6 +62,7 @@ struct SlurmControllerInfo {
   std::string version;
 };
 
+// What duet wants a Slurm node to be.
 struct SlurmNodeConfig {
   std::string name;
   // NodeAddr and NodeHostname; empty: the node name.

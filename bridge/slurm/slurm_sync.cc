@@ -150,9 +150,9 @@ absl::Status SlurmSync::AfterCtldStart(const std::vector<SlurmNodeInfo>& nodes) 
     return absl::OkStatus();
   }
   // A release that carries `scontrol reconfigure` out by restarting
-  // slurmctld (24.11 does; an unmeasured one before it may) gives it a new
-  // BOOT_TIME. A new start seen within a few seconds of the sync's own
-  // reconfigure is that restart, not another start: reconfiguring again
+  // slurmctld (24.11 and later do; an unmeasured one before 24.11 may) gives
+  // it a new BOOT_TIME. A new start seen within a few seconds of the sync's
+  // own reconfigure is that restart, not another start: reconfiguring again
   // would restart slurmctld again, on every pass. (Slurm 22.05 reconfigures
   // in place and keeps BOOT_TIME.)
   if (own_reconfigure_at_ != 0 && ctld_boot_ != 0 && boot > ctld_boot_ &&
