@@ -303,10 +303,7 @@ TEST_F(SpankDuetCtldRestartTest, ABatchStepStartingWhileSlurmctldRestartsRunsOnc
   });
   std::ofstream(ReadyFile()).close();
   const bool retried = WaitFor(
-      [&] {
-        return absl::StrContains(cluster_->Log("slurmd-sp-r.log"),
-                                 "slurmctld unreachable");
-      },
+      [&] { return absl::StrContains(cluster_->Log("slurmd-sp-r.log"), "slurmctld unreachable"); },
       absl::Seconds(20));
   stop.store(true);
   closer.join();
