@@ -45,11 +45,12 @@ NSRUN=${DUET_BENCH_ROUNDS:-$NSRUN}  # rounds of part 3
 ROOT=$("$CL" init --max-nodes $((2 * NNODES + 16)) --lifetime 900)
 export SLURM_CONF=$ROOT/etc/slurm.conf
 SOCK=$ROOT/run/bridge.sock
-SERVE_PID= NODE_PID= OLD_NODE_PID=
+SERVE_PID= NODE_PID= OLD_NODE_PID= FLOOR_PID=
 cleanup() {
   [[ -n $NODE_PID ]] && kill "$NODE_PID" 2>/dev/null || true
   [[ -n $OLD_NODE_PID ]] && kill "$OLD_NODE_PID" 2>/dev/null || true
   [[ -n $SERVE_PID ]] && kill "$SERVE_PID" 2>/dev/null || true
+  [[ -n $FLOOR_PID ]] && kill "$FLOOR_PID" 2>/dev/null || true
   "$CL" stop "$ROOT" || true
 }
 trap cleanup EXIT
@@ -149,6 +150,18 @@ if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the sam
     variants+=(agent_old)
     line[agent_old]="required $SO agent=unix://$OLD_AGENT ${ARGS}"
   fi
+fi
+if [[ -n $NODE_BIN ]]; then
+  # The agent path's floor: the same plugin and credential, against an agent
+  # that answers every request OK at once without a bridge (slurm_bench_tool
+  # answer): what the plugin's own side of the path costs a step.
+  FLOOR=$ROOT/run/duet-floor.sock
+  "$TOOL" answer "$FLOOR" 2>"$ROOT/log/floor.log" &
+  FLOOR_PID=$!
+  for ((i = 0; i < 100; i++)); do [[ -S $FLOOR ]] && break; sleep 0.05; done
+  [[ -S $FLOOR ]] || { echo "slurm_bench_tool answer did not serve $FLOOR" >&2; exit 1; }
+  variants+=(floor)
+  line[floor]="required $SO agent=unix://$FLOOR ${ARGS}"
 fi
 if [[ -n ${DUET_BENCH_EMPTY_SPANK:-} ]]; then  # a plugin that does nothing
   variants+=(empty)
@@ -342,6 +355,9 @@ for cred in "$CRED" "$OTHER"; do
   read -r e f k < <(pct "$out/release")
   echo "| in slurmstepd ($cred), p50 / p99 ms (n=$n) | client module dlopen: $a / $b; Hold (credential + gRPC): $c / $d; Release at exit: $e / $f | — |"
 done
+if [[ -s $out/srun_floor_gpu ]]; then
+  agent_steps "$FLOOR" floor "agent path against an agent answering at once (slurm_bench_tool answer)"
+fi
 if [[ -s $out/srun_empty ]]; then
   against_none empty "a SPANK plugin that does nothing (\$DUET_BENCH_EMPTY_SPANK)"
 fi
@@ -366,7 +382,7 @@ done
 # over every GPU step of the run, the warm-up round's included; what the two
 # processes use while idle over the run is in it too).
 calls=0
-for v in "${variants[@]}"; do [[ $v == none || $v == empty ]] || calls=$((calls + NSRUN + 1)); done
+for v in "${variants[@]}"; do [[ $v == none || $v == empty || $v == floor ]] || calls=$((calls + NSRUN + 1)); done
 if ((calls > 0)); then
   cell="ledger service (this bench's, in the bridge's place): $(echo "scale=2; $serve_cpu / $calls" | bc) ms over $calls GPU steps of every plugin variant"
   if [[ -n $NODE_PID && " ${variants[*]} " == *" agent "* ]]; then

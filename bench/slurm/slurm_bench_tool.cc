@@ -22,8 +22,20 @@
 //                                          the plugin's Hold then Release
 //                                          (AUTH munge SOCKET | slurm_key KEY
 //                                          | none); prints p50 ms per phase
+//   slurm_bench_tool answer SOCKET         a step agent that answers every
+//                                          request OK at once, on one thread,
+//                                          without a bridge: the floor of the
+//                                          agent path (what the plugin's own
+//                                          side costs a step)
+//   slurm_bench_tool agentcalls SOCKET NODE N GAP_MS
+//                                          N Holds of GPU 0 by step N.0 and
+//                                          their Releases through a step
+//                                          agent, no credential, GAP_MS apart;
+//                                          prints p50 ms of each
 // SLURM_CONF must name the cluster's slurm.conf.
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -32,6 +44,7 @@
 #include <vector>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -42,6 +55,7 @@
 #include "spdlog/spdlog.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/slurm_sync.h"
+#include "common/step_agent/step_wire.h"
 #include "slurm_plugin/bridge_client.h"
 #include "tests/fakes/ledger_server.h"
 
@@ -270,6 +284,117 @@ int Serve(const std::string& socket, int argc, char** argv) {
   return 0;
 }
 
+bool ReadFull(int fd, uint8_t* buf, size_t n) {
+  for (size_t got = 0; got < n;) {
+    const ssize_t m = read(fd, buf + got, n - got);
+    if (m <= 0) return false;
+    got += static_cast<size_t>(m);
+  }
+  return true;
+}
+
+// One request per connection, as spank_duet sends them.
+int Answer(const std::string& socket_path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) return 2;
+  memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  unlink(socket_path.c_str());
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, 128) != 0) {
+    perror(socket_path.c_str());
+    return 1;
+  }
+  std::vector<uint8_t> frame(DUET_WIRE_MAX_FRAME);
+  auto request = std::make_unique<duet_wire_request>();
+  auto reply = std::make_unique<duet_wire_reply>();
+  for (;;) {
+    const int conn = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) continue;
+    char err[256];
+    uint8_t type = 0;
+    uint32_t body = 0;
+    if (ReadFull(conn, frame.data(), DUET_WIRE_HEADER) &&
+        duet_wire_parse_header(frame.data(), DUET_WIRE_HEADER, &type, &body, err, sizeof(err)) ==
+            0 &&
+        ReadFull(conn, frame.data() + DUET_WIRE_HEADER, body) &&
+        duet_wire_decode_request(frame.data(), DUET_WIRE_HEADER + body, request.get(), err,
+                                 sizeof(err)) == 0) {
+      *reply = duet_wire_reply{};
+      if (request->type != DUET_WIRE_HOLD_STEP) {
+        snprintf(reply->meta[0].key, sizeof(reply->meta[0].key), "queued");
+        snprintf(reply->meta[0].value, sizeof(reply->meta[0].value), "1");
+        reply->n_meta = 1;
+      }
+      const long n =
+          duet_wire_encode_reply(reply.get(), frame.data(), frame.size(), err, sizeof(err));
+      if (n > 0 && write(conn, frame.data(), static_cast<size_t>(n)) != n) perror("write");
+    } else {
+      fprintf(stderr, "answer: bad request\n");
+    }
+    close(conn);
+  }
+}
+
+// One request and its reply on a fresh connection, as spank_duet makes them.
+bool AgentCall(const std::string& socket_path, const duet_wire_request& r, duet_wire_reply* reply) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  std::vector<uint8_t> frame(DUET_WIRE_MAX_FRAME);
+  char err[256];
+  const long n = duet_wire_encode_request(&r, frame.data(), frame.size(), err, sizeof(err));
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool ok = n > 0 && fd >= 0 &&
+            connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+            write(fd, frame.data(), static_cast<size_t>(n)) == n;
+  uint8_t type = 0;
+  uint32_t body = 0;
+  ok = ok && ReadFull(fd, frame.data(), DUET_WIRE_HEADER) &&
+       duet_wire_parse_header(frame.data(), DUET_WIRE_HEADER, &type, &body, err, sizeof(err)) ==
+           0 &&
+       ReadFull(fd, frame.data() + DUET_WIRE_HEADER, body) &&
+       duet_wire_decode_reply(frame.data(), DUET_WIRE_HEADER + body, reply, err, sizeof(err)) == 0;
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+int AgentCalls(const std::string& socket_path, const std::string& node, int n, int gap_ms) {
+  if (socket_path.size() >= sizeof(sockaddr_un{}.sun_path) || node.size() > DUET_WIRE_MAX_NODE) {
+    return 2;
+  }
+  auto r = std::make_unique<duet_wire_request>();
+  auto reply = std::make_unique<duet_wire_reply>();
+  std::vector<double> hold, release;
+  for (int i = 0; i < n; ++i) {
+    *r = duet_wire_request{};
+    r->type = DUET_WIRE_HOLD_STEP;
+    memcpy(r->node, node.c_str(), node.size() + 1);
+    r->job_id = static_cast<uint32_t>(1000000 + i);
+    r->n_gpus = 1;
+    absl::Time t = absl::Now();
+    if (!AgentCall(socket_path, *r, reply.get()) || reply->code != 0) {
+      fprintf(stderr, "Hold %d: code %u %s\n", i, reply->code, reply->message);
+      return 1;
+    }
+    hold.push_back(absl::ToDoubleMilliseconds(absl::Now() - t));
+    absl::SleepFor(absl::Milliseconds(gap_ms));
+    r->type = DUET_WIRE_RELEASE_STEP;
+    t = absl::Now();
+    if (!AgentCall(socket_path, *r, reply.get()) || reply->code != 0) {
+      fprintf(stderr, "Release %d: code %u %s\n", i, reply->code, reply->message);
+      return 1;
+    }
+    release.push_back(absl::ToDoubleMilliseconds(absl::Now() - t));
+    absl::SleepFor(absl::Milliseconds(gap_ms));
+  }
+  std::sort(hold.begin(), hold.end());
+  std::sort(release.begin(), release.end());
+  printf("hold %.3f\nrelease %.3f\n", hold[hold.size() / 2], release[release.size() / 2]);
+  return 0;
+}
+
 }  // namespace
 }  // namespace duet
 
@@ -284,6 +409,10 @@ int main(int argc, char** argv) {
   }
   if (mode == "nodesync" && argc == 4) return duet::NodeSync(atoi(argv[2]), argv[3]);
   if (mode == "serve" && argc >= 3) return duet::Serve(argv[2], argc - 3, argv + 3);
+  if (mode == "agentcalls" && argc == 6 && atoi(argv[4]) > 0) {
+    return duet::AgentCalls(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
+  }
+  if (mode == "answer" && argc == 3) return duet::Answer(argv[2]);
   if (mode == "client" && (argc == 6 || argc == 7)) {
     return duet::Client(argv[2], argv[3], atoi(argv[4]), argv[5], argc == 7 ? argv[6] : "");
   }
