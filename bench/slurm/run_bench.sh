@@ -16,7 +16,9 @@
 #     third variant (before/after in the same run). With DUET_NODE (the
 #     duet-node binary), the agent path runs as one more variant: duet-node
 #     --step-agent-socket forwarding to the same ledger service, plugstack
-#     agent= with the cluster's credential (no gRPC in slurmstepd).
+#     agent= with the cluster's credential (no gRPC in slurmstepd); and
+#     its floor ("floor"): the same plugin line against `slurm_bench_tool
+#     answer`, an agent that answers at once without a bridge.
 #     DUET_BENCH_OLD_NODE=path/to/old/duet-node adds it as one more agent
 #     variant (its own socket, the same spank_duet.so and ledger service),
 #     for before/after of the agent in the same rounds ("agent_old").
