@@ -351,11 +351,11 @@ bool AgentCall(const std::string& socket_path, const duet_wire_request& r, duet_
             write(fd, frame.data(), static_cast<size_t>(n)) == n;
   uint8_t type = 0;
   uint32_t body = 0;
-  ok = ok && ReadFull(fd, frame.data(), DUET_WIRE_HEADER) &&
-       duet_wire_parse_header(frame.data(), DUET_WIRE_HEADER, &type, &body, err, sizeof(err)) ==
-           0 &&
-       ReadFull(fd, frame.data() + DUET_WIRE_HEADER, body) &&
-       duet_wire_decode_reply(frame.data(), DUET_WIRE_HEADER + body, reply, err, sizeof(err)) == 0;
+  ok =
+      ok && ReadFull(fd, frame.data(), DUET_WIRE_HEADER) &&
+      duet_wire_parse_header(frame.data(), DUET_WIRE_HEADER, &type, &body, err, sizeof(err)) == 0 &&
+      ReadFull(fd, frame.data() + DUET_WIRE_HEADER, body) &&
+      duet_wire_decode_reply(frame.data(), DUET_WIRE_HEADER + body, reply, err, sizeof(err)) == 0;
   if (fd >= 0) close(fd);
   return ok;
 }
