@@ -152,8 +152,6 @@ if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the sam
     variants+=(agent_old)
     line[agent_old]="required $SO agent=unix://$OLD_AGENT ${ARGS}"
   fi
-fi
-if [[ -n $NODE_BIN ]]; then
   # The agent path's floor: the same plugin and credential, against an agent
   # that answers every request OK at once without a bridge (slurm_bench_tool
   # answer): what the plugin's own side of the path costs a step.

@@ -28,7 +28,7 @@
 //                                          agent path (what the plugin's own
 //                                          side costs a step)
 //   slurm_bench_tool agentcalls SOCKET NODE N GAP_MS
-//                                          N Holds of GPU 0 by step N.0 and
+//                                          N Holds of GPU 0 by steps J.0 and
 //                                          their Releases through a step
 //                                          agent, no credential, GAP_MS apart;
 //                                          prints p50 ms of each
@@ -293,6 +293,21 @@ bool ReadFull(int fd, uint8_t* buf, size_t n) {
   return true;
 }
 
+// Reads one step-agent frame (header and body) into `frame`, which holds
+// DUET_WIRE_MAX_FRAME bytes; returns its length, 0 on a short or bad frame.
+size_t ReadFrame(int fd, std::vector<uint8_t>* frame) {
+  char err[256];
+  uint8_t type = 0;
+  uint32_t body = 0;
+  if (!ReadFull(fd, frame->data(), DUET_WIRE_HEADER) ||
+      duet_wire_parse_header(frame->data(), DUET_WIRE_HEADER, &type, &body, err, sizeof(err)) !=
+          0 ||
+      !ReadFull(fd, frame->data() + DUET_WIRE_HEADER, body)) {
+    return 0;
+  }
+  return DUET_WIRE_HEADER + body;
+}
+
 // One request per connection, as spank_duet sends them.
 int Answer(const std::string& socket_path) {
   sockaddr_un addr{};
@@ -312,15 +327,10 @@ int Answer(const std::string& socket_path) {
   for (;;) {
     const int conn = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (conn < 0) continue;
-    char err[256];
-    uint8_t type = 0;
-    uint32_t body = 0;
-    if (ReadFull(conn, frame.data(), DUET_WIRE_HEADER) &&
-        duet_wire_parse_header(frame.data(), DUET_WIRE_HEADER, &type, &body, err, sizeof(err)) ==
-            0 &&
-        ReadFull(conn, frame.data() + DUET_WIRE_HEADER, body) &&
-        duet_wire_decode_request(frame.data(), DUET_WIRE_HEADER + body, request.get(), err,
-                                 sizeof(err)) == 0) {
+    char err[256] = "short frame";
+    const size_t len = ReadFrame(conn, &frame);
+    if (len > 0 &&
+        duet_wire_decode_request(frame.data(), len, request.get(), err, sizeof(err)) == 0) {
       *reply = duet_wire_reply{};
       if (request->type != DUET_WIRE_HOLD_STEP) {
         snprintf(reply->meta[0].key, sizeof(reply->meta[0].key), "queued");
@@ -331,7 +341,7 @@ int Answer(const std::string& socket_path) {
           duet_wire_encode_reply(reply.get(), frame.data(), frame.size(), err, sizeof(err));
       if (n > 0 && write(conn, frame.data(), static_cast<size_t>(n)) != n) perror("write");
     } else {
-      fprintf(stderr, "answer: bad request\n");
+      fprintf(stderr, "answer: bad request: %s\n", err);
     }
     close(conn);
   }
@@ -349,13 +359,8 @@ bool AgentCall(const std::string& socket_path, const duet_wire_request& r, duet_
   bool ok = n > 0 && fd >= 0 &&
             connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
             write(fd, frame.data(), static_cast<size_t>(n)) == n;
-  uint8_t type = 0;
-  uint32_t body = 0;
-  ok =
-      ok && ReadFull(fd, frame.data(), DUET_WIRE_HEADER) &&
-      duet_wire_parse_header(frame.data(), DUET_WIRE_HEADER, &type, &body, err, sizeof(err)) == 0 &&
-      ReadFull(fd, frame.data() + DUET_WIRE_HEADER, body) &&
-      duet_wire_decode_reply(frame.data(), DUET_WIRE_HEADER + body, reply, err, sizeof(err)) == 0;
+  const size_t len = ok ? ReadFrame(fd, &frame) : 0;
+  ok = len > 0 && duet_wire_decode_reply(frame.data(), len, reply, err, sizeof(err)) == 0;
   if (fd >= 0) close(fd);
   return ok;
 }
@@ -367,24 +372,30 @@ int AgentCalls(const std::string& socket_path, const std::string& node, int n, i
   auto r = std::make_unique<duet_wire_request>();
   auto reply = std::make_unique<duet_wire_reply>();
   std::vector<double> hold, release;
+  // Job ids of this run only: a ledger that outlived an earlier run may
+  // still hold that run's last GPU 0 (a Release its agent never sent).
+  const uint32_t base = 1000000 + static_cast<uint32_t>(getpid() % 1000) * 10000;
+  auto failed = [&](const char* what, int i) {
+    fprintf(stderr, "%s %d: %s\n", what, i,
+            reply->code != 0 ? reply->message : "no answer from the agent");
+    return 1;
+  };
   for (int i = 0; i < n; ++i) {
     *r = duet_wire_request{};
     r->type = DUET_WIRE_HOLD_STEP;
     memcpy(r->node, node.c_str(), node.size() + 1);
-    r->job_id = static_cast<uint32_t>(1000000 + i);
+    r->job_id = base + static_cast<uint32_t>(i);
     r->n_gpus = 1;
     absl::Time t = absl::Now();
-    if (!AgentCall(socket_path, *r, reply.get()) || reply->code != 0) {
-      fprintf(stderr, "Hold %d: code %u %s\n", i, reply->code, reply->message);
-      return 1;
-    }
+    *reply = duet_wire_reply{};
+    if (!AgentCall(socket_path, *r, reply.get()) || reply->code != 0) return failed("Hold", i);
     hold.push_back(absl::ToDoubleMilliseconds(absl::Now() - t));
     absl::SleepFor(absl::Milliseconds(gap_ms));
     r->type = DUET_WIRE_RELEASE_STEP;
     t = absl::Now();
+    *reply = duet_wire_reply{};
     if (!AgentCall(socket_path, *r, reply.get()) || reply->code != 0) {
-      fprintf(stderr, "Release %d: code %u %s\n", i, reply->code, reply->message);
-      return 1;
+      return failed("Release", i);
     }
     release.push_back(absl::ToDoubleMilliseconds(absl::Now() - t));
     absl::SleepFor(absl::Milliseconds(gap_ms));
