@@ -51,6 +51,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/daemon.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "bridge/slurm/libslurm_client.h"
@@ -268,6 +269,7 @@ int Client(const std::string& socket, const std::string& node, int n, const std:
 }
 
 int Serve(const std::string& socket, int argc, char** argv) {
+  SkipMutexDeadlockDetection();  // as duet-bridge does
   Ledger ledger;
   for (int i = 0; i < argc; ++i) {
     if (!ledger.UpsertNode(GpuNode(argv[i], 8)).ok()) return 1;

@@ -4,11 +4,13 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "common/daemon.h"
 #include "bridge/config/config.h"
 #include "bridge/server/bridge.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  duet::SkipMutexDeadlockDetection();
   CLI::App app{"duet-bridge: one ledger of who holds which GPU/TPU, for Slurm and Kubernetes"};
   std::string config_file, state_dir = "/tmp/duet-dev";
   bool dev = false, check_only = false, no_fsync = false;

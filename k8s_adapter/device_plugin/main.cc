@@ -6,11 +6,13 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "common/daemon.h"
 #include "k8s_adapter/device_plugin/kube_flags.h"
 #include "k8s_adapter/device_plugin/node_plugin.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  duet::SkipMutexDeadlockDetection();
   CLI::App app{"duet-node: the kubelet device plugin for GPUs and TPUs shared with Slurm"};
   duet::node::NodePluginOptions o;
   const char* env_node = std::getenv("NODE_NAME");
