@@ -31,7 +31,7 @@
 //                                          N Holds of GPU 0 by steps J.0 and
 //                                          their Releases through a step
 //                                          agent, no credential, GAP_MS apart;
-//                                          prints p50 ms of each
+//                                          prints p50, p99 and max ms of each
 // SLURM_CONF must name the cluster's slurm.conf.
 
 #include <sys/socket.h>
@@ -404,7 +404,12 @@ int AgentCalls(const std::string& socket_path, const std::string& node, int n, i
   }
   std::sort(hold.begin(), hold.end());
   std::sort(release.begin(), release.end());
-  printf("hold %.3f\nrelease %.3f\n", hold[hold.size() / 2], release[release.size() / 2]);
+  // p50, p99 and the slowest of each.
+  auto at = [](const std::vector<double>& v, double q) {
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+  };
+  printf("hold %.3f %.3f %.3f\nrelease %.3f %.3f %.3f\n", at(hold, 0.5), at(hold, 0.99),
+         hold.back(), at(release, 0.5), at(release, 0.99), release.back());
   return 0;
 }
 
