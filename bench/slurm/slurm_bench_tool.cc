@@ -51,11 +51,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/daemon.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/slurm_sync.h"
+#include "common/daemon.h"
 #include "common/step_agent/step_wire.h"
 #include "slurm_plugin/bridge_client.h"
 #include "tests/fakes/ledger_server.h"

@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "common/daemon.h"
 #include "bridge/config/config.h"
 #include "bridge/server/bridge.h"
+#include "common/daemon.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
