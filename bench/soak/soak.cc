@@ -803,37 +803,79 @@ void Soak::OneOp() {
 // -------------------------------------------------------------------- faults
 
 bool Soak::JournalFault(const std::string& word, const std::string& kind) {
-  // Needs a grant to attempt: a bound pod without its own holding.
-  Pod* p = RandomPod([](const Pod& p) { return !p.node.empty() && !p.finished && !p.hold; });
+  // Needs a journal write to fail: a grant (a bound pod without its own
+  // holding, on a node that takes new holdings, with its placeholder's
+  // devices) or else a release (a pod with its holding).
+  auto grantable = [&](const Pod& p) {
+    return !p.node.empty() && !p.finished && !p.hold && !cordoned_.count(p.node) &&
+           !node_gone_.count(p.node);
+  };
+  auto find = [&]() -> Pod* {
+    OpListHoldings();
+    for (auto& [name, p] : pods_) {
+      if (grantable(p) && !PlaceholderGpus(p, /*refresh=*/false).empty()) return &p;
+    }
+    for (auto& [name, p] : pods_) {
+      if (p.hold && !node_gone_.count(p.node)) return &p;
+    }
+    return nullptr;
+  };
+  Pod* p = find();
   if (p == nullptr) {
-    // Pending jobs make Slurm refuse every placeholder: clear the queue so a
-    // pod can be bound to attempt the grant on.
+    // Make room, as an operator would: take the cordons off, clear Slurm's
+    // queue (a pending job makes Slurm refuse every placeholder), drop the
+    // pods that ended or could not be placed; then place new pods. Half-way,
+    // cancel the soak's running jobs too (their devices are what is left).
+    for (int i = 0; i < o_.nodes; ++i) {
+      const std::string n = NodeName(i);
+      if (!cordoned_.count(n) || node_gone_.count(n)) continue;
+      json r = fake_->Put(NodeObject(i, false));
+      const bool ok = r.is_object() && !r.contains("error");
+      Count("k8s.node_uncordon", ok);
+      if (ok) cordoned_.erase(n);
+    }
     CmdResult c = cluster_->Cli("scancel --state=PENDING");
     Count("slurm.scancel", c.rc == 0);
   }
-  for (int i = 0; p == nullptr && i < 200; ++i) {
-    if (i % 4 == 0) {
-      Pod* q = RandomPod([](const Pod& p) { return p.finished; });
-      if (q != nullptr) OpPodDelete(q->name);
+  // Slurm frees a cancelled job's devices when its nodes have cleaned up,
+  // seconds on a loaded machine: the tries go on for a while.
+  const absl::Time start = absl::Now();
+  bool cancelled = false;
+  for (int i = 0; p == nullptr && absl::Now() - start < absl::Seconds(20); ++i) {
+    if (!cancelled && absl::Now() - start > absl::Seconds(4)) {
+      for (uint32_t id : jobs_) {
+        CmdResult c = cluster_->Cli(absl::StrCat("scancel ", id));
+        Count("slurm.scancel", c.rc == 0);
+      }
+      jobs_.clear();
+      cancelled = true;
     }
+    if (i >= 10) absl::SleepFor(absl::Milliseconds(200));
+    std::vector<std::string> stale;
+    for (const auto& [name, q] : pods_) {
+      if (q.finished || (q.node.empty() && i % 4 == 3)) stale.push_back(name);
+    }
+    for (const std::string& name : stale) OpPodDelete(name);
     OpPodCreate();
     OpPodSchedule();
-    p = RandomPod([](const Pod& p) { return !p.node.empty() && !p.finished && !p.hold; });
+    p = find();
+  }
+  if (p == nullptr) {
+    std::cerr << "soak: " << kind << ": no pod to hold or release (" << pods_.size() << " pods, "
+              << cordoned_.size() << " nodes cordoned, " << jobs_.size() << " Slurm jobs)\n";
+    return false;
   }
   grpc::Status s;
   std::ofstream(fault_file_) << word << "\n";
-  if (p != nullptr && !PlaceholderGpus(*p, /*refresh=*/true).empty()) {
+  if (!p->hold) {
     s = Hold(*p, p->node, PlaceholderGpus(*p, false));
     Count("grpc.pod_hold", !s.ok());
-  } else if ((p = RandomPod([](const Pod& p) { return p.hold; })) != nullptr) {
+  } else {
     // A release is a journal write too.
     bool released = false;
     s = Release(*p, p->node, &released);
     Count("grpc.pod_release", !s.ok());
     if (s.ok() && !released) s = grpc::Status(grpc::StatusCode::UNKNOWN, "nothing released");
-  } else {
-    fs::remove(fault_file_);
-    return false;
   }
   fs::remove(fault_file_);
   if (s.ok()) {
