@@ -119,9 +119,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "bench/common/h100_node.h"
+#include "bench/common/quantile.h"
+#include "bridge/config/config.h"
 #include "bridge/dra/lender.h"
 #include "bridge/journal/journal.h"
-#include "bridge/config/config.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/server/dra_mode.h"
 #include "bridge/slurm/placeholders.h"
@@ -182,14 +183,6 @@ void Fail(const std::string& what) {
   std::fprintf(stderr, "dra_bench: FAILED: %s\n", what.c_str());
   failed = true;
 }
-
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
-  return v[i];
-}
-double Median(std::vector<double> v) { return Pct(std::move(v), 0.5); }
 
 double ThreadCpuMicros() {
   timespec ts;
@@ -514,15 +507,16 @@ struct HttpsRun {
 void Summarize(const char* label, const std::vector<WebhookFigures>& runs) {
   std::vector<double> a50, a99, d50, d99;
   for (const WebhookFigures& f : runs) {
-    a50.push_back(Pct(f.alloc_us, 0.5));
-    a99.push_back(Pct(f.alloc_us, 0.99));
-    d50.push_back(Pct(f.dealloc_us, 0.5));
-    d99.push_back(Pct(f.dealloc_us, 0.99));
+    a50.push_back(bench::Quantile(f.alloc_us, 0.5));
+    a99.push_back(bench::Quantile(f.alloc_us, 0.99));
+    d50.push_back(bench::Quantile(f.dealloc_us, 0.5));
+    d99.push_back(bench::Quantile(f.dealloc_us, 0.99));
   }
-  std::printf("  %-28s allocate p50/p99 %7.3f / %7.3f ms   deallocate p50/p99 %7.3f / %7.3f ms"
-              "   (medians of %zu runs)\n",
-              label, Median(a50) / 1e3, Median(a99) / 1e3, Median(d50) / 1e3, Median(d99) / 1e3,
-              runs.size());
+  std::printf(
+      "  %-28s allocate p50/p99 %7.3f / %7.3f ms   deallocate p50/p99 %7.3f / %7.3f ms"
+      "   (medians of %zu runs)\n",
+      label, bench::Median(a50) / 1e3, bench::Median(a99) / 1e3, bench::Median(d50) / 1e3,
+      bench::Median(d99) / 1e3, runs.size());
 }
 
 void RunWebhook(const Flags& f) {
@@ -717,19 +711,19 @@ void RunWebhook(const Flags& f) {
                      {"fsync", fsync},
                      {"rep", rep},
                      {"map_update_ms", c->map_update_ms},
-                     {"direct_alloc_p50_us", Pct(direct.back().alloc_us, 0.5)},
-                     {"direct_alloc_p99_us", Pct(direct.back().alloc_us, 0.99)},
-                     {"direct_dealloc_p50_us", Pct(direct.back().dealloc_us, 0.5)},
-                     {"direct_dealloc_p99_us", Pct(direct.back().dealloc_us, 0.99)},
+                     {"direct_alloc_p50_us", bench::Quantile(direct.back().alloc_us, 0.5)},
+                     {"direct_alloc_p99_us", bench::Quantile(direct.back().alloc_us, 0.99)},
+                     {"direct_dealloc_p50_us", bench::Quantile(direct.back().dealloc_us, 0.5)},
+                     {"direct_dealloc_p99_us", bench::Quantile(direct.back().dealloc_us, 0.99)},
                      {"journal_fsyncs", js.fsyncs},
                      {"journal_batches", js.batches}};
         for (const auto& [n, run] : https_runs) {
           // One client: the names of the runs before --clients.
           const std::string p = n == 1 ? "https_" : absl::StrCat("https_c", n, "_");
-          line[p + "alloc_p50_us"] = Pct(run.fig.alloc_us, 0.5);
-          line[p + "alloc_p99_us"] = Pct(run.fig.alloc_us, 0.99);
-          line[p + "dealloc_p50_us"] = Pct(run.fig.dealloc_us, 0.5);
-          line[p + "dealloc_p99_us"] = Pct(run.fig.dealloc_us, 0.99);
+          line[p + "alloc_p50_us"] = bench::Quantile(run.fig.alloc_us, 0.5);
+          line[p + "alloc_p99_us"] = bench::Quantile(run.fig.alloc_us, 0.99);
+          line[p + "dealloc_p50_us"] = bench::Quantile(run.fig.dealloc_us, 0.5);
+          line[p + "dealloc_p99_us"] = bench::Quantile(run.fig.dealloc_us, 0.99);
           line[p + "fsyncs_per_admission"] = run.fsyncs_per_admission;
           line[p + "records_per_admission"] = run.records_per_admission;
           line[p + "admissions_per_s"] = run.admissions_per_s;
@@ -751,9 +745,10 @@ void RunWebhook(const Flags& f) {
           rate.push_back(r.admissions_per_s);
         }
         Summarize(absl::StrCat("HTTPS, ", n, n == 1 ? " client" : " clients").c_str(), figs);
-        std::printf("  %-28s journal fsyncs per admission %.2f (with its release), %.0f "
-                    "admissions/s\n",
-                    "", Median(fsyncs_per), Median(rate));
+        std::printf(
+            "  %-28s journal fsyncs per admission %.2f (with its release), %.0f "
+            "admissions/s\n",
+            "", bench::Median(fsyncs_per), bench::Median(rate));
       }
     }
   }
@@ -831,26 +826,27 @@ void RunMap(const Flags& f) {
           }
         }
       }
-      apply_p50.push_back(Pct(apply_us, 0.5));
-      apply_p99.push_back(Pct(apply_us, 0.99));
-      apply_cpu_p99.push_back(Pct(apply_cpu_us, 0.99));
-      full_one_p50.push_back(Pct(full_one_us, 0.5));
+      apply_p50.push_back(bench::Quantile(apply_us, 0.5));
+      apply_p99.push_back(bench::Quantile(apply_us, 0.99));
+      apply_cpu_p99.push_back(bench::Quantile(apply_cpu_us, 0.99));
+      full_one_p50.push_back(bench::Quantile(full_one_us, 0.5));
       json line = {{"mode", "map"},
                    {"nodes", nodes},
                    {"rep", rep},
                    {"full_update_ms", full_ms.back()},
                    {"apply_one_node_p50_us", apply_p50.back()},
                    {"apply_one_node_p99_us", apply_p99.back()},
-                   {"apply_one_node_cpu_p50_us", Pct(apply_cpu_us, 0.5)},
-                   {"apply_one_node_cpu_p99_us", Pct(apply_cpu_us, 0.99)},
+                   {"apply_one_node_cpu_p50_us", bench::Quantile(apply_cpu_us, 0.5)},
+                   {"apply_one_node_cpu_p99_us", bench::Quantile(apply_cpu_us, 0.99)},
                    {"full_update_one_node_p50_ms", full_one_p50.back() / 1e3}};
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }
-    std::printf("%d nodes x 8 GPUs: full Update %.1f ms; one node's slice: Apply p50/p99 "
-                "%.1f / %.1f us (CPU p99 %.1f us), full Update %.1f ms (medians of %d runs)\n",
-                nodes, Median(full_ms), Median(apply_p50), Median(apply_p99),
-                Median(apply_cpu_p99), Median(full_one_p50) / 1e3, f.reps);
+    std::printf(
+        "%d nodes x 8 GPUs: full Update %.1f ms; one node's slice: Apply p50/p99 "
+        "%.1f / %.1f us (CPU p99 %.1f us), full Update %.1f ms (medians of %d runs)\n",
+        nodes, bench::Median(full_ms), bench::Median(apply_p50), bench::Median(apply_p99),
+        bench::Median(apply_cpu_p99), bench::Median(full_one_p50) / 1e3, f.reps);
   }
 }
 
@@ -911,26 +907,29 @@ void RunLend(const Flags& f) {
           }
         }
         if (c->clock.jumps() != 0) Fail("a reclaim waited for the admission grace");
-        json line = {{"mode", "lend"},        {"slurm_ms", ms},
-                     {"gpus", count},         {"rep", rep},
-                     {"lend_p50_ms", Pct(lend_us, 0.5) / 1e3},
-                     {"lend_p99_ms", Pct(lend_us, 0.99) / 1e3},
-                     {"reclaim_p50_ms", Pct(reclaim_us, 0.5) / 1e3},
-                     {"reclaim_p99_ms", Pct(reclaim_us, 0.99) / 1e3},
+        json line = {{"mode", "lend"},
+                     {"slurm_ms", ms},
+                     {"gpus", count},
+                     {"rep", rep},
+                     {"lend_p50_ms", bench::Quantile(lend_us, 0.5) / 1e3},
+                     {"lend_p99_ms", bench::Quantile(lend_us, 0.99) / 1e3},
+                     {"reclaim_p50_ms", bench::Quantile(reclaim_us, 0.5) / 1e3},
+                     {"reclaim_p99_ms", bench::Quantile(reclaim_us, 0.99) / 1e3},
                      {"resync_noop_ms", resync.back() / 1e3},
                      {"rules", f.lend_nodes * 8}};
         std::printf("%s\n", line.dump().c_str());
         std::fflush(stdout);
-        p50.push_back(Pct(lend_us, 0.5));
-        p99.push_back(Pct(lend_us, 0.99));
-        r50.push_back(Pct(reclaim_us, 0.5));
-        r99.push_back(Pct(reclaim_us, 0.99));
+        p50.push_back(bench::Quantile(lend_us, 0.5));
+        p99.push_back(bench::Quantile(lend_us, 0.99));
+        r50.push_back(bench::Quantile(reclaim_us, 0.5));
+        r99.push_back(bench::Quantile(reclaim_us, 0.99));
       }
-      std::printf("  slurm RPC %5.1f ms, lend %d GPU(s): lend p50/p99 %7.2f / %7.2f ms; "
-                  "reclaim of one (grace skipped) p50/p99 %6.2f / %6.2f ms; no-op Resync of "
-                  "%d rules %6.2f ms (medians of %d)\n",
-                  ms, count, Median(p50) / 1e3, Median(p99) / 1e3, Median(r50) / 1e3,
-                  Median(r99) / 1e3, f.lend_nodes * 8, Median(resync) / 1e3, f.reps);
+      std::printf(
+          "  slurm RPC %5.1f ms, lend %d GPU(s): lend p50/p99 %7.2f / %7.2f ms; "
+          "reclaim of one (grace skipped) p50/p99 %6.2f / %6.2f ms; no-op Resync of "
+          "%d rules %6.2f ms (medians of %d)\n",
+          ms, count, bench::Median(p50) / 1e3, bench::Median(p99) / 1e3, bench::Median(r50) / 1e3,
+          bench::Median(r99) / 1e3, f.lend_nodes * 8, bench::Median(resync) / 1e3, f.reps);
     }
   }
 }
@@ -1189,8 +1188,8 @@ void RunChurn(const Flags& f) {
                    {"reconciled_nodes", r.pass_nodes},
                    {"full_resyncs", r.fulls}};
       for (const auto& [op, v] : r.cpu_us) {
-        line[absl::StrCat("cpu_", op, "_p50_us")] = Pct(v, 0.5);
-        line[absl::StrCat("cpu_", op, "_p99_us")] = Pct(v, 0.99);
+        line[absl::StrCat("cpu_", op, "_p50_us")] = bench::Quantile(v, 0.5);
+        line[absl::StrCat("cpu_", op, "_p99_us")] = bench::Quantile(v, 0.99);
       }
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
@@ -1199,12 +1198,12 @@ void RunChurn(const Flags& f) {
     auto med = [&](auto get) {
       std::vector<double> v;
       for (const ChurnFigures& r : runs) v.push_back(get(r));
-      return Median(v);
+      return bench::Median(v);
     };
     auto op = [&](const char* name, double p) {
       return med([&](const ChurnFigures& r) {
         auto it = r.cpu_us.find(name);
-        return it == r.cpu_us.end() ? 0.0 : Pct(it->second, p);
+        return it == r.cpu_us.end() ? 0.0 : bench::Quantile(it->second, p);
       });
     };
     std::printf(
@@ -1544,23 +1543,25 @@ void RunE2eLend(const Flags& f) {
                      {"slurm_serial", f.slurm_serial},
                      {"gpus", gpus},
                      {"rep", rep},
-                     {"sequential_p50_ms", Pct(r.sequential_ms, 0.5)},
-                     {"sequential_p99_ms", Pct(r.sequential_ms, 0.99)},
+                     {"sequential_p50_ms", bench::Quantile(r.sequential_ms, 0.5)},
+                     {"sequential_p99_ms", bench::Quantile(r.sequential_ms, 0.99)},
                      {"sequential_max_ms", mx(r.sequential_ms)},
-                     {"burst_p50_ms", Pct(r.burst_ms, 0.5)},
-                     {"burst_p99_ms", Pct(r.burst_ms, 0.99)},
+                     {"burst_p50_ms", bench::Quantile(r.burst_ms, 0.5)},
+                     {"burst_p99_ms", bench::Quantile(r.burst_ms, 0.99)},
                      {"burst_max_ms", mx(r.burst_ms)},
                      {"samples", r.sequential_ms.size() + r.burst_ms.size()}};
         std::printf("%s\n", line.dump().c_str());
         std::fflush(stdout);
-        s50.push_back(Pct(r.sequential_ms, 0.5));
-        s99.push_back(Pct(r.sequential_ms, 0.99));
-        b50.push_back(Pct(r.burst_ms, 0.5));
-        b99.push_back(Pct(r.burst_ms, 0.99));
+        s50.push_back(bench::Quantile(r.sequential_ms, 0.5));
+        s99.push_back(bench::Quantile(r.sequential_ms, 0.99));
+        b50.push_back(bench::Quantile(r.burst_ms, 0.5));
+        b99.push_back(bench::Quantile(r.burst_ms, 0.99));
       }
-      std::printf("  slurm RPC %5.1f ms, %d GPU(s): one at a time p50/p99 %7.1f / %7.1f ms; "
-                  "bursts of %d p50/p99 %7.1f / %7.1f ms (medians of %d)\n",
-                  ms, gpus, Median(s50), Median(s99), f.burst, Median(b50), Median(b99), f.reps);
+      std::printf(
+          "  slurm RPC %5.1f ms, %d GPU(s): one at a time p50/p99 %7.1f / %7.1f ms; "
+          "bursts of %d p50/p99 %7.1f / %7.1f ms (medians of %d)\n",
+          ms, gpus, bench::Median(s50), bench::Median(s99), f.burst, bench::Median(b50),
+          bench::Median(b99), f.reps);
     }
   }
   k8s::testing::RemoveTree(tmp);

@@ -49,6 +49,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/common/h100_node.h"
+#include "bench/common/quantile.h"
 #include "bridge/placement/workload_model.h"
 #include "k8s_adapter/extender/server.h"
 #include "nlohmann/json.hpp"
@@ -97,13 +98,6 @@ placement::Workload SyntheticWorkload(int n) {
     shapes.push_back({r, 1.0 / (shapes.size() + 1)});
   }
   return placement::Workload(std::move(shapes));
-}
-
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
-  return v[i];
 }
 
 std::string ReadGoldenPod() {
@@ -352,23 +346,27 @@ int Run(const Flags& f) {
     if (failed) return 1;
     const double multi_rate = f.decisions / absl::ToDoubleSeconds(absl::Now() - start);
 
-    json out = {{"nodes", f.nodes},
-                {"shapes", f.shapes},
-                {"names", n},
-                {"body_bytes", filter_body.size()},
-                {"server_threads", f.threads},
-                {"decisions", f.decisions},
-                {"filter_us", {{"p50", Pct(filter_us, 0.5)}, {"p99", Pct(filter_us, 0.99)}}},
-                {"prioritize_us",
-                 {{"p50", Pct(prio_us, 0.5)},
-                  {"p99", Pct(prio_us, 0.99)},
-                  {"p999", Pct(prio_us, 0.999)},
-                  {"max", Pct(prio_us, 1.0)}}},
-                {"decision_us", {{"p50", Pct(decision_us, 0.5)}, {"p99", Pct(decision_us, 0.99)}}},
-                {"echo_us", {{"p50", Pct(echo_us, 0.5)}, {"p99", Pct(echo_us, 0.99)}}},
-                {"decisions_per_s_1_client", one_client_rate},
-                {"decisions_per_s_clients", multi_rate},
-                {"clients", f.clients}};
+    json out = {
+        {"nodes", f.nodes},
+        {"shapes", f.shapes},
+        {"names", n},
+        {"body_bytes", filter_body.size()},
+        {"server_threads", f.threads},
+        {"decisions", f.decisions},
+        {"filter_us",
+         {{"p50", bench::Quantile(filter_us, 0.5)}, {"p99", bench::Quantile(filter_us, 0.99)}}},
+        {"prioritize_us",
+         {{"p50", bench::Quantile(prio_us, 0.5)},
+          {"p99", bench::Quantile(prio_us, 0.99)},
+          {"p999", bench::Quantile(prio_us, 0.999)},
+          {"max", bench::Quantile(prio_us, 1.0)}}},
+        {"decision_us",
+         {{"p50", bench::Quantile(decision_us, 0.5)}, {"p99", bench::Quantile(decision_us, 0.99)}}},
+        {"echo_us",
+         {{"p50", bench::Quantile(echo_us, 0.5)}, {"p99", bench::Quantile(echo_us, 0.99)}}},
+        {"decisions_per_s_1_client", one_client_rate},
+        {"decisions_per_s_clients", multi_rate},
+        {"clients", f.clients}};
     if (model != nullptr) {
       out["online_min_change"] = f.online;
       out["arrival_us"] = f.arrival_us;

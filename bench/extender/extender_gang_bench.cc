@@ -45,6 +45,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/common/h100_node.h"
+#include "bench/common/quantile.h"
 #include "bridge/gang/registry.h"
 #include "bridge/placement/topology.h"
 #include "bridge/slurm/placeholders.h"
@@ -167,15 +168,11 @@ json Pod(const std::string& name, int gpus, const std::string& group) {
   return pod;
 }
 
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
-  return v[i];
-}
-
 json Summary(const std::vector<double>& v) {
-  return {{"n", v.size()}, {"p50", Pct(v, 0.5)}, {"p99", Pct(v, 0.99)}, {"max", Pct(v, 1.0)}};
+  return {{"n", v.size()},
+          {"p50", bench::Quantile(v, 0.5)},
+          {"p99", bench::Quantile(v, 0.99)},
+          {"max", bench::Quantile(v, 1.0)}};
 }
 
 int Run(const Flags& f) {

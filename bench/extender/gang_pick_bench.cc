@@ -21,8 +21,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/common/h100_node.h"
+#include "bench/common/quantile.h"
 #include "bridge/placement/topology.h"
 #include "nlohmann/json.hpp"
 
@@ -99,13 +100,8 @@ double ThreadCpuUs() {
 
 nlohmann::json Summary(const std::vector<double>& v);
 
-double Pct(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
-}
-
 nlohmann::json Summary(const std::vector<double>& v) {
-  return {{"p50", Pct(v, 0.5)}, {"p99", Pct(v, 0.99)}, {"max", Pct(v, 1.0)}};
+  return {{"p50", Quantile(v, 0.5)}, {"p99", Quantile(v, 0.99)}, {"max", Quantile(v, 1.0)}};
 }
 
 int Run(const Flags& f) {

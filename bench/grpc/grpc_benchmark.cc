@@ -44,6 +44,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/common/quantile.h"
 #include "bridge/config/config.h"
 #include "bridge/server/bridge.h"
 #include "duet/v1/duet.grpc.pb.h"
@@ -121,13 +122,6 @@ struct RunResult {
   std::string first_error;
 };
 
-double Percentile(std::vector<double>* v, double p) {
-  if (v->empty()) return 0;
-  const size_t k = std::min(v->size() - 1, static_cast<size_t>(p * static_cast<double>(v->size())));
-  std::nth_element(v->begin(), v->begin() + static_cast<ptrdiff_t>(k), v->end());
-  return (*v)[k];
-}
-
 RunResult Summarize(std::vector<SlotStats>& slots, double seconds) {
   RunResult r;
   std::vector<double> all;
@@ -139,8 +133,8 @@ RunResult Summarize(std::vector<SlotStats>& slots, double seconds) {
     if (r.first_error.empty()) r.first_error = s.first_error;
   }
   r.rpc_per_s = seconds > 0 ? static_cast<double>(calls) / seconds : 0;
-  r.p50_us = Percentile(&all, 0.50);
-  r.p99_us = Percentile(&all, 0.99);
+  r.p50_us = bench::Quantile(all, 0.50);
+  r.p99_us = bench::Quantile(all, 0.99);
   return r;
 }
 
@@ -339,13 +333,6 @@ RunResult RunMode(int port, const std::string& mode, bool hold, double seconds) 
   return run.Run(seconds);
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 struct Series {
   std::vector<double> rps, p50, p99;
   void Add(const RunResult& r) {
@@ -434,9 +421,11 @@ int Main(int argc, char** argv) {
     printf("%-8s %-14s %10s %10s %10s %8s\n", "mode", "rpc", "RPC/s", "p50 us", "p99 us", "ratio");
     for (size_t m = 0; m < modes.size(); ++m) {
       printf("%-8s %-14s %10.0f %10.1f %10.1f %8s\n", modes[m].c_str(), "Health/Check",
-             Median(base[m].rps), Median(base[m].p50), Median(base[m].p99), "1");
+             bench::Median(base[m].rps), bench::Median(base[m].p50), bench::Median(base[m].p99),
+             "1");
       printf("%-8s %-14s %10.0f %10.1f %10.1f %8.3f\n", modes[m].c_str(), "Hold+Release",
-             Median(held[m].rps), Median(held[m].p50), Median(held[m].p99), Median(ratios[m]));
+             bench::Median(held[m].rps), bench::Median(held[m].p50), bench::Median(held[m].p99),
+             bench::Median(ratios[m]));
     }
     fflush(stdout);
     (*bridge)->Shutdown();

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/common/quantile.h"
 #include "bench/sim/replay.h"
 
 namespace duet::sim {
@@ -56,13 +57,6 @@ struct Flags {
   std::string gang_policies = "per-pod,duet,duet-flat";
   std::string topology = "4,16,64";
 };
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
 
 std::string Pct(double f) { return absl::StrFormat("%.2f", 100 * f); }
 
@@ -352,10 +346,10 @@ int Run(const Flags& flags) {
       }
       if (alloc.empty()) continue;
       absl::StrAppend(&csv, mapping->name, ",median,", policies[p].name, ",", Pct(target), ",",
-                      Pct(Median(alloc)), ",", Pct(1 - Median(alloc)), ",",
-                      absl::StrFormat("%.1f", Median(idle)), ",",
-                      absl::StrFormat("%.1f", Median(frag)), ",", Median(arrived), ",",
-                      Median(failed), ",", Median(gfailed), "\n");
+                      Pct(bench::Median(alloc)), ",", Pct(1 - bench::Median(alloc)), ",",
+                      absl::StrFormat("%.1f", bench::Median(idle)), ",",
+                      absl::StrFormat("%.1f", bench::Median(frag)), ",", bench::Median(arrived),
+                      ",", bench::Median(failed), ",", bench::Median(gfailed), "\n");
     }
   }
   absl::Status w = WriteFile(absl::StrCat(flags.out, "/", prefix, ".csv"), csv);
@@ -382,10 +376,10 @@ int Run(const Flags& flags) {
       p99.push_back(r.p99_decision_us);
       wall.push_back(r.wall_seconds);
     }
-    std::cout << absl::StrFormat("%-15s %11s%% %11s%% %12.1f %12.0f %10.1f %10.1f %9.2f\n",
-                                 policies[p].name, Pct(Median(a100)), Pct(Median(amax)),
-                                 Median(fmax), Median(failmax), Median(med), Median(p99),
-                                 Median(wall));
+    std::cout << absl::StrFormat(
+        "%-15s %11s%% %11s%% %12.1f %12.0f %10.1f %10.1f %9.2f\n", policies[p].name,
+        Pct(bench::Median(a100)), Pct(bench::Median(amax)), bench::Median(fmax),
+        bench::Median(failmax), bench::Median(med), bench::Median(p99), bench::Median(wall));
     const ReplayResult& r0 = *results[p];
     std::vector<double> k8s_used, slurm_used, cpu_full;
     for (size_t s = 0; s < seeds.size(); ++s) {
@@ -396,12 +390,15 @@ int Run(const Flags& flags) {
     }
     if (r0.kubernetes_gpus + r0.slurm_gpus > 0) {
       std::cout << absl::StrFormat(
-          "    partition: %d GPUs Kubernetes (%.1f%% allocated), %d GPUs Slurm (%.1f%% allocated)\n",
-          r0.kubernetes_gpus, 100 * Median(k8s_used) / std::max<double>(1, r0.kubernetes_gpus),
-          r0.slurm_gpus, 100 * Median(slurm_used) / std::max<double>(1, r0.slurm_gpus));
+          "    partition: %d GPUs Kubernetes (%.1f%% allocated), %d GPUs Slurm (%.1f%% "
+          "allocated)\n",
+          r0.kubernetes_gpus,
+          100 * bench::Median(k8s_used) / std::max<double>(1, r0.kubernetes_gpus), r0.slurm_gpus,
+          100 * bench::Median(slurm_used) / std::max<double>(1, r0.slurm_gpus));
     }
-    std::cout << absl::StrFormat("    idle GPUs on nodes with >= 90%% of CPU requested @max: %.1f\n",
-                                 Median(cpu_full));
+    std::cout << absl::StrFormat(
+        "    idle GPUs on nodes with >= 90%% of CPU requested @max: %.1f\n",
+        bench::Median(cpu_full));
     uint64_t k8s_arrivals = 0, slurm_arrivals = 0, pod_holdings = 0, slurm_holdings = 0;
     for (size_t s = 0; s < seeds.size(); ++s) {
       const ReplayResult& r = *results[s * policies.size() + p];
@@ -456,9 +453,10 @@ int Run(const Flags& flags) {
           "GPU-arrivals held before their gang ran\n"
           "    placed gangs within one node %.1f%%, one clique %.1f%%, one sub-block %.1f%%, one "
           "block %.1f%%, one pool %.1f%%\n",
-          Median(gangs), Median(placed), Median(waiting), Median(never), Median(mean_wait),
-          Median(p99_wait), Median(idle), Median(idle_time), Median(level[0]), Median(level[1]),
-          Median(level[2]), Median(level[3]), Median(level[4]));
+          bench::Median(gangs), bench::Median(placed), bench::Median(waiting), bench::Median(never),
+          bench::Median(mean_wait), bench::Median(p99_wait), bench::Median(idle),
+          bench::Median(idle_time), bench::Median(level[0]), bench::Median(level[1]),
+          bench::Median(level[2]), bench::Median(level[3]), bench::Median(level[4]));
     }
   }
 

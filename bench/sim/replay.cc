@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/common/quantile.h"
 #include "bench/sim/rng.h"
 #include "bench/sim/score_memo.h"
 #include "bridge/ledger/ledger.h"
@@ -676,8 +677,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
   if (!waits.empty()) {
     result.gangs.mean_wait =
         std::accumulate(waits.begin(), waits.end(), 0.0) / static_cast<double>(waits.size());
-    std::sort(waits.begin(), waits.end());
-    result.gangs.p99_wait = waits[std::min(waits.size() - 1, waits.size() * 99 / 100)];
+    result.gangs.p99_wait = bench::Quantile(waits, 0.99);
   }
 
   result.decisions = decision_us.size();
@@ -688,12 +688,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace, const std::vector<Arriva
     result.score_memo_epochs = memo->epochs();
   }
   if (!decision_us.empty()) {
-    const size_t mid = decision_us.size() / 2;
-    std::nth_element(decision_us.begin(), decision_us.begin() + mid, decision_us.end());
-    result.median_decision_us = decision_us[mid];
-    const size_t p99 = std::min(decision_us.size() - 1, decision_us.size() * 99 / 100);
-    std::nth_element(decision_us.begin(), decision_us.begin() + p99, decision_us.end());
-    result.p99_decision_us = decision_us[p99];
+    result.median_decision_us = bench::Median(decision_us);
+    result.p99_decision_us = bench::Quantile(decision_us, 0.99);
   }
   for (size_t i = 0; i < n; ++i) {
     const double used = static_cast<double>(gpu_milli[i]) / kWholeDevice;

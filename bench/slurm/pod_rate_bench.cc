@@ -57,6 +57,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/common/quantile.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/placeholders.h"
 #include "k8s_adapter/extender/server.h"
@@ -164,14 +165,6 @@ double CtldCpuSeconds() {
   }
   return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
-
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
-
-double Median(std::vector<double> v) { return Pct(std::move(v), 0.5); }
 
 NodeSpec GpuNode(const std::string& name, int gpus) {
   NodeSpec s;
@@ -323,8 +316,8 @@ RunResult RunStream(const Flags& f, const std::string& config, int n, int client
   }
   if (config == "slurm" && !CancelAll(slurm, jobs, 16)) out.ok = false;
   out.pods_per_s = n / seconds;
-  out.bind_p50_ms = Pct(bind_ms, 0.5);
-  out.bind_p99_ms = Pct(bind_ms, 0.99);
+  out.bind_p50_ms = bench::Quantile(bind_ms, 0.5);
+  out.bind_p99_ms = bench::Quantile(bind_ms, 0.99);
   out.retries = retries;
   return out;
 }
@@ -369,8 +362,8 @@ RunResult RunDirect(const Flags& f, int n, int clients, LibSlurmClient* slurm) {
   out.ctld_cpu_ms_per_pod = (CtldCpuSeconds() - cpu0) * 1000 / n;
   out.ok = !failed && CancelAll(slurm, jobs, 16);
   out.pods_per_s = n / seconds;
-  out.bind_p50_ms = Pct(ms, 0.5);
-  out.bind_p99_ms = Pct(ms, 0.99);
+  out.bind_p50_ms = bench::Quantile(ms, 0.5);
+  out.bind_p99_ms = bench::Quantile(ms, 0.99);
   return out;
 }
 
@@ -426,7 +419,8 @@ int Run(const Flags& f) {
       cpu.push_back(r.ctld_cpu_ms_per_pod);
     }
     std::printf("| %d | %s | %.0f | %.2f | %.2f | %.0f | %.2f |\n", key.first, key.second.c_str(),
-                Median(rate), Median(p50), Median(p99), Median(retries), Median(cpu));
+                bench::Median(rate), bench::Median(p50), bench::Median(p99), bench::Median(retries),
+                bench::Median(cpu));
   }
   return 0;
 }

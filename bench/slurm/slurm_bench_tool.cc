@@ -37,27 +37,28 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
-#include <memory>
-#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
-#include <unistd.h>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
-#include "spdlog/spdlog.h"
+#include "bench/common/quantile.h"
 #include "bridge/slurm/libslurm_client.h"
 #include "bridge/slurm/slurm_sync.h"
 #include "common/daemon.h"
 #include "common/step_agent/step_wire.h"
 #include "slurm_plugin/bridge_client.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 #include "tests/fakes/ledger_server.h"
 
 namespace duet {
@@ -261,10 +262,7 @@ int Client(const std::string& socket, const std::string& node, int n, const std:
     }
     for (int k = 0; k < 5; ++k) per[k].push_back(ms[k]);
   }
-  for (int k = 0; k < 5; ++k) {
-    std::sort(per[k].begin(), per[k].end());
-    printf("%s %.2f\n", names[k], per[k][per[k].size() / 2]);
-  }
+  for (int k = 0; k < 5; ++k) printf("%s %.2f\n", names[k], bench::Median(per[k]));
   return 0;
 }
 
@@ -402,14 +400,10 @@ int AgentCalls(const std::string& socket_path, const std::string& node, int n, i
     release.push_back(absl::ToDoubleMilliseconds(absl::Now() - t));
     absl::SleepFor(absl::Milliseconds(gap_ms));
   }
-  std::sort(hold.begin(), hold.end());
-  std::sort(release.begin(), release.end());
   // p50, p99 and the slowest of each.
-  auto at = [](const std::vector<double>& v, double q) {
-    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
-  };
-  printf("hold %.3f %.3f %.3f\nrelease %.3f %.3f %.3f\n", at(hold, 0.5), at(hold, 0.99),
-         hold.back(), at(release, 0.5), at(release, 0.99), release.back());
+  printf("hold %.3f %.3f %.3f\nrelease %.3f %.3f %.3f\n", bench::Quantile(hold, 0.5),
+         bench::Quantile(hold, 0.99), bench::Quantile(hold, 1), bench::Quantile(release, 0.5),
+         bench::Quantile(release, 0.99), bench::Quantile(release, 1));
   return 0;
 }
 

@@ -76,6 +76,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/common/quantile.h"
 #include "duet/v1/duet.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -184,11 +185,9 @@ std::vector<SlurmJob> ParseScontrolJobs(const std::string& text) {
   return out;
 }
 
-std::string Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return "-";
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
-  return absl::StrCat(absl::SixDigits(v[std::min(i, v.size() - 1)]));
+// A quantile of seconds as the report prints it; "-" for none.
+std::string Percentile(const std::vector<double>& v, double p) {
+  return v.empty() ? "-" : absl::StrCat(absl::SixDigits(bench::Quantile(v, p)));
 }
 
 class Soak {

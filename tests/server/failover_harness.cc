@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/common/quantile.h"
 #include "common/grpc/status.h"
 #include "common/reason.h"
 #include "duet/v1/duet.grpc.pb.h"
@@ -627,14 +628,9 @@ absl::StatusOr<Figures> Run(const Options& options) {
 
 std::string Summary(const std::vector<double>& seconds) {
   if (seconds.empty()) return "no takeovers";
-  std::vector<double> v = seconds;
-  std::sort(v.begin(), v.end());
-  const auto at = [&](double q) {
-    const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-    return v[std::min(i, v.size() - 1)];
-  };
-  return absl::StrFormat("median %.2f s, p99 %.2f s, max %.2f s (n=%d)", at(0.5), at(0.99),
-                         v.back(), v.size());
+  return absl::StrFormat("median %.2f s, p99 %.2f s, max %.2f s (n=%d)",
+                         bench::Quantile(seconds, 0.5), bench::Quantile(seconds, 0.99),
+                         bench::Quantile(seconds, 1), seconds.size());
 }
 
 }  // namespace failover
