@@ -532,8 +532,9 @@ absl::Status Bridge::ServeGrpc() {
     // Node-local clients authenticate by file permissions; no TLS on the socket.
     builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
   }
-  builder.RegisterService(service_.get());
+  service_->RegisterWith(&builder);
   server_ = builder.BuildAndStart();
+  if (server_ != nullptr) service_->StartStepThreads();
   DUET_RETURN_IF_ERROR(unix_listener.Finish(server_ != nullptr));
   if (server_ == nullptr || (!config_.grpc.listen.empty() && grpc_port_ == 0) ||
       (!config_.grpc.plaintext_listen.empty() && grpc_plaintext_port_ == 0)) {
@@ -711,6 +712,7 @@ void Bridge::Shutdown() {
     hub_.CloseAll("duet-bridge is shutting down");
     server_->Shutdown(absl::ToChronoTime(absl::Now() + config_.grpc.shutdown_grace));
     server_->Wait();
+    service_->StopStepThreads();
   }
   // No pod releases once shutting down.
   if (pod_watch_ != nullptr) pod_watch_->Stop();

@@ -9,23 +9,24 @@
 #include "absl/strings/str_cat.h"
 #include "bridge/api/convert.h"
 #include "bridge/api/validate.h"
-#include "common/reason.h"
 #include "common/credential/munge_payload.h"
 #include "common/credential/request_digest.h"
 #include "common/credential/slurm_key_cred.h"
+#include "common/reason.h"
 #include "google/protobuf/util/time_util.h"
+#include "grpcpp/server_builder.h"
 
 namespace duet {
 namespace {
 
-std::string Metadata(const grpc::CallbackServerContext* ctx, const char* key) {
+std::string Metadata(const grpc::ServerContextBase* ctx, const char* key) {
   auto it = ctx->client_metadata().find(key);
   if (it == ctx->client_metadata().end()) return "";
   return std::string(it->second.data(), it->second.size());
 }
 
 // The call's credentials, "" where absent.
-SlurmCallerCredentials CallerCredentials(const grpc::CallbackServerContext* ctx) {
+SlurmCallerCredentials CallerCredentials(const grpc::ServerContextBase* ctx) {
   return {Metadata(ctx, slurm_munge::kMetadataKey), Metadata(ctx, slurm_key::kMetadataKey)};
 }
 
@@ -225,6 +226,167 @@ LedgerService::LedgerService(Ledger* ledger, Durability* durability, WatchHub* h
       options_(options),
       pod_holds_(ledger, options_.placeholders, options_.pod_holds) {}
 
+LedgerService::~LedgerService() { StopStepThreads(); }
+
+class LedgerService::SyncAnswer {
+ public:
+  void Finish(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    status_ = std::move(status);
+    done_ = true;
+  }
+  // The answer, or nullopt if none came within `timeout`.
+  std::optional<grpc::Status> WaitFor(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done_), timeout)) return std::nullopt;
+    return status_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// A step queue's tag.
+class LedgerService::StepTag {
+ public:
+  virtual ~StepTag() = default;
+  // The tag came back from the queue with `ok`.
+  virtual void Proceed(bool ok) = 0;
+};
+
+// One async Hold or Release: requested (its tag comes back when a call
+// arrives, or not ok when the server shut down first), then run and answered
+// on the step thread that got it. Once started, two more events come back:
+// its Finish, and gRPC's word that the call is done (first, if the caller
+// went); the call is deleted after both.
+template <class Request, class Response>
+class LedgerService::StepCall final : public StepTag {
+ public:
+  using Body = void (LedgerService::*)(const UnaryCall&, const grpc::ServerContextBase&,
+                                       const Request*, Response*);
+  using AskFn = void (LedgerServiceBase::*)(grpc::ServerContext*, Request*,
+                                            grpc::ServerAsyncResponseWriter<Response>*,
+                                            grpc::CompletionQueue*, grpc::ServerCompletionQueue*,
+                                            void*);
+
+  // Asks for the next call of the method, unless the queue is shutting down.
+  static void Ask(LedgerService* service, const char* method, AskFn ask, Body body) {
+    absl::MutexLock lock(&service->step_mu_);
+    if (service->step_stopping_) return;
+    auto* c = new StepCall(service, method, ask, body);
+    c->ctx_.AsyncNotifyWhenDone(static_cast<StepTag*>(&c->done_tag_));
+    grpc::ServerCompletionQueue* cq = service->step_cq_.get();
+    (service->*ask)(&c->ctx_, &c->request_, &c->responder_, cq, cq, static_cast<StepTag*>(c));
+  }
+
+  void Proceed(bool ok) override {
+    if (started_) {  // its Finish came back
+      Unref();
+      return;
+    }
+    if (!ok) {  // the server shut down before a call came: no more events
+      delete this;
+      return;
+    }
+    started_ = true;
+    Ask(service_, method_, ask_, body_);
+    const UnaryCall call{absl::Now(), method_, nullptr, std::make_shared<SyncAnswer>()};
+    (service_->*body_)(call, ctx_, &request_, &response_);
+    // Most calls are answered by now; one that waits for the journal is
+    // answered from its waiter thread. A caller that went (its deadline, or
+    // the server shutting down) frees the thread; the change, if any, still
+    // becomes durable, and the answer is dropped.
+    grpc::Status status;
+    for (;;) {
+      if (std::optional<grpc::Status> s = call.sync->WaitFor(absl::Milliseconds(250))) {
+        status = *s;
+        break;
+      }
+      if (done_.load()) {
+        status = grpc::Status(grpc::StatusCode::CANCELLED, "the caller went");
+        break;
+      }
+    }
+    if (status.ok()) {
+      responder_.Finish(response_, status, static_cast<StepTag*>(this));
+    } else {
+      responder_.FinishWithError(status, static_cast<StepTag*>(this));
+    }
+  }
+
+ private:
+  // gRPC's word that the call is done.
+  struct DoneTag final : StepTag {
+    explicit DoneTag(StepCall* c) : call(c) {}
+    void Proceed(bool) override {
+      call->done_.store(true);
+      call->Unref();
+    }
+    StepCall* const call;
+  };
+
+  StepCall(LedgerService* service, const char* method, AskFn ask, Body body)
+      : service_(service), method_(method), ask_(ask), body_(body), responder_(&ctx_) {}
+
+  void Unref() {
+    if (left_.fetch_sub(1) == 1) delete this;
+  }
+
+  LedgerService* const service_;
+  const char* const method_;
+  const AskFn ask_;
+  const Body body_;
+  grpc::ServerContext ctx_;
+  Request request_;
+  Response response_;
+  grpc::ServerAsyncResponseWriter<Response> responder_;
+  DoneTag done_tag_{this};
+  bool started_ = false;  // the step thread that got the call only
+  std::atomic<bool> done_{false};
+  std::atomic<int> left_{2};  // Finish and done, once started
+};
+
+void LedgerService::RegisterWith(grpc::ServerBuilder* builder) {
+  builder->RegisterService(this);
+  step_cq_ = builder->AddCompletionQueue();
+}
+
+void LedgerService::StartStepThreads(int threads) {
+  {
+    absl::MutexLock lock(&step_mu_);
+    if (step_cq_ == nullptr || step_stopping_ || !step_threads_.empty()) return;
+    for (int i = 0; i < std::max(threads, 1); ++i) {
+      step_threads_.emplace_back([cq = step_cq_.get()] {
+        void* tag = nullptr;
+        bool ok = false;
+        while (cq->Next(&tag, &ok)) static_cast<StepTag*>(tag)->Proceed(ok);
+      });
+    }
+  }
+  StepCall<v1::HoldRequest, v1::HoldResponse>::Ask(this, "Hold", &LedgerServiceBase::RequestHold,
+                                                   &LedgerService::HoldCall);
+  StepCall<v1::ReleaseRequest, v1::ReleaseResponse>::Ask(
+      this, "Release", &LedgerServiceBase::RequestRelease, &LedgerService::ReleaseCall);
+}
+
+void LedgerService::StopStepThreads() {
+  {
+    absl::MutexLock lock(&step_mu_);
+    if (step_cq_ == nullptr || step_stopping_) return;
+    step_stopping_ = true;
+    step_cq_->Shutdown();
+  }
+  // Each thread returns once the queue is drained: the server's Shutdown
+  // gave back every call still asked for.
+  for (std::thread& t : step_threads_) t.join();
+  step_threads_.clear();
+  void* tag = nullptr;
+  bool ok = false;
+  while (step_cq_->Next(&tag, &ok)) static_cast<StepTag*>(tag)->Proceed(false);
+}
+
 void LedgerService::NodeToProto(const NodeView& view, v1::Node* out) const {
   ToProto(view, out);
   if (!options_.slurm_state) return;
@@ -251,9 +413,8 @@ std::optional<HolderClass> LedgerService::BlockingClass(const HoldRequest& reque
   return out;
 }
 
-absl::Status LedgerService::AuthorizeCall(const grpc::CallbackServerContext& ctx,
-                                          const char* method, const std::string& node,
-                                          const Owner& owner,
+absl::Status LedgerService::AuthorizeCall(const grpc::ServerContextBase& ctx, const char* method,
+                                          const std::string& node, const Owner& owner,
                                           const std::optional<slurm_munge::Binding>& binding,
                                           std::string* who) const {
   *who = absl::StrCat("unauthenticated(", ctx.peer(), ")");
@@ -288,7 +449,11 @@ grpc::ServerUnaryReactor* LedgerService::Answer(const UnaryCall& call, const abs
     metrics_->ObserveRpc(call.method, status.code(),
                          absl::ToDoubleSeconds(absl::Now() - call.start));
   }
-  call.reactor->Finish(ToGrpc(status));
+  if (call.sync != nullptr) {
+    call.sync->Finish(ToGrpc(status));
+  } else {
+    call.reactor->Finish(ToGrpc(status));
+  }
   return call.reactor;
 }
 
@@ -375,24 +540,23 @@ grpc::ServerUnaryReactor* LedgerService::GetNode(grpc::CallbackServerContext* ct
   return Answer(call, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
-                                              const v1::HoldRequest* req, v1::HoldResponse* resp) {
-  const UnaryCall call = StartCall(ctx, "Hold");
-  if (!serving()) return Refuse(call, NotGrantingError());
-  if (absl::Status v = CheckHoldSelection(*req); !v.ok()) return Refuse(call, v);
+void LedgerService::HoldCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                             const v1::HoldRequest* req, v1::HoldResponse* resp) {
+  if (!serving()) return (void)Refuse(call, NotGrantingError());
+  if (absl::Status v = CheckHoldSelection(*req); !v.ok()) return (void)Refuse(call, v);
   absl::StatusOr<HoldRequest> request = FromProto(*req);
-  if (!request.ok()) return Refuse(call, request.status());
+  if (!request.ok()) return (void)Refuse(call, request.status());
   // Before the authorizer (which may ask the API server about the pod) and
   // the ledger (which journals what it grants and echoes names in errors).
-  if (absl::Status v = CheckOwnerStrings(request->owner); !v.ok()) return Refuse(call, v);
+  if (absl::Status v = CheckOwnerStrings(request->owner); !v.ok()) return (void)Refuse(call, v);
   if (absl::Status v = CheckNodeFor(request->owner, request->node); !v.ok()) {
-    return Refuse(call, v);
+    return (void)Refuse(call, v);
   }
   std::string who;
-  if (absl::Status a = AuthorizeCall(*ctx, call.method, request->node, request->owner,
+  if (absl::Status a = AuthorizeCall(ctx, call.method, request->node, request->owner,
                                      slurm_munge::BindingOf(*req), &who);
       !a.ok()) {
-    return Refuse(call, a);
+    return (void)Refuse(call, a);
   }
   absl::StatusOr<HoldResult> result = ledger_->Hold(*request);
   const bool slurm_conflict = !result.ok() && absl::IsResourceExhausted(result.status()) &&
@@ -400,7 +564,7 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
   if (slurm_conflict && options_.pod_eviction_wait) {
     // A preemptor's step asking again while its devices' pod is evicted.
     if (std::optional<absl::Status> wait = options_.pod_eviction_wait(*request, false)) {
-      return Refuse(call, *wait);
+      return (void)Refuse(call, *wait);
     }
   }
   if (slurm_conflict && options_.resolve_slurm_conflict &&
@@ -412,55 +576,53 @@ grpc::ServerUnaryReactor* LedgerService::Hold(grpc::CallbackServerContext* ctx,
       request->owner.holder_class() == HolderClass::kSlurm && options_.pod_eviction_wait) {
     // Not a conflict: the preemptor's devices are on their way.
     if (std::optional<absl::Status> wait = options_.pod_eviction_wait(*request, true)) {
-      return Refuse(call, *wait);
+      return (void)Refuse(call, *wait);
     }
   }
   if (!result.ok()) {
     if (metrics_ != nullptr && absl::IsResourceExhausted(result.status())) {
       if (std::optional<HolderClass> c = BlockingClass(*request)) metrics_->CountConflict(*c);
     }
-    return Refuse(call, result.status());
+    return (void)Refuse(call, result.status());
   }
   ToProto(result->holding, ledger_->GetNode(result->holding.node).get(), resp->mutable_holding());
   resp->set_created(result->created);
-  return AnswerWhenDurable(call, result->seq,
-                           [this, created = result->created, owner = request->owner,
-                            holding = result->holding, who = std::move(who)] {
-                             if (created && metrics_ != nullptr) metrics_->CountGrant(owner);
-                             Audit("Hold", who, holding.node, owner, holding.devices, created);
-                           });
+  AnswerWhenDurable(call, result->seq,
+                    [this, created = result->created, owner = request->owner,
+                     holding = result->holding, who = std::move(who)] {
+                      if (created && metrics_ != nullptr) metrics_->CountGrant(owner);
+                      Audit("Hold", who, holding.node, owner, holding.devices, created);
+                    });
 }
 
-grpc::ServerUnaryReactor* LedgerService::Release(grpc::CallbackServerContext* ctx,
-                                                 const v1::ReleaseRequest* req,
-                                                 v1::ReleaseResponse* resp) {
-  const UnaryCall call = StartCall(ctx, "Release");
+void LedgerService::ReleaseCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                                const v1::ReleaseRequest* req, v1::ReleaseResponse* resp) {
   if (!serving()) {
-    return Answer(call, WithReason(absl::UnavailableError("duet-bridge is not serving"),
-                                   v1::reason::kNotServing));
+    return (void)Answer(call, WithReason(absl::UnavailableError("duet-bridge is not serving"),
+                                         v1::reason::kNotServing));
   }
   absl::StatusOr<Owner> owner = FromProto(req->owner());
-  if (!owner.ok()) return Answer(call, owner.status());
-  if (absl::Status v = CheckOwnerStrings(*owner); !v.ok()) return Answer(call, v);
-  if (absl::Status v = CheckNodeFor(*owner, req->node()); !v.ok()) return Answer(call, v);
+  if (!owner.ok()) return (void)Answer(call, owner.status());
+  if (absl::Status v = CheckOwnerStrings(*owner); !v.ok()) return (void)Answer(call, v);
+  if (absl::Status v = CheckNodeFor(*owner, req->node()); !v.ok()) return (void)Answer(call, v);
   std::string who;
-  if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), *owner,
-                                     slurm_munge::BindingOf(*req), &who);
+  if (absl::Status a =
+          AuthorizeCall(ctx, call.method, req->node(), *owner, slurm_munge::BindingOf(*req), &who);
       !a.ok()) {
-    return Answer(call, a);
+    return (void)Answer(call, a);
   }
   absl::StatusOr<ReleaseResult> result = ledger_->Release(req->node(), *owner);
-  if (!result.ok()) return Answer(call, result.status());
+  if (!result.ok()) return (void)Answer(call, result.status());
   resp->set_released(result->released);
   if (result->released) ToProto(result->holding, resp->mutable_holding());
   std::vector<HeldDevice> devices;
   if (result->released) devices = result->holding.devices;
-  return AnswerWhenDurable(call, result->seq,
-                           [this, released = result->released, o = *owner, node = req->node(),
-                            devices = std::move(devices), who = std::move(who)] {
-                             if (released && metrics_ != nullptr) metrics_->CountRelease(o);
-                             Audit("Release", who, node, o, devices, released);
-                           });
+  AnswerWhenDurable(call, result->seq,
+                    [this, released = result->released, o = *owner, node = req->node(),
+                     devices = std::move(devices), who = std::move(who)] {
+                      if (released && metrics_ != nullptr) metrics_->CountRelease(o);
+                      Audit("Release", who, node, o, devices, released);
+                    });
 }
 
 grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContext* ctx,

@@ -12,16 +12,18 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "bridge/ledger/ledger.h"
 #include "bridge/placement/workload_model.h"
+#include "bridge/pods/pod_holds.h"
 #include "bridge/server/audit.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/metrics.h"
 #include "bridge/server/watch_hub.h"
-#include "bridge/pods/pod_holds.h"
 #include "common/credential/munge_payload.h"
 #include "duet/v1/duet.grpc.pb.h"
 
@@ -34,7 +36,21 @@ struct SlurmCallerCredentials {
   std::string slurm_key;
 };
 
-class LedgerService final : public v1::Ledger::CallbackService {
+// Hold and Release, the calls on a Slurm step's path, are served with gRPC's
+// async API on threads of the service's own; the other calls with its
+// callback API. With the gRPC this builds against (Debian's 1.51), callback
+// calls are run by two threads that wait for work 100 ms at a time and, after
+// a wait that found none, sleep 100 ms: a call that arrives after a quiet
+// spell can wait up to 100 ms before it is read (bench/slurm/RESULTS.md, "The
+// agent path's tail"). A thread blocked on a completion queue of its own
+// never sleeps, and it polls the server's connections while it waits.
+using LedgerServiceBase = v1::Ledger::WithAsyncMethod_Hold<
+    v1::Ledger::WithAsyncMethod_Release<v1::Ledger::WithCallbackMethod_ListNodes<
+        v1::Ledger::WithCallbackMethod_GetNode<v1::Ledger::WithCallbackMethod_ListHoldings<
+            v1::Ledger::WithCallbackMethod_WatchNodes<v1::Ledger::WithCallbackMethod_PlacePod<
+                v1::Ledger::WithCallbackMethod_GetWorkload<v1::Ledger::Service>>>>>>>>;
+
+class LedgerService final : public LedgerServiceBase {
  public:
   struct Options {
     // WatchNodes streams open at once, in all.
@@ -61,7 +77,7 @@ class LedgerService final : public v1::Ledger::CallbackService {
     // request's node and owner, and where to put the caller's identity for
     // the audit log. A refusal is answered as is; nothing in the ledger
     // changes.
-    std::function<absl::Status(const grpc::CallbackServerContext& ctx, const char* method,
+    std::function<absl::Status(const grpc::ServerContextBase& ctx, const char* method,
                                const std::string& node, const Owner& owner, std::string* who)>
         authorize_call;
     // Set: every successful Hold, Release and PlacePod is recorded here once
@@ -101,6 +117,16 @@ class LedgerService final : public v1::Ledger::CallbackService {
   LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub, Metrics* metrics,
                 Options options);
 
+  ~LedgerService();
+
+  // Adds the service, and the completion queue its Hold and Release threads
+  // use, to `builder`. Then, once the server is built, StartStepThreads; and
+  // after the server's Shutdown, StopStepThreads (the destructor does it if
+  // nobody did). Until StartStepThreads, Hold and Release wait.
+  void RegisterWith(grpc::ServerBuilder* builder);
+  void StartStepThreads(int threads = 4);
+  void StopStepThreads();
+
   // While not serving (journal failed, shutting down) mutations are refused
   // with UNAVAILABLE; reads go on.
   void SetServing(bool serving) { serving_.store(serving); }
@@ -109,13 +135,8 @@ class LedgerService final : public v1::Ledger::CallbackService {
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
                                       const v1::ListNodesRequest* req,
                                       v1::ListNodesResponse* resp) override;
-  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* ctx,
-                                    const v1::GetNodeRequest* req, v1::Node* resp) override;
-  grpc::ServerUnaryReactor* Hold(grpc::CallbackServerContext* ctx, const v1::HoldRequest* req,
-                                 v1::HoldResponse* resp) override;
-  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
-                                    const v1::ReleaseRequest* req,
-                                    v1::ReleaseResponse* resp) override;
+  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
+                                    v1::Node* resp) override;
   grpc::ServerUnaryReactor* ListHoldings(grpc::CallbackServerContext* ctx,
                                          const v1::ListHoldingsRequest* req,
                                          v1::ListHoldingsResponse* resp) override;
@@ -142,7 +163,7 @@ class LedgerService final : public v1::Ledger::CallbackService {
   // what its credential must bind), with the call's credentials;
   // Options::authorize_call for a pod or placeholder owner. OK where the one
   // that applies is not set. `who` gets the caller's identity.
-  absl::Status AuthorizeCall(const grpc::CallbackServerContext& ctx, const char* method,
+  absl::Status AuthorizeCall(const grpc::ServerContextBase& ctx, const char* method,
                              const std::string& node, const Owner& owner,
                              const std::optional<slurm_munge::Binding>& binding,
                              std::string* who) const;
@@ -153,18 +174,32 @@ class LedgerService final : public v1::Ledger::CallbackService {
   // none is left. Every slot taken is given back by ReleaseWatchSlot.
   absl::Status TakeWatchSlot(const std::string& caller);
   void ReleaseWatchSlot(const std::string& caller);
+  // The answer an async call's thread waits for.
+  class SyncAnswer;
+  // What the step queue's tags point to.
+  class StepTag;
+  // One async Hold or Release, from its request to its answer.
+  template <class Request, class Response>
+  class StepCall;
   // A unary call being handled: when it started, its method (for metrics)
-  // and the reactor that answers it.
+  // and what answers it: the reactor of a callback call, or the answer an
+  // async call's thread waits for.
   struct UnaryCall {
     absl::Time start;
     const char* method;
-    grpc::ServerUnaryReactor* reactor;
+    grpc::ServerUnaryReactor* reactor = nullptr;
+    std::shared_ptr<SyncAnswer> sync;
   };
   static UnaryCall StartCall(grpc::CallbackServerContext* ctx, const char* method) {
-    return {absl::Now(), method, ctx->DefaultReactor()};
+    return {absl::Now(), method, ctx->DefaultReactor(), nullptr};
   }
+  // The bodies of Hold and Release; they answer through `call`.
+  void HoldCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                const v1::HoldRequest* req, v1::HoldResponse* resp);
+  void ReleaseCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                   const v1::ReleaseRequest* req, v1::ReleaseResponse* resp);
   // Finishes the call with `status`, recording latency and code. Returns its
-  // reactor.
+  // reactor (null for an async call).
   grpc::ServerUnaryReactor* Answer(const UnaryCall& call, const absl::Status& status);
   // Answer for a refused grant (Hold, PlacePod), counted by its code.
   grpc::ServerUnaryReactor* Refuse(const UnaryCall& call, const absl::Status& status);
@@ -182,6 +217,11 @@ class LedgerService final : public v1::Ledger::CallbackService {
   const Options options_;
   pods::PodHolds pod_holds_;
   std::atomic<bool> serving_{true};
+  // Hold and Release: their queue and threads.
+  std::unique_ptr<grpc::ServerCompletionQueue> step_cq_;
+  std::vector<std::thread> step_threads_;
+  absl::Mutex step_mu_;
+  bool step_stopping_ ABSL_GUARDED_BY(step_mu_) = false;
   absl::Mutex watch_mu_;
   int watch_streams_ ABSL_GUARDED_BY(watch_mu_) = 0;
   // Open streams per caller; a caller leaves the map with its last stream.

@@ -142,8 +142,8 @@ std::function<bool(const HoldRequest& request)> ResolveSlurmConflictWith(StaleHo
 }
 
 decltype(LedgerService::Options::authorize_call) AuthorizeCallWith(auth::CallAuthorizer* authz) {
-  return [authz](const grpc::CallbackServerContext& ctx, const char* method,
-                 const std::string& node, const Owner& owner, std::string* who) {
+  return [authz](const grpc::ServerContextBase& ctx, const char* method, const std::string& node,
+                 const Owner& owner, std::string* who) {
     return authz->Check(auth::CallerFromContext(ctx), method, node, owner, who);
   };
 }

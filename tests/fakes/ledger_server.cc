@@ -13,8 +13,9 @@ LedgerServer::LedgerServer(Ledger* ledger, const std::string& address,
                                              std::move(options));
   grpc::ServerBuilder b;
   b.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
-  b.RegisterService(service_.get());
+  service_->RegisterWith(&b);
   server_ = b.BuildAndStart();
+  if (server_ != nullptr) service_->StartStepThreads();
 }
 
 LedgerServer::LedgerServer(const std::string& address, Standby standby)
@@ -28,6 +29,7 @@ LedgerServer::LedgerServer(const std::string& address, Standby standby)
 LedgerServer::~LedgerServer() {
   hub_.CloseAll("test server stopping");
   if (server_ != nullptr) server_->Shutdown();
+  if (service_ != nullptr) service_->StopStepThreads();
   if (ledger_ != nullptr) ledger_->RemoveListener(&hub_);
 }
 

@@ -64,8 +64,9 @@ struct Env {
     o.max_watch_streams_per_caller = 4;
     service = std::make_unique<LedgerService>(&ledger, durability.get(), &hub, nullptr, o);
     grpc::ServerBuilder builder;
-    builder.RegisterService(service.get());
+    service->RegisterWith(&builder);
     server = builder.BuildAndStart();
+    if (server != nullptr) service->StartStepThreads();
     if (server == nullptr) std::abort();
     stub = v1::Ledger::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
   }

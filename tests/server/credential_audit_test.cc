@@ -94,8 +94,9 @@ class CredentialAuditTest : public ::testing::Test {
     service_ = std::make_unique<LedgerService>(&ledger_, durability_.get(), &hub_, &metrics_, o);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(service_.get());
+    service_->RegisterWith(&builder);
     server_ = builder.BuildAndStart();
+    if (server_ != nullptr) service_->StartStepThreads();
     ASSERT_NE(server_, nullptr);
     stub_ = v1::Ledger::NewStub(grpc::CreateChannel(Target(), grpc::InsecureChannelCredentials()));
   }

@@ -51,8 +51,9 @@ class ServiceEchoTest : public ::testing::Test {
                                                LedgerService::Options());
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(service_.get());
+    service_->RegisterWith(&builder);
     server_ = builder.BuildAndStart();
+    if (server_ != nullptr) service_->StartStepThreads();
     ASSERT_NE(server_, nullptr);
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);

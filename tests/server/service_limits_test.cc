@@ -67,8 +67,9 @@ class ServiceLimitsTest : public ::testing::Test {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.AddListeningPort("unix:" + socket_, grpc::InsecureServerCredentials());
-    builder.RegisterService(service_.get());
+    service_->RegisterWith(&builder);
     server_ = builder.BuildAndStart();
+    if (server_ != nullptr) service_->StartStepThreads();
     ASSERT_NE(server_, nullptr);
     tcp_ = Stub(Channel("127.0.0.1:" + std::to_string(port_)));
     unix_ = Stub(Channel("unix:" + socket_));

@@ -24,9 +24,10 @@ std::unique_ptr<grpc::Server> Serve(LedgerService* service, std::unique_ptr<v1::
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(service);
+  service->RegisterWith(&builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) return nullptr;
+  service->StartStepThreads();
   *stub = v1::Ledger::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   return server;
