@@ -712,7 +712,6 @@ void Bridge::Shutdown() {
     hub_.CloseAll("duet-bridge is shutting down");
     server_->Shutdown(absl::ToChronoTime(absl::Now() + config_.grpc.shutdown_grace));
     server_->Wait();
-    service_->StopStepThreads();
   }
   // No pod releases once shutting down.
   if (pod_watch_ != nullptr) pod_watch_->Stop();
@@ -721,6 +720,8 @@ void Bridge::Shutdown() {
   if (inventory_ != nullptr) inventory_->Stop();
   if (slurm_sync_ != nullptr) slurm_sync_->Stop();
   durability_.reset();  // answers whatever is still waiting
+  // After the last answer: Hold and Release send theirs on its queue.
+  if (service_ != nullptr) service_->StopStepThreads();
   ledger_.RemoveListener(&hub_);
   if (journal_ != nullptr) {
     absl::Status s = journal_->Flush();

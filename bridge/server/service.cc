@@ -228,26 +228,6 @@ LedgerService::LedgerService(Ledger* ledger, Durability* durability, WatchHub* h
 
 LedgerService::~LedgerService() { StopStepThreads(); }
 
-class LedgerService::SyncAnswer {
- public:
-  void Finish(grpc::Status status) {
-    absl::MutexLock lock(&mu_);
-    status_ = std::move(status);
-    done_ = true;
-  }
-  // The answer, or nullopt if none came within `timeout`.
-  std::optional<grpc::Status> WaitFor(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    if (!mu_.AwaitWithTimeout(absl::Condition(&done_), timeout)) return std::nullopt;
-    return status_;
-  }
-
- private:
-  absl::Mutex mu_;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status status_ ABSL_GUARDED_BY(mu_);
-};
-
 // A step queue's tag.
 class LedgerService::StepTag {
  public:
@@ -257,10 +237,10 @@ class LedgerService::StepTag {
 };
 
 // One async Hold or Release: requested (its tag comes back when a call
-// arrives, or not ok when the server shut down first), then run and answered
-// on the step thread that got it. Once started, two more events come back:
-// its Finish, and gRPC's word that the call is done (first, if the caller
-// went); the call is deleted after both.
+// arrives, or not ok when the server shut down first), then run on the step
+// thread that got it. It is answered there, or once its change is durable
+// from the journal's waiter thread; its tag comes back once more when the
+// answer has gone (or the caller had), and the call is deleted.
 template <class Request, class Response>
 class LedgerService::StepCall final : public StepTag {
  public:
@@ -276,63 +256,30 @@ class LedgerService::StepCall final : public StepTag {
     absl::MutexLock lock(&service->step_mu_);
     if (service->step_stopping_) return;
     auto* c = new StepCall(service, method, ask, body);
-    c->ctx_.AsyncNotifyWhenDone(static_cast<StepTag*>(&c->done_tag_));
     grpc::ServerCompletionQueue* cq = service->step_cq_.get();
     (service->*ask)(&c->ctx_, &c->request_, &c->responder_, cq, cq, static_cast<StepTag*>(c));
   }
 
   void Proceed(bool ok) override {
-    if (started_) {  // its Finish came back
-      Unref();
-      return;
-    }
-    if (!ok) {  // the server shut down before a call came: no more events
+    if (started_ || !ok) {  // the answer went, or the server shut down before a call came
       delete this;
       return;
     }
     started_ = true;
     Ask(service_, method_, ask_, body_);
-    const UnaryCall call{absl::Now(), method_, nullptr, std::make_shared<SyncAnswer>()};
+    UnaryCall call{absl::Now(), method_, nullptr, [this](const grpc::Status& status) {
+                     if (status.ok()) {
+                       responder_.Finish(response_, status, static_cast<StepTag*>(this));
+                     } else {
+                       responder_.FinishWithError(status, static_cast<StepTag*>(this));
+                     }
+                   }};
     (service_->*body_)(call, ctx_, &request_, &response_);
-    // Most calls are answered by now; one that waits for the journal is
-    // answered from its waiter thread. A caller that went (its deadline, or
-    // the server shutting down) frees the thread; the change, if any, still
-    // becomes durable, and the answer is dropped.
-    grpc::Status status;
-    for (;;) {
-      if (std::optional<grpc::Status> s = call.sync->WaitFor(absl::Milliseconds(250))) {
-        status = *s;
-        break;
-      }
-      if (done_.load()) {
-        status = grpc::Status(grpc::StatusCode::CANCELLED, "the caller went");
-        break;
-      }
-    }
-    if (status.ok()) {
-      responder_.Finish(response_, status, static_cast<StepTag*>(this));
-    } else {
-      responder_.FinishWithError(status, static_cast<StepTag*>(this));
-    }
   }
 
  private:
-  // gRPC's word that the call is done.
-  struct DoneTag final : StepTag {
-    explicit DoneTag(StepCall* c) : call(c) {}
-    void Proceed(bool) override {
-      call->done_.store(true);
-      call->Unref();
-    }
-    StepCall* const call;
-  };
-
   StepCall(LedgerService* service, const char* method, AskFn ask, Body body)
       : service_(service), method_(method), ask_(ask), body_(body), responder_(&ctx_) {}
-
-  void Unref() {
-    if (left_.fetch_sub(1) == 1) delete this;
-  }
 
   LedgerService* const service_;
   const char* const method_;
@@ -342,10 +289,7 @@ class LedgerService::StepCall final : public StepTag {
   Request request_;
   Response response_;
   grpc::ServerAsyncResponseWriter<Response> responder_;
-  DoneTag done_tag_{this};
-  bool started_ = false;  // the step thread that got the call only
-  std::atomic<bool> done_{false};
-  std::atomic<int> left_{2};  // Finish and done, once started
+  bool started_ = false;
 };
 
 void LedgerService::RegisterWith(grpc::ServerBuilder* builder) {
@@ -449,8 +393,8 @@ grpc::ServerUnaryReactor* LedgerService::Answer(const UnaryCall& call, const abs
     metrics_->ObserveRpc(call.method, status.code(),
                          absl::ToDoubleSeconds(absl::Now() - call.start));
   }
-  if (call.sync != nullptr) {
-    call.sync->Finish(ToGrpc(status));
+  if (call.finish) {
+    call.finish(ToGrpc(status));
   } else {
     call.reactor->Finish(ToGrpc(status));
   }

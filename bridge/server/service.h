@@ -121,8 +121,9 @@ class LedgerService final : public LedgerServiceBase {
 
   // Adds the service, and the completion queue its Hold and Release threads
   // use, to `builder`. Then, once the server is built, StartStepThreads; and
-  // after the server's Shutdown, StopStepThreads (the destructor does it if
-  // nobody did). Until StartStepThreads, Hold and Release wait.
+  // after the server's Shutdown and once the Durability has answered every
+  // change still waiting, StopStepThreads (the destructor does it if nobody
+  // did). Until StartStepThreads, Hold and Release wait.
   void RegisterWith(grpc::ServerBuilder* builder);
   void StartStepThreads(int threads = 4);
   void StopStepThreads();
@@ -174,21 +175,19 @@ class LedgerService final : public LedgerServiceBase {
   // none is left. Every slot taken is given back by ReleaseWatchSlot.
   absl::Status TakeWatchSlot(const std::string& caller);
   void ReleaseWatchSlot(const std::string& caller);
-  // The answer an async call's thread waits for.
-  class SyncAnswer;
   // What the step queue's tags point to.
   class StepTag;
   // One async Hold or Release, from its request to its answer.
   template <class Request, class Response>
   class StepCall;
   // A unary call being handled: when it started, its method (for metrics)
-  // and what answers it: the reactor of a callback call, or the answer an
-  // async call's thread waits for.
+  // and what answers it: the reactor of a callback call, or an async call's
+  // finish (which sends the answer from whichever thread has it).
   struct UnaryCall {
     absl::Time start;
     const char* method;
     grpc::ServerUnaryReactor* reactor = nullptr;
-    std::shared_ptr<SyncAnswer> sync;
+    std::function<void(const grpc::Status&)> finish;
   };
   static UnaryCall StartCall(grpc::CallbackServerContext* ctx, const char* method) {
     return {absl::Now(), method, ctx->DefaultReactor(), nullptr};
