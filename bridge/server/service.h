@@ -121,9 +121,10 @@ class LedgerService final : public LedgerServiceBase {
 
   // Adds the service, and the completion queue its Hold and Release threads
   // use, to `builder`. Then, once the server is built, StartStepThreads; and
-  // after the server's Shutdown and once the Durability has answered every
-  // change still waiting, StopStepThreads (the destructor does it if nobody
-  // did). Until StartStepThreads, Hold and Release wait.
+  // after the server's Shutdown, once the Durability has answered every
+  // change still waiting and before the server is destroyed (its last events
+  // still name it), StopStepThreads. Until StartStepThreads, Hold and Release
+  // wait.
   void RegisterWith(grpc::ServerBuilder* builder);
   void StartStepThreads(int threads = 4);
   void StopStepThreads();

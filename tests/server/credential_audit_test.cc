@@ -102,6 +102,8 @@ class CredentialAuditTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
+    // Before the server goes: the step threads drain its last events.
+    if (service_ != nullptr) service_->StopStepThreads();
     std::system(("rm -rf " + dir_).c_str());
   }
   std::string Target() const { return absl::StrCat("127.0.0.1:", port_); }

@@ -62,6 +62,8 @@ class ServiceEchoTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
+    // Before the server goes: the step threads drain its last events.
+    if (service_ != nullptr) service_->StopStepThreads();
   }
 
   static void Bound(grpc::ClientContext* ctx) {

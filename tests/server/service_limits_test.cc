@@ -57,6 +57,8 @@ class ServiceLimitsTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
+    // Before the server goes: the step threads drain its last events.
+    if (service_ != nullptr) service_->StopStepThreads();
     if (!socket_.empty()) ::unlink(socket_.c_str());
   }
 

@@ -3,11 +3,14 @@
 
 #include "bridge/server/service.h"
 
+#include <functional>
+#include <memory>
+
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/server_builder.h"
-#include "proto/duet/v1/error_reason.h"
 #include "gtest/gtest.h"
+#include "proto/duet/v1/error_reason.h"
 
 namespace duet {
 namespace {
@@ -19,13 +22,21 @@ class FailingDurability final : public Durability {
   }
 };
 
+// A server that, when it goes, shuts down and stops its service's step
+// threads first (they drain the server's last events).
+using ServerPtr = std::unique_ptr<grpc::Server, std::function<void(grpc::Server*)>>;
+
 // Serves `service` on a loopback port; sets `*stub` to a client of it.
-std::unique_ptr<grpc::Server> Serve(LedgerService* service, std::unique_ptr<v1::Ledger::Stub>* stub) {
+ServerPtr Serve(LedgerService* service, std::unique_ptr<v1::Ledger::Stub>* stub) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   service->RegisterWith(&builder);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ServerPtr server(builder.BuildAndStart().release(), [service](grpc::Server* s) {
+    s->Shutdown();
+    service->StopStepThreads();
+    delete s;
+  });
   if (server == nullptr) return nullptr;
   service->StartStepThreads();
   *stub = v1::Ledger::NewStub(
@@ -221,7 +232,7 @@ class ReasonTest : public ::testing::Test {
   WatchHub hub_;
   LedgerService service_{&ledger_, &durability_, &hub_, nullptr, {}};
   std::unique_ptr<v1::Ledger::Stub> stub_;
-  std::unique_ptr<grpc::Server> server_;
+  ServerPtr server_;
 };
 
 TEST_F(ReasonTest, UnknownNodeIsNodeNotShared) {
