@@ -70,7 +70,9 @@ inline int LastError() { return errno; }
 // Whether `e` says slurmctld could not be reached (or refused to talk for
 // now): the communication error blocks, the socket errors (the block that
 // starts at 5000 in 22.05 and at ESLURM_PROTOCOL_INCOMPLETE_PACKET from
-// 24.11), and 24.11's rate-limiting codes.
+// 24.11), 24.11's rate-limiting codes, and the system's connection errors
+// (EPIPE: a slurmctld that is going down closed the connection while the
+// request was being written).
 inline bool IsCommError(int e) {
 #if DUET_SLURM_AT_LEAST(24, 11)
   constexpr int kFirstSocketError = ESLURM_PROTOCOL_INCOMPLETE_PACKET;
@@ -86,6 +88,7 @@ inline bool IsCommError(int e) {
           e <= SLURMCTLD_COMMUNICATIONS_SHUTDOWN_ERROR) ||
          (e >= kFirstSocketError && e <= SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT) ||
          e == ECONNREFUSED || e == ETIMEDOUT || e == ECONNRESET || e == EHOSTUNREACH ||
+         e == EPIPE || e == ECONNABORTED || e == ENETUNREACH ||
          e == SLURM_PROTOCOL_AUTHENTICATION_ERROR;
 }
 
