@@ -534,7 +534,7 @@ absl::Status Bridge::ServeGrpc() {
   }
   service_->RegisterWith(&builder);
   server_ = builder.BuildAndStart();
-  if (server_ != nullptr) service_->StartStepThreads();
+  if (server_ != nullptr) service_->StartCallThreads();
   DUET_RETURN_IF_ERROR(unix_listener.Finish(server_ != nullptr));
   if (server_ == nullptr || (!config_.grpc.listen.empty() && grpc_port_ == 0) ||
       (!config_.grpc.plaintext_listen.empty() && grpc_plaintext_port_ == 0)) {
@@ -720,8 +720,8 @@ void Bridge::Shutdown() {
   if (inventory_ != nullptr) inventory_->Stop();
   if (slurm_sync_ != nullptr) slurm_sync_->Stop();
   durability_.reset();  // answers whatever is still waiting
-  // After the last answer: Hold and Release send theirs on its queue.
-  if (service_ != nullptr) service_->StopStepThreads();
+  // After the last answer: the calls send theirs on their queues.
+  if (service_ != nullptr) service_->StopCallThreads();
   ledger_.RemoveListener(&hub_);
   if (journal_ != nullptr) {
     absl::Status s = journal_->Flush();

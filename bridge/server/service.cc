@@ -42,7 +42,7 @@ absl::Status NotGrantingError() {
 // per stream), nor a TLS client certificate (many duet-nodes may share one).
 // The unix socket's callers are trusted by its file permissions and gRPC
 // does not tell them apart: they are one caller.
-std::string WatchCaller(const grpc::CallbackServerContext& ctx) {
+std::string WatchCaller(const grpc::ServerContextBase& ctx) {
   const std::string peer = ctx.peer();  // "ipv4:10.0.0.5:41234", "ipv6:[::1]:41234", "unix:..."
   if (absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) {
     return peer.substr(0, peer.rfind(':'));
@@ -65,32 +65,202 @@ google::protobuf::Timestamp NowProto() {
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// WatchNodes: one reactor per stream. Events queue up to a bound; past it the
-// queue is dropped and the client gets TYPE_RESYNC followed by fresh state of
-// every watched node. Per node, an event older than what was already sent is
-// skipped, so the initial state and racing updates never go backwards.
-//
-// Thread-safety: `mu_` guards the queue and the write state. Push runs under
-// the ledger's lock; OnWriteDone/OnCancel/OnDone run on gRPC threads.
+// LedgerService
 
-class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::NodeEvent>,
-                                          public WatchHub::Subscriber {
+LedgerService::LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub,
+                             Metrics* metrics, Options options)
+    : ledger_(ledger),
+      durability_(durability),
+      hub_(hub),
+      metrics_(metrics),
+      options_(options),
+      pod_holds_(ledger, options_.placeholders, options_.pod_holds) {}
+
+LedgerService::~LedgerService() { StopCallThreads(); }
+
+// A completion queue's tag.
+class LedgerService::CallTag {
  public:
-  WatchReactor(LedgerService* service, std::set<std::string> names)
-      : service_(service), names_(std::move(names)) {}
+  virtual ~CallTag() = default;
+  // The tag came back from the queue with `ok`.
+  virtual void Proceed(bool ok) = 0;
+};
 
-  // The stream holds a slot of `caller` (TakeWatchSlot), given back in OnDone.
-  void HoldSlot(std::string caller) {
+// One async unary call: requested (its tag comes back when a call arrives,
+// or not ok when the server shut down first), then run on the thread that
+// got it. It is answered there, or once its change is durable from the
+// journal's waiter thread; its tag comes back once more when the answer has
+// gone (or the caller had), and the call is deleted.
+template <class Request, class Response>
+class LedgerService::UnaryCallOf final : public CallTag {
+ public:
+  using Body = void (LedgerService::*)(const UnaryCall&, const grpc::ServerContextBase&,
+                                       const Request*, Response*);
+  using AskFn = void (LedgerServiceBase::*)(grpc::ServerContext*, Request*,
+                                            grpc::ServerAsyncResponseWriter<Response>*,
+                                            grpc::CompletionQueue*, grpc::ServerCompletionQueue*,
+                                            void*);
+
+  // Asks `cq` for the next call of the method, unless the queues are
+  // shutting down.
+  static void Ask(LedgerService* service, grpc::ServerCompletionQueue* cq, const char* method,
+                  AskFn ask, Body body) {
+    absl::MutexLock lock(&service->calls_mu_);
+    if (service->calls_stopping_) return;
+    auto* c = new UnaryCallOf(service, cq, method, ask, body);
+    (service->*ask)(&c->ctx_, &c->request_, &c->responder_, cq, cq, static_cast<CallTag*>(c));
+  }
+
+  void Proceed(bool ok) override {
+    if (started_ || !ok) {  // the answer went, or the server shut down before a call came
+      delete this;
+      return;
+    }
+    started_ = true;
+    Ask(service_, cq_, method_, ask_, body_);
+    UnaryCall call{absl::Now(), method_, [this](const grpc::Status& status) {
+                     if (status.ok()) {
+                       responder_.Finish(response_, status, static_cast<CallTag*>(this));
+                     } else {
+                       responder_.FinishWithError(status, static_cast<CallTag*>(this));
+                     }
+                   }};
+    (service_->*body_)(call, ctx_, &request_, &response_);
+  }
+
+ private:
+  UnaryCallOf(LedgerService* service, grpc::ServerCompletionQueue* cq, const char* method,
+              AskFn ask, Body body)
+      : service_(service), cq_(cq), method_(method), ask_(ask), body_(body), responder_(&ctx_) {}
+
+  LedgerService* const service_;
+  grpc::ServerCompletionQueue* const cq_;
+  const char* const method_;
+  const AskFn ask_;
+  const Body body_;
+  grpc::ServerContext ctx_;
+  Request request_;
+  Response response_;
+  grpc::ServerAsyncResponseWriter<Response> responder_;
+  bool started_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// WatchNodes: one call object per stream, served on the calls' queue. Events
+// queue up to a bound; past it the queue is dropped and the client gets
+// TYPE_RESYNC followed by fresh state of every watched node. Per node, an
+// event older than what was already sent is skipped, so the initial state and
+// racing updates never go backwards. One write is in flight at a time; the
+// stream's Finish waits for it.
+//
+// Thread-safety: `mu_` guards the queue, the write state and how many tags
+// the queue still owes the call. Push runs under the hub's and the ledger's
+// locks and Close under the hub's; the tags' handlers run on the service's
+// threads. When the queue owes no more tags (the call is over: its done tag
+// came, and every write and the Finish came back) the call leaves the hub
+// and deletes itself.
+
+class LedgerService::WatchCall final : public WatchHub::Subscriber {
+ public:
+  // Asks for the next WatchNodes call, unless the queues are shutting down.
+  static void Ask(LedgerService* service) {
+    absl::MutexLock lock(&service->calls_mu_);
+    if (service->calls_stopping_) return;
+    auto* w = new WatchCall(service);
+    // Its tag comes back once the call ends, finished or cancelled, and
+    // only for a call that arrived.
+    w->ctx_.AsyncNotifyWhenDone(static_cast<CallTag*>(&w->done_tag_));
+    grpc::ServerCompletionQueue* cq = service->calls_.cq.get();
+    service->RequestWatchNodes(&w->ctx_, &w->request_, &w->writer_, cq, cq,
+                               static_cast<CallTag*>(&w->request_tag_));
+  }
+
+  void Close(const std::string& why) override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(ToGrpc(WithReason(absl::UnavailableError(why), v1::reason::kNotServing)));
+  }
+
+  void Push(v1::NodeEvent::Type type, const std::shared_ptr<const NodeView>& view) override {
+    if (!names_.empty() && !names_.count(view->spec.name)) return;
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    if (queue_.size() >= service_->options_.max_watch_queue) {
+      // The queue grows only while a write is in flight or before the stream
+      // starts, which writes: OnWriteDone, never under the ledger's lock,
+      // sends the state instead.
+      queue_.clear();
+      overflow_ = true;
+      return;
+    }
+    queue_.push_back({type, view});
+    MaybeWriteLocked();
+  }
+
+ private:
+  // A tag of the call: which of its handlers the queue's answer goes to.
+  class Tag final : public CallTag {
+   public:
+    Tag(WatchCall* call, void (WatchCall::*handler)(bool)) : call_(call), handler_(handler) {}
+    void Proceed(bool ok) override { (call_->*handler_)(ok); }
+
+   private:
+    WatchCall* const call_;
+    void (WatchCall::*const handler_)(bool);
+  };
+
+  struct Event {
+    v1::NodeEvent::Type type;
+    std::shared_ptr<const NodeView> view;
+  };
+
+  explicit WatchCall(LedgerService* service) : service_(service), writer_(&ctx_) {}
+
+  void OnRequest(bool ok) {
+    if (!ok) {  // the server shut down before a call came: no other tag comes
+      delete this;
+      return;
+    }
+    Ask(service_);
+    {
+      absl::MutexLock lock(&mu_);
+      // The done tag, which may come back on another thread before this one
+      // goes on, and Start's own turn, so that the call does not end under
+      // it.
+      owed_ += 2;
+    }
+    Start();
+    bool over = false;
+    {
+      absl::MutexLock lock(&mu_);
+      over = --owed_ == 0;
+    }
+    if (over) End();
+  }
+
+  // Checks the request and the limits, then subscribes and sends the state.
+  void Start() {
+    if (absl::Status valid = CheckNodeNames("names", request_.names()); !valid.ok()) {
+      return Refuse(ToGrpc(valid));
+    }
+    names_.insert(request_.names().begin(), request_.names().end());
+    std::string caller = WatchCaller(ctx_);
+    if (absl::Status slot = service_->TakeWatchSlot(caller); !slot.ok()) {
+      return Refuse(ToGrpc(slot));
+    }
     caller_ = std::move(caller);
     has_slot_ = true;
+    for (const std::string& n : request_.names()) {
+      if (service_->ledger_->GetNode(n) == nullptr) return Refuse(ToGrpc(UnknownNodeError(n)));
+    }
+    Begin();
   }
 
   // Subscribes, then queues the current state ahead of any update that raced
   // in; updates no newer than that state are skipped by generation.
-  void Begin(const Ledger* ledger) {
+  void Begin() {
     service_->hub_->Add(this);
     subscribed_ = true;
-    LedgerSnapshot snap = ledger->Snapshot();
+    LedgerSnapshot snap = service_->ledger_->Snapshot();
     absl::MutexLock lock(&mu_);
     std::deque<Event> initial;
     for (const auto& v : snap.nodes) {
@@ -103,70 +273,90 @@ class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::No
     MaybeWriteLocked();
   }
 
-  void Close(const std::string& why) override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(ToGrpc(WithReason(absl::UnavailableError(why), v1::reason::kNotServing)));
-  }
-
   // Ends the stream before it started (limits, unknown names).
   void Refuse(const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
     FinishLocked(status);
   }
 
-  void Push(v1::NodeEvent::Type type, const std::shared_ptr<const NodeView>& view) override {
-    if (!names_.empty() && !names_.count(view->spec.name)) return;
-    absl::MutexLock lock(&mu_);
-    if (finishing_) return;
-    if (queue_.size() >= service_->options_.max_watch_queue) {
-      queue_.clear();
-      overflow_ = true;  // handled in OnWriteDone, which is never under the ledger's lock
-      return;
-    }
-    queue_.push_back({type, view});
-    MaybeWriteLocked();
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream closed"));
-      return;
-    }
-    if (overflow_) {
-      overflow_ = false;
-      queue_.clear();
-      queue_.push_back({v1::NodeEvent::TYPE_RESYNC, nullptr});
-      sent_generation_.clear();
-      mu_.Unlock();
-      LedgerSnapshot snap = service_->ledger_->Snapshot();  // never under mu_
-      mu_.Lock();
-      for (const auto& v : snap.nodes) {
-        if (names_.empty() || names_.count(v->spec.name)) {
-          queue_.push_back({v1::NodeEvent::TYPE_UPDATED, v});
+  void OnWriteDone(bool ok) {
+    bool over = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --owed_;
+      if (!ok) {
+        writing_ = false;
+        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream closed"));
+      } else {
+        // writing_ stays set while the state is read again, so that no
+        // write starts meanwhile (Push), nor another resync (a write that
+        // ends on another thread): the client gets the resync mark, then
+        // the state, then only what changed after it.
+        std::vector<std::shared_ptr<const NodeView>> state;
+        bool resync = false;
+        while (overflow_ && !finishing_) {
+          overflow_ = false;
+          queue_.clear();
+          mu_.Unlock();
+          LedgerSnapshot snap = service_->ledger_->Snapshot();  // never under mu_
+          mu_.Lock();
+          state.clear();
+          for (const auto& v : snap.nodes) {
+            if (names_.empty() || names_.count(v->spec.name)) state.push_back(v);
+          }
+          resync = true;  // Push may have overflowed again meanwhile: read again
+        }
+        writing_ = false;
+        if (finishing_) {
+          SendFinishLocked();  // it waited for this write
+        } else {
+          if (resync) {
+            // What Push queued meanwhile goes after the state; what it has
+            // that is not newer is skipped by generation.
+            std::deque<Event> front{{v1::NodeEvent::TYPE_RESYNC, nullptr}};
+            for (auto& v : state) front.push_back({v1::NodeEvent::TYPE_UPDATED, std::move(v)});
+            queue_.insert(queue_.begin(), front.begin(), front.end());
+            sent_generation_.clear();
+          }
+          MaybeWriteLocked();
         }
       }
+      over = owed_ == 0;
     }
-    MaybeWriteLocked();
+    if (over) End();
   }
 
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  void OnFinishDone(bool) {
+    bool over = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --owed_;
+      over = owed_ == 0;
+    }
+    if (over) End();
   }
 
-  void OnDone() override {
+  // The call ended: finished, or cancelled by the caller or the server's
+  // shutdown. Nothing more is sent.
+  void OnDone(bool) {
+    bool over = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --owed_;
+      done_ = true;
+      finishing_ = true;
+      queue_.clear();
+      over = owed_ == 0;
+    }
+    if (over) End();
+  }
+
+  // Never under mu_: the hub's lock comes before it (Push).
+  void End() {
     if (subscribed_) service_->hub_->Remove(this);
     if (has_slot_) service_->ReleaseWatchSlot(caller_);
     delete this;
   }
-
- private:
-  struct Event {
-    v1::NodeEvent::Type type;
-    std::shared_ptr<const NodeView> view;
-  };
 
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     while (started_ && !writing_ && !finishing_ && !queue_.empty()) {
@@ -187,7 +377,8 @@ class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::No
         ToProto(*e.view, current_.mutable_node());
       }
       writing_ = true;
-      StartWrite(&current_);
+      ++owed_;
+      writer_.Write(current_, static_cast<CallTag*>(&write_tag_));
     }
   }
 
@@ -195,140 +386,107 @@ class LedgerService::WatchReactor final : public grpc::ServerWriteReactor<v1::No
     if (finishing_) return;
     finishing_ = true;
     queue_.clear();
-    Finish(status);
+    finish_status_ = status;
+    if (!writing_) SendFinishLocked();
+  }
+
+  void SendFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finish_sent_ || done_) return;
+    finish_sent_ = true;
+    ++owed_;
+    writer_.Finish(finish_status_, static_cast<CallTag*>(&finish_tag_));
   }
 
   LedgerService* const service_;
-  const std::set<std::string> names_;
-  // Set before the stream starts, read in OnDone: no lock needed.
+  grpc::ServerContext ctx_;
+  v1::WatchNodesRequest request_;
+  grpc::ServerAsyncWriter<v1::NodeEvent> writer_;
+  Tag request_tag_{this, &WatchCall::OnRequest};
+  Tag write_tag_{this, &WatchCall::OnWriteDone};
+  Tag finish_tag_{this, &WatchCall::OnFinishDone};
+  Tag done_tag_{this, &WatchCall::OnDone};
+  // Set before the call subscribes; read in Push and End.
+  std::set<std::string> names_;
   std::string caller_;
   bool has_slot_ = false;
   bool subscribed_ = false;
   absl::Mutex mu_;
+  int owed_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> sent_generation_ ABSL_GUARDED_BY(mu_);
   v1::NodeEvent current_ ABSL_GUARDED_BY(mu_);
+  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool overflow_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-// ---------------------------------------------------------------------------
-// LedgerService
-
-LedgerService::LedgerService(Ledger* ledger, Durability* durability, WatchHub* hub,
-                             Metrics* metrics, Options options)
-    : ledger_(ledger),
-      durability_(durability),
-      hub_(hub),
-      metrics_(metrics),
-      options_(options),
-      pod_holds_(ledger, options_.placeholders, options_.pod_holds) {}
-
-LedgerService::~LedgerService() { StopStepThreads(); }
-
-// A step queue's tag.
-class LedgerService::StepTag {
- public:
-  virtual ~StepTag() = default;
-  // The tag came back from the queue with `ok`.
-  virtual void Proceed(bool ok) = 0;
-};
-
-// One async Hold or Release: requested (its tag comes back when a call
-// arrives, or not ok when the server shut down first), then run on the step
-// thread that got it. It is answered there, or once its change is durable
-// from the journal's waiter thread; its tag comes back once more when the
-// answer has gone (or the caller had), and the call is deleted.
-template <class Request, class Response>
-class LedgerService::StepCall final : public StepTag {
- public:
-  using Body = void (LedgerService::*)(const UnaryCall&, const grpc::ServerContextBase&,
-                                       const Request*, Response*);
-  using AskFn = void (LedgerServiceBase::*)(grpc::ServerContext*, Request*,
-                                            grpc::ServerAsyncResponseWriter<Response>*,
-                                            grpc::CompletionQueue*, grpc::ServerCompletionQueue*,
-                                            void*);
-
-  // Asks for the next call of the method, unless the queue is shutting down.
-  static void Ask(LedgerService* service, const char* method, AskFn ask, Body body) {
-    absl::MutexLock lock(&service->step_mu_);
-    if (service->step_stopping_) return;
-    auto* c = new StepCall(service, method, ask, body);
-    grpc::ServerCompletionQueue* cq = service->step_cq_.get();
-    (service->*ask)(&c->ctx_, &c->request_, &c->responder_, cq, cq, static_cast<StepTag*>(c));
-  }
-
-  void Proceed(bool ok) override {
-    if (started_ || !ok) {  // the answer went, or the server shut down before a call came
-      delete this;
-      return;
-    }
-    started_ = true;
-    Ask(service_, method_, ask_, body_);
-    UnaryCall call{absl::Now(), method_, nullptr, [this](const grpc::Status& status) {
-                     if (status.ok()) {
-                       responder_.Finish(response_, status, static_cast<StepTag*>(this));
-                     } else {
-                       responder_.FinishWithError(status, static_cast<StepTag*>(this));
-                     }
-                   }};
-    (service_->*body_)(call, ctx_, &request_, &response_);
-  }
-
- private:
-  StepCall(LedgerService* service, const char* method, AskFn ask, Body body)
-      : service_(service), method_(method), ask_(ask), body_(body), responder_(&ctx_) {}
-
-  LedgerService* const service_;
-  const char* const method_;
-  const AskFn ask_;
-  const Body body_;
-  grpc::ServerContext ctx_;
-  Request request_;
-  Response response_;
-  grpc::ServerAsyncResponseWriter<Response> responder_;
-  bool started_ = false;
 };
 
 void LedgerService::RegisterWith(grpc::ServerBuilder* builder) {
   builder->RegisterService(this);
-  step_cq_ = builder->AddCompletionQueue();
+  calls_.cq = builder->AddCompletionQueue();
+  place_.cq = builder->AddCompletionQueue();
 }
 
-void LedgerService::StartStepThreads(int threads) {
+void LedgerService::StartCallThreads(int threads, int place_threads) {
   {
-    absl::MutexLock lock(&step_mu_);
-    if (step_cq_ == nullptr || step_stopping_ || !step_threads_.empty()) return;
-    for (int i = 0; i < std::max(threads, 1); ++i) {
-      step_threads_.emplace_back([cq = step_cq_.get()] {
-        void* tag = nullptr;
-        bool ok = false;
-        while (cq->Next(&tag, &ok)) static_cast<StepTag*>(tag)->Proceed(ok);
-      });
+    absl::MutexLock lock(&calls_mu_);
+    if (calls_.cq == nullptr || calls_stopping_ || calls_started_) return;
+    calls_started_ = true;
+    for (CallQueue* q : {&calls_, &place_}) {
+      const int n = std::max(q == &calls_ ? threads : place_threads, 1);
+      for (int i = 0; i < n; ++i) {
+        q->threads.emplace_back([cq = q->cq.get()] {
+          void* tag = nullptr;
+          bool ok = false;
+          while (cq->Next(&tag, &ok)) static_cast<CallTag*>(tag)->Proceed(ok);
+        });
+      }
     }
   }
-  StepCall<v1::HoldRequest, v1::HoldResponse>::Ask(this, "Hold", &LedgerServiceBase::RequestHold,
-                                                   &LedgerService::HoldCall);
-  StepCall<v1::ReleaseRequest, v1::ReleaseResponse>::Ask(
-      this, "Release", &LedgerServiceBase::RequestRelease, &LedgerService::ReleaseCall);
+  AskAll();
 }
 
-void LedgerService::StopStepThreads() {
+void LedgerService::AskAll() {
+  grpc::ServerCompletionQueue* cq = calls_.cq.get();
+  using Base = LedgerServiceBase;
+  using Self = LedgerService;
+  UnaryCallOf<v1::ListNodesRequest, v1::ListNodesResponse>::Ask(
+      this, cq, "ListNodes", &Base::RequestListNodes, &Self::ListNodesCall);
+  UnaryCallOf<v1::GetNodeRequest, v1::Node>::Ask(this, cq, "GetNode", &Base::RequestGetNode,
+                                                 &Self::GetNodeCall);
+  UnaryCallOf<v1::HoldRequest, v1::HoldResponse>::Ask(this, cq, "Hold", &Base::RequestHold,
+                                                      &Self::HoldCall);
+  UnaryCallOf<v1::ReleaseRequest, v1::ReleaseResponse>::Ask(
+      this, cq, "Release", &Base::RequestRelease, &Self::ReleaseCall);
+  UnaryCallOf<v1::ListHoldingsRequest, v1::ListHoldingsResponse>::Ask(
+      this, cq, "ListHoldings", &Base::RequestListHoldings, &Self::ListHoldingsCall);
+  UnaryCallOf<v1::GetWorkloadRequest, v1::WorkloadResponse>::Ask(
+      this, cq, "GetWorkload", &Base::RequestGetWorkload, &Self::GetWorkloadCall);
+  UnaryCallOf<v1::PlacePodRequest, v1::Holding>::Ask(this, place_.cq.get(), "PlacePod",
+                                                     &Base::RequestPlacePod, &Self::PlacePodCall);
+  WatchCall::Ask(this);
+}
+
+void LedgerService::StopCallThreads() {
   {
-    absl::MutexLock lock(&step_mu_);
-    if (step_cq_ == nullptr || step_stopping_) return;
-    step_stopping_ = true;
-    step_cq_->Shutdown();
+    absl::MutexLock lock(&calls_mu_);
+    if (calls_.cq == nullptr || calls_stopping_) return;
+    calls_stopping_ = true;
+    calls_.cq->Shutdown();
+    place_.cq->Shutdown();
   }
-  // Each thread returns once the queue is drained: the server's Shutdown
+  // Each thread returns once its queue is drained: the server's Shutdown
   // gave back every call still asked for.
-  for (std::thread& t : step_threads_) t.join();
-  step_threads_.clear();
-  void* tag = nullptr;
-  bool ok = false;
-  while (step_cq_->Next(&tag, &ok)) static_cast<StepTag*>(tag)->Proceed(false);
+  for (CallQueue* q : {&calls_, &place_}) {
+    for (std::thread& t : q->threads) t.join();
+    q->threads.clear();
+    void* tag = nullptr;
+    bool ok = false;
+    while (q->cq->Next(&tag, &ok)) static_cast<CallTag*>(tag)->Proceed(false);
+  }
 }
 
 void LedgerService::NodeToProto(const NodeView& view, v1::Node* out) const {
@@ -388,26 +546,21 @@ void LedgerService::Audit(const char* method, const std::string& who, const std:
   options_.audit->Record(r);
 }
 
-grpc::ServerUnaryReactor* LedgerService::Answer(const UnaryCall& call, const absl::Status& status) {
+void LedgerService::Answer(const UnaryCall& call, const absl::Status& status) {
   if (metrics_ != nullptr) {
     metrics_->ObserveRpc(call.method, status.code(),
                          absl::ToDoubleSeconds(absl::Now() - call.start));
   }
-  if (call.finish) {
-    call.finish(ToGrpc(status));
-  } else {
-    call.reactor->Finish(ToGrpc(status));
-  }
-  return call.reactor;
+  call.finish(ToGrpc(status));
 }
 
-grpc::ServerUnaryReactor* LedgerService::Refuse(const UnaryCall& call, const absl::Status& status) {
+void LedgerService::Refuse(const UnaryCall& call, const absl::Status& status) {
   if (metrics_ != nullptr) metrics_->CountRefusal(status.code());
-  return Answer(call, status);
+  Answer(call, status);
 }
 
-grpc::ServerUnaryReactor* LedgerService::AnswerWhenDurable(const UnaryCall& call, uint64_t seq,
-                                                           std::function<void()> on_durable) {
+void LedgerService::AnswerWhenDurable(const UnaryCall& call, uint64_t seq,
+                                      std::function<void()> on_durable) {
   durability_->WhenDurable(seq, [this, call, on_durable](absl::Status s) {
     if (!s.ok()) {
       // The change is in memory but not on disk: stop granting (I3) until an
@@ -422,7 +575,6 @@ grpc::ServerUnaryReactor* LedgerService::AnswerWhenDurable(const UnaryCall& call
     on_durable();
     Answer(call, absl::OkStatus());
   });
-  return call.reactor;
 }
 
 absl::Status LedgerService::TakeWatchSlot(const std::string& caller) {
@@ -455,10 +607,8 @@ void LedgerService::ReleaseWatchSlot(const std::string& caller) {
   if (metrics_ != nullptr) metrics_->SetWatchStreams(watch_streams_);
 }
 
-grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* ctx,
-                                                   const v1::ListNodesRequest* req,
-                                                   v1::ListNodesResponse* resp) {
-  const UnaryCall call = StartCall(ctx, "ListNodes");
+void LedgerService::ListNodesCall(const UnaryCall& call, const grpc::ServerContextBase&,
+                                  const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) {
   // Bounded and distinct names keep the answer within the ledger's own size:
   // 200,000 copies of one name used to be answered 200,000 times (90 MB).
   if (absl::Status v = CheckNodeNames("names", req->names()); !v.ok()) return Answer(call, v);
@@ -474,9 +624,8 @@ grpc::ServerUnaryReactor* LedgerService::ListNodes(grpc::CallbackServerContext* 
   return Answer(call, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* LedgerService::GetNode(grpc::CallbackServerContext* ctx,
-                                                 const v1::GetNodeRequest* req, v1::Node* resp) {
-  const UnaryCall call = StartCall(ctx, "GetNode");
+void LedgerService::GetNodeCall(const UnaryCall& call, const grpc::ServerContextBase&,
+                                const v1::GetNodeRequest* req, v1::Node* resp) {
   if (absl::Status v = CheckNodeName("name", req->name()); !v.ok()) return Answer(call, v);
   auto view = ledger_->GetNode(req->name());
   if (view == nullptr) return Answer(call, UnknownNodeError(req->name()));
@@ -486,21 +635,21 @@ grpc::ServerUnaryReactor* LedgerService::GetNode(grpc::CallbackServerContext* ct
 
 void LedgerService::HoldCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
                              const v1::HoldRequest* req, v1::HoldResponse* resp) {
-  if (!serving()) return (void)Refuse(call, NotGrantingError());
-  if (absl::Status v = CheckHoldSelection(*req); !v.ok()) return (void)Refuse(call, v);
+  if (!serving()) return Refuse(call, NotGrantingError());
+  if (absl::Status v = CheckHoldSelection(*req); !v.ok()) return Refuse(call, v);
   absl::StatusOr<HoldRequest> request = FromProto(*req);
-  if (!request.ok()) return (void)Refuse(call, request.status());
+  if (!request.ok()) return Refuse(call, request.status());
   // Before the authorizer (which may ask the API server about the pod) and
   // the ledger (which journals what it grants and echoes names in errors).
-  if (absl::Status v = CheckOwnerStrings(request->owner); !v.ok()) return (void)Refuse(call, v);
+  if (absl::Status v = CheckOwnerStrings(request->owner); !v.ok()) return Refuse(call, v);
   if (absl::Status v = CheckNodeFor(request->owner, request->node); !v.ok()) {
-    return (void)Refuse(call, v);
+    return Refuse(call, v);
   }
   std::string who;
   if (absl::Status a = AuthorizeCall(ctx, call.method, request->node, request->owner,
                                      slurm_munge::BindingOf(*req), &who);
       !a.ok()) {
-    return (void)Refuse(call, a);
+    return Refuse(call, a);
   }
   absl::StatusOr<HoldResult> result = ledger_->Hold(*request);
   const bool slurm_conflict = !result.ok() && absl::IsResourceExhausted(result.status()) &&
@@ -508,7 +657,7 @@ void LedgerService::HoldCall(const UnaryCall& call, const grpc::ServerContextBas
   if (slurm_conflict && options_.pod_eviction_wait) {
     // A preemptor's step asking again while its devices' pod is evicted.
     if (std::optional<absl::Status> wait = options_.pod_eviction_wait(*request, false)) {
-      return (void)Refuse(call, *wait);
+      return Refuse(call, *wait);
     }
   }
   if (slurm_conflict && options_.resolve_slurm_conflict &&
@@ -520,14 +669,14 @@ void LedgerService::HoldCall(const UnaryCall& call, const grpc::ServerContextBas
       request->owner.holder_class() == HolderClass::kSlurm && options_.pod_eviction_wait) {
     // Not a conflict: the preemptor's devices are on their way.
     if (std::optional<absl::Status> wait = options_.pod_eviction_wait(*request, true)) {
-      return (void)Refuse(call, *wait);
+      return Refuse(call, *wait);
     }
   }
   if (!result.ok()) {
     if (metrics_ != nullptr && absl::IsResourceExhausted(result.status())) {
       if (std::optional<HolderClass> c = BlockingClass(*request)) metrics_->CountConflict(*c);
     }
-    return (void)Refuse(call, result.status());
+    return Refuse(call, result.status());
   }
   ToProto(result->holding, ledger_->GetNode(result->holding.node).get(), resp->mutable_holding());
   resp->set_created(result->created);
@@ -542,21 +691,21 @@ void LedgerService::HoldCall(const UnaryCall& call, const grpc::ServerContextBas
 void LedgerService::ReleaseCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
                                 const v1::ReleaseRequest* req, v1::ReleaseResponse* resp) {
   if (!serving()) {
-    return (void)Answer(call, WithReason(absl::UnavailableError("duet-bridge is not serving"),
-                                         v1::reason::kNotServing));
+    return Answer(call, WithReason(absl::UnavailableError("duet-bridge is not serving"),
+                                   v1::reason::kNotServing));
   }
   absl::StatusOr<Owner> owner = FromProto(req->owner());
-  if (!owner.ok()) return (void)Answer(call, owner.status());
-  if (absl::Status v = CheckOwnerStrings(*owner); !v.ok()) return (void)Answer(call, v);
-  if (absl::Status v = CheckNodeFor(*owner, req->node()); !v.ok()) return (void)Answer(call, v);
+  if (!owner.ok()) return Answer(call, owner.status());
+  if (absl::Status v = CheckOwnerStrings(*owner); !v.ok()) return Answer(call, v);
+  if (absl::Status v = CheckNodeFor(*owner, req->node()); !v.ok()) return Answer(call, v);
   std::string who;
   if (absl::Status a =
           AuthorizeCall(ctx, call.method, req->node(), *owner, slurm_munge::BindingOf(*req), &who);
       !a.ok()) {
-    return (void)Answer(call, a);
+    return Answer(call, a);
   }
   absl::StatusOr<ReleaseResult> result = ledger_->Release(req->node(), *owner);
-  if (!result.ok()) return (void)Answer(call, result.status());
+  if (!result.ok()) return Answer(call, result.status());
   resp->set_released(result->released);
   if (result->released) ToProto(result->holding, resp->mutable_holding());
   std::vector<HeldDevice> devices;
@@ -569,10 +718,9 @@ void LedgerService::ReleaseCall(const UnaryCall& call, const grpc::ServerContext
                     });
 }
 
-grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContext* ctx,
-                                                      const v1::ListHoldingsRequest* req,
-                                                      v1::ListHoldingsResponse* resp) {
-  const UnaryCall call = StartCall(ctx, "ListHoldings");
+void LedgerService::ListHoldingsCall(const UnaryCall& call, const grpc::ServerContextBase&,
+                                     const v1::ListHoldingsRequest* req,
+                                     v1::ListHoldingsResponse* resp) {
   if (!req->node().empty()) {
     if (absl::Status v = CheckNodeName("node", req->node()); !v.ok()) return Answer(call, v);
   }
@@ -588,10 +736,8 @@ grpc::ServerUnaryReactor* LedgerService::ListHoldings(grpc::CallbackServerContex
   return Answer(call, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* LedgerService::GetWorkload(grpc::CallbackServerContext* ctx,
-                                                     const v1::GetWorkloadRequest* req,
-                                                     v1::WorkloadResponse* resp) {
-  const UnaryCall call = StartCall(ctx, "GetWorkload");
+void LedgerService::GetWorkloadCall(const UnaryCall& call, const grpc::ServerContextBase&,
+                                    const v1::GetWorkloadRequest*, v1::WorkloadResponse* resp) {
   if (options_.workload == nullptr) {
     return Answer(call, absl::UnimplementedError("this server learns no workload"));
   }
@@ -617,40 +763,12 @@ grpc::ServerUnaryReactor* LedgerService::GetWorkload(grpc::CallbackServerContext
   return Answer(call, absl::OkStatus());
 }
 
-grpc::ServerWriteReactor<v1::NodeEvent>* LedgerService::WatchNodes(
-    grpc::CallbackServerContext* ctx, const v1::WatchNodesRequest* req) {
-  const absl::Status valid = CheckNodeNames("names", req->names());
-  std::set<std::string> names;
-  if (valid.ok()) names.insert(req->names().begin(), req->names().end());
-  auto* reactor = new WatchReactor(this, std::move(names));
-  if (!valid.ok()) {
-    reactor->Refuse(ToGrpc(valid));
-    return reactor;
-  }
-  std::string caller = WatchCaller(*ctx);
-  if (absl::Status slot = TakeWatchSlot(caller); !slot.ok()) {
-    reactor->Refuse(ToGrpc(slot));
-    return reactor;
-  }
-  reactor->HoldSlot(std::move(caller));
-  for (const std::string& n : req->names()) {
-    if (ledger_->GetNode(n) == nullptr) {
-      reactor->Refuse(ToGrpc(UnknownNodeError(n)));
-      return reactor;
-    }
-  }
-  reactor->Begin(ledger_);
-  return reactor;
-}
-
 // ---------------------------------------------------------------------------
 // PlacePod: a placeholder made on the spot for a pod that bypassed the duet
 // scheduler (asked by duet-node from Allocate).
 
-grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* ctx,
-                                                  const v1::PlacePodRequest* req,
-                                                  v1::Holding* resp) {
-  const UnaryCall call = StartCall(ctx, "PlacePod");
+void LedgerService::PlacePodCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                                 const v1::PlacePodRequest* req, v1::Holding* resp) {
   if (!serving()) return Refuse(call, NotGrantingError());
   const Owner pod = Owner::Pod(req->pod().uid(), req->pod().namespace_(), req->pod().name());
   if (absl::Status v = ValidateOwner(pod); !v.ok() || pod.pod_uid.empty()) {
@@ -661,7 +779,7 @@ grpc::ServerUnaryReactor* LedgerService::PlacePod(grpc::CallbackServerContext* c
   if (absl::Status v = CheckKubeNodeName("node", req->node()); !v.ok()) return Refuse(call, v);
   if (absl::Status v = CheckPlacePodAmounts(*req); !v.ok()) return Refuse(call, v);
   std::string who;
-  if (absl::Status a = AuthorizeCall(*ctx, call.method, req->node(), pod, std::nullopt, &who);
+  if (absl::Status a = AuthorizeCall(ctx, call.method, req->node(), pod, std::nullopt, &who);
       !a.ok()) {
     return Refuse(call, a);
   }

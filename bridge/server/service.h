@@ -36,19 +36,18 @@ struct SlurmCallerCredentials {
   std::string slurm_key;
 };
 
-// Hold and Release, the calls on a Slurm step's path, are served with gRPC's
-// async API on threads of the service's own; the other calls with its
-// callback API. With the gRPC this builds against (Debian's 1.51), callback
-// calls are run by two threads that wait for work 100 ms at a time and, after
-// a wait that found none, sleep 100 ms: a call that arrives after a quiet
-// spell can wait up to 100 ms before it is read (bench/slurm/RESULTS.md, "The
-// agent path's tail"). A thread blocked on a completion queue of its own
-// never sleeps, and it polls the server's connections while it waits.
-using LedgerServiceBase = v1::Ledger::WithAsyncMethod_Hold<
-    v1::Ledger::WithAsyncMethod_Release<v1::Ledger::WithCallbackMethod_ListNodes<
-        v1::Ledger::WithCallbackMethod_GetNode<v1::Ledger::WithCallbackMethod_ListHoldings<
-            v1::Ledger::WithCallbackMethod_WatchNodes<v1::Ledger::WithCallbackMethod_PlacePod<
-                v1::Ledger::WithCallbackMethod_GetWorkload<v1::Ledger::Service>>>>>>>>;
+// Every call is served with gRPC's async API on threads of the service's own.
+// With the gRPC this builds against (Debian's 1.51), callback-API calls are
+// run by two threads that wait for work up to 1 s at a time and, after a wait
+// that found none, sleep 100 ms: a call that arrives after a quiet spell of a
+// second or more can wait up to 100 ms before it is run (bench/slurm/
+// RESULTS.md, "The agent path's tail"; bench/grpc/RESULTS.md, "After a quiet
+// spell"). A thread blocked on a completion queue of its own never sleeps.
+using LedgerServiceBase = v1::Ledger::WithAsyncMethod_ListNodes<
+    v1::Ledger::WithAsyncMethod_GetNode<v1::Ledger::WithAsyncMethod_Hold<
+        v1::Ledger::WithAsyncMethod_Release<v1::Ledger::WithAsyncMethod_ListHoldings<
+            v1::Ledger::WithAsyncMethod_WatchNodes<v1::Ledger::WithAsyncMethod_PlacePod<
+                v1::Ledger::WithAsyncMethod_GetWorkload<v1::Ledger::Service>>>>>>>>;
 
 class LedgerService final : public LedgerServiceBase {
  public:
@@ -119,42 +118,26 @@ class LedgerService final : public LedgerServiceBase {
 
   ~LedgerService();
 
-  // Adds the service, and the completion queue its Hold and Release threads
-  // use, to `builder`. Then, once the server is built, StartStepThreads; and
-  // after the server's Shutdown, once the Durability has answered every
-  // change still waiting and before the server is destroyed (its last events
-  // still name it), StopStepThreads. Until StartStepThreads, Hold and Release
-  // wait.
+  // Adds the service, and the completion queues its threads use, to
+  // `builder`. Then, once the server is built, StartCallThreads; and after
+  // the server's Shutdown, once the Durability has answered every change
+  // still waiting and before the server is destroyed (its last events still
+  // name it), StopCallThreads. Until StartCallThreads, calls wait.
   void RegisterWith(grpc::ServerBuilder* builder);
-  void StartStepThreads(int threads = 4);
-  void StopStepThreads();
+  // `threads` serve every call but PlacePod; PlacePod, which may wait for
+  // slurmctld (up to slurm.call_timeout), has `place_threads` of its own, so
+  // that pods placed at kubelet's admission never hold up a step's Hold.
+  void StartCallThreads(int threads = 4, int place_threads = 2);
+  void StopCallThreads();
 
   // While not serving (journal failed, shutting down) mutations are refused
   // with UNAVAILABLE; reads go on.
   void SetServing(bool serving) { serving_.store(serving); }
   bool serving() const { return serving_.load(); }
 
-  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
-                                      const v1::ListNodesRequest* req,
-                                      v1::ListNodesResponse* resp) override;
-  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
-                                    v1::Node* resp) override;
-  grpc::ServerUnaryReactor* ListHoldings(grpc::CallbackServerContext* ctx,
-                                         const v1::ListHoldingsRequest* req,
-                                         v1::ListHoldingsResponse* resp) override;
-  grpc::ServerWriteReactor<v1::NodeEvent>* WatchNodes(grpc::CallbackServerContext* ctx,
-                                                      const v1::WatchNodesRequest* req) override;
-  // Runs on the gRPC thread: with Slurm it waits for slurmctld (bounded by
-  // slurm.call_timeout); it is called only for pods that bypassed the duet
-  // scheduler, so it is rare.
-  grpc::ServerUnaryReactor* PlacePod(grpc::CallbackServerContext* ctx,
-                                     const v1::PlacePodRequest* req, v1::Holding* resp) override;
-  grpc::ServerUnaryReactor* GetWorkload(grpc::CallbackServerContext* ctx,
-                                        const v1::GetWorkloadRequest* req,
-                                        v1::WorkloadResponse* resp) override;
-
  private:
-  class WatchReactor;
+  // One WatchNodes stream.
+  class WatchCall;
   // ToProto plus Slurm's view of the node (Options::slurm_state).
   void NodeToProto(const NodeView& view, v1::Node* out) const;
   // The side of the live owners that hold devices `request` names on its
@@ -176,39 +159,46 @@ class LedgerService final : public LedgerServiceBase {
   // none is left. Every slot taken is given back by ReleaseWatchSlot.
   absl::Status TakeWatchSlot(const std::string& caller);
   void ReleaseWatchSlot(const std::string& caller);
-  // What the step queue's tags point to.
-  class StepTag;
-  // One async Hold or Release, from its request to its answer.
+  // What the completion queues' tags point to.
+  class CallTag;
+  // One async unary call, from its request to its answer.
   template <class Request, class Response>
-  class StepCall;
+  class UnaryCallOf;
   // A unary call being handled: when it started, its method (for metrics)
-  // and what answers it: the reactor of a callback call, or an async call's
-  // finish (which sends the answer from whichever thread has it).
+  // and what sends its answer (from whichever thread has it).
   struct UnaryCall {
     absl::Time start;
     const char* method;
-    grpc::ServerUnaryReactor* reactor = nullptr;
     std::function<void(const grpc::Status&)> finish;
   };
-  static UnaryCall StartCall(grpc::CallbackServerContext* ctx, const char* method) {
-    return {absl::Now(), method, ctx->DefaultReactor(), nullptr};
-  }
-  // The bodies of Hold and Release; they answer through `call`.
+  // The bodies of the unary calls; each answers through `call`, once.
+  void ListNodesCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                     const v1::ListNodesRequest* req, v1::ListNodesResponse* resp);
+  void GetNodeCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                   const v1::GetNodeRequest* req, v1::Node* resp);
   void HoldCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
                 const v1::HoldRequest* req, v1::HoldResponse* resp);
   void ReleaseCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
                    const v1::ReleaseRequest* req, v1::ReleaseResponse* resp);
-  // Finishes the call with `status`, recording latency and code. Returns its
-  // reactor (null for an async call).
-  grpc::ServerUnaryReactor* Answer(const UnaryCall& call, const absl::Status& status);
+  void ListHoldingsCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                        const v1::ListHoldingsRequest* req, v1::ListHoldingsResponse* resp);
+  // With Slurm it waits for slurmctld (bounded by slurm.call_timeout), on a
+  // PlacePod thread; it is called only for pods that bypassed the duet
+  // scheduler, so it is rare.
+  void PlacePodCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                    const v1::PlacePodRequest* req, v1::Holding* resp);
+  void GetWorkloadCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
+                       const v1::GetWorkloadRequest* req, v1::WorkloadResponse* resp);
+  // Asks for the next call of every method.
+  void AskAll();
+  // Finishes the call with `status`, recording latency and code.
+  void Answer(const UnaryCall& call, const absl::Status& status);
   // Answer for a refused grant (Hold, PlacePod), counted by its code.
-  grpc::ServerUnaryReactor* Refuse(const UnaryCall& call, const absl::Status& status);
+  void Refuse(const UnaryCall& call, const absl::Status& status);
 
   // Answers once change `seq` is durable, running `on_durable` first; if the
   // journal failed, answers UNAVAILABLE and stops serving mutations.
-  // Returns the call's reactor.
-  grpc::ServerUnaryReactor* AnswerWhenDurable(const UnaryCall& call, uint64_t seq,
-                                              std::function<void()> on_durable);
+  void AnswerWhenDurable(const UnaryCall& call, uint64_t seq, std::function<void()> on_durable);
 
   Ledger* const ledger_;
   Durability* const durability_;
@@ -217,11 +207,16 @@ class LedgerService final : public LedgerServiceBase {
   const Options options_;
   pods::PodHolds pod_holds_;
   std::atomic<bool> serving_{true};
-  // Hold and Release: their queue and threads.
-  std::unique_ptr<grpc::ServerCompletionQueue> step_cq_;
-  std::vector<std::thread> step_threads_;
-  absl::Mutex step_mu_;
-  bool step_stopping_ ABSL_GUARDED_BY(step_mu_) = false;
+  // A completion queue and the threads blocked on it.
+  struct CallQueue {
+    std::unique_ptr<grpc::ServerCompletionQueue> cq;
+    std::vector<std::thread> threads;
+  };
+  CallQueue calls_;  // every call but PlacePod
+  CallQueue place_;  // PlacePod
+  absl::Mutex calls_mu_;
+  bool calls_stopping_ ABSL_GUARDED_BY(calls_mu_) = false;
+  bool calls_started_ ABSL_GUARDED_BY(calls_mu_) = false;
   absl::Mutex watch_mu_;
   int watch_streams_ ABSL_GUARDED_BY(watch_mu_) = 0;
   // Open streams per caller; a caller leaves the map with its last stream.

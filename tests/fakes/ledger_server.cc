@@ -15,7 +15,7 @@ LedgerServer::LedgerServer(Ledger* ledger, const std::string& address,
   b.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
   service_->RegisterWith(&b);
   server_ = b.BuildAndStart();
-  if (server_ != nullptr) service_->StartStepThreads();
+  if (server_ != nullptr) service_->StartCallThreads();
 }
 
 LedgerServer::LedgerServer(const std::string& address, Standby standby)
@@ -29,7 +29,7 @@ LedgerServer::LedgerServer(const std::string& address, Standby standby)
 LedgerServer::~LedgerServer() {
   hub_.CloseAll("test server stopping");
   if (server_ != nullptr) server_->Shutdown();
-  if (service_ != nullptr) service_->StopStepThreads();
+  if (service_ != nullptr) service_->StopCallThreads();
   if (ledger_ != nullptr) ledger_->RemoveListener(&hub_);
 }
 

@@ -66,7 +66,7 @@ struct Env {
     grpc::ServerBuilder builder;
     service->RegisterWith(&builder);
     server = builder.BuildAndStart();
-    if (server != nullptr) service->StartStepThreads();
+    if (server != nullptr) service->StartCallThreads();
     if (server == nullptr) std::abort();
     stub = v1::Ledger::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
   }

@@ -96,14 +96,14 @@ class CredentialAuditTest : public ::testing::Test {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     service_->RegisterWith(&builder);
     server_ = builder.BuildAndStart();
-    if (server_ != nullptr) service_->StartStepThreads();
+    if (server_ != nullptr) service_->StartCallThreads();
     ASSERT_NE(server_, nullptr);
     stub_ = v1::Ledger::NewStub(grpc::CreateChannel(Target(), grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
-    // Before the server goes: the step threads drain its last events.
-    if (service_ != nullptr) service_->StopStepThreads();
+    // Before the server goes: the call threads drain its last events.
+    if (service_ != nullptr) service_->StopCallThreads();
     std::system(("rm -rf " + dir_).c_str());
   }
   std::string Target() const { return absl::StrCat("127.0.0.1:", port_); }

@@ -53,7 +53,7 @@ class ServiceEchoTest : public ::testing::Test {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     service_->RegisterWith(&builder);
     server_ = builder.BuildAndStart();
-    if (server_ != nullptr) service_->StartStepThreads();
+    if (server_ != nullptr) service_->StartCallThreads();
     ASSERT_NE(server_, nullptr);
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
@@ -62,8 +62,8 @@ class ServiceEchoTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
-    // Before the server goes: the step threads drain its last events.
-    if (service_ != nullptr) service_->StopStepThreads();
+    // Before the server goes: the call threads drain its last events.
+    if (service_ != nullptr) service_->StopCallThreads();
   }
 
   static void Bound(grpc::ClientContext* ctx) {

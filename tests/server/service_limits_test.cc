@@ -9,11 +9,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "bridge/api/validate.h"
 #include "bridge/server/durability.h"
 #include "bridge/server/service.h"
@@ -57,8 +60,8 @@ class ServiceLimitsTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
-    // Before the server goes: the step threads drain its last events.
-    if (service_ != nullptr) service_->StopStepThreads();
+    // Before the server goes: the call threads drain its last events.
+    if (service_ != nullptr) service_->StopCallThreads();
     if (!socket_.empty()) ::unlink(socket_.c_str());
   }
 
@@ -71,7 +74,7 @@ class ServiceLimitsTest : public ::testing::Test {
     builder.AddListeningPort("unix:" + socket_, grpc::InsecureServerCredentials());
     service_->RegisterWith(&builder);
     server_ = builder.BuildAndStart();
-    if (server_ != nullptr) service_->StartStepThreads();
+    if (server_ != nullptr) service_->StartCallThreads();
     ASSERT_NE(server_, nullptr);
     tcp_ = Stub(Channel("127.0.0.1:" + std::to_string(port_)));
     unix_ = Stub(Channel("unix:" + socket_));
@@ -309,6 +312,73 @@ TEST_F(ServiceLimitsTest, TheTotalLimitStaysAndSaysSo) {
   EXPECT_EQ(InfoMetadata(s)["limit"], "2");
   a.Close();
   b.Close();
+}
+
+// A watcher that reads nothing while the node changes thousands of times
+// falls more than max_watch_queue events behind: it is told TYPE_RESYNC and
+// then gets the node as it is now, and the stream goes on. The state after a
+// resync is never older than what the stream had already sent (it was, in
+// about one run in three, when a write ended on another thread while the
+// state was being read).
+TEST_F(ServiceLimitsTest, AWatcherThatFallsBehindIsToldToResyncThenGetsTheStateNow) {
+  LedgerService::Options o;
+  o.max_watch_queue = 4;
+  Start(o);
+  ledger_.AddListener(&hub_);
+  struct Unlisten {
+    Ledger* ledger;
+    WatchHub* hub;
+    ~Unlisten() { ledger->RemoveListener(hub); }
+  } unlisten{&ledger_, &hub_};
+  Watch w = OpenWatch(tcp_.get());
+  ASSERT_TRUE(w.open);
+  // Changes far faster than one write at a time sends them, and more than
+  // the connection's flow-control windows hold: the queue overflows.
+  HoldRequest h;
+  h.node = "gke-a";
+  h.owner = Owner::Pod("uid-9", "ml", "train");
+  h.devices = {{DeviceKind::kGpu, 0, 0}};
+  for (int i = 0; i < 20000; ++i) {
+    ASSERT_TRUE(ledger_.Hold(h).ok());
+    ASSERT_TRUE(ledger_.Release("gke-a", h.owner).ok());
+  }
+  const uint64_t now = ledger_.GetNode("gke-a")->generation;
+  // Read up to the state as it is now. Each resync is followed by the node
+  // as it was then, never older than what came before it.
+  v1::NodeEvent ev;
+  int read = 0;
+  int resyncs = 0;
+  uint64_t last = 0;
+  bool after_resync = false;
+  std::deque<std::string> recent;
+  while (last != now && w.reader->Read(&ev)) {
+    ++read;
+    recent.push_back(absl::StrCat(ev.type(), ":", ev.node().generation()));
+    if (recent.size() > 12) recent.pop_front();
+    if (ev.type() == v1::NodeEvent::TYPE_RESYNC) {
+      ++resyncs;
+      after_resync = true;
+      continue;
+    }
+    if (after_resync) {
+      EXPECT_EQ(ev.type(), v1::NodeEvent::TYPE_UPDATED);
+    }
+    after_resync = false;
+    EXPECT_EQ(ev.node().name(), "gke-a");
+    EXPECT_GE(ev.node().generation(), last)
+        << "event " << read << "; the last (type:generation): " << absl::StrJoin(recent, " ");
+    last = ev.node().generation();
+  }
+  EXPECT_EQ(last, now);
+  EXPECT_GT(resyncs, 0);
+  EXPECT_LT(read, 40000) << "every change was sent";
+  // Still a live stream: the next change arrives.
+  ASSERT_TRUE(ledger_.Hold(h).ok());
+  ASSERT_TRUE(w.reader->Read(&ev));
+  EXPECT_EQ(ev.type(), v1::NodeEvent::TYPE_UPDATED);
+  EXPECT_GT(ev.node().generation(), now);
+  ASSERT_TRUE(ledger_.Release("gke-a", h.owner).ok());
+  w.Close();
 }
 
 // ---------------------------------------------------------------------------

@@ -34,11 +34,11 @@ ServerPtr Serve(LedgerService* service, std::unique_ptr<v1::Ledger::Stub>* stub)
   service->RegisterWith(&builder);
   ServerPtr server(builder.BuildAndStart().release(), [service](grpc::Server* s) {
     s->Shutdown();
-    service->StopStepThreads();
+    service->StopCallThreads();
     delete s;
   });
   if (server == nullptr) return nullptr;
-  service->StartStepThreads();
+  service->StartCallThreads();
   *stub = v1::Ledger::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   return server;
