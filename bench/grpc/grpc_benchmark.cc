@@ -20,9 +20,20 @@
 // latency (Hold calls only for the Hold row). "ratio" is the median over
 // repetitions of (Hold+Release RPC/s) / (Health RPC/s).
 //
+// Then, with --quiet-calls N (0: skipped), what a caller waits after a quiet
+// spell: one channel, N calls of each of Health/Check, GetNode and Hold (its
+// Release follows after another spell), each made --quiet-ms after the
+// server last saw a call; p50, p99 and the slowest, in ms. A server whose
+// threads sleep when idle shows it here and nowhere above.
+//
 //   grpc_benchmark [--seconds=2] [--reps=5] [--nodes=256]
 //                  [--fsync=both|on|off] [--modes=sync1,sync4,async64]
-//                  [--dir=/var/tmp]
+//                  [--quiet-calls=0] [--quiet-ms=1100] [--dir=/var/tmp]
+//                  [--unix-socket=PATH]
+//   grpc_benchmark --server=ADDR [--quiet-calls=N] [--quiet-ms=1100]
+//                  only the quiet-spell calls, against a running ledger
+//                  service (node gke-a3-highgpu-pool-0; Slurm owners are
+//                  sent with no credential): e.g. slurm_bench_tool serve
 // Exit status 1 if any RPC failed.
 
 #include <unistd.h>
@@ -109,8 +120,11 @@ struct SlotStats {
   uint64_t calls = 0;          // every RPC, Release included
   uint64_t errors = 0;
   std::string first_error;
+  grpc::StatusCode first_code = grpc::StatusCode::OK;
   void Error(const grpc::Status& s) {
-    if (errors++ == 0) first_error = absl::StrCat(s.error_code(), ": ", s.error_message());
+    if (errors++ > 0) return;
+    first_error = absl::StrCat(s.error_code(), ": ", s.error_message());
+    first_code = s.error_code();
   }
 };
 
@@ -142,18 +156,17 @@ double Micros(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
-std::shared_ptr<grpc::Channel> NewChannel(int port, int id) {
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& target, int id) {
   grpc::ChannelArguments args;
   // A distinct argument gives each channel its own connection.
   args.SetInt("duet.bench.channel", id);
-  auto ch = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
-                                      grpc::InsecureChannelCredentials(), args);
+  auto ch = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return ch;
 }
 
 // Blocking calls from `threads` threads, each on its own channel and node.
-RunResult RunSync(int port, bool hold, int threads, double seconds) {
+RunResult RunSync(const std::string& target, bool hold, int threads, double seconds) {
   std::vector<SlotStats> stats(threads);
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
@@ -162,7 +175,7 @@ RunResult RunSync(int port, bool hold, int threads, double seconds) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      auto channel = NewChannel(port, t);
+      auto channel = NewChannel(target, t);
       auto ledger = v1::Ledger::NewStub(channel);
       auto health = grpc::health::v1::Health::NewStub(channel);
       Work work(t);
@@ -234,8 +247,10 @@ RunResult RunSync(int port, bool hold, int threads, double seconds) {
 // issues its next call from the previous one's completion.
 class AsyncRun {
  public:
-  AsyncRun(int port, bool hold, int inflight)
-      : hold_(hold), channel_(NewChannel(port, 1000)), ledger_(v1::Ledger::NewStub(channel_)),
+  AsyncRun(const std::string& target, bool hold, int inflight)
+      : hold_(hold),
+        channel_(NewChannel(target, 1000)),
+        ledger_(v1::Ledger::NewStub(channel_)),
         health_(grpc::health::v1::Health::NewStub(channel_)) {
     for (int s = 0; s < inflight; ++s) slots_.push_back(std::make_unique<Slot>(s));
   }
@@ -326,11 +341,83 @@ class AsyncRun {
   int active_ = 0;
 };
 
-RunResult RunMode(int port, const std::string& mode, bool hold, double seconds) {
-  if (mode == "sync1") return RunSync(port, hold, 1, seconds);
-  if (mode == "sync4") return RunSync(port, hold, 4, seconds);
-  AsyncRun run(port, hold, 64);
+RunResult RunMode(const std::string& target, const std::string& mode, bool hold, double seconds) {
+  if (mode == "sync1") return RunSync(target, hold, 1, seconds);
+  if (mode == "sync4") return RunSync(target, hold, 4, seconds);
+  AsyncRun run(target, hold, 64);
   return run.Run(seconds);
+}
+
+// One call at a time on one channel, each `quiet_ms` after the last answer:
+// latencies of `rpc` (Health/Check, GetNode or Hold; a Hold's Release
+// is made after another quiet spell and not recorded).
+SlotStats RunQuiet(const std::string& target, const std::string& rpc, int calls, int quiet_ms) {
+  auto channel = NewChannel(target, 2000);
+  auto ledger = v1::Ledger::NewStub(channel);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  Work work(0);
+  SlotStats st;
+  auto quiet = [&] { std::this_thread::sleep_for(std::chrono::milliseconds(quiet_ms)); };
+  for (int i = 0; i < calls; ++i) {
+    quiet();
+    grpc::ClientContext ctx;
+    grpc::Status s;
+    const auto t0 = Clock::now();
+    if (rpc == "Health/Check") {
+      grpc::health::v1::HealthCheckRequest req;
+      grpc::health::v1::HealthCheckResponse resp;
+      s = health->Check(&ctx, req, &resp);
+    } else if (rpc == "GetNode") {
+      v1::GetNodeRequest req;
+      req.set_name(NodeName(0));
+      v1::Node resp;
+      s = ledger->GetNode(&ctx, req, &resp);
+    } else {
+      v1::HoldResponse resp;
+      s = ledger->Hold(&ctx, work.hold[0], &resp);
+    }
+    const auto t1 = Clock::now();
+    if (!s.ok()) {
+      st.Error(s);
+      break;
+    }
+    st.lat_us.push_back(Micros(t0, t1));
+    ++st.calls;
+    if (rpc != "Hold") continue;
+    quiet();
+    grpc::ClientContext rctx;
+    v1::ReleaseResponse rresp;
+    s = ledger->Release(&rctx, work.release[0], &rresp);
+    if (!s.ok() || !rresp.released()) {
+      st.Error(s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "nothing released") : s);
+      break;
+    }
+  }
+  return st;
+}
+
+// The quiet-spell table; returns the failed calls. A server without the
+// health service (UNIMPLEMENTED) gets no Health/Check row.
+uint64_t PrintQuiet(const std::string& target, int calls, int quiet_ms) {
+  uint64_t errors = 0;
+  printf("\nafter %d ms quiet, one call at a time (%d calls each), ms\n", quiet_ms, calls);
+  printf("%-14s %10s %10s %10s\n", "rpc", "p50", "p99", "max");
+  for (const char* rpc : {"Health/Check", "GetNode", "Hold"}) {
+    SlotStats st = RunQuiet(target, rpc, calls, quiet_ms);
+    if (st.errors > 0 && st.lat_us.empty() && st.first_code == grpc::StatusCode::UNIMPLEMENTED) {
+      printf("%-14s %10s\n", rpc, "not served");
+      continue;
+    }
+    if (st.errors > 0) {
+      fprintf(stderr, "quiet %s: %s\n", rpc, st.first_error.c_str());
+      errors += st.errors;
+      continue;
+    }
+    printf("%-14s %10.2f %10.2f %10.2f\n", rpc, bench::Quantile(st.lat_us, 0.5) / 1000,
+           bench::Quantile(st.lat_us, 0.99) / 1000, bench::Quantile(st.lat_us, 1) / 1000);
+  }
+  fflush(stdout);
+  return errors;
 }
 
 struct Series {
@@ -357,8 +444,29 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"both", "on", "off"}));
   app.add_option("--modes", modes_flag, "comma-separated: sync1, sync4, async64");
   app.add_option("--dir", base_dir, "where the journal is written (the disk matters for fsync)");
+  std::string unix_socket;
+  app.add_option("--unix-socket", unix_socket,
+                 "call the bridge on this unix socket (grpc.unix_socket) instead of TCP on "
+                 "loopback");
+  int quiet_calls = 0;
+  // Past the 1 s that gRPC's callback threads wait for work before they
+  // sleep (bench/grpc/RESULTS.md, "After a quiet spell").
+  int quiet_ms = 1100;
+  app.add_option("--quiet-calls", quiet_calls,
+                 "calls of each RPC made one at a time after a quiet spell (0: none)")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--quiet-ms", quiet_ms, "the quiet spell before each of those calls, ms")
+      ->check(CLI::Range(1, 60000));
+  std::string server;
+  app.add_option("--server", server,
+                 "make only the quiet-spell calls, against this running ledger service "
+                 "(node " +
+                     NodeName(0) +
+                     ", Slurm owners without a credential), e.g. "
+                     "slurm_bench_tool serve's unix:PATH");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
+  if (!server.empty()) return PrintQuiet(server, std::max(quiet_calls, 1), quiet_ms) > 0 ? 1 : 0;
   nodes = std::max(nodes, 64);
   const std::vector<std::string> modes = absl::StrSplit(modes_flag, ',');
   for (const std::string& m : modes) {
@@ -380,6 +488,7 @@ int Main(int argc, char** argv) {
   for (bool on : fsyncs) {
     Config config;
     config.grpc.listen = "127.0.0.1:0";
+    config.grpc.unix_socket = unix_socket;
     config.metrics.listen = "";
     config.journal.dir = (dir / (on ? "journal-fsync" : "journal-nofsync")).string();
     config.journal.fsync = on;
@@ -394,13 +503,15 @@ int Main(int argc, char** argv) {
       fprintf(stderr, "bridge: %s\n", bridge.status().ToString().c_str());
       return 1;
     }
-    const int port = (*bridge)->grpc_port();
+    const std::string target = unix_socket.empty()
+                                   ? absl::StrCat("127.0.0.1:", (*bridge)->grpc_port())
+                                   : absl::StrCat("unix:", unix_socket);
     std::vector<Series> base(modes.size()), held(modes.size());
     std::vector<std::vector<double>> ratios(modes.size());
     for (int r = 0; r < reps; ++r) {
       for (size_t m = 0; m < modes.size(); ++m) {
         for (bool hold : {false, true}) {
-          RunResult res = RunMode(port, modes[m], hold, seconds);
+          RunResult res = RunMode(target, modes[m], hold, seconds);
           if (res.errors > 0) {
             fprintf(stderr, "%s %s: %llu errors, first: %s\n", modes[m].c_str(),
                     hold ? "Hold" : "Health", static_cast<unsigned long long>(res.errors),
@@ -427,6 +538,7 @@ int Main(int argc, char** argv) {
              bench::Median(held[m].rps), bench::Median(held[m].p50), bench::Median(held[m].p99),
              bench::Median(ratios[m]));
     }
+    if (quiet_calls > 0) errors += PrintQuiet(target, quiet_calls, quiet_ms);
     fflush(stdout);
     (*bridge)->Shutdown();
   }
