@@ -28,9 +28,9 @@
 //
 //   grpc_benchmark [--seconds=2] [--reps=5] [--nodes=256]
 //                  [--fsync=both|on|off] [--modes=sync1,sync4,async64]
-//                  [--quiet-calls=0] [--quiet-ms=1100] [--dir=/var/tmp]
+//                  [--quiet-calls=0] [--quiet-ms=1050] [--dir=/var/tmp]
 //                  [--unix-socket=PATH]
-//   grpc_benchmark --server=ADDR [--quiet-calls=N] [--quiet-ms=1100]
+//   grpc_benchmark --server=ADDR [--quiet-calls=N] [--quiet-ms=1050]
 //                  only the quiet-spell calls, against a running ledger
 //                  service (node gke-a3-highgpu-pool-0; Slurm owners are
 //                  sent with no credential): e.g. slurm_bench_tool serve
@@ -449,9 +449,10 @@ int Main(int argc, char** argv) {
                  "call the bridge on this unix socket (grpc.unix_socket) instead of TCP on "
                  "loopback");
   int quiet_calls = 0;
-  // Past the 1 s that gRPC's callback threads wait for work before they
-  // sleep (bench/grpc/RESULTS.md, "After a quiet spell").
-  int quiet_ms = 1100;
+  // In the middle of the 100 ms that gRPC's callback threads sleep after
+  // waiting 1 s for work that did not come (bench/grpc/RESULTS.md, "After a
+  // quiet spell").
+  int quiet_ms = 1050;
   app.add_option("--quiet-calls", quiet_calls,
                  "calls of each RPC made one at a time after a quiet spell (0: none)")
       ->check(CLI::Range(0, 100000));
