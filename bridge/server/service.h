@@ -189,7 +189,8 @@ class LedgerService final : public LedgerServiceBase {
                     const v1::PlacePodRequest* req, v1::Holding* resp);
   void GetWorkloadCall(const UnaryCall& call, const grpc::ServerContextBase& ctx,
                        const v1::GetWorkloadRequest* req, v1::WorkloadResponse* resp);
-  // Asks for the next call of every method.
+  // Asks for the first call of every method (each call, once it arrives,
+  // asks for the next).
   void AskAll();
   // Finishes the call with `status`, recording latency and code.
   void Answer(const UnaryCall& call, const absl::Status& status);
