@@ -27,6 +27,11 @@
 #     variants rotate their place in the round. DUET_BENCH_VARIANTS="agent
 #     empty" runs only those (and none); each timed srun starts
 #     DUET_BENCH_GAP_MS (100) after the last step left Slurm.
+#     DUET_BENCH_CPUS="SLURM DUET" (taskset lists, e.g. "0 1"): Slurm (munged,
+#     slurmctld, slurmd, its slurmstepds, srun) on the CPUs SLURM, the ledger
+#     service, duet-node and the floor's agent on DUET, so that their work
+#     does not compete with the step's set-up for a CPU (a GPU node's many
+#     cores, the bridge on another machine). Unset: all share every CPU.
 # Prints a markdown table. --quick: small counts (the ctest smoke run).
 set -euo pipefail
 quick=0 spank_only=0
@@ -43,6 +48,21 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 CL=$HERE/../../tests/integration/slurm_cluster.sh
 if ((quick)); then NPH=10; NNODES=20; NSRUN=5; else NPH=200; NNODES=200; NSRUN=50; fi
 NSRUN=${DUET_BENCH_ROUNDS:-$NSRUN}  # rounds of part 3
+
+# DUET_BENCH_CPUS: this shell and all it starts from here on (the cluster,
+# every srun) on SLURM's CPUs; on_duet_cpus runs duet's own processes on
+# DUET's (taskset execs, so $! is the process itself).
+SLURM_CPUS= DUET_CPUS=
+if [[ -n ${DUET_BENCH_CPUS:-} ]]; then
+  read -r SLURM_CPUS DUET_CPUS <<<"$DUET_BENCH_CPUS"
+  [[ -n $SLURM_CPUS && -n $DUET_CPUS ]] || {
+    echo "DUET_BENCH_CPUS: want \"SLURM_CPUS DUET_CPUS\", got \"$DUET_BENCH_CPUS\"" >&2; exit 2; }
+  taskset -pc "$SLURM_CPUS" $$ >/dev/null
+  taskset -c "$DUET_CPUS" true || { echo "DUET_BENCH_CPUS: bad CPU list \"$DUET_CPUS\"" >&2; exit 2; }
+fi
+on_duet_cpus() {
+  if [[ -n $DUET_CPUS ]]; then exec taskset -c "$DUET_CPUS" "$@"; else exec "$@"; fi
+}
 
 ROOT=$("$CL" init --max-nodes $((2 * NNODES + 16)) --lifetime 900)
 export SLURM_CONF=$ROOT/etc/slurm.conf
@@ -113,7 +133,7 @@ fi
 # 3. SPANK overhead (plugstack.conf is read by every srun and slurmstepd).
 # The variants alternate within each round, so load from other processes on
 # the machine hits them alike; medians are compared.
-"$TOOL" serve "$SOCK" bn &
+(on_duet_cpus "$TOOL" serve "$SOCK" bn) &
 SERVE_PID=$!
 for ((i = 0; i < 100; i++)); do [[ -S $SOCK ]] && break; sleep 0.05; done
 # The credential the cluster's auth calls for (slurm_cluster.sh: auth/slurm
@@ -133,9 +153,9 @@ variants=(none plugin other)
 declare -A line=([none]="" [plugin]="required $SO $ARGS" [other]="required $SO $OTHER_ARGS")
 if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the same ledger
   AGENT=$ROOT/run/duet-agent.sock
-  "$NODE_BIN" --bridge "unix:$SOCK" --node-name bn --no-kubernetes --plugin-dir "$ROOT/run/dp" \
+  (on_duet_cpus "$NODE_BIN" --bridge "unix:$SOCK" --node-name bn --no-kubernetes --plugin-dir "$ROOT/run/dp" \
     --pod-resources-socket "" --step-agent-socket "$AGENT" --log-level warn \
-    >"$ROOT/log/duet-node.log" 2>&1 &
+    >"$ROOT/log/duet-node.log" 2>&1) &
   NODE_PID=$!
   for ((i = 0; i < 100; i++)); do [[ -S $AGENT ]] && break; sleep 0.05; done
   [[ -S $AGENT ]] || { echo "duet-node did not serve $AGENT" >&2; exit 1; }
@@ -143,9 +163,9 @@ if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the sam
   line[agent]="required $SO agent=unix://$AGENT ${ARGS}"
   if [[ -n ${DUET_BENCH_OLD_NODE:-} ]]; then  # a previous duet-node, for before/after
     OLD_AGENT=$ROOT/run/duet-agent-old.sock
-    "$(readlink -f "$DUET_BENCH_OLD_NODE")" --bridge "unix:$SOCK" --node-name bn --no-kubernetes \
+    (on_duet_cpus "$(readlink -f "$DUET_BENCH_OLD_NODE")" --bridge "unix:$SOCK" --node-name bn --no-kubernetes \
       --plugin-dir "$ROOT/run/dp-old" --pod-resources-socket "" --step-agent-socket "$OLD_AGENT" \
-      --log-level warn >"$ROOT/log/duet-node-old.log" 2>&1 &
+      --log-level warn >"$ROOT/log/duet-node-old.log" 2>&1) &
     OLD_NODE_PID=$!
     for ((i = 0; i < 100; i++)); do [[ -S $OLD_AGENT ]] && break; sleep 0.05; done
     [[ -S $OLD_AGENT ]] || { echo "the old duet-node did not serve $OLD_AGENT" >&2; exit 1; }
@@ -156,7 +176,7 @@ if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the sam
   # that answers every request OK at once without a bridge (slurm_bench_tool
   # answer): what the plugin's own side of the path costs a step.
   FLOOR=$ROOT/run/duet-floor.sock
-  "$TOOL" answer "$FLOOR" 2>"$ROOT/log/floor.log" &
+  (on_duet_cpus "$TOOL" answer "$FLOOR" 2>"$ROOT/log/floor.log") &
   FLOOR_PID=$!
   for ((i = 0; i < 100; i++)); do [[ -S $FLOOR ]] && break; sleep 0.05; done
   [[ -S $FLOOR ]] || { echo "slurm_bench_tool answer did not serve $FLOOR" >&2; exit 1; }
@@ -234,6 +254,9 @@ node_cpu=${NODE_PID:+$(($(cpu_ms "$NODE_PID") - node_cpu0))}
 
 echo "| measurement | duet | baseline (same run) |"
 echo "|---|---|---|"
+if [[ -n $DUET_CPUS ]]; then
+  echo "| CPUs (DUET_BENCH_CPUS) | ledger service, duet-node, the floor's agent on $DUET_CPUS | munged, slurmctld, slurmd, slurmstepd, srun on $SLURM_CPUS |"
+fi
 if ((!spank_only)); then
 read -r a b n < <(pct "$out/ph_client"); read -r c d m < <(pct "$out/ph_cli")
 echo "| placeholder grant, p50 / p99 ms (n=$n) | LibSlurmClient: $a / $b | salloc --immediate --no-shell: $c / $d |"
