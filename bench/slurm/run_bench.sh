@@ -32,6 +32,8 @@
 #     service, duet-node and the floor's agent on DUET, so that their work
 #     does not compete with the step's set-up for a CPU (a GPU node's many
 #     cores, the bridge on another machine). Unset: all share every CPU.
+#     DUET_BENCH_OUT=DIR keeps each variant's srun times (ms, one line per
+#     round, srun_VARIANT and srun_VARIANT_gpu) in DIR.
 # Prints a markdown table. --quick: small counts (the ctest smoke run).
 set -euo pipefail
 quick=0 spank_only=0
@@ -249,6 +251,9 @@ for ((r = -1; r < NSRUN; r++)); do  # round -1: warm-up, not recorded
   done
 done
 
+if [[ -n ${DUET_BENCH_OUT:-} ]]; then
+  mkdir -p "$DUET_BENCH_OUT" && cp "$out"/srun_* "$DUET_BENCH_OUT"/
+fi
 serve_cpu=$(($(cpu_ms "$SERVE_PID") - serve_cpu0))
 node_cpu=${NODE_PID:+$(($(cpu_ms "$NODE_PID") - node_cpu0))}
 
