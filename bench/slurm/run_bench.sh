@@ -59,8 +59,9 @@ if [[ -n ${DUET_BENCH_CPUS:-} ]]; then
   read -r SLURM_CPUS DUET_CPUS <<<"$DUET_BENCH_CPUS"
   [[ -n $SLURM_CPUS && -n $DUET_CPUS ]] || {
     echo "DUET_BENCH_CPUS: want \"SLURM_CPUS DUET_CPUS\", got \"$DUET_BENCH_CPUS\"" >&2; exit 2; }
-  taskset -pc "$SLURM_CPUS" $$ >/dev/null
   taskset -c "$DUET_CPUS" true || { echo "DUET_BENCH_CPUS: bad CPU list \"$DUET_CPUS\"" >&2; exit 2; }
+  taskset -pc "$SLURM_CPUS" $$ >/dev/null ||
+    { echo "DUET_BENCH_CPUS: bad CPU list \"$SLURM_CPUS\"" >&2; exit 2; }
 fi
 on_duet_cpus() {
   if [[ -n $DUET_CPUS ]]; then exec taskset -c "$DUET_CPUS" "$@"; else exec "$@"; fi
