@@ -5,11 +5,13 @@
 
 #include "k8s_adapter/dra/taint_rules.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
-#include "absl/synchronization/mutex.h"
 #include "tests/fakes/wait.h"
 #include "tests/k8s_adapter/fake_server.h"
 
@@ -238,12 +240,18 @@ TEST_P(TaintRulesTest, TheWatchReportsDriftAndResyncPoolRestoresItWithoutAList) 
   edited["spec"]["taint"]["effect"] = "None";
   ASSERT_TRUE(api_->control()->Put(absl::StrCat(coll, "/duet-gpu-node-1-gpu-1"), edited.dump()).ok());
   // (Each reported once; the watch event of duet's own create of gpu-1 may
-  // race the cache's update and report gpu-1 once more, which is harmless.)
+  // race the cache's update and report gpu-1 once more, which is harmless,
+  // but before gpu-0's delete: the edit is in the cache once gpu-1 is
+  // reported after gpu-0.)
   auto reported = [&] {
     const std::vector<std::string> d = log.drift();
     return std::set<std::string>(d.begin(), d.end());
   };
-  ASSERT_TRUE(fakes::WaitFor([&] { return reported().size() >= 2; }));
+  ASSERT_TRUE(fakes::WaitFor([&] {
+    const std::vector<std::string> d = log.drift();
+    const auto gpu0 = std::find(d.begin(), d.end(), kGpu0.ToString());
+    return gpu0 != d.end() && std::find(gpu0 + 1, d.end(), kGpu1.ToString()) != d.end();
+  }));
   EXPECT_EQ(reported(), (std::set<std::string>{kGpu0.ToString(), kGpu1.ToString()}));
 
   const size_t before = api_->Requests().size();
