@@ -156,9 +156,9 @@ variants=(none plugin other)
 declare -A line=([none]="" [plugin]="required $SO $ARGS" [other]="required $SO $OTHER_ARGS")
 if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the same ledger
   AGENT=$ROOT/run/duet-agent.sock
-  (on_duet_cpus "$NODE_BIN" --bridge "unix:$SOCK" --node-name bn --no-kubernetes --plugin-dir "$ROOT/run/dp" \
-    --pod-resources-socket "" --step-agent-socket "$AGENT" --log-level warn \
-    >"$ROOT/log/duet-node.log" 2>&1) &
+  (on_duet_cpus "$NODE_BIN" --bridge "unix:$SOCK" --node-name bn --no-kubernetes \
+    --plugin-dir "$ROOT/run/dp" --pod-resources-socket "" --step-agent-socket "$AGENT" \
+    --log-level warn >"$ROOT/log/duet-node.log" 2>&1) &
   NODE_PID=$!
   for ((i = 0; i < 100; i++)); do [[ -S $AGENT ]] && break; sleep 0.05; done
   [[ -S $AGENT ]] || { echo "duet-node did not serve $AGENT" >&2; exit 1; }
@@ -166,9 +166,9 @@ if [[ -n $NODE_BIN ]]; then  # the agent path: duet-node's step agent on the sam
   line[agent]="required $SO agent=unix://$AGENT ${ARGS}"
   if [[ -n ${DUET_BENCH_OLD_NODE:-} ]]; then  # a previous duet-node, for before/after
     OLD_AGENT=$ROOT/run/duet-agent-old.sock
-    (on_duet_cpus "$(readlink -f "$DUET_BENCH_OLD_NODE")" --bridge "unix:$SOCK" --node-name bn --no-kubernetes \
-      --plugin-dir "$ROOT/run/dp-old" --pod-resources-socket "" --step-agent-socket "$OLD_AGENT" \
-      --log-level warn >"$ROOT/log/duet-node-old.log" 2>&1) &
+    (on_duet_cpus "$(readlink -f "$DUET_BENCH_OLD_NODE")" --bridge "unix:$SOCK" --node-name bn \
+      --no-kubernetes --plugin-dir "$ROOT/run/dp-old" --pod-resources-socket "" \
+      --step-agent-socket "$OLD_AGENT" --log-level warn >"$ROOT/log/duet-node-old.log" 2>&1) &
     OLD_NODE_PID=$!
     for ((i = 0; i < 100; i++)); do [[ -S $OLD_AGENT ]] && break; sleep 0.05; done
     [[ -S $OLD_AGENT ]] || { echo "the old duet-node did not serve $OLD_AGENT" >&2; exit 1; }
